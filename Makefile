@@ -1,0 +1,42 @@
+# minipar course. Every target sets up .venv first (once; again when requirements change).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NBVAL  := --nbval --nbval-current-env --sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup lab test test-unit test-notebooks train bench execute clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)                       ## create .venv with everything the course needs
+
+lab: $(STAMP)                         ## open JupyterLab on the lessons
+	$(VENV)/bin/jupyter lab lessons/
+
+test: test-unit test-notebooks        ## unit tests, then every notebook under strict nbval
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/ -q
+
+test-notebooks: $(STAMP)
+	$(PY) -m pytest $(NBVAL) lessons/ -q
+
+train: $(STAMP)                       ## the main job with default settings
+	$(PY) -m minipar.train
+
+bench: $(STAMP)                       ## minipar vs PyTorch-native, ratios -> runs/bench/results.md
+	$(PY) -m minipar.bench --out runs/bench
+
+execute: $(STAMP)                     ## re-run notebooks in place (NB=lessons/00_single_device.ipynb for one)
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 \
+	  --ExecutePreprocessor.record_timing=False $(or $(NB),lessons/*.ipynb)
+
+clean:                                ## remove the venv, run outputs and caches
+	rm -rf $(VENV) runs .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

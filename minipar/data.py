@@ -1,0 +1,200 @@
+"""Character-level text data: a real corpus, a deterministic split, (B, T) batches per rank.
+
+The default corpus is ``pydoc_data.topics``: the text of Python's own ``help()`` topics,
+~465k characters of English prose and code that ships with every CPython install, so the
+course needs no download. Any UTF-8 text file can be given instead (``--data PATH``).
+
+Pipeline, top to bottom:
+
+    text = load_text(path)                    # str
+    corpus = CharCorpus(text)                 # vocabulary: the sorted set of characters
+    train = corpus.split("train", T)          # Dataset of (x, y) windows, y = x shifted by one
+    loader = make_loader(train, batch_size=B, dp_rank=r, dp_size=N, seed=s)
+    for step, (x, y) in zip(range(steps), loader):   # x, y: (B // N, T) int64
+
+Sharding: ``torch.utils.data.DistributedSampler`` gives data-parallel rank r the shuffled
+indices r, r+N, r+2N, ...; ``set_epoch`` is called at every epoch so each epoch reshuffles.
+With ``drop_last`` and a global batch B divisible by N, the N ranks' local batches at step k
+together hold exactly the B windows that a single device sees at step k — the property every
+equivalence test in the course relies on.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from .errors import ConfigError
+
+VAL_FRACTION = 0.1  # the last 10% of the text is the validation split
+
+
+def builtin_text() -> str:
+    """The default corpus: every ``pydoc_data.topics`` entry, sorted by topic name, joined."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def load_text(path: str | os.PathLike | None = None) -> str:
+    """Read the corpus: ``path`` as UTF-8 text, or the built-in corpus when ``path`` is None.
+
+    Raises:
+        ConfigError: missing file, a directory, a non-UTF-8 (binary) file, or an empty file.
+    """
+    if path is None:
+        return builtin_text()
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ConfigError(f"--data {path}: no such file; give a UTF-8 text file, or leave out --data "
+                          "to use the built-in corpus (pydoc_data.topics)")
+    if os.path.isdir(path):
+        raise ConfigError(f"--data {path}: is a directory; give one UTF-8 text file")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--data {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                          "give a plain-text file, e.g. convert it with iconv -t UTF-8") from None
+    if "\x00" in text:
+        raise ConfigError(f"--data {path}: contains NUL bytes, so it looks binary; give a plain-text file")
+    if not text.strip():
+        raise ConfigError(f"--data {path}: the file is empty; give a text file with some content")
+    return text
+
+
+class CharCorpus:
+    """A text and its character vocabulary.
+
+    Attributes:
+        text: the whole corpus (str).
+        chars: the vocabulary, sorted (list of str); ``vocab_size = len(chars)``.
+        data: the text encoded, shape ``(len(text),)`` int64.
+    """
+
+    def __init__(self, text: str):
+        if not text:
+            raise ConfigError("the corpus is empty; give a text with some content")
+        self.text = text
+        self.chars = sorted(set(text))
+        self.vocab_size = len(self.chars)
+        self._stoi = {c: i for i, c in enumerate(self.chars)}
+        self.data = torch.tensor([self._stoi[c] for c in text], dtype=torch.long)
+
+    def encode(self, s: str) -> torch.Tensor:
+        """String -> ids, shape ``(len(s),)`` int64. Raises ConfigError for an unknown character."""
+        try:
+            return torch.tensor([self._stoi[c] for c in s], dtype=torch.long)
+        except KeyError as e:
+            raise ConfigError(f"character {e.args[0]!r} is not in the corpus vocabulary") from None
+
+    def decode(self, ids) -> str:
+        """Ids (any iterable of ints or a tensor) -> string."""
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def split(self, name: str, block_size: int) -> "CharWindows":
+        """The ``"train"`` (first 90%) or ``"val"`` (last 10%) split as (x, y) windows of ``block_size``.
+
+        Raises:
+            ConfigError: unknown split, ``block_size`` < 1, or a split shorter than one window.
+        """
+        if name not in ("train", "val"):
+            raise ConfigError(f"split {name!r} must be 'train' or 'val'")
+        cut = int(len(self.data) * (1 - VAL_FRACTION))
+        part = self.data[:cut] if name == "train" else self.data[cut:]
+        return CharWindows(part, block_size, name)
+
+
+class CharWindows(Dataset):
+    """Non-overlapping windows of a token stream: item i is ``(x, y)``, each shape ``(T,)`` int64,
+    ``x = data[i*T : i*T+T]`` and ``y = data[i*T+1 : i*T+T+1]`` (the next character)."""
+
+    def __init__(self, data: torch.Tensor, block_size: int, name: str = "data"):
+        if not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"block_size={block_size!r} must be an integer >= 1")
+        if len(data) < block_size + 1:
+            raise ConfigError(
+                f"block_size={block_size} is longer than the {name} split ({len(data)} characters); "
+                f"use --block-size {max(1, len(data) - 1)} or less, or a longer text")
+        self.data, self.block_size = data, block_size
+
+    def __len__(self) -> int:
+        return (len(self.data) - 1) // self.block_size
+
+    def __getitem__(self, i: int):
+        s = i * self.block_size
+        chunk = self.data[s: s + self.block_size + 1]
+        return chunk[:-1], chunk[1:]
+
+
+@dataclass
+class Loader:
+    """An endless iterator over ``(x, y)`` batches of shape ``(local_batch, T)``.
+
+    One epoch is ``len(dataset) // batch_size`` steps on every layout (so a step means the same
+    global batch for any number of data-parallel ranks); ``sampler.set_epoch(e)`` is called as
+    each epoch starts. ``state_dict()`` / ``load_state_dict()`` give the position (epoch, step)
+    for checkpoint and resume.
+    """
+
+    dataset: CharWindows
+    batch_size: int       # global batch (sequences per optimizer step, all ranks together)
+    dp_rank: int = 0
+    dp_size: int = 1
+    seed: int = 0
+    shuffle: bool = True
+    epoch: int = 0
+    step_in_epoch: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"--batch-size {self.batch_size}: must be an integer >= 1")
+        if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
+            raise ConfigError(f"dp_rank={self.dp_rank}, dp_size={self.dp_size}: need 0 <= dp_rank < dp_size")
+        if self.batch_size % self.dp_size:
+            lo = self.batch_size // self.dp_size * self.dp_size
+            raise ConfigError(f"--batch-size {self.batch_size} is not divisible by the {self.dp_size} data-parallel "
+                              f"ranks; use {lo or self.dp_size} or {lo + self.dp_size}")
+        if len(self.dataset) < self.batch_size:
+            raise ConfigError(f"--batch-size {self.batch_size} is larger than the dataset ({len(self.dataset)} "
+                              f"windows of {self.dataset.block_size}); use --batch-size {len(self.dataset)} or less")
+        self.local_batch = self.batch_size // self.dp_size
+        self.steps_per_epoch = len(self.dataset) // self.batch_size
+        self.sampler = DistributedSampler(self.dataset, num_replicas=self.dp_size, rank=self.dp_rank,
+                                          shuffle=self.shuffle, seed=self.seed, drop_last=True)
+        self._it = None
+
+    def _start_epoch(self):
+        self.sampler.set_epoch(self.epoch)
+        loader = DataLoader(self.dataset, batch_size=self.local_batch, sampler=self.sampler, drop_last=True)
+        self._it = iter(loader)
+        for _ in range(self.step_in_epoch):  # resume mid-epoch: skip what was already seen
+            next(self._it)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._it is None:
+            self._start_epoch()
+        if self.step_in_epoch >= self.steps_per_epoch:
+            self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            self._start_epoch()
+        self.step_in_epoch += 1
+        return next(self._it)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.step_in_epoch = int(state["epoch"]), int(state["step_in_epoch"])
+        self._it = None
+
+
+def make_loader(dataset: CharWindows, batch_size: int, dp_rank: int = 0, dp_size: int = 1,
+                seed: int = 0, shuffle: bool = True) -> Loader:
+    """An endless :class:`Loader`; ``batch_size`` is the *global* batch (split over ``dp_size`` ranks)."""
+    return Loader(dataset, batch_size, dp_rank, dp_size, seed, shuffle)

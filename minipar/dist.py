@@ -1,0 +1,179 @@
+"""Process-group set-up: one call that works under ``torchrun``, under ``minipar.launch`` and alone.
+
+``init()`` reads the standard environment variables that ``torchrun`` sets (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``). With none of them set it
+makes a one-process world, so the same training code runs on a laptop without a launcher.
+
+Backend choice (``backend="auto"``): NCCL when CUDA is available and every local rank can have
+its own GPU (``LOCAL_RANK < torch.cuda.device_count()``), else gloo on CPU.
+
+Every process group gets a bounded timeout (``DEFAULT_TIMEOUT_S`` = 45 s, or the
+``MINIPAR_TIMEOUT`` environment variable in seconds): gloo's own default is 30 minutes, so a
+rank waiting on a collective its peer never issues would otherwise hang a notebook for half an
+hour. Use :func:`new_group` (not ``torch.distributed.new_group``) so sub-groups get it too.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .errors import ConfigError
+
+DEFAULT_TIMEOUT_S = 45.0
+
+_device: torch.device | None = None
+
+
+def default_timeout() -> timedelta:
+    """The timeout every minipar process group uses: ``MINIPAR_TIMEOUT`` seconds, else 45 s."""
+    raw = os.environ.get("MINIPAR_TIMEOUT")
+    if raw is None:
+        return timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ConfigError(f"MINIPAR_TIMEOUT={raw!r} is not a number of seconds; set e.g. MINIPAR_TIMEOUT=60") from None
+    if seconds <= 0:
+        raise ConfigError(f"MINIPAR_TIMEOUT={raw!r} must be > 0 seconds; set e.g. MINIPAR_TIMEOUT=60")
+    return timedelta(seconds=seconds)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def pick_backend(backend: str = "auto", local_rank: int = 0, local_world_size: int = 1) -> str:
+    """Resolve ``"auto"`` to ``"nccl"`` or ``"gloo"``.
+
+    NCCL needs one GPU per rank on the node; if CUDA is missing, or there are fewer GPUs than
+    local ranks, gloo is the only backend that works, so it is chosen.
+
+    Raises:
+        ConfigError: for an unknown backend, or ``"nccl"`` without enough GPUs.
+    """
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if n_gpu >= max(local_world_size, local_rank + 1) else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ConfigError(f"backend={backend!r} is not supported; use 'auto', 'gloo' or 'nccl'")
+    if backend == "nccl" and n_gpu < local_rank + 1:
+        raise ConfigError(
+            f"backend='nccl' needs a GPU for local rank {local_rank} but {n_gpu} GPU(s) are visible; "
+            "use backend='auto' or 'gloo' on CPU")
+    return backend
+
+
+def init(backend: str = "auto", timeout: float | timedelta | None = None, store=None,
+         rank: int | None = None, world_size: int | None = None) -> None:
+    """Join (or create) the default process group. Idempotent: a second call does nothing.
+
+    Args:
+        backend: ``"auto"`` (NCCL on GPUs, else gloo), ``"gloo"`` or ``"nccl"``.
+        timeout: seconds (or a ``timedelta``) before a collective that cannot complete raises;
+            default :func:`default_timeout`.
+        store: a ``torch.distributed.Store`` to rendezvous through (``minipar.launch`` passes one);
+            default: ``env://`` (``MASTER_ADDR``/``MASTER_PORT``), or a private store for a
+            one-process world.
+        rank, world_size: default from ``RANK``/``WORLD_SIZE``, else 0 and 1.
+
+    Raises:
+        ConfigError: bad backend, bad environment variables, rank outside ``[0, world_size)``.
+    """
+    global _device
+    if dist.is_initialized():
+        return
+    rank = _env_int("RANK", 0) if rank is None else rank
+    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    if world_size < 1:
+        raise ConfigError(f"world_size={world_size} must be >= 1")
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank={rank} is outside [0, {world_size}); check RANK and WORLD_SIZE")
+    local_rank = _env_int("LOCAL_RANK", rank)
+    local_world = _env_int("LOCAL_WORLD_SIZE", world_size)
+    backend = pick_backend(backend, local_rank, local_world)
+    if timeout is None:
+        timeout = default_timeout()
+    elif not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+
+    if backend == "nccl":
+        _device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(_device)
+    else:
+        _device = torch.device("cpu")
+
+    kwargs = dict(backend=backend, rank=rank, world_size=world_size, timeout=timeout)
+    if store is not None:
+        kwargs["store"] = store
+    elif "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        if world_size != 1:
+            raise ConfigError(
+                f"WORLD_SIZE={world_size} but MASTER_ADDR/MASTER_PORT are not set; "
+                "start the job with torchrun or minipar.launch")
+        kwargs["store"] = dist.HashStore()
+    if backend == "nccl":
+        kwargs["device_id"] = _device
+    dist.init_process_group(**kwargs)
+
+
+def new_group(ranks: list[int] | None = None, timeout: float | timedelta | None = None):
+    """``torch.distributed.new_group`` with minipar's bounded timeout. Collective: every rank calls it."""
+    if timeout is None:
+        timeout = default_timeout()
+    elif not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    return dist.new_group(ranks=ranks, timeout=timeout)
+
+
+def is_initialized() -> bool:
+    return dist.is_initialized()
+
+
+def rank(group=None) -> int:
+    """This process's rank in ``group`` (default: the world); 0 when no group is initialised."""
+    return dist.get_rank(group) if dist.is_initialized() else 0
+
+
+def world_size(group=None) -> int:
+    """Number of ranks in ``group`` (default: the world); 1 when no group is initialised."""
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+def local_rank() -> int:
+    """Rank on this node (``LOCAL_RANK``, set by torchrun and minipar.launch)."""
+    return _env_int("LOCAL_RANK", rank())
+
+
+def device() -> torch.device:
+    """The device this rank computes on: ``cuda:LOCAL_RANK`` with NCCL, else ``cpu``."""
+    if _device is not None:
+        return _device
+    return torch.device("cpu")
+
+
+def backend() -> str | None:
+    """The default group's backend (``"gloo"``/``"nccl"``), or None before :func:`init`."""
+    return dist.get_backend() if dist.is_initialized() else None
+
+
+def barrier(group=None) -> None:
+    """Wait for every rank of ``group``; a no-op without a process group."""
+    if dist.is_initialized():
+        dist.barrier(group=group)
+
+
+def destroy() -> None:
+    """Leave the process group (safe to call twice, or without :func:`init`)."""
+    global _device
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _device = None

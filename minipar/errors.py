@@ -1,0 +1,25 @@
+"""Errors minipar raises for bad input, so a learner sees one clear line instead of a deep stack.
+
+Every message names the offending value and the fix (see DEVELOPERS guide, "No hangs").
+"""
+
+
+class ConfigError(ValueError):
+    """A bad setting: wrong world size, a shape not divisible by a parallel degree, a bad path...
+
+    Subclasses ``ValueError`` so ``except ValueError`` in user code still catches it.
+    """
+
+
+class RankFailedError(RuntimeError):
+    """A launched rank died without a Python exception we could re-raise (killed, segfault, exit code).
+
+    Attributes:
+        rank: the rank that failed first.
+        exitcode: its process exit code (negative = killed by that signal).
+    """
+
+    def __init__(self, message: str, rank: int, exitcode: int | None):
+        super().__init__(message)
+        self.rank = rank
+        self.exitcode = exitcode

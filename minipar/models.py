@@ -1,0 +1,213 @@
+"""The course's models: a small GPT and an MLP, written to be split later.
+
+GPT (Radford et al. 2019, nanoGPT layout): token + position embedding, ``n_layer`` pre-LN
+blocks ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))``, a final LayerNorm and a linear head.
+How later lessons cut it:
+
+- pipeline (lessons 05-06): ``embed`` | ``blocks[i:j]`` | ``head`` + ``loss`` are separate
+  methods, so a stage is "some of these, in order";
+- tensor parallel (lesson 04): attention's fused ``qkv`` weight is laid out ``[q; k; v]``,
+  each ``(n_head * head_dim, d_model)``, so a rank takes whole heads from each of the three;
+  ``mlp.fc`` splits by output column, ``attn.proj``/``mlp.proj`` by input row (Megatron);
+- ZeRO/FSDP (lesson 03): every block is one module, the natural unit to gather and free.
+
+Shapes: ``idx`` (B, T) int64 -> hidden ``x`` (B, T, d_model) -> logits (B, T, vocab_size).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .errors import ConfigError
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 128
+    block_size: int = 128      # T, the longest context
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    dropout: float = 0.0       # 0 keeps runs bit-comparable across layouts
+    bias: bool = True
+    tie_weights: bool = False  # tie the head to the token embedding (GPT-2 does; pipelines must sync it)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"GPTConfig.{name}={v!r} must be an integer >= 1")
+        if self.d_model % self.n_head:
+            ok = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and abs(h - self.n_head) <= 8]
+            raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
+                              f"choose n_head from {ok}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention. ``qkv``: (3·d, d) weight laid out [q; k; v]."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(self.n_head * self.head_dim, dim=2)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    """d -> 4d -> GELU -> d."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """A small GPT. ``forward(idx, targets=None) -> (logits, loss)``; ``loss`` is None without targets.
+
+    Args:
+        cfg: a :class:`GPTConfig`.
+    Shapes:
+        idx, targets: (B, T) int64 with T <= cfg.block_size; logits: (B, T, vocab_size) float.
+    Raises:
+        ConfigError: a sequence longer than ``cfg.block_size``.
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by 1/sqrt(2L)
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    # The three pieces a pipeline stage is made of.
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d_model) hidden."""
+        T = idx.shape[1]
+        if T > self.cfg.block_size:
+            raise ConfigError(f"sequence length {T} > block_size={self.cfg.block_size}; "
+                              f"crop the input or build the model with block_size >= {T}")
+        pos = torch.arange(T, device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) hidden -> (B, T, vocab_size) logits."""
+        return self.lm_head(self.ln_f(x))
+
+    @staticmethod
+    def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over all B·T positions (a scalar)."""
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(x)
+        return logits, (None if targets is None else self.loss(logits, targets))
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample ``max_new_tokens`` more ids after ``idx`` (B, T0) -> (B, T0 + max_new_tokens)."""
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+    def flops_per_token(self, T: int | None = None) -> float:
+        """Training FLOPs per token: 6·N (matmuls, forward + backward) + 12·L·d·T (attention scores).
+
+        N counts the non-embedding parameters (Kaplan et al. 2020, arXiv:2001.08361, Table 1;
+        the attention term as in PaLM, Chowdhery et al. 2022, arXiv:2204.02311, App. B).
+        """
+        T = self.cfg.block_size if T is None else T
+        n = num_params(self) - self.wpe.weight.numel() - (0 if self.cfg.tie_weights else self.wte.weight.numel())
+        return 6 * n + 12 * self.cfg.n_layer * self.cfg.d_model * T
+
+
+class MLPNet(nn.Module):
+    """A plain MLP for the early lessons: ``d_in -> [d_hidden -> ReLU] x n_hidden -> d_out``.
+
+    Shapes: (B, d_in) float -> (B, d_out). ``forward(x, targets=None) -> (out, mse_loss or None)``.
+    """
+
+    def __init__(self, d_in: int = 32, d_hidden: int = 64, n_hidden: int = 2, d_out: int = 8):
+        super().__init__()
+        dims = [d_in] + [d_hidden] * n_hidden
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(dims[-1], d_out))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None):
+        out = self.net(x)
+        return out, (None if targets is None else F.mse_loss(out, targets))
+
+
+def num_params(model: nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    seen, n = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n

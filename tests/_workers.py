@@ -1,0 +1,56 @@
+"""Functions the tests run on several ranks (importable: child processes find them by name)."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+
+
+def rank_info():
+    t = torch.tensor([float(md.rank())])
+    dist.all_reduce(t)
+    print(f"hello from {md.rank()}")
+    print(f"stderr line {md.rank()}", file=sys.stderr)
+    return {"rank": md.rank(), "world": md.world_size(), "sum": t.item(), "threads": torch.get_num_threads(),
+            "backend": md.backend(), "device": str(md.device()), "pid": os.getpid()}
+
+
+def fail_on(bad_rank, message="boom"):
+    if md.rank() == bad_rank:
+        raise ValueError(f"{message} on {md.rank()}")
+    t = torch.zeros(1)
+    dist.all_reduce(t)  # the peers wait here for the rank that died
+    return md.rank()
+
+
+def exit_on(bad_rank, code=3):
+    if md.rank() == bad_rank:
+        os._exit(code)
+    t = torch.zeros(1)
+    dist.all_reduce(t)
+
+
+def skip_collective(bad_rank):
+    """Rank ``bad_rank`` skips the collective: its peers must time out, not hang."""
+    if md.rank() != bad_rank:
+        t = torch.zeros(1)
+        dist.all_reduce(t)
+    else:
+        time.sleep(60)
+
+
+def sleep_forever():
+    time.sleep(600)
+
+
+def write_pid(path):
+    with open(f"{path}.{md.rank()}", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+
+def env_value(name):
+    return os.environ.get(name)

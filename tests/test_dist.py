@@ -1,0 +1,47 @@
+"""minipar.dist without a launcher: one-process world, backend choice, bad configuration."""
+import pytest
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar import ConfigError
+
+
+def test_single_process_world(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    md.init()
+    try:
+        assert (md.rank(), md.world_size(), md.backend()) == (0, 1, "gloo")
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert t.tolist() == [1.0, 1.0, 1.0]
+        md.init()  # idempotent
+    finally:
+        md.destroy()
+    assert not md.is_initialized()
+    md.destroy()  # safe twice
+
+
+def test_auto_backend_on_cpu_is_gloo():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    assert md.pick_backend("auto") == "gloo"
+    with pytest.raises(ConfigError, match="nccl"):
+        md.pick_backend("nccl")
+    with pytest.raises(ConfigError, match="mpi"):
+        md.pick_backend("mpi")
+
+
+def test_bad_env(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(ConfigError, match="torchrun or minipar.launch"):
+        md.init()
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ConfigError, match="rank=5"):
+        md.init()
+    monkeypatch.setenv("MINIPAR_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="MINIPAR_TIMEOUT"):
+        md.default_timeout()

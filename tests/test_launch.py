@@ -1,0 +1,85 @@
+"""minipar.launch and minipar.dist on real gloo process groups (bounded timeouts: nothing can hang)."""
+import os
+import socket
+import time
+
+import pytest
+
+from minipar import ConfigError, RankFailedError, launch
+from tests import _workers as w
+
+
+def test_results_are_ordered_by_rank_and_group_is_ready():
+    out = launch(w.rank_info, world_size=4)
+    assert [r["rank"] for r in out] == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["sum"] == 6.0 for r in out)
+    assert all(r["threads"] == 1 for r in out)              # one intra-op thread per rank
+    assert all(r["backend"] == "gloo" and r["device"] == "cpu" for r in out)
+    assert len({r["pid"] for r in out}) == 4                # real, separate processes
+
+
+def test_output_is_replayed_in_rank_order(capsys):
+    launch(w.rank_info, world_size=3)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[rank {r}] {kind} {r}" for r in range(3) for kind in ("hello from", "stderr line")]
+
+
+def test_failing_rank_reraises_its_own_exception_with_traceback():
+    t = time.time()
+    with pytest.raises(ValueError, match=r"\[rank 2\] boom on 2") as info:
+        launch(w.fail_on, world_size=4, args=(2,))
+    assert "traceback of rank 2" in str(info.value.__cause__)
+    assert "fail_on" in str(info.value.__cause__)
+    assert time.time() - t < 20  # peers are stopped, not left to time out
+
+
+def test_rank_killed_without_exception_is_named():
+    with pytest.raises(RankFailedError, match="rank 1 exited with code 3") as info:
+        launch(w.exit_on, world_size=3, args=(1,))
+    assert info.value.rank == 1 and info.value.exitcode == 3
+
+
+def test_skipped_collective_times_out_instead_of_hanging():
+    t = time.time()
+    with pytest.raises(Exception):
+        launch(w.skip_collective, world_size=2, args=(1,), timeout=3)
+    assert time.time() - t < 30
+
+
+def test_job_timeout_stops_every_rank():
+    with pytest.raises(RankFailedError, match="job_timeout"):
+        launch(w.sleep_forever, world_size=2, job_timeout=2)
+
+
+def test_no_process_survives_an_error(tmp_path):
+    with pytest.raises(RankFailedError):
+        launch(w.write_pid, world_size=2, args=(str(tmp_path / "pid"),), job_timeout=3)
+    for r in range(2):
+        pid = int((tmp_path / f"pid.{r}").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_parent_environment_reaches_ranks(monkeypatch):
+    monkeypatch.setenv("MINIPAR_TEST_VALUE", "42")
+    assert launch(w.env_value, world_size=2, args=("MINIPAR_TEST_VALUE",)) == ["42", "42"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_bad_world_size(bad):
+    with pytest.raises(ConfigError, match="world_size"):
+        launch(w.rank_info, world_size=bad)
+
+
+def test_lambda_is_refused_with_advice():
+    with pytest.raises(ConfigError, match="module-level function"):
+        launch(lambda: 1, world_size=2)
+
+
+def test_port_in_use_is_one_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port {port} .* already in use"):
+            launch(w.rank_info, world_size=2, port=port)

@@ -1,0 +1,70 @@
+"""minipar.models: shapes, causality, the pieces a pipeline stage is made of."""
+import pytest
+import torch
+
+from minipar import ConfigError
+from minipar.models import GPT, GPTConfig, MLPNet, num_params
+
+
+@pytest.fixture
+def gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, d_model=32))
+
+
+def test_shapes_and_loss(gpt):
+    x = torch.randint(0, 50, (3, 16))
+    logits, loss = gpt(x, x)
+    assert logits.shape == (3, 16, 50)
+    assert abs(loss.item() - torch.log(torch.tensor(50.0)).item()) < 0.3  # near-uniform at init
+
+
+def test_causal(gpt):
+    x = torch.randint(0, 50, (1, 16))
+    y = x.clone()
+    y[0, 10:] = (y[0, 10:] + 1) % 50
+    a, _ = gpt(x)
+    b, _ = gpt(y)
+    assert torch.allclose(a[0, :10], b[0, :10], atol=1e-6)
+    assert not torch.allclose(a[0, 10:], b[0, 10:])
+
+
+def test_pieces_compose_to_forward(gpt):
+    x = torch.randint(0, 50, (2, 8))
+    h = gpt.embed(x)
+    for blk in gpt.blocks:
+        h = blk(h)
+    assert torch.equal(gpt.head(h), gpt(x)[0])
+
+
+def test_same_seed_same_weights():
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=1, d_model=8)
+    torch.manual_seed(1); a = GPT(cfg)
+    torch.manual_seed(1); b = GPT(cfg)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_param_count_and_tying():
+    cfg = dict(vocab_size=20, block_size=8, n_layer=1, n_head=2, d_model=8)
+    untied, tied = GPT(GPTConfig(**cfg)), GPT(GPTConfig(**cfg, tie_weights=True))
+    assert num_params(untied) - num_params(tied) == 20 * 8
+    d = 8  # per block: 2 LN (4d) + qkv (3d²+3d) + proj (d²+d) + fc (4d²+4d) + proj (4d²+d)
+    assert num_params(untied) == 20 * d + 8 * d + (12 * d * d + 13 * d) + 2 * d + 20 * d
+
+
+def test_generate_and_mlp(gpt):
+    g = torch.Generator().manual_seed(0)
+    out = gpt.generate(torch.zeros(1, 1, dtype=torch.long), 20, generator=g)
+    assert out.shape == (1, 21)
+    y, loss = MLPNet(4, 8, 2, 3)(torch.randn(5, 4), torch.randn(5, 3))
+    assert y.shape == (5, 3) and loss.ndim == 0
+
+
+def test_bad_config():
+    with pytest.raises(ConfigError, match="not divisible by n_head=3"):
+        GPTConfig(d_model=32, n_head=3)
+    with pytest.raises(ConfigError, match="n_layer=0"):
+        GPTConfig(n_layer=0)
+    m = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=1, d_model=4))
+    with pytest.raises(ConfigError, match="block_size=4"):
+        m(torch.zeros(1, 5, dtype=torch.long))
