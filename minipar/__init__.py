@@ -6,6 +6,8 @@ Modules, one concept each (read them top to bottom):
 - ``minipar.launch``  run a function on N local ranks from a notebook or script
 - ``minipar.data``    character-level text corpus, (B, T) batches sharded over data-parallel ranks
 - ``minipar.models``  a small GPT (and an MLP) built to be split by layer, head and column
+- ``minipar.accounting`` record bytes sent/received by every collective and send/recv (``CommLog``)
+- ``minipar.data_parallel`` data parallelism (all-reduce of gradients)
 - ``minipar.memory``  bytes of weights, gradients, optimizer state and activations; measured peak
 - ``minipar.train``   the main job: ``python -m minipar.train``
 - ``minipar.bench``   ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios

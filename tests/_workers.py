@@ -54,3 +54,26 @@ def write_pid(path):
 
 def env_value(name):
     return os.environ.get(name)
+
+
+def accounting_demo():
+    from minipar.accounting import CommLog, label
+    n, me = md.world_size(), md.rank()
+    t = torch.ones(1000)  # 4000 bytes
+    with CommLog() as log:
+        dist.all_reduce(t)
+        out = torch.empty(1000 * n)
+        with label("gather"):
+            dist.all_gather_single(out, t)
+        dist.reduce_scatter_single(torch.empty(1000), torch.ones(1000 * n))
+        dist.broadcast(t, src=0)
+        right, left = (me + 1) % n, (me - 1) % n
+        buf = torch.empty(1000)
+        ops = [dist.P2POp(dist.isend, t, right), dist.P2POp(dist.irecv, buf, left)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        dist.barrier()
+    t2 = torch.ones(3)
+    dist.all_reduce(t2)  # after the log closed: not recorded, functions restored
+    assert dist.all_reduce is dist.distributed_c10d.all_reduce
+    return [(r.op, r.bytes, r.sent, r.recv, r.peer, r.label) for r in log.records]

@@ -1,0 +1,207 @@
+"""Communication accounting: record every collective and point-to-point call a rank makes.
+
+    from minipar.accounting import CommLog
+    with CommLog() as log:
+        ...                                    # any torch.distributed calls, minipar's or yours
+    log.total("sent"), log.by_op(), log.records
+
+While a ``CommLog`` is open, the ``torch.distributed`` functions below are wrapped (in the
+``torch.distributed`` namespace and in ``distributed_c10d``, so ``P2POp``/``batch_isend_irecv``
+and library code such as FSDP2 that calls them are seen too). Only the outermost call is
+recorded when one wrapped function calls another. Calls that bypass Python (the C++ reducer
+inside ``torch.nn.parallel.DistributedDataParallel``) are not seen: use a DDP comm hook there.
+
+What a record counts, per rank, for a message of ``S`` bytes in a group of ``N`` ranks:
+
+- point-to-point (``send``/``isend``: sent = S; ``recv``/``irecv``: received = S) — exact;
+- ``all_reduce``: sent = received = 2(N−1)/N · S, the ring algorithm's per-rank volume
+  (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md);
+- ``all_gather`` (S = output bytes), ``reduce_scatter`` (S = input bytes), ``all_to_all``:
+  (N−1)/N · S each way;
+- rooted ``broadcast``/``scatter`` (root sends), ``reduce``/``gather`` (root receives):
+  counted as direct transfers, root ↔ each other rank, s = one rank's share;
+- ``barrier``: 0 bytes.
+
+So the numbers are the *algorithmic* volume of the bandwidth-optimal algorithm, a property of
+the call, not a sniff of the wire (gloo may pick another algorithm for small messages).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+_WRAPPED = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
+            "scatter", "gather", "send", "recv", "isend", "irecv", "barrier"]
+_active: list["CommLog"] = []
+_originals: dict[str, object] = {}
+_state = threading.local()
+_labels: list[str] = []
+
+
+@dataclass
+class Record:
+    op: str                # e.g. "all_reduce", "isend"
+    group_size: int        # N
+    bytes: int             # S: the tensor payload the call is about (see module doc)
+    sent: float            # bytes this rank sends (model above)
+    recv: float            # bytes this rank receives
+    peer: int | None = None    # global rank of the other side, for point-to-point
+    label: str = ""        # innermost active :func:`label`, e.g. "bucket 3" or "forward"
+    dtype: str = ""
+    group_ranks: tuple = field(default_factory=tuple)
+
+
+def _nbytes(t) -> int:
+    if isinstance(t, (list, tuple)):
+        return sum(_nbytes(x) for x in t)
+    return t.numel() * t.element_size() if torch.is_tensor(t) else 0
+
+
+def _arg(args, kwargs, i, name, default=None):
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+def _group_of(op, args, kwargs):
+    pos = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
+           "all_gather_single": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "reduce_scatter_single": 3,
+           "all_to_all": 2, "all_to_all_single": 4, "scatter": 3, "gather": 3, "send": 2, "recv": 2,
+           "isend": 2, "irecv": 2, "barrier": 0}[op]
+    return _arg(args, kwargs, pos, "group")
+
+
+def _record(op: str, args, kwargs) -> Record:
+    group = _group_of(op, args, kwargs)
+    n = dist.get_world_size(group)
+    me = dist.get_rank()
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(n))
+    first = _arg(args, kwargs, 0, "tensor")
+    dtype = str(getattr(first if torch.is_tensor(first) else (first[0] if first else None), "dtype", ""))
+    sent = recv = 0.0
+    peer = None
+    if op in ("send", "isend", "recv", "irecv"):
+        S = _nbytes(first)
+        peer = _arg(args, kwargs, 1, "dst" if "send" in op else "src")
+        if peer is None and kwargs.get("group_dst" if "send" in op else "group_src") is not None:
+            peer = ranks[kwargs.get("group_dst" if "send" in op else "group_src")]
+        if "send" in op:
+            sent = S
+        else:
+            recv = S
+    elif op == "all_reduce":
+        S = _nbytes(first)
+        sent = recv = 2 * (n - 1) / n * S
+    elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all", "all_to_all_single"):
+        S = _nbytes(first)  # output list / output tensor
+        sent = recv = (n - 1) / n * S
+    elif op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):
+        S = _nbytes(_arg(args, kwargs, 1, "input" if op != "reduce_scatter" else "input_list"))
+        sent = recv = (n - 1) / n * S
+    elif op in ("broadcast", "reduce", "scatter", "gather"):
+        S = _nbytes(first)  # one rank's share
+        root_key = {"broadcast": "src", "scatter": "src", "reduce": "dst", "gather": "dst"}[op]
+        root = _arg(args, kwargs, 2 if op in ("reduce", "scatter", "gather") else 1, root_key)
+        if root is None:
+            g_root = kwargs.get("group_src" if root_key == "src" else "group_dst", 0)
+            root = ranks[g_root]
+        is_root = me == root
+        if op in ("broadcast", "scatter"):
+            sent, recv = ((n - 1) * S, 0) if is_root else (0, S)
+        else:
+            sent, recv = (0, (n - 1) * S) if is_root else (S, 0)
+    else:  # barrier
+        S = 0
+    return Record(op, n, S, sent, recv, peer, _labels[-1] if _labels else "", dtype, ranks)
+
+
+def _wrap(op: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if getattr(_state, "inside", False) or not _active:
+            return fn(*args, **kwargs)
+        rec = _record(op, args, kwargs)
+        for log in _active:
+            log.records.append(rec)
+        _state.inside = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _state.inside = False
+    return wrapper
+
+
+def _patch() -> None:
+    for name in _WRAPPED:
+        orig = getattr(c10d, name)
+        _originals[name] = orig
+        w = _wrap(name, orig)
+        setattr(c10d, name, w)
+        setattr(dist, name, w)
+
+
+def _unpatch() -> None:
+    for name, orig in _originals.items():
+        setattr(c10d, name, orig)
+        setattr(dist, name, orig)
+    _originals.clear()
+
+
+class CommLog:
+    """Context manager recording this rank's communication (see the module doc for the model).
+
+    Attributes:
+        records: list of :class:`Record`, in call order.
+    """
+
+    def __init__(self):
+        self.records: list[Record] = []
+
+    def __enter__(self) -> "CommLog":
+        if not _active:
+            _patch()
+        _active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _active.remove(self)
+        if not _active:
+            _unpatch()
+
+    def total(self, what: str = "sent", op: str | None = None, label: str | None = None) -> float:
+        """Sum of ``what`` (``"sent"``, ``"recv"`` or ``"bytes"``) over records, optionally one op/label."""
+        return sum(getattr(r, what) for r in self.records
+                   if (op is None or r.op == op) and (label is None or r.label == label))
+
+    def by_op(self) -> dict[str, dict[str, float]]:
+        """``{op: {"calls", "bytes", "sent", "recv"}}`` summed over records."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: dict(calls=0, bytes=0, sent=0.0, recv=0.0))
+        for r in self.records:
+            d = out[r.op]
+            d["calls"] += 1
+            d["bytes"] += r.bytes
+            d["sent"] += r.sent
+            d["recv"] += r.recv
+        return dict(out)
+
+    def count(self, op: str | None = None, label: str | None = None) -> int:
+        return sum(1 for r in self.records if (op is None or r.op == op) and (label is None or r.label == label))
+
+    def clear(self) -> None:
+        self.records.clear()
+
+
+@contextlib.contextmanager
+def label(name: str):
+    """Tag every record made inside this block with ``name`` (innermost label wins)."""
+    _labels.append(name)
+    try:
+        yield
+    finally:
+        _labels.pop()

@@ -1,0 +1,18 @@
+"""minipar.accounting: bytes recorded per call match the ring/direct formulas."""
+from minipar import launch
+from tests import _workers as w
+
+
+def test_records_on_4_ranks():
+    out = launch(w.accounting_demo, world_size=4)
+    S, n = 4000, 4
+    for rank, recs in enumerate(out):
+        ops = [r[0] for r in recs]
+        assert ops == ["all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast", "isend", "irecv", "barrier"]
+        ar, ag, rs, bc, snd, rcv, _ = recs
+        assert ar[2] == ar[3] == 2 * (n - 1) / n * S          # ring all-reduce: 2(N-1)/N·S
+        assert ag[1] == n * S and ag[2] == (n - 1) * S and ag[5] == "gather"
+        assert rs[1] == n * S and rs[2] == (n - 1) * S
+        assert bc[2:4] == ((n - 1) * S, 0) if rank == 0 else bc[2:4] == (0, S)
+        assert snd[2] == S and snd[4] == (rank + 1) % n
+        assert rcv[3] == S and rcv[4] == (rank - 1) % n
