@@ -292,15 +292,17 @@ def main(argv: list[str] | None = None) -> int:
             mdist.init()
             try:
                 history = train(cfg)
+                is_rank0 = mdist.rank() == 0
             finally:
                 mdist.destroy()
         else:
             from .launch import launch
             history = launch(_worker, world_size=a.nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
+            is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if mdist.rank() == 0 and history:
+    if is_rank0 and history:
         first = next(r["val_loss"] for r in history if "val_loss" in r)
         print(f"val loss {first:.3f} -> {history[-1]['val_loss']:.3f}; outputs in {cfg.out}/")
     return 0
