@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NBVAL  := --nbval --nbval-current-env --sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup lab test test-unit test-notebooks train bench execute clean
