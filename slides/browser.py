@@ -11,6 +11,7 @@ no port to collide with. Networking is off three ways: DNS resolves nothing
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import queue
@@ -39,6 +40,12 @@ def find_chromium() -> str | None:
     return None
 
 
+def _dup_high(fd: int) -> int:
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return high
+
+
 class Chromium:
     """A headless Chromium process and one CDP connection to it. Use as a context manager.
 
@@ -49,10 +56,12 @@ class Chromium:
         self.profile = tempfile.mkdtemp(prefix="minipar-chromium-")
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
-        # The child must see the pipes as fds 3 (commands in) and 4 (replies out).
+        # The child must see the pipes as fds 3 (commands in) and 4 (replies out). Move the
+        # child's ends to fds >= 10 first, so that redirecting onto 3 cannot clobber the other.
+        to_chrome_r, from_chrome_w = (_dup_high(to_chrome_r), _dup_high(from_chrome_w))
         self.log = open(Path(self.profile) / "stderr.log", "wb")
         self.proc = subprocess.Popen(
-            ["sh", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', exe, *FLAGS,
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', exe, *FLAGS,
              f"--user-data-dir={self.profile}", f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
             pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL,
             stdout=self.log, stderr=self.log)
@@ -79,7 +88,10 @@ class Chromium:
         msg = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
             msg["sessionId"] = session
-        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        try:
+            os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        except BrokenPipeError:
+            raise RuntimeError(f"Chromium exited (code {self.proc.poll()}); {self._stderr_tail()}") from None
         while True:
             reply = self._get()
             if reply.get("id") == self._next_id:
@@ -94,9 +106,12 @@ class Chromium:
         except queue.Empty:
             raise TimeoutError(f"Chromium sent nothing for {self.timeout} s") from None
         if m is None:
-            tail = (Path(self.profile) / "stderr.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"Chromium exited (code {self.proc.poll()}); its stderr ends:\n{tail}")
+            raise RuntimeError(f"Chromium exited (code {self.proc.poll()}); {self._stderr_tail()}")
         return m
+
+    def _stderr_tail(self) -> str:
+        self.log.flush()
+        return "its stderr ends:\n" + (Path(self.profile) / "stderr.log").read_text(errors="replace")[-2000:]
 
     def wait_event(self, method: str, session: str) -> dict:
         for e in self.events:

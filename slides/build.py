@@ -100,7 +100,11 @@ def exporter(out_dir: Path):
     c.TemplateExporter.exclude_input = True
     c.TemplateExporter.exclude_input_prompt = True
     c.TemplateExporter.exclude_output_prompt = True
-    return SlidesExporter(config=c)
+    ex = SlidesExporter(config=c)
+    # nbconvert warns when a figure has no alt text (matplotlib output has none) and fills in a
+    # default; the warning would repeat for every deck, so it is dropped.
+    ex.log.addFilter(lambda rec: not str(rec.msg).startswith("Alternative text is missing"))
+    return ex
 
 
 def _prepare(nb):
