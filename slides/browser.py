@@ -215,6 +215,7 @@ STATE = """(() => {
     math_errors: document.querySelectorAll('.mjx-merror, .MathJax_Error').length,
     math_raw: slides.filter(s => /\\$\\$|\\\\\\[|\\\\\\(/.test(s.innerText)).length,
     first_figure: slides.findIndex(s => s.querySelector('img')),
+    overflow: slides.map((s, i) => s.scrollHeight > s.clientHeight + 2 ? i : -1).filter(i => i >= 0),
   };
 })()"""
 
@@ -224,7 +225,8 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
 
     ``ready`` (reveal.js initialised), ``total`` (``Reveal.getTotalSlides()``), ``images`` and
     ``images_broken``, ``math`` (typeset formulas), ``math_errors``, ``math_raw`` (slides still
-    showing TeX delimiters), ``requests`` (every URL the page asked for), ``failed``
+    showing TeX delimiters), ``overflow`` (indices of slides taller than the slide area: they
+    scroll), ``requests`` (every URL the page asked for), ``failed``
     (``url: error`` of each failed load), ``exceptions`` (uncaught JS errors) and ``shots``
     (PNG paths: the first slide and the first slide with a figure, when ``shots`` is given).
     """
@@ -236,6 +238,8 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
         page.wait_for(FIND_REVEAL, "reveal.js initialised")
         page.wait_for(MATHJAX_READY, "MathJax started")
         page.eval(MATHJAX_DONE, await_promise=True)
+        # lay out every slide (reveal.js only displays those near the current one) to measure them
+        page.eval("__reveal.configure({viewDistance: 1000}); new Promise(r => requestAnimationFrame(r))", True)
         out = page.eval(STATE)
         out["ready"] = True
         out["shots"] = []

@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         out = build(nb, args.out)
         n = count_slides(nbformat.read(nb, as_version=4))
-        print(f"{out}  {n} slides, {out.stat().st_size / 1e3:.0f} kB, {time.perf_counter() - t:.1f} s")
+        print(f"{os.path.relpath(out)}  {n} slides, {out.stat().st_size / 1e3:.0f} kB, {time.perf_counter() - t:.1f} s")
     return 0
 
 
