@@ -171,11 +171,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     notebooks = find_lessons(args.lessons)
     if not notebooks:
-        print(f"no lessons/NN_*.ipynb yet: nothing to build")
+        print("no lessons/NN_*.ipynb yet: nothing to build")
         return 0
     for nb in notebooks:
         t = time.perf_counter()
-        out = build(nb, args.out)
+        try:
+            out = build(nb, args.out)
+        except ValueError as e:
+            raise SystemExit(f"slides/build.py: {e}") from None
         n = count_slides(nbformat.read(nb, as_version=4))
         print(f"{os.path.relpath(out)}  {n} slides, {out.stat().st_size / 1e3:.0f} kB, {time.perf_counter() - t:.1f} s")
     return 0
