@@ -235,7 +235,12 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
     try:
         page.call("Page.navigate", {"url": deck.as_uri()})
         browser.wait_event("Page.loadEventFired", page.s)
-        page.wait_for(FIND_REVEAL, "reveal.js initialised")
+        try:
+            page.wait_for(FIND_REVEAL, "reveal.js initialised")
+        except TimeoutError as e:
+            failed = [f"{x['request']['url'][:100]}" for x in page.events("Network.requestWillBeSent")
+                      if not x["request"]["url"].startswith(("file:", "data:"))]
+            raise TimeoutError(f"{e}; requests that left the page's folder: {failed}") from None
         page.wait_for(MATHJAX_READY, "MathJax started")
         page.eval(MATHJAX_DONE, await_promise=True)
         # lay out every slide (reveal.js only displays those near the current one) to measure them
@@ -255,7 +260,7 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
                 out["shots"].append(shots / f"{deck.stem}-figure.png")
                 page.screenshot(out["shots"][-1])
         urls = {e["requestId"]: e["request"]["url"] for e in page.events("Network.requestWillBeSent")}
-        out["requests"] = sorted(set(urls.values()))
+        out["requests"] = sorted({u[:40] + "..." if u.startswith("data:") else u for u in urls.values()})
         out["failed"] = [f"{urls.get(e['requestId'], '?')}: {e['errorText']}"
                          for e in page.events("Network.loadingFailed")]
         out["exceptions"] = [e["exceptionDetails"].get("exception", {}).get("description")

@@ -45,7 +45,8 @@ def assert_works_offline(r: dict, nb, allowed: list[Path]):
         f"deck shows {r['total']} slides, notebook marks {slide_cells(nb)} slide/subslide cells "
         "(is the first cell, the title, marked 'slide'? is the deck stale? run make slides)")
     assert r["images_broken"] == [], f"images that did not load: {r['images_broken']}"
-    assert r["math_errors"] == 0 and r["math_raw"] == 0, r
+    assert r["math_errors"] == 0, f"{r['math_errors']} formulas MathJax could not typeset"
+    assert r["math_raw"] == 0, f"{r['math_raw']} slides still show TeX delimiters"
     for url in r["requests"]:
         u = urlparse(url)
         assert u.scheme in ("file", "data"), f"a request left the machine: {url}"
@@ -57,8 +58,9 @@ def assert_works_offline(r: dict, nb, allowed: list[Path]):
 
 
 def demo_notebook() -> nbformat.NotebookNode:
-    """A lesson in miniature, outputs stored: title, a formula, a matplotlib figure, takeaways,
-    and a set-up cell marked skip. 4 slide cells."""
+    """A lesson in miniature, outputs stored: title, an idea with inline math, a display
+    formula, a matplotlib figure with a printed result, and a set-up cell marked skip.
+    4 slide cells."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -119,6 +121,20 @@ def test_demo_deck_works_offline_in_chromium(tmp_path, chromium):
     assert_works_offline(r, nbformat.read(nb_path, as_version=4), [tmp_path.resolve(), build.VENDOR])
     assert r["total"] == 4 and r["images"] == 1 and r["math"] >= 2
     assert all(p.stat().st_size > 5000 for p in r["shots"]) and len(r["shots"]) == 2
+
+
+def test_browser_check_sees_a_request_leave_the_machine(tmp_path, chromium):
+    """The check itself: a deck that asks a CDN for a script is caught (offline, it fails)."""
+    nb_path = tmp_path / "99_demo.ipynb"
+    nbformat.write(demo_notebook(), nb_path)
+    deck = build.build(nb_path, tmp_path)
+    html = deck.read_text(encoding="utf-8")
+    deck.write_text(html.replace("</body>", '<script src="https://cdn.example.com/x.js"></script></body>'))
+    r = browser.check_deck(chromium, deck)
+    assert "https://cdn.example.com/x.js" in r["requests"]
+    assert any("cdn.example.com" in f for f in r["failed"])
+    with pytest.raises(AssertionError, match="left the machine"):
+        assert_works_offline(r, nbformat.read(nb_path, as_version=4), [tmp_path.resolve(), build.VENDOR])
 
 
 @pytest.mark.parametrize("lesson", LESSON_PARAMS)
