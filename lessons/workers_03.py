@@ -4,12 +4,15 @@ Child processes import this module by name, so the notebook's workers live here,
 """
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import torch
 import torch.distributed as dist
 
 import minipar.dist as md
 from minipar.accounting import CommLog
-from minipar.memory import measure_peak, rss_bytes, state_bytes
+from minipar.memory import state_bytes
 from minipar.models import GPT, GPTConfig
 from minipar.zero import adamw_groups, zero
 
@@ -76,11 +79,25 @@ def finish_step(strategy: str, model, opt, adamw: dict) -> None:
     opt.zero_grad()
 
 
-def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1) -> dict:
+def peak_tracker(model, opt):
+    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``): it sees every tensor
+    allocation and free through a dispatch mode, so its peak is an exact count of live tensor bytes
+    (activations and temporaries included), the CPU analogue of ``torch.cuda.max_memory_allocated``."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    with warnings.catch_warnings():  # it warns about optimizer parameters whose .grad is None
+        warnings.simplefilter("ignore", UserWarning)
+        tracker.track_external(model, getattr(opt, "optimizer", opt))
+    return tracker
+
+
+def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1, track_peak: bool = False) -> dict:
     """Train each strategy on this rank's rows of the same global ``batches``, one after another.
 
     Returns ``{strategy: {"losses" (mean over ranks), "params" (full), "held" (bytes after the
-    backward of step ``measure_step``), "comm" ({op: bytes sent} in that step), "trace"}}``.
+    backward of step ``measure_step``), "comm" ({op: bytes sent} in that step), "trace",
+    "peak" (peak tensor bytes during that step, with ``track_peak``)}}``.
     """
     n, r = md.world_size(), md.rank()
     out = {}
@@ -92,7 +109,10 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: in
             xy = xy.chunk(n)[r]
             if step == measure_step:
                 trace.clear()
-            with CommLog() as log:
+            measure = step == measure_step
+            tracker = peak_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
+            with CommLog() as log, tracker, warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
                 loss = model(xy[:, :-1], xy[:, 1:])[1]
                 loss.backward()
                 if step == measure_step:
@@ -101,6 +121,8 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: in
             if step == measure_step:
                 rec["comm"] = {op: d["sent"] for op, d in log.by_op().items()}
                 rec["trace"] = list(trace)
+                if track_peak:
+                    rec["peak"] = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
             t = loss.detach().clone()
             dist.all_reduce(t)
             losses.append(t.item() / n)
@@ -118,19 +140,3 @@ def single_device(cfg: GPTConfig, adamw: dict, batches: list) -> dict:
         finish_step("single", model, opt, adamw)
         losses.append(loss.item())
     return dict(losses=losses, params={k: v.detach().clone() for k, v in model.named_parameters()})
-
-
-def peak(strategy: str, cfg: GPTConfig, adamw: dict, batch) -> dict:
-    """Peak memory of one warm training step (⏱: RSS-based on CPU), and the state held before it."""
-    base = rss_bytes()
-    model, opt = build(strategy, cfg, adamw)
-    xy = batch.chunk(md.world_size())[md.rank()]
-
-    def step():
-        loss = model(xy[:, :-1], xy[:, 1:])[1]
-        loss.backward()
-        finish_step(strategy, model, opt, adamw)
-
-    step()                                   # the first step allocates the optimizer state
-    rss_state = rss_bytes() - base
-    return dict(held=held(strategy, model, opt), rss_after_step=rss_state, step_peak=measure_peak(step))

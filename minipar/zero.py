@@ -121,8 +121,10 @@ class FlatUnit:
 
     def flatten(self, tensors) -> torch.Tensor:
         """The unit's tensors (e.g. parameters or gradients; None = zeros) -> one (padded,) fp32 tensor."""
-        parts = [torch.zeros(n) if t is None else t.detach().reshape(-1).float() for t, n in zip(tensors, self.numels)]
-        return torch.cat(parts + [torch.zeros(self.padded - self.numel)])
+        dev = next((t.device for t in tensors if t is not None), None)
+        parts = [torch.zeros(n, device=dev) if t is None else t.detach().reshape(-1).float()
+                 for t, n in zip(tensors, self.numels)]
+        return torch.cat(parts + [torch.zeros(self.padded - self.numel, device=dev)])
 
     def segments(self):
         """Yield ``(i, a, b)``: parameter i's elements at shard positions ``[a, b)`` (may skip params)."""
@@ -158,9 +160,9 @@ def check_same_start(units: list[FlatUnit], flats: list[torch.Tensor], group=Non
     n = mdist.world_size(group)
     if n == 1:
         return
-    hashes = torch.stack([(f.view(torch.int32).long() * (torch.arange(f.numel()) % 1000003 + 1)).sum()
+    hashes = torch.stack([(f.view(torch.int32).long() * (torch.arange(f.numel(), device=f.device) % 1000003 + 1)).sum()
                           for f in flats])
-    every = torch.empty(n * len(flats), dtype=torch.long)
+    every = hashes.new_empty(n * len(flats))
     dist.all_gather_single(every, hashes, group=group)
     every = every.view(n, len(flats))
     for j, u in enumerate(units):
@@ -193,7 +195,7 @@ class ShardOptimizer:
                 (decay if len(u.shapes[i]) >= 2 else no_decay).append(v)
         groups = [g for g in ({"params": decay, "weight_decay": weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
-        dummy = [{"params": [torch.zeros(0)]}]  # a rank whose shard is all padding still needs an optimizer
+        dummy = [{"params": [torch.zeros(0, device=self.shards[0].device)]}]  # a rank whose shard is all padding still needs an optimizer
         self.optimizer = torch.optim.AdamW(groups or dummy, lr=lr, betas=betas, eps=eps)
 
     @property
@@ -277,7 +279,7 @@ class ZeroOptimizer(ShardOptimizer):
     def _reduce_scatter_unit(self, j: int) -> None:
         u, ps = self.units[j], self.params[j]
         full = u.flatten([p.grad for p in ps])                      # (padded,) this rank's gradient
-        shard = reduce_scatter_mean(torch.empty(u.shard_size), full, self.group)  # (S,) mean over ranks
+        shard = reduce_scatter_mean(full.new_empty(u.shard_size), full, self.group)  # (S,) mean over ranks
         self.grad_shards[j] = shard if self.grad_shards[j] is None else self.grad_shards[j].add_(shard)
         self._ready[j] = 0
         if self.stage == 2:
@@ -288,7 +290,7 @@ class ZeroOptimizer(ShardOptimizer):
         for j in range(len(self.units)):
             if self.stage == 1 or self._ready[j]:   # stage 1; or stage 2 units with unused parameters
                 self._reduce_scatter_unit(j)
-        return [g if g is not None else torch.zeros(u.shard_size) for g, u in zip(self.grad_shards, self.units)]
+        return [g if g is not None else torch.zeros_like(s) for g, s in zip(self.grad_shards, self.shards)]
 
     @torch.no_grad()
     def step(self) -> None:

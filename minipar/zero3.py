@@ -48,7 +48,7 @@ class _GatherShard(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_full):
         unit = ctx.unit
-        grad_shard = reduce_scatter_mean(torch.empty(unit.flat.shard_size), grad_full.contiguous(), unit.group)
+        grad_shard = reduce_scatter_mean(grad_full.new_empty(unit.flat.shard_size), grad_full.contiguous(), unit.group)
         unit.release_backward()
         return grad_shard, None
 
@@ -74,7 +74,7 @@ class ShardedUnit(nn.Module):
             owner = module.get_submodule(pname.rpartition(".")[0])
             attr = pname.rpartition(".")[2]
             del owner._parameters[attr]
-            owner.register_buffer(attr, torch.empty(0), persistent=False)
+            owner.register_buffer(attr, self.shard.new_empty(0).detach(), persistent=False)
         self.module = module
         self._bwd_full: torch.Tensor | None = None
 
@@ -88,7 +88,7 @@ class ShardedUnit(nn.Module):
 
     def gather(self, why: str) -> torch.Tensor:
         """All-gather this unit's flat weights, (padded,) fp32. The trace notes when it is freed."""
-        full = all_gather_flat(torch.empty(self.flat.padded), self.shard.detach(), self.group)
+        full = all_gather_flat(self.shard.new_empty(self.flat.padded), self.shard.detach(), self.group)
         nbytes = full.numel() * full.element_size()
         self._log(f"gather ({why})", nbytes)
         weakref.finalize(full, self._log, f"free ({why})", -nbytes)
@@ -122,7 +122,7 @@ class ShardedUnit(nn.Module):
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """All-gather and return ``{name: full weight}`` (a collective: every rank must call it)."""
-        full = all_gather_flat(torch.empty(self.flat.padded), self.shard.detach(), self.group)
+        full = all_gather_flat(self.shard.new_empty(self.flat.padded), self.shard.detach(), self.group)
         return {n: full[o:o + k].view(s).clone()
                 for n, o, k, s in zip(self.flat.names, self.flat.offsets, self.flat.numels, self.flat.shapes)}
 
