@@ -55,13 +55,15 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def check_divisible(what: str, value: int, tp: int) -> int:
+def check_divisible(what: str, value: int, tp: int, valid: int | None = None) -> int:
     """Return ``value // tp``; raise :class:`ConfigError` naming the value and valid ``tp`` choices.
 
-    Example message: ``hidden size d_model=30 is not divisible by tp=4; use tp in [1, 2, 3, 5, 6]``.
+    The choices are the divisors of ``valid`` (default ``value``; pass e.g. gcd of several sizes
+    that must all divide) up to ``max(8, 2·tp)``. Example message:
+    ``hidden size d_model=30 is not divisible by tp=4; use tp in [1, 2, 3, 5, 6]``.
     """
     if value % tp:
-        near = [d for d in divisors(value) if d <= max(8, 2 * tp)]
+        near = [d for d in divisors(valid or value) if d <= max(8, 2 * tp)]
         raise ConfigError(f"{what}={value} is not divisible by tp={tp}; use tp in {near}")
     return value // tp
 

@@ -23,6 +23,8 @@ slices back into a ``GPT`` state dict (same keys).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -38,10 +40,14 @@ _TP_LAYERS = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
 
 
 def check_tp_config(cfg: GPTConfig, tp: int) -> None:
-    """Raise :class:`ConfigError` if hidden size, heads or FFN size do not divide by ``tp``."""
-    check_divisible("number of heads n_head", cfg.n_head, tp)
-    check_divisible("hidden size d_model", cfg.d_model, tp)
-    check_divisible("FFN size 4*d_model", 4 * cfg.d_model, tp)
+    """Raise :class:`ConfigError` if hidden size, heads or FFN size do not divide by ``tp``.
+
+    The suggested ``tp`` values divide all three (i.e. divide gcd(d_model, n_head, 4·d_model)).
+    """
+    ok = math.gcd(cfg.d_model, cfg.n_head, 4 * cfg.d_model)
+    check_divisible("hidden size d_model", cfg.d_model, tp, ok)
+    check_divisible("number of heads n_head", cfg.n_head, tp, ok)
+    check_divisible("FFN size 4*d_model", 4 * cfg.d_model, tp, ok)
 
 
 class ParallelMLP(nn.Module):
@@ -162,9 +168,9 @@ class TensorParallelGPT(nn.Module):
             if isinstance(m, _TP_LAYERS):
                 kw = {"true_out": self.cfg.vocab_size} if m is self.lm_head else {}
                 w, b = m.full_parameters(grads=grads, **kw)
-                out[f"{name}.weight"] = w
+                out[f"{name}.weight"] = w.clone()          # a copy, even when tp = 1
                 if b is not None:
-                    out[f"{name}.bias"] = b
+                    out[f"{name}.bias"] = b.clone()
                 owned |= {f"{name}.weight", f"{name}.bias"}
         for name, p in self.named_parameters(remove_duplicate=False):
             if name not in owned:

@@ -73,3 +73,82 @@ def make_group(tp: int):
 
 def build_bad(cfg_kw: dict, tp: int):
     TensorParallelGPT(GPTConfig(**cfg_kw), group=new_tp_group(tp))
+
+
+def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int = 0) -> dict:
+    """The same K steps with PyTorch's DTensor TP over the whole world (``minipar.tp_dtensor``)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from minipar.tp_dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
+
+    vocab, data = batches(steps)
+    torch.manual_seed(seed)
+    model = parallelize_gpt_dtensor(GPT(small_cfg(vocab)), init_device_mesh("cpu", (md.world_size(),)),
+                                    vocab_parallel=vocab_parallel)
+    opt = _opt(model)
+    losses, grads = [], None
+    for x, y in data:
+        with loss_context(model):
+            _, loss = model(x, y)
+            loss.backward()
+        grads = full_state_dict_dtensor(model, grads=True)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        losses.append(loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item())
+    return {"losses": losses, "grads": grads, "params": full_state_dict_dtensor(model)}
+
+
+def equivalence_suite(steps: int = 3) -> dict:
+    """TP over the whole world, without and with sequence parallelism; plus local shard shapes."""
+    tp = md.world_size()
+    out = {sp: train_steps(steps, tp, sp) for sp in (False, True)}
+    vocab, _ = batches(1)
+    model = TensorParallelGPT(small_cfg(vocab), group=new_tp_group(tp))
+    out["shapes"] = {k: tuple(p.shape) for k, p in model.named_parameters()}
+    return out
+
+
+def block_comm_counts(B: int = 2, T: int = 8) -> dict:
+    """Collectives of one ParallelBlock's forward and backward, counted by ``CommLog``, per op."""
+    from minipar.accounting import CommLog, label
+    from minipar.tp_gpt import ParallelBlock
+
+    cfg = small_cfg(103)
+    n = md.world_size()
+    out = {}
+    for sp in (False, True):
+        torch.manual_seed(0)
+        block = ParallelBlock(cfg, sequence_parallel=sp)
+        for p in block.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        x = torch.randn(B, T // n if sp else T, cfg.d_model, requires_grad=True)
+        with CommLog() as log:
+            with label("forward"):
+                y = block(x)
+            with label("backward"):
+                y.sum().backward()
+        out[sp] = [(r.label, r.op, r.bytes, r.sent) for r in log.records]
+    return out
+
+
+def operator_semantics() -> dict:
+    """Forward values and input gradients of the conjugate operators on this rank."""
+    import minipar.tensor_parallel as T
+
+    r = md.rank()
+    res = {}
+    for name in ("copy_to_tensor_parallel_region", "reduce_from_tensor_parallel_region",
+                 "scatter_to_tensor_parallel_region", "gather_from_tensor_parallel_region",
+                 "scatter_to_sequence_parallel_region", "gather_from_sequence_parallel_region",
+                 "reduce_scatter_to_sequence_parallel_region"):
+        x = (torch.arange(8.0).view(1, 4, 2) + 10 * r).requires_grad_(True)
+        y = getattr(T, name)(x)
+        (y * (1 + torch.arange(y.numel(), dtype=y.dtype).view_as(y))).sum().backward()
+        res[name] = (y.detach(), x.grad.clone())
+    return res
+
+
+def sp_bad_length():
+    vocab, _ = batches(1)
+    model = TensorParallelGPT(small_cfg(vocab), sequence_parallel=True)
+    model(torch.zeros(1, 7, dtype=torch.long))
