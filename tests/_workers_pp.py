@@ -65,3 +65,54 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3):
         out.append((losses if me == p - 1 else None,
                     {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}))
     return out
+
+
+def against_native(cases, steps=2, T=16, mb_size=2, lr=1e-3):
+    """minipar's executor vs ``torch.distributed.pipelining`` on the same model and batches.
+    Returns per case (max |loss diff| or None, max |param diff| on this rank's stages)."""
+    from minipar.pipeline_native import native_schedule, native_step
+    p, me = md.world_size(), md.rank()
+    out = []
+    for name, m, v, n_layer in cases:
+        a, b = small_gpt(n_layer, T=T), small_gpt(n_layer, T=T)
+        sched = make_schedule(name, p, m, v)
+        ids = sorted({x.stage for x in sched[me]})
+        sa, sb = build_stages(a, p * v, ids), build_stages(b, p * v, ids)
+        pa = [q for s in sa.values() for q in s.parameters()]
+        pb = [q for s in sb.values() for q in s.parameters()]
+        oa, ob = torch.optim.AdamW(pa, lr=lr), torch.optim.AdamW(pb, lr=lr)
+        ex, nat = PipelineExecutor(sa, sched), native_schedule(name, sb, p * v, m)
+        dloss = 0.0
+        for x, y in batches(steps, m * mb_size, T):
+            la = ex.step(x, y, oa).loss
+            lb = native_step(nat, sb, p * v, x, y, ob)
+            if la is not None:
+                dloss = max(dloss, abs(la - lb))
+        out.append((dloss if p * v - 1 in ids else None, max((u - w).abs().max().item() for u, w in zip(pa, pb))))
+    return out
+
+
+def shape_mismatch():
+    """Stage 0 returns width 16 while the pipeline carries width 32: rank 0 must raise, not hang."""
+    import torch.nn as nn
+    model = small_gpt(2)
+    sched = make_schedule("gpipe", 2, 2)
+    stages = build_stages(model, 2, [md.rank()])
+    if md.rank() == 0:
+        stages = {0: nn.Sequential(stages[0], nn.Linear(32, 16))}
+    ex = PipelineExecutor(stages, sched, hidden_size=32)
+    x, y = batches(1, 4, 16)[0]
+    ex.step(x, y)
+
+
+def mismatched_schedules(timeout):
+    """Rank 1 runs m=4 while rank 0 runs m=2: rank 1 waits for micro-batch 2 that never comes."""
+    model = small_gpt(2)
+    m = 2 if md.rank() == 0 else 4
+    sched = make_schedule("gpipe", 2, m)
+    ex = PipelineExecutor(build_stages(model, 2, [md.rank()]), sched, timeout=timeout)
+    x, y = batches(1, 4, 16)[0]
+    ex.step(x, y)
+    if md.rank() == 0:
+        import time
+        time.sleep(timeout + 5)  # stay alive, so rank 1's failure is the receive timeout itself

@@ -57,3 +57,24 @@ def test_pipeline_equals_single_device(p):
                 seen.add(k)
                 assert (t - ref_params[k]).abs().max().item() < PARAM_TOL, (case, r, k)
         assert seen == set(ref_params), (case, set(ref_params) - seen)  # every parameter lives on some rank
+
+
+def test_same_numbers_as_torch_pipelining():
+    """minipar's executor and torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B,
+    ScheduleInterleaved1F1B) on gloo, 2 ranks, same model and batches, 2 AdamW steps.
+    Tolerance 1e-5 on losses and parameters: both sum the same m micro-batch gradients, scaled
+    by 1/m (we scale the loss, PyTorch the gradients), so they differ by fp32 rounding only."""
+    cases = [("gpipe", 4, 1, 4), ("1f1b", 4, 1, 4), ("interleaved", 4, 2, 4)]
+    results = launch(W.against_native, world_size=2, args=(cases,))
+    for i, case in enumerate(cases):
+        assert results[1][i][0] < 1e-5, (case, results[1][i])
+        assert max(r[i][1] for r in results) < 1e-5, (case, [r[i] for r in results])
+
+
+def test_bad_input_on_real_ranks():
+    """Wrong activation shape: a ConfigError naming the shapes, before anything is sent.
+    Peers that run different schedules: the waiting rank raises after the timeout, no hang."""
+    with pytest.raises(ConfigError, match=r"shape \(2, 16, 16\) but stage 1 expects .*\(2, 16, 32\)"):
+        launch(W.shape_mismatch, world_size=2)
+    with pytest.raises(RuntimeError, match=r"receiving the input of \d[FB]\d from pipeline rank \d failed"):
+        launch(W.mismatched_schedules, world_size=2, args=(3,))
