@@ -14,7 +14,7 @@ with point-to-point messages: after ``sF i`` the activation (B/m, T, d) goes to 
 stage s+1; after ``sB i`` the gradient of the stage input goes to the rank of stage s−1.
 
 Why it cannot hang, and how it overlaps communication (MegaScale, Jiang et al. 2024,
-arXiv:2402.15627 §3.3, "decoupling send and receive"):
+arXiv:2402.15627 §3.2, "decoupling send and receive"):
 
 - every send is an ``isend`` that is never waited for until the end of the step, so a rank
   never blocks on a peer that is busy; it only blocks on the *receive* of an input it needs —

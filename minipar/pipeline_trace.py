@@ -13,7 +13,6 @@ count as idle — the same definition :func:`~minipar.pipeline_schedules.simulat
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -57,8 +56,9 @@ def _model_and_data(spec: RunSpec):
 def traced_run(spec: RunSpec) -> dict:
     """Train on this launch's ranks (the pipeline group = the world). Returns, for this rank:
     ``losses`` (last stage, else None), ``trace`` (the events of the fastest timed step), ``peak_act_bytes``,
-    ``act_bytes_per_mb`` (of one micro-batch on this rank's first stage), ``step_s`` (median step
-    seconds, the slowest rank's view: every step starts after a barrier), ``stages``, ``params``."""
+    ``act_bytes_per_mb`` (of one micro-batch on this rank's first stage), ``step_s`` (the fastest
+    timed step, seconds, as the slowest rank saw it: every step starts after a barrier; the
+    minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``."""
     p, me = mdist.world_size(), mdist.rank()
     model, batches = _model_and_data(spec)
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
@@ -90,7 +90,7 @@ def traced_run(spec: RunSpec) -> dict:
         losses.append(loss)
     out = dict(rank=me, stages=ids, losses=losses if loss is not None else None,
                trace=[asdict(e) for e in trace], peak_act_bytes=peak, act_bytes_per_mb=per_mb,
-               step_s=statistics.median(times) if times else 0.0)
+               step_s=min(times) if times else 0.0, step_times=times)
     if spec.return_params:
         mine = {id(q) for s in stages.values() for q in s.parameters()}
         out["params"] = {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}

@@ -84,3 +84,15 @@ def test_partition():
     assert partition_layers(8, 4) == [(0, 2), (2, 4), (4, 6), (6, 8)]
     assert partition_layers(5, 2) == [(0, 3), (3, 5)]
     assert partition_layers(5, 2, [2, 3]) == [(0, 2), (2, 5)]
+
+
+def test_trace_analysis_agrees_with_the_simulation():
+    """The measurement code (pipeline_trace) applied to a simulated timeline gives the simulator's
+    own bubble, and feeding durations back reproduces the timeline."""
+    from minipar.pipeline_trace import from_simulation, measured_bubble, measured_durations
+    sim = simulate(interleaved_1f1b(4, 8, 2), t_f=lambda a: 1 + a.stage % 3, t_b=2)
+    tr = from_simulation(sim)
+    assert measured_bubble(tr) == pytest.approx(sim.bubble, abs=1e-12)
+    d_f, d_b = measured_durations(tr)
+    again = simulate(interleaved_1f1b(4, 8, 2), t_f=d_f.__getitem__, t_b=d_b.__getitem__)
+    assert again.makespan == pytest.approx(sim.makespan)
