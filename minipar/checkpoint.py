@@ -10,6 +10,21 @@ What a training checkpoint holds (see ``minipar.train``): model parameters, opti
 (per parameter, keyed by its name, so it survives a change of layout), the data-loader
 position, the step, and the RNG state.
 
+Across 3D layouts (:func:`state_3d`) every tensor is saved as the *logical* tensor of the
+single-device GPT, each rank contributing its piece: a TP-sharded weight becomes a ``DTensor``
+on the 1-D tensor-parallel ``DeviceMesh`` with placement ``Shard(0)`` (column-parallel rows,
+vocabulary rows) or ``Shard(1)`` (row-parallel columns); TP-replicated tensors are plain
+tensors (written once: DCP de-duplicates equal keys); each pipeline stage contributes its own
+keys (``blocks.3.…`` with the global layer index). Two pieces of minipar's TP layout are not a
+contiguous slice of the GPT's tensor, so they are saved as other logical tensors:
+the fused ``qkv`` (rank r holds heads r of q, of k and of v: ``stride=3``) is saved as
+``….qkv.weight.q``/``.k``/``.v``, and the vocabulary padded to a multiple of tp keeps only its
+real rows (torch's ``Shard`` splits unevenly exactly like the padding: ceil(V/tp) rows per rank).
+A checkpoint saved with dp2·tp2·pp2 therefore loads under dp4·tp1·pp2, on one device, or any
+other layout: DCP reads for each rank the pieces its new shards overlap. With ZeRO-1 the AdamW
+moments are first all-gathered over the dp group (course-sized models; a production job would
+save the flat shards with their offsets).
+
 Never a half-written checkpoint: every rank writes into ``step_NNNNNNNN.partial/``; only after
 all ranks have finished (a barrier) does rank 0 rename it to ``step_NNNNNNNN/`` — an atomic
 ``rename`` on one file system — so :func:`latest` only ever sees complete checkpoints. A job
@@ -27,6 +42,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.tensor import DTensor, Shard
+
+from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -101,3 +119,139 @@ def init_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> None:
             if p not in opt.state or not opt.state[p]:
                 opt.state[p] = {"step": torch.zeros((), dtype=torch.float32),
                                 "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+
+
+# ----------------------------------------------------------------------------- 3D layouts
+def _layouts(stage: nn.Module) -> dict[str, tuple]:
+    """``{param name: (dim, stride, true size)}`` for TP-sharded params; replicated ones are absent."""
+    out = {}
+    for mname, m in stage.named_modules():
+        pre = f"{mname}." if mname else ""
+        if isinstance(m, ColumnParallelLinear):
+            true = stage.cfg.vocab_size if mname == "lm_head" else m.out_features
+            for pname in ("weight", "bias"):
+                if getattr(m, pname, None) is not None:
+                    out[pre + pname] = (0, m.stride, true)
+        elif isinstance(m, RowParallelLinear):
+            out[pre + "weight"] = (1, 1, m.in_features)
+        elif isinstance(m, VocabParallelEmbedding):
+            out[pre + "weight"] = (0, 1, m.num_embeddings)
+    return out
+
+
+def logical(stage: nn.Module, tensors: dict[str, torch.Tensor], tp_mesh, tp_rank: int, tp: int) -> dict:
+    """This rank's pieces of the single-device GPT's tensors, keyed by logical name.
+
+    ``tensors``: ``{param name: tensor shaped like this rank's param}`` (the params, or AdamW
+    moments). Returns views (so :func:`load` writes into them): plain tensors for replicated
+    params (and for everything when tp = 1), ``DTensor`` with ``Shard(dim)`` on ``tp_mesh`` for
+    sharded ones; ``qkv`` split into ``.q``/``.k``/``.v``; padded vocabulary rows dropped.
+    """
+    lay = _layouts(stage)
+    out = {}
+    for name, t in tensors.items():
+        if name not in lay:
+            out[name] = t
+            continue
+        dim, stride, true = lay[name]
+        for k, piece in enumerate(t.chunk(stride, dim=0) if stride > 1 else [t]):
+            key = f"{name}.{'qkv'[k]}" if stride == 3 else (f"{name}.{k}" if stride > 1 else name)
+            per = piece.shape[dim]
+            n_true = true // stride
+            valid = max(0, min(per, n_true - tp_rank * per))
+            piece = piece.narrow(dim, 0, valid)
+            if tp == 1:
+                out[key] = piece
+                continue
+            shape = list(piece.shape)
+            shape[dim] = n_true
+            strides = torch.empty(shape, device="meta").stride()
+            out[key] = DTensor.from_local(piece, tp_mesh, [Shard(dim)], run_check=False, shape=torch.Size(shape),
+                                          stride=strides)
+    return out
+
+
+def _tp_mesh(piece):
+    """A 1-D ``DeviceMesh`` over this rank's tensor-parallel group (built once, from the existing group)."""
+    if piece.mesh.tp_size == 1:
+        return None
+    if getattr(piece, "_tp_mesh", None) is None:
+        from torch.distributed.device_mesh import DeviceMesh
+        piece._tp_mesh = DeviceMesh.from_group(piece.groups["tp"], piece.stage_device().type)
+    return piece._tp_mesh
+
+
+MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
+    """``{"exp_avg": {param name: tensor}, "exp_avg_sq": {...}}`` shaped like this rank's params.
+
+    Plain AdamW: the live state tensors (loading writes into them). ZeRO-1: each unit's flat
+    moment shards all-gathered over the dp group and cut back into parameters (copies: write them
+    back with :func:`set_zero_moments`). Collective with ZeRO-1.
+    """
+    opt = piece.optimizer
+    if not piece.zero:
+        named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
+        return {k: {n: opt.state[p][k] for n, p in named} for k in MOMENTS}
+    from .zero import all_gather_flat
+    out = {k: {} for k in MOMENTS}
+    for j, u in enumerate(opt.units):
+        for k in MOMENTS:
+            shard = opt.flats[j].new_zeros(u.shard_size)
+            for jj, a, b, v in opt.pieces:
+                if jj == j and opt.optimizer.state.get(v):
+                    shard[a:b] = opt.optimizer.state[v][k]
+            full = all_gather_flat(opt.flats[j].new_empty(u.padded), shard, opt.group)
+            for name, off, n, shape in zip(u.names, u.offsets, u.numels, u.shapes):
+                out[k][f"{u.name}.{name}"] = full[off:off + n].view(shape)
+    return out
+
+
+def set_zero_moments(piece, moments: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Write full (per-parameter) moments back into a ZeRO-1 optimizer's shards (no communication)."""
+    opt = piece.optimizer
+    for j, u in enumerate(opt.units):
+        for k in MOMENTS:
+            flat = u.flatten([moments[k][f"{u.name}.{name}"] for name in u.names])
+            for jj, a, b, v in opt.pieces:
+                if jj == j:
+                    opt.optimizer.state[v][k].copy_(flat[u.lo + a:u.lo + b])
+
+
+def state_3d(piece, loader, step: int, moments=None) -> dict:
+    """What a 3D checkpoint holds, as logical single-device tensors (see the module doc)."""
+    m = piece.mesh
+    args = (_tp_mesh(piece), m.tp_rank, m.tp_size)
+    moments = moment_tensors(piece) if moments is None else moments
+    pos = loader.state_dict()
+    return {"model": logical(piece.stage, {n: p.detach() for n, p in piece.stage.named_parameters()}, *args),
+            "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
+            "progress": torch.tensor([step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long),
+            "rng": torch.get_rng_state()}
+
+
+def save_3d(ckpt_dir: str, step: int, piece, loader) -> str:
+    """Save a 3D job's checkpoint ``step`` (collective)."""
+    return save(ckpt_dir, step, state_3d(piece, loader, step))
+
+
+def load_3d(path: str, piece, loader) -> int:
+    """Load checkpoint ``path`` into a 3D job of any layout; returns its step (collective).
+
+    Restores weights, AdamW moments and step count, the loader's position and the RNG state.
+    """
+    opt = piece.optimizer
+    init_optimizer_state(None, opt.optimizer if piece.zero else opt)
+    moments = moment_tensors(piece)
+    state = state_3d(piece, loader, 0, moments)
+    load(path, state)
+    step, epoch, in_epoch = state["progress"].tolist()
+    if piece.zero:
+        set_zero_moments(piece, moments)
+    for st in (opt.optimizer if piece.zero else opt).state.values():
+        st["step"] = torch.tensor(float(step))
+    loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
+    torch.set_rng_state(state["rng"])
+    return step
