@@ -346,6 +346,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     p.add_argument("--out", default=d.out, help="output folder")
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: OUT/ckpt when --ckpt-every is set)")
     p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
@@ -362,7 +363,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     a = p.parse_args(argv)
     cfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, microbatches=a.microbatches, block_size=a.block_size,
                       n_layer=a.n_layer, n_head=a.n_head, d_model=a.d_model, lr=a.lr, seed=a.seed, dtype=a.dtype,
-                      data=a.data, out=a.out, eval_every=a.eval_every, log_every=a.log_every,
+                      data=a.data, out=a.out, eval_every=a.eval_every, log_every=a.log_every, eval_batches=a.eval_batches,
                       ckpt_dir=a.ckpt_dir or (os.path.join(a.out, "ckpt") if a.out and (a.ckpt_every or a.resume) else None),
                       ckpt_every=a.ckpt_every, resume=a.resume, dp=a.dp, tp=a.tp, pp=a.pp, schedule=a.schedule,
                       zero=a.zero, grad_clip=a.grad_clip)

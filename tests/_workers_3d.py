@@ -1,0 +1,25 @@
+"""Functions the 3D tests run on 8 ranks (importable: child processes find them by name)."""
+import os
+import shutil
+
+import torch.distributed as dist
+
+from minipar import checkpoint as ckpt
+from minipar.train import TrainConfig, train
+
+
+def equivalence(base: dict) -> dict:
+    """dp2·tp2·pp2 with 1F1B, without and with ZeRO-1, in one process group: {zero: history}."""
+    return {z: train(TrainConfig(**base, dp=2, tp=2, pp=2, schedule="1f1b", zero=z), progress="none") for z in (0, 1)}
+
+
+def save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int) -> dict:
+    """Save under dp2·tp2·pp2 (ZeRO-1), then resume the same layout and dp4·tp1·pp2 from step ``every``."""
+    full = train(TrainConfig(**base, dp=2, tp=2, pp=2, zero=1, ckpt_dir=ckpt_dir, ckpt_every=every), progress="none")
+    if dist.get_rank() == 0:                       # as if the job had died after the first checkpoint
+        for s in range(2 * every, steps + 1, every):
+            shutil.rmtree(ckpt.step_dir(ckpt_dir, s), ignore_errors=True)
+    dist.barrier()
+    same = train(TrainConfig(**base, dp=2, tp=2, pp=2, zero=1, ckpt_dir=ckpt_dir, resume=True), progress="none")
+    other = train(TrainConfig(**base, dp=4, tp=1, pp=2, zero=0, ckpt_dir=ckpt_dir, resume=True), progress="none")
+    return {"full": full, "same": same, "other": other, "files": sorted(os.listdir(ckpt_dir))}

@@ -1,0 +1,119 @@
+"""Lesson 07: the main job on a (pp, dp, tp) mesh of 8 ranks equals one device, and resumes across layouts.
+
+Every 8-rank test is one ``minipar.launch`` (or one pair of torchrun "nodes") that runs several
+trainings inside the same world, because starting 8 processes is the expensive part on 2 cores.
+Tolerance, everywhere: 1e-5 absolute on losses of ~4.6 nats. The layouts add the same numbers in
+another order (TP splits the matmul reductions and the softmax sums, DP and the micro-batches
+average partial means, ZeRO-1 reduce-scatters instead of all-reducing), which changes results
+at fp32 rounding, ~1e-7 relative per operation, over a handful of AdamW steps; a real bug (a
+missing gradient average, a wrong shard) moves the loss by 1e-3 or more after one step.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from minipar import ConfigError, launch
+from minipar.train import TrainConfig, main, train
+from tests import _workers_3d as w
+
+TINY = dict(steps=4, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=4, log_every=1,
+            eval_batches=1, sample_chars=10, microbatches=2, out=None)
+TOL = 1e-5
+
+
+def losses(hist, start=0):
+    return {r["step"]: r[k] for r in hist for k in ("loss",) if k in r and r["step"] >= start}
+
+
+def vals(hist):
+    return {r["step"]: r["val_loss"] for r in hist if "val_loss" in r}
+
+
+def close(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+    return max(abs(a[k] - b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return train(TrainConfig(**TINY), progress="none")
+
+
+def test_8_ranks_dp2_tp2_pp2_equal_one_device(one_device):
+    """dp2·tp2·pp2, 1F1B, 2 micro-batches per dp share, ZeRO-1 off and on: same losses as one device
+    (which runs the same global batch of 8 as 2 accumulated micro-batches). Every rank returns the
+    broadcast losses, so rank 0 (a first-stage rank, which never sees the loss itself) checks them."""
+    out = launch(w.equivalence, world_size=8, args=(TINY,))
+    for zero in (0, 1):
+        hist = out[0][zero]
+        assert close(losses(hist), losses(one_device)) < TOL
+        assert close(vals(hist), vals(one_device)) < TOL
+        assert {r["step"] for r in hist if "mfu" in r} == {0, 1, 2, 3}
+
+
+def test_checkpoint_resumes_same_and_other_layout(tmp_path, one_device):
+    """Saved by dp2·tp2·pp2 with ZeRO-1 at step 2 (of 4); resumed (a) under the same layout,
+    (b) under dp4·tp1·pp2 without ZeRO, (c) on one device: steps 2-3 equal the uninterrupted run's."""
+    d = str(tmp_path / "ck")
+    out = launch(w.save_and_resume, world_size=8, args=(TINY, d, 4, 2))[0]
+    assert out["files"] == ["step_00000002"]           # no .partial left behind
+    ref = losses(out["full"], 2)
+    assert close(losses(out["full"]), losses(one_device)) < TOL
+    assert close(losses(out["same"]), ref) < TOL
+    assert close(losses(out["other"]), ref) < TOL
+    single = train(TrainConfig(**TINY, ckpt_dir=d, resume=True), progress="none")
+    assert close(losses(single), ref) < TOL
+    assert abs(vals(single)[4] - vals(out["full"])[4]) < TOL
+
+
+def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
+    """Two torchrun invocations (--nnodes 2, --node-rank 0/1, c10d rendezvous on 127.0.0.1), 4 ranks
+    each, form one dp2·tp2·pp2 job; node 1 holds the last pipeline stage, so the loss rank (6) and the
+    metrics.jsonl writer live there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "mn"
+    args = ["--steps", "4", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
+            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
+            "--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "120")}
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
+                               "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-3d",
+                               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "minipar.train"] + args,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    try:
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
+    got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert close(losses(got), losses(one_device)) < TOL
+    assert (out / "sample.txt").exists() and (out / "loss.png").exists()
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--nproc", "8", "--tp", "3"], "not divisible by tp·pp = 3·1 = 3"),
+    (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
+    (["--schedule", "zb"], "--schedule zb"),
+    (["--zero", "2"], "--zero 2"),
+    (["--grad-clip", "-1"], "--grad-clip -1"),
+])
+def test_cli_bad_layout_is_one_line(capsys, args, text):
+    assert main(args + ["--out", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and text in err and "\n" not in err
+
+
+def test_layout_errors_name_the_fix():
+    """In-process (one device): a pipeline longer than the model, a tp that does not divide the heads."""
+    with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2"):
+        from minipar.mesh import Mesh
+        from minipar.models import GPTConfig
+        from minipar.parallel3d import build_piece
+        build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh((3, 1, 1), 0, {"pp": 0, "dp": 0, "tp": 0}))
