@@ -164,6 +164,7 @@ class Piece:
     optimizer: object
     zero: int
     grad_clip: float
+    last: object = None          # the executor's StepResult of the last step (trace, activation bytes)
 
     def stage_device(self) -> torch.device:
         return mdist.device()
@@ -187,16 +188,12 @@ class Piece:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        res = self.executor.step(x, y)                     # forward + backward of all micro-batches
+        res = self.last = self.executor.step(x, y)         # forward + backward of all micro-batches
         loss = torch.tensor(res.loss if res.loss is not None else 0.0, device=mdist.device())
         if self.zero:                                      # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
             self.optimizer.step()
         else:
-            for p in self.stage.parameters():
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                if self.mesh.dp_size > 1:
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=self.groups["dp"])
+            all_reduce_grads_flat(self.stage, self.groups["dp"], self.mesh.dp_size)
             if self.grad_clip:
                 clip_global_(self.stage, self.grad_clip, self.mesh)
             self.optimizer.step()
@@ -219,6 +216,22 @@ class Piece:
         else:
             loss = self.stage.loss(out, y.to(dev))
         return broadcast_from(loss, self.loss_rank)
+
+
+@torch.no_grad()
+def all_reduce_grads_flat(module: nn.Module, group, size: int) -> None:
+    """Average every ``p.grad`` over ``group`` with ONE all-reduce of a flat buffer (a single bucket,
+    lesson 02): one latency instead of one per tensor; the same bytes, 2(n−1)/n · 4Φ per rank."""
+    params = list(module.parameters())
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if size == 1:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=group)
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(g.view_as(p.grad))
 
 
 def broadcast_from(t: torch.Tensor, src: int) -> torch.Tensor:

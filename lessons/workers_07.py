@@ -1,0 +1,119 @@
+"""Experiment drivers for lesson 07 (3D parallelism). They only call minipar; child processes import them."""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+import minipar.dist as md
+from minipar import checkpoint as ckpt
+from minipar.accounting import CommLog
+from minipar.data import CharCorpus, load_text
+from minipar.memory import state_bytes
+from minipar.mesh import Mesh, coords_of, group_ranks, init_mesh, validate
+from minipar.models import GPTConfig
+from minipar.parallel3d import build_piece, measured_peak_flops
+from minipar.train import TrainConfig, train
+
+
+def by_dimension(records, mesh) -> dict[str, float]:
+    """Bytes this rank sent, per mesh dimension (``world``: the loss broadcast)."""
+    out = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "world": 0.0}
+    for r in records:
+        ranks = sorted(r.group_ranks)
+        dim = next((d for d in ("tp", "dp", "pp") if mesh.size(d) > 1 and ranks == sorted(mesh.ranks[d])), None)
+        if r.peer is not None and dim is None:
+            dim = "pp"
+        out[dim or "world"] += r.sent
+    return out
+
+
+def demo(base: dict, ckpt_dir: str) -> dict:
+    """On 8 ranks: the mesh vs init_device_mesh, dp2·tp2·pp2 training with a checkpoint, a resume
+    under dp4·tp1·pp2, and one measured step per rank (memory and bytes sent by dimension)."""
+    mesh = init_mesh(pp=2, dp=2, tp=2)
+    tm = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp", "tp"))
+    same = all(sorted(mesh.ranks[d]) == sorted(dist.get_process_group_ranks(tm.get_group(d))) for d in ("pp", "dp", "tp"))
+    every = base["steps"] // 2
+    full = train(TrainConfig(**base, dp=2, tp=2, pp=2, zero=1, ckpt_dir=ckpt_dir, ckpt_every=every), progress="none")
+    if md.rank() == 0:
+        shutil.rmtree(ckpt.step_dir(ckpt_dir, base["steps"]), ignore_errors=True)
+    dist.barrier()
+    other = train(TrainConfig(**base, dp=4, tp=1, pp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
+    cfg = GPTConfig(vocab_size=CharCorpus(load_text(None)).vocab_size, block_size=base["block_size"], n_layer=base["n_layer"],
+                    n_head=base["n_head"], d_model=base["d_model"])
+    one = {}
+    for zero in (0, 1):
+        piece = build_piece(cfg, mesh, microbatches=base["microbatches"], zero=zero)
+        x = torch.randint(0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0))
+        piece.step(x, x, 1e-3)                                # first step creates AdamW's state
+        piece.executor.count_memory = True
+        with CommLog() as log:
+            piece.step(x, x, 1e-3)
+        st = piece.optimizer.held_bytes() if zero else state_bytes(piece.stage, piece.optimizer)
+        one[zero] = {"coords": mesh.coords, "state": st, "act": piece.last.peak_act_bytes, "sent": by_dimension(log.records, mesh)}
+    return {"same_as_torch": same, "full": full, "other": other, "step": one}
+
+
+_GROUPS: dict[tuple, object] = {}
+
+
+def cached_mesh(pp: int, dp: int, tp: int) -> Mesh:
+    """``init_mesh`` for a sweep over layouts: a group with the same ranks is created once and
+    reused (``new_group`` is a world-wide collective, the slow part of switching layouts)."""
+    shape, me = validate(md.world_size(), pp, dp, tp), md.rank()
+    mesh = Mesh(shape, me, coords_of(me, shape))
+    for dim in ("pp", "dp", "tp"):
+        for ranks in group_ranks(shape, dim):
+            key = tuple(ranks)
+            if key not in _GROUPS:
+                _GROUPS[key] = md.new_group(list(ranks))
+            if me in ranks:
+                mesh.groups[dim], mesh.ranks[dim] = _GROUPS[key], list(ranks)
+    return mesh
+
+
+def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
+    """For every (pp, dp, tp) in ``layouts``, on this world: build the piece, time ``steps`` steps,
+    measure memory and bytes sent per dimension. Also measures the hardware the planner needs."""
+    hw = {"peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0}
+    small, big = torch.ones(1), torch.ones(256 * 1024)           # 4 B and 1 MiB
+    for name, t in (("alpha", small), ("beta", big)):
+        dist.barrier()
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            ts.append(time.perf_counter() - t0)
+        hw[name] = statistics.median(ts)
+    out = {"hw": hw, "runs": {}}
+    cfg = GPTConfig(**cfg_kw)
+    g = torch.Generator().manual_seed(0)
+    for pp, dp, tp in layouts:
+        mesh = cached_mesh(pp, dp, tp)
+        piece = build_piece(cfg, mesh, microbatches=m)
+        x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
+        times = []
+        for _ in range(steps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            piece.step(x, x, 1e-3)
+            times.append(time.perf_counter() - t0)
+        piece.executor.count_memory = True
+        with CommLog() as log:
+            piece.step(x, x, 1e-3)
+        mem = state_bytes(piece.stage, piece.optimizer)
+        mem["activations"] = piece.last.peak_act_bytes
+        t = torch.tensor([statistics.median(times[1:] or times)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)                    # a step ends when the slowest rank ends
+        out["runs"][(pp, dp, tp)] = {"time": t.item(), "mem": mem, "sent": by_dimension(log.records, mesh)}
+    return out
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

@@ -1,0 +1,142 @@
+"""A small 3D-parallelism planner: memory and step time of every (pp, dp, tp, m) layout, ranked.
+
+    hw = Hardware(peak_flops=..., mem_bytes=..., bw=..., latency=...)    # measured, not a datasheet
+    for e in plan(cfg, batch=16, world=8, hw=hw)[:3]:
+        print(e.layout, e.mem["total"], e.time["total"])
+
+It is a MODEL (a few lines of arithmetic per layout), to be checked against measured runs
+(lesson 07 does, for every factorization of 8 on its CPU). All sizes in bytes, times in seconds,
+fp32 training with AdamW.
+
+Memory per rank (the busiest pipeline stage):
+
+- parameters Φ_rank: the stage's blocks (12d²+13d each; the 12d²+7d of the four matrices, qkv's
+  and fc's biases split over tp) plus, on the first/last stage, the vocabulary-split embedding
+  and head (⌈V/tp⌉·d each) and the replicated position embedding / final LayerNorm;
+- weights 4Φ, gradients 4Φ, AdamW moments 8Φ (÷dp with ZeRO-1: Rajbhandari et al. 2020,
+  arXiv:1910.02054, §5.1);
+- activations: Korthikanti et al. 2022 (arXiv:2205.05198, §4, eq. 2 with tensor parallelism,
+  no sequence parallelism) give s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes per layer and micro-batch
+  for 16-bit activations; fp32 doubles it. A rank holds ``L/pp`` layers for ``min(pp, m)``
+  micro-batches under 1F1B (stage 0 is the worst), ``m`` under GPipe (Narayanan et al. 2021,
+  arXiv:2104.04473, §2.2.1).
+
+Step time (Narayanan et al. 2021, §3, with a latency–bandwidth (α–β) cost per message):
+
+- a pipeline of ``pp`` uniform stages finishes ``m`` micro-batches in ``(m + pp − 1)`` stage
+  times (bubble fraction (pp−1)/m, §2.2.1); one stage time = compute + its TP all-reduces
+  (4 per layer, of b·s·h·4 bytes: §3 of Shoeybi et al. 2019, arXiv:1909.08053) + two
+  point-to-point transfers of b·s·h·4 bytes between stages;
+- compute: 6·N + 12·L·h·s FLOPs per token (``GPT.flops_per_token``) at ``peak_flops ·
+  compute_share`` per rank (``compute_share`` < 1 when ranks share cores, as 8 ranks on 2 do);
+- then the data-parallel gradient all-reduce (2(dp−1)/dp · 4Φ bytes) — not overlapped here;
+- a ring all-reduce over n ranks costs 2(n−1)·α + 2(n−1)/n · S/β; a transfer α + S/β.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .mesh import factorizations
+from .models import GPTConfig
+from .pipeline import partition_layers
+
+
+@dataclass
+class Hardware:
+    """What the planner knows about a device and its links (measure them: see lesson 07).
+
+    Attributes:
+        peak_flops: one device's achievable FLOP/s; ``compute_share``: the fraction of a device a
+        rank gets (1 on GPUs; cores / ranks when processes share CPU cores).
+        mem_bytes: memory per device. bw: bytes/s per link, ``{"tp", "dp", "pp"}`` (TP inside a
+        node, DP/PP possibly across nodes). latency: α, seconds per message step.
+    """
+    peak_flops: float
+    mem_bytes: float
+    bw: dict = field(default_factory=lambda: {"tp": 1e9, "dp": 1e9, "pp": 1e9})
+    latency: float = 1e-4
+    compute_share: float = 1.0
+
+
+@dataclass
+class Estimate:
+    pp: int
+    dp: int
+    tp: int
+    m: int
+    mem: dict        # bytes: params, grads, optimizer, activations, total
+    time: dict       # seconds: compute, tp, pp, bubble, dp, total
+    fits: bool
+
+    @property
+    def layout(self) -> str:
+        return f"pp{self.pp}·dp{self.dp}·tp{self.tp}·m{self.m}"
+
+
+def stage_params(cfg: GPTConfig, pp: int, tp: int) -> list[float]:
+    """Parameters held by one rank of each pipeline stage (its TP share), stage 0 .. pp−1."""
+    d, V = cfg.d_model, cfg.vocab_size
+    block = (12 * d * d + 7 * d) / tp + 6 * d          # sharded matrices (+ split biases) + replicated vectors
+    out = []
+    for s, (lo, hi) in enumerate(partition_layers(cfg.n_layer, pp)):
+        n = (hi - lo) * block
+        if s == 0:
+            n += math.ceil(V / tp) * d + cfg.block_size * d
+        if s == pp - 1:
+            n += math.ceil(V / tp) * d + 2 * d
+        out.append(n)
+    return out
+
+
+def activation_bytes_per_layer(cfg: GPTConfig, micro_batch: int, tp: int, bytes_per_value: int = 4) -> float:
+    """Korthikanti et al. 2022, eq. 2 (TP, no SP): s·b·h·(10 + 24/t + 5·a·s/(h·t)) for 2-byte values."""
+    s, b, h, a = cfg.block_size, micro_batch, cfg.d_model, cfg.n_head
+    return s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)) * bytes_per_value / 2
+
+
+def _all_reduce(n: int, nbytes: float, bw: float, alpha: float) -> float:
+    return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bw
+
+
+def estimate(cfg: GPTConfig, batch: int, pp: int, dp: int, tp: int, m: int, hw: Hardware, zero: int = 0,
+             schedule: str = "1f1b") -> Estimate:
+    """Memory (bytes) and step time (seconds) of one layout; see the module doc for every term."""
+    from .models import GPT
+    import torch
+    with torch.device("meta"):
+        fpt = GPT(cfg).flops_per_token()
+    s, h = cfg.block_size, cfg.d_model
+    b = batch / (dp * m)                                  # sequences per micro-batch
+    params = max(stage_params(cfg, pp, tp))
+    layers = max(hi - lo for lo, hi in partition_layers(cfg.n_layer, pp))
+    in_flight = m if schedule == "gpipe" else min(pp, m)
+    act = layers * in_flight * activation_bytes_per_layer(cfg, b, tp)
+    mem = {"params": 4 * params, "grads": 4 * params, "optimizer": 8 * params / (dp if zero else 1), "activations": act}
+    mem["total"] = sum(mem.values())
+    msg = b * s * h * 4                                   # one activation (b, s, h) in fp32
+    t_c = fpt * b * s * (layers / cfg.n_layer) / tp / (hw.peak_flops * hw.compute_share)
+    t_tp = (4 * layers + 2) * _all_reduce(tp, msg, hw.bw["tp"], hw.latency)
+    t_pp = 2 * (hw.latency + msg / hw.bw["pp"]) if pp > 1 else 0.0
+    stage = t_c + t_tp + t_pp
+    pipe = (m + pp - 1) * stage
+    t_dp = _all_reduce(dp, 4 * params, hw.bw["dp"], hw.latency)
+    time = {"compute": m * t_c, "tp": m * t_tp, "pp": m * t_pp, "bubble": (pp - 1) * stage, "dp": t_dp}
+    time["total"] = pipe + t_dp
+    return Estimate(pp, dp, tp, m, mem, time, mem["total"] <= hw.mem_bytes)
+
+
+def plan(cfg: GPTConfig, batch: int, world: int, hw: Hardware, microbatches=(1, 2, 4, 8), zero: int = 0,
+         schedule: str = "1f1b") -> list[Estimate]:
+    """Every valid (pp, dp, tp, m) for ``world`` ranks, fitting ones first, fastest first.
+
+    Valid: tp divides n_head and d_model, pp <= n_layer, dp·m divides ``batch``.
+    """
+    out = []
+    for pp, dp, tp in factorizations(world):
+        if cfg.n_head % tp or cfg.d_model % tp or pp > cfg.n_layer:
+            continue
+        for m in microbatches:
+            if batch % (dp * m) == 0:
+                out.append(estimate(cfg, batch, pp, dp, tp, m, hw, zero, schedule))
+    return sorted(out, key=lambda e: (not e.fits, e.time["total"]))
