@@ -117,3 +117,16 @@ def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+def layer_overhead(cfg_kw: dict, micro_batch: int, repeats: int = 20) -> float:
+    """Seconds for one transformer block's forward + backward on this process, minus its FLOPs at
+    the measured matmul peak: the per-layer cost that does not shrink with the model (planner input)."""
+    from minipar.bench import median_time
+    from minipar.models import Block
+    cfg = GPTConfig(**cfg_kw)
+    block = Block(cfg)
+    x = torch.randn(micro_batch, cfg.block_size, cfg.d_model, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    t = median_time(lambda: block(x).sum().backward(), repeats=repeats, warmup=2)
+    flops = 6 * (12 * cfg.d_model ** 2) * micro_batch * cfg.block_size
+    return max(0.0, t - flops / measured_peak_flops(torch.device("cpu")))

@@ -27,8 +27,9 @@ Step time (Narayanan et al. 2021, §3, with a latency–bandwidth (α–β) cost
   times (bubble fraction (pp−1)/m, §2.2.1); one stage time = compute + its TP all-reduces
   (4 per layer, of b·s·h·4 bytes: §3 of Shoeybi et al. 2019, arXiv:1909.08053) + two
   point-to-point transfers of b·s·h·4 bytes between stages;
-- compute: 6·N + 12·L·h·s FLOPs per token (``GPT.flops_per_token``) at ``peak_flops ·
-  compute_share`` per rank (``compute_share`` < 1 when ranks share cores, as 8 ranks on 2 do);
+- compute: 6·N + 12·L·h·s FLOPs per token (``GPT.flops_per_token``) at ``peak_flops`` plus a
+  fixed ``layer_overhead`` per layer and micro-batch, stretched by ``1 / compute_share`` when
+  ranks share cores (8 ranks on 2 cores: 4×);
 - then the data-parallel gradient all-reduce (2(dp−1)/dp · 4Φ bytes) — not overlapped here;
 - a ring all-reduce over n ranks costs 2(n−1)·α + 2(n−1)/n · S/β; a transfer α + S/β.
 """
@@ -51,12 +52,16 @@ class Hardware:
         rank gets (1 on GPUs; cores / ranks when processes share CPU cores).
         mem_bytes: memory per device. bw: bytes/s per link, ``{"tp", "dp", "pp"}`` (TP inside a
         node, DP/PP possibly across nodes). latency: α, seconds per message step.
+        layer_overhead: seconds per layer and micro-batch (forward + backward) that do not scale
+        with FLOPs — operator launches, autograd bookkeeping; dominant for tiny models (and, on a
+        GPU, kernel-launch latency).
     """
     peak_flops: float
     mem_bytes: float
     bw: dict = field(default_factory=lambda: {"tp": 1e9, "dp": 1e9, "pp": 1e9})
     latency: float = 1e-4
     compute_share: float = 1.0
+    layer_overhead: float = 0.0
 
 
 @dataclass
@@ -115,7 +120,7 @@ def estimate(cfg: GPTConfig, batch: int, pp: int, dp: int, tp: int, m: int, hw: 
     mem = {"params": 4 * params, "grads": 4 * params, "optimizer": 8 * params / (dp if zero else 1), "activations": act}
     mem["total"] = sum(mem.values())
     msg = b * s * h * 4                                   # one activation (b, s, h) in fp32
-    t_c = fpt * b * s * (layers / cfg.n_layer) / tp / (hw.peak_flops * hw.compute_share)
+    t_c = (fpt * b * s * (layers / cfg.n_layer) / tp / hw.peak_flops + layers * hw.layer_overhead) / hw.compute_share
     t_tp = (4 * layers + 2) * _all_reduce(tp, msg, hw.bw["tp"], hw.latency)
     t_pp = 2 * (hw.latency + msg / hw.bw["pp"]) if pp > 1 else 0.0
     stage = t_c + t_tp + t_pp
@@ -140,3 +145,27 @@ def plan(cfg: GPTConfig, batch: int, world: int, hw: Hardware, microbatches=(1, 
             if batch % (dp * m) == 0:
                 out.append(estimate(cfg, batch, pp, dp, tp, m, hw, zero, schedule))
     return sorted(out, key=lambda e: (not e.fits, e.time["total"]))
+
+
+def rank_correlation(a: list[float], b: list[float]) -> float:
+    """Spearman's ρ: the Pearson correlation of the ranks of ``a`` and ``b`` (ties get the mean rank).
+
+    1 = the planner orders the layouts exactly as the measurement does; 0 = no relation.
+    """
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else 0.0
