@@ -75,3 +75,42 @@ def train_variants(steps=4, global_batch=8):
             "ddp_no_overlap": train_gpt("ddp", steps, global_batch, overlap=False),
             "naive": train_gpt("naive", steps, global_batch),
             "torch": train_gpt("torch", steps, global_batch, micro=2)}
+
+
+def one_step_trace(bucket_cap_mb=0.02, overlap=True):
+    """One DDP training step (after a warm-up step) under a CommLog: what was sent, and when."""
+    from minipar.accounting import CommLog
+    model, opt = build()
+    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
+    x = torch.randint(0, corpus().vocab_size, (2, CFG["block_size"]))
+    for _ in range(2):
+        with CommLog() as log:
+            _, loss = net(x, x)
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return {"records": [(r.op, r.bytes, r.sent, r.label) for r in log.records],
+            "buckets": [b.nbytes for b in net.buckets], "step": net.last_step, "times": net.last_times,
+            "numel": sum(p.numel() for p in model.parameters())}
+
+
+def start_unequal(init_sync):
+    """Rank 1 builds its model with another seed: detected (and fixed, with ``init_sync=True``)."""
+    model, _ = build(seed=md.rank())
+    net = DistributedDataParallel(model, init_sync=init_sync)
+    w = model.wte.weight.detach().clone()
+    dist.broadcast(w, src=0)
+    return {"differed": net.differed_at_start, "equal_now": bool(torch.equal(w, model.wte.weight))}
+
+
+def step_inside_no_sync(outside=False):
+    """The mistake: ``opt.step()`` while the micro-batch gradients are still local."""
+    model, opt = build()
+    net = DistributedDataParallel(model)
+    x = torch.randint(0, corpus().vocab_size, (2, CFG["block_size"]))
+    with net.no_sync():
+        _, loss = net(x, x)
+        loss.backward()
+        if not outside:
+            opt.step()
+    opt.step()
