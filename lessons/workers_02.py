@@ -89,12 +89,13 @@ def prove(steps=5, global_batch=8):
 
 
 def timeline(bucket_cap_mb=0.5, local_batch=4, steps=7):
-    """Time the phases of a training step with and without overlap (``time.perf_counter``, seconds).
+    """Time the phases of training steps with and without overlap (``time.perf_counter``, seconds).
 
     The two modes alternate step by step (two model copies), so a busy moment of the machine hits
-    both; for each mode the step of median duration is returned: ``{overlap: {"t": {phase: time},
-    "buckets": [...], "labels": [(bucket label, bytes sent)], "sent": bytes, "step": seconds}}``,
-    times relative to that step's forward start, and ``"params"``: the parameter count.
+    both. Returns ``{overlap: [trace of each step]}`` with a trace ``{"t0": forward start,
+    "t": {phase: time}, "buckets": [...], "labels": [(bucket label, bytes sent)], "sent": bytes,
+    "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
+    so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
     x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
                       generator=torch.Generator().manual_seed(md.rank()))
@@ -118,8 +119,9 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=7):
             traces[overlap].append({
                 "t": {k: v - t0 for k, v in phases.items()},
                 "buckets": [{**b, **{k: b[k] - t0 for k in ("ready", "launch", "done")}} for b in net.last_step],
-                "labels": [(r.label, r.sent) for r in log.records], "sent": log.total("sent"), "step": t_opt - t0})
-    out = {ov: sorted(tr[1:], key=lambda d: d["step"])[len(tr[1:]) // 2] for ov, tr in traces.items()}
+                "labels": [(r.label, r.sent) for r in log.records], "sent": log.total("sent"), "step": t_opt - t0,
+                "t0": t0})
+    out = dict(traces)
     out["params"] = sum(p.numel() for p in runs[True][0].module.parameters())
     return out
 
