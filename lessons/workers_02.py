@@ -39,11 +39,12 @@ def _torch_hook(state, bucket):
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0):
+def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True):
     """``steps`` AdamW steps on the global batch; ``micro`` micro-batches per rank (``no_sync`` for all but the last).
 
     mode: ``"single"`` (one device, no process group), ``"ddp"`` (minipar), ``"naive"``
-    (``all_reduce_gradients``), ``"torch"`` (``torch.nn.parallel.DistributedDataParallel``).
+    (``all_reduce_gradients``), ``"torch"`` (``torch.nn.parallel.DistributedDataParallel``);
+    ``overlap`` is passed to minipar's DDP.
     Returns ``{"losses", "params", "sent"}``: global mean loss per step, final parameters, and
     the bytes this rank sent in the last step (CommLog; 0 on one device).
     """
@@ -52,7 +53,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     model, opt = build(SMALL, seed)
     net = model
     if mode == "ddp":
-        net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+        net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
     elif mode == "torch":
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
         net.register_comm_hook(None, _torch_hook)

@@ -16,7 +16,7 @@ def _max_param_diff(a, b):
 
 @pytest.fixture(scope="module")
 def reference():
-    return w.train_gpt("single")
+    return w.train("single", steps=4)
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
