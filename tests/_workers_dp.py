@@ -12,7 +12,7 @@ from lessons.workers_02 import SMALL, build, corpus, train
 from minipar.data_parallel import DistributedDataParallel
 
 __all__ = ["SMALL", "build", "corpus", "train", "train_variants", "one_step_trace", "start_unequal",
-           "step_inside_no_sync"]
+           "step_inside_no_sync", "unused_parameter"]
 
 
 def train_variants(steps=4, global_batch=8):
@@ -61,3 +61,13 @@ def step_inside_no_sync(outside=False):
         if not outside:
             opt.step()
     opt.step()
+
+
+def unused_parameter():
+    """A parameter that gets no gradient: its bucket is still sent at the end of backward (no hang)."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "unused": torch.nn.Linear(4, 4)})
+    net = DistributedDataParallel(model, bucket_cap_mb=1e-4)  # ~100 bytes: one bucket per parameter
+    x = torch.full((2, 4), float(md.rank() + 1))
+    model["used"](x).sum().backward()
+    return {"grad": model["used"].weight.grad.clone(), "unused_grad": model["unused"].weight.grad}

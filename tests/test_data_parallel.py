@@ -71,6 +71,13 @@ def test_bytes_per_step_and_overlap(n):
         assert all(s["launch"] <= s["done"] <= out["times"]["sync_end"] for s in out["step"])
 
 
+def test_parameter_without_gradient_does_not_hang():
+    """Rank r feeds inputs r+1, so the averaged weight gradient is the mean over ranks (1.5 per row)."""
+    out = launch(w.unused_parameter, world_size=2)
+    for r in out:
+        assert torch.allclose(r["grad"], torch.full((4, 4), 2 * 1.5)) and r["unused_grad"] is None
+
+
 def test_uneven_dataset_drops_the_same_tail_on_every_layout():
     """37 windows, global batch 8: 4 steps per epoch and 5 windows dropped, on 1, 2 and 4 ranks;
     at every step the N ranks' local batches together are exactly the one-device batch."""
