@@ -140,3 +140,9 @@ def single_device(cfg: GPTConfig, adamw: dict, batches: list) -> dict:
         finish_step("single", model, opt, adamw)
         losses.append(loss.item())
     return dict(losses=losses, params={k: v.detach().clone() for k, v in model.named_parameters()})
+
+
+def different_start(cfg: GPTConfig, stage: int) -> None:
+    """A mistake on purpose: every rank seeds its own model, so the ranks start from different weights."""
+    torch.manual_seed(md.rank())
+    zero(GPT(cfg), stage)

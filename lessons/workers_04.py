@@ -25,8 +25,15 @@ def data(steps: int, batch_size: int = 4, T: int = 32):
     return corpus.vocab_size, [next(loader) for _ in range(steps)]
 
 
-def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict]:
-    """AdamW (lr 3e-3) over ``batches``; returns the losses and the model's full (gathered) state."""
+def _full(model, grads: bool = False) -> dict:
+    if isinstance(model, TensorParallelGPT):
+        return model.full_state_dict(grads=grads)
+    return {k: (p.grad if grads else p).detach().clone() for k, p in model.named_parameters(remove_duplicate=False)}
+
+
+def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict, dict]:
+    """AdamW (lr 3e-3) over ``batches``; returns the losses, the full (gathered) gradients of the
+    last step and the full parameters after it."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     for x, y in batches:
@@ -34,21 +41,22 @@ def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float
         loss.backward()
         if sync_sp:
             allreduce_sequence_parallel_grads(model, group)
+        grads = _full(model, grads=True)
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    full = model.full_state_dict() if isinstance(model, TensorParallelGPT) else model.state_dict()
-    return losses, {k: v.clone() for k, v in full.items()}
+    return losses, grads, _full(model)
 
 
-def single_device(steps: int) -> tuple[list[float], dict]:
+def single_device(steps: int) -> tuple[list[float], dict, dict]:
     vocab, batches = data(steps)
     torch.manual_seed(0)
     return train(GPT(GPTConfig(vocab_size=vocab, **CFG)), batches)
 
 
 def tp_runs(steps: int) -> dict:
-    """On 4 ranks: TP = 2 (two groups of 2) and TP = 4, each without and with sequence parallelism."""
+    """On 4 ranks: TP = 2 (two groups of 2) and TP = 4, each without and with sequence parallelism;
+    and one step of TP = 4 with SP but without ``allreduce_sequence_parallel_grads`` (wrong on purpose)."""
     vocab, batches = data(steps)
     out = {}
     for tp in (2, 4):
@@ -57,7 +65,10 @@ def tp_runs(steps: int) -> dict:
             torch.manual_seed(0)
             model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=sp)
             out[(tp, sp)] = train(model, batches, group, sync_sp=sp)
-    return out
+    torch.manual_seed(0)  # the mistake to avoid: SP without summing the replicated parameters' grads
+    model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=True)
+    missing = train(model, batches[:1], group, sync_sp=False)   # one step: its gradients
+    return out, missing
 
 
 def shards() -> dict:
@@ -148,7 +159,7 @@ def dtensor_vs_minipar(steps: int) -> dict:
         losses.append(loss.full_tensor().item())
     local = {k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
              for k, p in model.named_parameters() if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")}
-    return {"minipar": mine, "dtensor": (losses, full_state_dict_dtensor(model)), "local": local,
+    return {"minipar": mine[::2], "dtensor": (losses, full_state_dict_dtensor(model)), "local": local,
             "rank": tp_rank()}
 
 

@@ -243,6 +243,8 @@ class PipelineExecutor:
         """Run the whole schedule on the global batch ``x``, ``y`` (B, T) int64, then ``optimizer.step()``.
 
         Every pipeline rank passes the same batch (only stage 0 reads ``x``, the last stage ``y``).
+        With ``optimizer=None`` the gradients are only accumulated into ``.grad`` (zero them
+        yourself): e.g. to all-reduce them over data-parallel replicas before stepping (3D).
 
         Returns:
             :class:`StepResult`; ``loss`` is set on the rank of the last stage, None elsewhere.

@@ -171,3 +171,31 @@ def gantt(ax, traces, title: str = "", unit: float = 1e-3, show_wait: bool = Tru
     ax.set_xlabel("time (ms)" if unit == 1e-3 else "time (units)")
     ax.set_title(title, fontsize=10)
     return ax
+
+
+def step_time_vs_native(spec: RunSpec) -> dict:
+    """Time minipar's executor and ``torch.distributed.pipelining`` on the same stages' copies,
+    alternating step by step (so a busy machine slows both alike). Returns ``{"minipar": s,
+    "native": s}``: the fastest of ``spec.steps`` steps each, as the slowest rank saw it."""
+    from .pipeline_native import native_schedule, native_step
+    p, me = mdist.world_size(), mdist.rank()
+    sched = make_schedule(spec.schedule, p, spec.m, spec.v)
+    ids = sorted({a.stage for a in sched[me]})
+    S = p * (spec.v if spec.schedule == "interleaved" else 1)
+    (model_a, batches), (model_b, _) = _model_and_data(spec), _model_and_data(spec)
+    sa, sb = build_stages(model_a, S, ids), build_stages(model_b, S, ids)
+    oa = torch.optim.AdamW([q for s in sa.values() for q in s.parameters()], lr=spec.lr)
+    ob = torch.optim.AdamW([q for s in sb.values() for q in s.parameters()], lr=spec.lr)
+    ex, nat = PipelineExecutor(sa, sched, lookahead=spec.lookahead), native_schedule(spec.schedule, sb, S, spec.m)
+    runs = {"minipar": lambda x, y: ex.step(x, y, oa), "native": lambda x, y: native_step(nat, sb, S, x, y, ob)}
+    best = {k: float("inf") for k in runs}
+    for i, (x, y) in enumerate(batches):
+        for k, fn in runs.items():
+            mdist.barrier()
+            t0 = time.perf_counter()
+            fn(x, y)
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            if i > 0:
+                best[k] = min(best[k], t.item())
+    return best

@@ -20,6 +20,11 @@ Same seed, same model: ``torch.manual_seed(s); TensorParallelGPT(cfg)`` builds t
 ``GPT(cfg)`` from the same random stream on every rank and keeps each rank's slice, so it starts
 equal to ``torch.manual_seed(s); GPT(cfg)``. :meth:`TensorParallelGPT.full_state_dict` gathers the
 slices back into a ``GPT`` state dict (same keys).
+
+Dropout: the equivalence is for ``dropout=0`` (``GPTConfig``'s default). With dropout, every rank
+draws its masks from the same seeded stream — right for replicated regions, but the head-split
+and sequence-split regions then reuse one mask pattern on every rank; Megatron forks a per-rank
+RNG there (``get_cuda_rng_tracker``), which minipar does not.
 """
 from __future__ import annotations
 

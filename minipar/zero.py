@@ -195,7 +195,8 @@ class ShardOptimizer:
                 (decay if len(u.shapes[i]) >= 2 else no_decay).append(v)
         groups = [g for g in ({"params": decay, "weight_decay": weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
-        dummy = [{"params": [torch.zeros(0, device=self.shards[0].device)]}]  # a rank whose shard is all padding still needs an optimizer
+        # a rank whose shards hold only padding still needs an optimizer object
+        dummy = [{"params": [torch.zeros(0, device=self.shards[0].device)]}]
         self.optimizer = torch.optim.AdamW(groups or dummy, lr=lr, betas=betas, eps=eps)
 
     @property

@@ -1,6 +1,4 @@
 """Functions the pipeline tests run on several ranks (importable: child processes find them by name)."""
-import copy
-
 import torch
 
 import minipar.dist as md

@@ -59,20 +59,9 @@ def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool =
     return {"losses": losses, "grads": grads, "params": params}
 
 
-def initial_state(tp: int, sequence_parallel: bool = False) -> dict:
-    vocab, _ = batches(1)
-    torch.manual_seed(0)
-    model = TensorParallelGPT(small_cfg(vocab), group=new_tp_group(tp), sequence_parallel=sequence_parallel)
-    return {"full": model.full_state_dict(), "shapes": {k: tuple(p.shape) for k, p in model.named_parameters()}}
-
-
 def make_group(tp: int):
     new_tp_group(tp)
     return md.rank()
-
-
-def build_bad(cfg_kw: dict, tp: int):
-    TensorParallelGPT(GPTConfig(**cfg_kw), group=new_tp_group(tp))
 
 
 def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int = 0) -> dict:
@@ -146,6 +135,25 @@ def operator_semantics() -> dict:
         (y * (1 + torch.arange(y.numel(), dtype=y.dtype).view_as(y))).sum().backward()
         res[name] = (y.detach(), x.grad.clone())
     return res
+
+
+def layer_options() -> dict:
+    """ColumnParallelLinear(gather_output=True) and RowParallelLinear(input_is_parallel=False)
+    against the full nn.Linear: outputs and input gradients (max abs differences)."""
+    from minipar.tp_layers import ColumnParallelLinear, RowParallelLinear
+
+    torch.manual_seed(0)
+    full = torch.nn.Linear(8, 6)
+    x = torch.randn(2, 3, 8)
+    out = {}
+    for layer in (ColumnParallelLinear(8, 6, gather_output=True), RowParallelLinear(8, 6, input_is_parallel=False)):
+        layer.load_full_(full.weight, full.bias)
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ya, yb = layer(xa), full(xb)
+        ya.square().sum().backward()
+        yb.square().sum().backward()
+        out[type(layer).__name__] = ((ya - yb).abs().max().item(), (xa.grad - xb.grad).abs().max().item())
+    return out
 
 
 def sp_bad_length():
