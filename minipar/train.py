@@ -401,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if is_rank0 and history:
-        first = next(r["val_loss"] for r in history if "val_loss" in r)
-        print(f"val loss {first:.3f} -> {history[-1]['val_loss']:.3f}; outputs in {cfg.out}/")
+        first = next(r for r in history if "val_loss" in r)
+        print(f"val loss {first['val_loss']:.3f} (step {first['step']}) -> {history[-1]['val_loss']:.3f} "
+              f"(step {history[-1]['step']}); outputs in {cfg.out}/")
     return 0
 
 
