@@ -394,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 mdist.destroy()
         else:
+            from . import train as this_module  # by its import name, not __main__, so child ranks can import it
             from .launch import launch
-            history = launch(_worker, world_size=nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
+            history = launch(this_module._worker, world_size=nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
             is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -117,6 +117,19 @@ def test_torchrun_restarts_a_killed_3d_rank_and_resumes(tmp_path, one_device):
     assert close(losses(got), losses(one_device)) < TOL
 
 
+def test_cli_starts_its_own_ranks(tmp_path, one_device):
+    """``python -m minipar.train --tp 2`` outside torchrun: minipar's launcher starts the 2 ranks."""
+    out = tmp_path / "cli"
+    args = ["--steps", "2", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
+            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
+            "--tp", "2", "--out", str(out)]
+    p = subprocess.run([sys.executable, "-m", "minipar.train"] + args, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert close(losses(got), {k: v for k, v in losses(one_device).items() if k < 2}) < TOL
+
+
 @pytest.mark.parametrize("args, text", [
     (["--nproc", "8", "--tp", "3"], "not divisible by tp·pp = 3·1 = 3"),
     (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
