@@ -110,18 +110,16 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def build(cfg: TrainConfig, vocab_size: int) -> tuple[GPT, torch.optim.Optimizer]:
-    """The model (seeded with ``cfg.seed``, so every layout starts from the same weights) and AdamW.
+    """The single-device model (seeded with ``cfg.seed``) and AdamW, decaying matrices only (as GPT-2).
 
-    Weight decay applies to matrices only (not biases, LayerNorm or embeddings' positions... as GPT-2).
+    The 3D job builds the same weights and parameter groups for every layout (``parallel3d.build_piece``).
     """
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=vocab_size, block_size=cfg.block_size, n_layer=cfg.n_layer,
-                          n_head=cfg.n_head, d_model=cfg.d_model))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-    return model, opt
+    model = GPT(cfg.gpt(vocab_size))
+    ps = list(model.parameters())
+    return model, torch.optim.AdamW([{"params": [p for p in ps if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+                                     {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}],
+                                    lr=cfg.lr, betas=(0.9, 0.95))
 
 
 def _autocast(cfg: TrainConfig, device: torch.device):
@@ -370,10 +368,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     return cfg, a
 
 
-def _worker(cfg: TrainConfig, progress: str) -> list[dict]:
-    return train(cfg, progress=progress)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg, a = parse_args(argv)
@@ -396,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from . import train as this_module  # by its import name, not __main__, so child ranks can import it
             from .launch import launch
-            history = launch(this_module._worker, world_size=nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
+            history = launch(this_module.train, world_size=nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
             is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
