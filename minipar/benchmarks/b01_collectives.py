@@ -1,0 +1,56 @@
+"""Lesson 01: minipar's ring all-reduce (Python, over isend/irecv) against gloo's built-in all_reduce.
+
+16 MB of float32 on 4 ranks, the median of repeated runs in one process (one ``launch``), the two
+algorithms interleaved so that both see the same machine load. Target: ≤ 1.2× gloo's own C++
+implementation. What is left of the gap: Python overhead per step (2(N−1) = 6 steps, ~0.1 ms
+each), one extra pass over memory per reduce-scatter step (the received chunk is added into
+place: gloo does the same), and no overlap between one step's reduction and the next step's
+transfer (gloo and NCCL pipeline each chunk in smaller segments).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..bench import Row
+from ..collectives import ring_all_reduce
+from ..launch import launch
+
+
+def time_all_reduce(numels: list[int], algos=("gloo", "ring"), repeats: int = 5) -> dict:
+    """Worker: median seconds of each all-reduce algorithm for tensors of each size (float32).
+
+    Each repeat starts after a barrier; a repeat's time is the slowest rank's (an all-reduce is
+    done when every rank is done). One warm-up run per size is not timed. Algorithms alternate
+    within a repeat so that they see the same load. Returns ``{algo: [median seconds per size]}``.
+    """
+    fns = {"gloo": dist.all_reduce, "ring": ring_all_reduce,
+           "ring (no check)": lambda t: ring_all_reduce(t, check=False)}
+    out = {a: [] for a in algos}
+    for numel in numels:
+        x = torch.randn(numel)
+        times = torch.zeros(len(algos), repeats)
+        for i in range(repeats + 1):
+            for j, a in enumerate(algos):
+                y = x.clone()
+                dist.barrier()
+                t = time.perf_counter()
+                fns[a](y)
+                if i:
+                    times[j, i - 1] = time.perf_counter() - t
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        for j, a in enumerate(algos):
+            out[a].append(statistics.median(times[j].tolist()))
+    return out
+
+
+def rows(quick: bool) -> list[Row]:
+    n, numel = 4, 4 * 2**20  # 16 MB of float32
+    res = launch(time_all_reduce, world_size=n, args=([numel], ("gloo", "ring"), 5 if quick else 15), prefix=False)[0]
+    t_ring, t_gloo = res["ring"][0], res["gloo"][0]
+    return [Row("01", f"ring_all_reduce vs dist.all_reduce (gloo), 16 MB fp32, {n} ranks", t_ring / t_gloo,
+                target="<= 1.2", ok=t_ring / t_gloo <= 1.2,
+                note=f"{t_ring * 1e3:.1f} ms vs {t_gloo * 1e3:.1f} ms (median of {5 if quick else 15})")]
