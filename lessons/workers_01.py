@@ -125,11 +125,32 @@ def swapped_order() -> dict:
     return dict(grad=grad.item(), loss=loss.item())
 
 
-def different_shapes(use_minipar: bool) -> str:
-    """Rank 1 passes 5 elements where rank 0 passes 4; return what this rank saw."""
+def swapped_order_detail() -> dict:
+    """:func:`swapped_order` on a group made with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` checks."""
+    dist.set_debug_level(dist.DebugLevel.DETAIL)  # groups made from now on check every collective
+    group = md.new_group()
+    grad, loss = torch.tensor([1.0]), torch.tensor([10.0])
+    for t in ([grad, loss] if md.rank() == 0 else [loss, grad]):
+        dist.all_reduce(t, group=group)
+    return dict(grad=grad.item(), loss=loss.item())
+
+
+def different_shapes(how: str) -> str:
+    """Rank 1 passes 5 elements where rank 0 passes 4; return what this rank saw.
+
+    ``how``: ``"gloo"`` (plain ``dist.all_reduce``), ``"detail"`` (the same on a group made under
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) or ``"minipar"`` (``ring_all_reduce``).
+    """
+    group = None
+    if how == "detail":
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+        group = md.new_group()
     t = torch.ones(4 if md.rank() == 0 else 5)
     try:
-        (ring_all_reduce if use_minipar else dist.all_reduce)(t)
+        if how == "minipar":
+            ring_all_reduce(t)
+        else:
+            dist.all_reduce(t, group=group)
         return f"no error; result {t.tolist()}"
     except Exception as exc:  # noqa: BLE001 - the point is to show what is raised
         return f"{type(exc).__name__}: {exc}"
@@ -159,9 +180,23 @@ def clean(message: str) -> str:
 
 def run_quiet(fn, *args, **kwargs):
     """``minipar.launch`` with the ranks' replayed output swallowed (it may hold PIDs or timestamps)."""
+    return run_capture(fn, *args, **kwargs)[0]
+
+
+def run_capture(fn, *args, raise_=True, **kwargs):
+    """``minipar.launch`` returning ``(results, what the ranks printed)``.
+
+    With ``raise_=False`` a failed job returns ``(the exception, output)`` instead of raising.
+    """
     from minipar import launch
-    with redirect_stdout(io.StringIO()):
-        return launch(fn, *args, **kwargs)
+    buf = io.StringIO()
+    try:
+        with redirect_stdout(buf):
+            return launch(fn, *args, **kwargs), buf.getvalue()
+    except Exception as exc:  # noqa: BLE001
+        if raise_:
+            raise
+        return exc, buf.getvalue()
 
 
 def with_env(name: str, value: str, fn, *args, **kwargs):
@@ -251,5 +286,78 @@ def draw_ring(results):
                   sent=[x["send"] for x in step], received=[x["recv"] for x in step])
     fig.suptitle("ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
                  "(added in the reduce-scatter, copied in the all-gather)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---- the α–β cost model ----------------------------------------------------------------------
+
+def fit_alpha_beta(sizes: list[int], times: list[float], n: int) -> tuple[float, float]:
+    """Fit T(S) = 2(N−1)·α + 2(N−1)/N · S/B to measured (bytes, seconds); return (α seconds, B bytes/s).
+
+    Least squares on the *relative* error (each point weighted by 1/T), so the 1 KB points, whose
+    times are a thousand times smaller, count as much as the 64 MB ones.
+    """
+    import numpy as np
+
+    S, T = np.asarray(sizes, float), np.asarray(times, float)
+    A = np.stack([np.full_like(S, 2 * (n - 1)), 2 * (n - 1) / n * S], axis=1) / T[:, None]
+    (alpha, inv_b), *_ = np.linalg.lstsq(A, np.ones_like(T), rcond=None)
+    return float(alpha), float(1 / inv_b)
+
+
+def model_time(S, n: int, alpha: float, B: float):
+    """The ring all-reduce's α–β time in seconds for S bytes on n ranks."""
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / B
+
+
+def draw_cost_model(sizes, sweep, fits):
+    """Measured all_reduce times (points) against the fitted model (lines), per world size; ring vs torch."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.3))
+    for k, (n, res) in enumerate(sweep.items()):
+        S = np.asarray(sizes[:len(res["torch"])], float)
+        colour = plt.get_cmap("tab10").colors[k]
+        ax.loglog(S, np.asarray(res["torch"]) * 1e3, "o", color=colour, label=f"dist.all_reduce, N={n}")
+        alpha, B = fits[n]
+        grid = np.geomspace(S[0], S[-1], 50)
+        ax.loglog(grid, model_time(grid, n, alpha, B) * 1e3, "-", color=colour, alpha=0.6,
+                  label=f"model: α={alpha * 1e6:.0f} µs, B={B / 1e9:.2f} GB/s")
+        if "ring" in res:
+            ax.loglog(S, np.asarray(res["ring"]) * 1e3, "x", color=colour, ms=8, label=f"minipar ring, N={n}")
+            bx.semilogx(S, np.asarray(res["ring"]) / np.asarray(res["torch"]), "x-", color=colour,
+                        label=f"N={n}")
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("time (ms)")
+    ax.set_title("all-reduce time: measured (points) vs T = 2(N−1)α + 2(N−1)/N·S/B")
+    ax.legend(fontsize=7)
+    bx.axhline(1.0, color="0.5", lw=1)
+    bx.axhline(1.2, color="red", lw=1, ls="--", label="target ≤ 1.2× at 16 MB")
+    bx.set_xlabel("message size S (bytes)")
+    bx.set_ylabel("minipar ring / gloo (time ratio)")
+    bx.set_title("minipar's Python ring vs gloo's C++ all_reduce, same run")
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draw_bytes(table, S):
+    """Bars: bytes sent per rank by the ring and the naive all-reduce, against 2(N−1)/N·S."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ns = [row["N"] for row in table]
+    x = np.arange(len(ns))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    ax.bar(x - 0.27, [row["ring"] / S for row in table], 0.27, label="ring: every rank (measured)")
+    ax.bar(x, [row["naive_root"] / S for row in table], 0.27, label="naive: rank 0 (measured)")
+    ax.bar(x + 0.27, [row["naive_other"] / S for row in table], 0.27, label="naive: other ranks (measured)")
+    ax.plot(x - 0.27, [2 * (n - 1) / n for n in ns], "k_", ms=30, mew=2, label="2(N−1)/N (formula)")
+    ax.set_xticks(x, [f"N = {n}" for n in ns])
+    ax.set_ylabel("bytes sent per rank / S")
+    ax.set_title(f"bytes sent per rank for one all-reduce of S = {S / 2**20:.0f} MiB")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -21,9 +21,9 @@ almost independent of N, and the least any all-reduce can send (Patarasuk & Yuan
 :func:`naive_all_reduce` (everyone sends everything to rank 0, which sends the result back)
 makes rank 0 send and receive (N−1)·S: its link is the bottleneck.
 
-Safety. Every function first exchanges a few integers per rank (shape, dtype, contiguity;
-``check=True``, one small ``all_gather_single`` recorded by ``CommLog`` under the label
-``"shape check"``) and raises the same :class:`~minipar.ConfigError` on every rank when they
+Safety. Every function first exchanges 12 integers per rank (shape, dtype, contiguity;
+``check=True``: a ring all-gather of N−1 small messages, recorded by ``CommLog`` as
+``isend``/``irecv`` under the label ``"shape check"``) and raises the same :class:`~minipar.ConfigError` on every rank when they
 disagree: a receive buffer larger than the message it gets is *silently* half-filled by gloo,
 so unchecked mismatches would give wrong numbers. A rank outside ``group`` raises at once. A
 peer that never arrives makes the others raise after the process-group timeout
@@ -45,6 +45,7 @@ ReduceOp = dist.ReduceOp
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
            torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
 _MAX_DIMS = 8
+SEGMENT_BYTES = 1 << 20  # a ring step's chunk travels in segments of this size (pipelining, see _exchange)
 
 
 def chunk_bounds(numel: int, n: int, i: int) -> tuple[int, int]:
@@ -103,11 +104,11 @@ def _ring(name: str, tensor: torch.Tensor, group, op=None, check: bool = True) -
     dtype_id = _DTYPES.index(tensor.dtype) if tensor.dtype in _DTYPES else len(_DTYPES)
     meta = [0 if tensor.is_contiguous() else 1, tensor.numel(), dtype_id, tensor.dim()]
     meta += shape + [-1] * (_MAX_DIMS - len(shape))
-    mine = torch.tensor(meta, dtype=torch.int64, device=tensor.device)
-    everyone = torch.empty(len(ranks) * len(meta), dtype=torch.int64, device=tensor.device)
-    with label("shape check"):
-        dist.all_gather_single(everyone, mine, group=group)
-    metas = everyone.view(len(ranks), len(meta)).tolist()
+    everyone = torch.zeros(len(ranks), len(meta), dtype=torch.int64, device=tensor.device)
+    everyone[me] = torch.tensor(meta, dtype=torch.int64)
+    with label("shape check"):  # a ring all-gather of the rows: a missing peer is named, as below
+        _all_gather_steps(everyone.view(-1), ranks, me, group, None, name)
+    metas = everyone.tolist()
     bad = [f"rank {g} has {_describe(m)}" for g, m in zip(ranks, metas) if m[0] == 1]
     if bad:
         raise ConfigError(f"{name}: {'; '.join(bad)}; pass t.contiguous() (and copy the result back)")
@@ -142,27 +143,32 @@ def _wait(reqs: list, name: str, ranks: list[int], group) -> None:
                 f"Every rank of the group must make the same calls in the same order. gloo said: {exc}") from exc
 
 
-def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group, name, ranks) -> None:
-    """Send ``send`` to global rank ``right`` while receiving ``recv`` from ``left``; wait for both."""
-    reqs = []
-    if recv.numel():
-        reqs.append((dist.irecv(recv, src=left, group=group), "from", left))
-    if send.numel():
-        reqs.append((dist.isend(send, dst=right, group=group), "to", right))
-    _wait(reqs, name, ranks, group)
+def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group, name: str, ranks: list[int],
+              reduce_=None, into: torch.Tensor | None = None) -> None:
+    """One ring step: send ``send`` to global rank ``right`` while receiving ``recv`` from ``left``.
+
+    Both go in segments of ``SEGMENT_BYTES``, all posted at once; with ``reduce_``, each received
+    segment is reduced into ``into`` as soon as it arrives, while later segments are still in flight.
+    """
+    seg = max(1, SEGMENT_BYTES // max(1, send.element_size()))
+    recvs = [(i, dist.irecv(recv[i:i + seg], src=left, group=group)) for i in range(0, recv.numel(), seg)]
+    sends = [(dist.isend(send[i:i + seg], dst=right, group=group), "to", right) for i in range(0, send.numel(), seg)]
+    for i, req in recvs:
+        _wait([(req, "from", left)], name, ranks, group)
+        if reduce_ is not None:
+            reduce_(into[i:i + seg], recv[i:i + seg])
+    _wait(sends, name, ranks, group)
 
 
 def _reduce_scatter_steps(flat, ranks, me, op, group, trace, name):
     n = len(ranks)
     right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
-    reduce_ = _reducer(op)
     tmp = torch.empty(chunk_bounds(flat.numel(), n, 0)[1], dtype=flat.dtype, device=flat.device)
     for s in range(n - 1):
         cs, cr = (me - s - 1) % n, (me - s - 2) % n
         a, b = chunk_bounds(flat.numel(), n, cs)
         c, d = chunk_bounds(flat.numel(), n, cr)
-        _exchange(flat[a:b], tmp[:d - c], right, left, group, name, ranks)
-        reduce_(flat[c:d], tmp[:d - c])
+        _exchange(flat[a:b], tmp[:d - c], right, left, group, name, ranks, _reducer(op), flat[c:d])
         if trace is not None:
             trace.append(dict(phase="reduce-scatter", step=s, send=cs, recv=cr, after=flat.clone()))
     a, b = chunk_bounds(flat.numel(), n, me)
@@ -178,7 +184,7 @@ def _all_gather_steps(flat, ranks, me, group, trace, name):
         cs, cr = (me - s) % n, (me - s - 1) % n
         a, b = chunk_bounds(flat.numel(), n, cs)
         c, d = chunk_bounds(flat.numel(), n, cr)
-        _exchange(flat[a:b], flat[c:d], right, left, group, name, ranks)  # received straight into place: no copy
+        _exchange(flat[a:b], flat[c:d], right, left, group, name, ranks)  # received straight into place
         if trace is not None:
             trace.append(dict(phase="all-gather", step=s, send=cs, recv=cr, after=flat.clone()))
 

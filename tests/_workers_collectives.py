@@ -21,14 +21,8 @@ def _data(shape, kind, seed, dtype=torch.float32):
     return torch.randn(shape, generator=g, dtype=dtype)
 
 
-def compare_all_reduce(shapes, group_ranks=None):
-    """For each shape, op and data kind: max |minipar - torch.distributed| for ring and naive all-reduce.
-
-    Returns ``{(shape, op, kind, algo): max abs difference}``, or ``"not in group"``.
-    """
-    group = md.new_group(group_ranks) if group_ranks is not None else None
-    if group_ranks is not None and md.rank() not in group_ranks:
-        return "not in group"
+def _compare(shapes, group):
+    """For each shape, op and data kind: max |minipar - torch.distributed| for ring and naive all-reduce."""
     out = {}
     for shape in shapes:
         for op_name in ("SUM", "AVG"):
@@ -41,6 +35,19 @@ def compare_all_reduce(shapes, group_ranks=None):
                     res = fn(y, op=OPS[op_name], group=group)
                     assert res is y and y.shape == x.shape
                     out[(shape, op_name, kind, algo)] = (y - ref).abs().max().item() if y.numel() else 0.0
+    return out
+
+
+def compare_all_reduce(shapes):
+    """``_compare`` over the whole world: ``{(shape, op, kind, algo): max abs difference}``."""
+    return _compare(shapes, None)
+
+
+def compare_sub_groups(shapes):
+    """Groups [0, 2] and [1, 3] (each rank in one of them), then [1, 2, 3] (rank 0 outside)."""
+    g02, g13, g123 = md.new_group([0, 2]), md.new_group([1, 3]), md.new_group([1, 2, 3])
+    out = {"pairs": _compare(shapes, g02 if md.rank() in (0, 2) else g13)}
+    out["triple"] = _compare(shapes, g123) if md.rank() != 0 else "not in group"
     return out
 
 
