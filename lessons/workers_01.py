@@ -358,6 +358,6 @@ def draw_bytes(table, S):
     ax.set_xticks(x, [f"N = {n}" for n in ns])
     ax.set_ylabel("bytes sent per rank / S")
     ax.set_title(f"bytes sent per rank for one all-reduce of S = {S / 2**20:.0f} MiB")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, markerscale=0.4)
     fig.tight_layout()
     return fig

@@ -15,19 +15,22 @@ its right neighbour and receives from its left one. The flattened tensor is cut 
 2. all-gather, N−1 steps: at step s, rank i sends chunk (i−s) mod N and receives chunk
    (i−s−1) mod N straight into place. Afterwards every rank holds every reduced chunk.
 
-Per rank: 2(N−1) messages of S/N bytes, so sent = received = 2(N−1)/N · S for an S-byte tensor:
+Per rank: 2(N−1) steps of S/N bytes, so sent = received = 2(N−1)/N · S for an S-byte tensor:
 almost independent of N, and the least any all-reduce can send (Patarasuk & Yuan, §2). In the
-α–β model (α: latency per message, B: bytes/s per link) it takes T = 2(N−1)α + 2(N−1)/N · S/B.
+α–β model (α: latency per step, B: bytes/s per link) it takes T = 2(N−1)α + 2(N−1)/N · S/B.
+A step's chunk travels in segments of ``SEGMENT_BYTES`` (1 MiB), all posted at once, and each
+received segment is added while the next ones are still in flight (chunk pipelining, as gloo
+and NCCL do); the all-gather receives straight into place, without a copy.
 :func:`naive_all_reduce` (everyone sends everything to rank 0, which sends the result back)
 makes rank 0 send and receive (N−1)·S: its link is the bottleneck.
 
 Safety. Every function first exchanges 12 integers per rank (shape, dtype, contiguity;
 ``check=True``: a ring all-gather of N−1 small messages, recorded by ``CommLog`` as
-``isend``/``irecv`` under the label ``"shape check"``) and raises the same :class:`~minipar.ConfigError` on every rank when they
-disagree: a receive buffer larger than the message it gets is *silently* half-filled by gloo,
+``isend``/``irecv`` under the label ``"shape check"``) and raises the same
+:class:`~minipar.ConfigError` on every rank when they disagree: a receive buffer larger than the message it gets is *silently* half-filled by gloo,
 so unchecked mismatches would give wrong numbers. A rank outside ``group`` raises at once. A
-peer that never arrives makes the others raise after the process-group timeout
-(``minipar.dist.default_timeout``), never hang.
+peer that never arrives makes the others raise a RuntimeError naming the rank they waited for
+after the process-group timeout (``minipar.dist.default_timeout``), never hang.
 
 Communication accounting: each call is one ``minipar.accounting`` record (``op`` =
 ``"ring_all_reduce"``, ...) whose bytes are the measured sums of its sends and receives, listed

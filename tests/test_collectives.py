@@ -45,8 +45,8 @@ def test_sub_groups():
 
 
 def test_other_ops():
-    """MAX, MIN, PRODUCT of 3 ranks' values; gloo and the ring multiply in the same order here, so
-    PRODUCT is compared exactly too (MAX/MIN are exact whatever the order)."""
+    """MAX, MIN, PRODUCT on 3 ranks, compared exactly: MAX/MIN are exact in any order, and PRODUCT
+    multiplies powers of two (exact in any order)."""
     for res in launch(w.compare_other_ops, world_size=3, args=(10,)):
         assert res == {"MAX": 0.0, "MIN": 0.0, "PRODUCT": 0.0}
 
