@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 import minipar.dist as md
 from minipar import ConfigError
-from minipar.accounting import CommLog
+from minipar.accounting import CommLog, label
 from minipar.collectives import (ReduceOp, chunk_bounds, naive_all_reduce, ring_all_gather, ring_all_reduce,
                                  ring_reduce_scatter)
 
@@ -99,7 +99,8 @@ def record_bytes(numel):
     """CommLog records of one ring and one naive all-reduce of ``numel`` float32."""
     x = torch.ones(numel)
     with CommLog() as log:
-        ring_all_reduce(x)
+        with label("grads"):
+            ring_all_reduce(x)
         naive_all_reduce(x)
         dist.all_reduce(x)
     return [(r.op, r.bytes, r.sent, r.recv, r.label, [(p.op, p.peer, p.sent, p.recv) for p in r.parts])

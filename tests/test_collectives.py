@@ -70,15 +70,17 @@ def test_chunk_bounds_cover_the_tensor_with_sizes_differing_by_one():
 
 def test_bytes_recorded_match_the_formulas():
     """Ring: 2(N−1)/N·S sent and received per rank, in 2(N−1) isend + 2(N−1) irecv (S/N < 1 MiB: one
-    segment per step); naive: root (N−1)·S, others S; the shape check is recorded under its label."""
+    segment per step); naive: root (N−1)·S, others S; the shape check is recorded under its own label,
+    the ring under the caller's."""
     n, numel = 4, 1000
     S = 4 * numel
     for rank, recs in enumerate(launch(w.record_bytes, world_size=n, args=(numel,))):
         ring = [r for r in recs if r[0] == "ring_all_reduce"]
         naive = [r for r in recs if r[0] == "naive_all_reduce"]
         assert len(ring) == len(naive) == 1
-        op, nbytes, sent, recv, _, parts = ring[0]
+        op, nbytes, sent, recv, lab, parts = ring[0]
         assert nbytes == S and sent == recv == 2 * (n - 1) / n * S
+        assert lab == "grads"  # the caller's label reaches minipar's record
         assert sorted(p[0] for p in parts) == ["irecv"] * 2 * (n - 1) + ["isend"] * 2 * (n - 1)
         assert {p[1] for p in parts if p[0] == "isend"} == {(rank + 1) % n}
         assert {p[1] for p in parts if p[0] == "irecv"} == {(rank - 1) % n}
