@@ -169,6 +169,7 @@ def _replay(logs: Sequence[str], prefix: bool) -> None:
 
 
 def _stop(procs) -> None:
+    procs = [p for p in procs if p.pid is not None]  # a failed start() leaves unstarted processes
     for p in procs:
         if p.is_alive():
             p.terminate()
