@@ -7,12 +7,16 @@ next one's peak (see :func:`step_memory`).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import pathlib
+import tempfile
 import time
 
 import torch
 
 from minipar.memory import activation_bytes_formula, measure_peak, saved_activation_bytes, state_bytes
 from minipar.models import GPT, GPTConfig, num_params
+from minipar.train import TrainConfig, train
 
 
 # ---------------------------------------------------------------- the graph autograd builds
@@ -42,6 +46,22 @@ def autograd_graph(root: torch.Tensor, names: dict[int, str] | None = None):
     return nodes, edges
 
 
+def graph_text(nodes, edges) -> str:
+    """The graph as an indented tree, loss first: each line is a node, its inputs below it."""
+    children: dict[int, list[int]] = {}
+    for a, b in edges:
+        children.setdefault(a, []).append(b)
+    lines: list[str] = []
+
+    def visit(nid, indent):
+        lines.append("    " * indent + nodes[nid][0])
+        for c in children.get(nid, []):
+            visit(c, indent + 1)
+
+    visit(next(iter(nodes)), 0)
+    return "\n".join(lines)
+
+
 def draw_graph(nodes, edges, ax, title: str = "") -> None:
     """Draw ``autograd_graph``'s output left (loss) to right (leaves) with matplotlib."""
     by_depth: dict[int, list[int]] = {}
@@ -50,19 +70,38 @@ def draw_graph(nodes, edges, ax, title: str = "") -> None:
     pos = {}
     for d, ids in by_depth.items():
         for i, nid in enumerate(ids):
-            pos[nid] = (d, (len(ids) - 1) / 2 - i)
-    for a, b in edges:
-        (x0, y0), (x1, y1) = pos[a], pos[b]
-        ax.annotate("", xy=(x1 - 0.28, y1), xytext=(x0 + 0.28, y0),
-                    arrowprops=dict(arrowstyle="->", color="0.4", lw=1))
+            pos[nid] = (1.6 * d, (len(ids) - 1) / 2 - i)
+    boxes = {}
     for nid, (label, _) in nodes.items():
         leaf = label.endswith(".grad")
-        ax.text(*pos[nid], label, ha="center", va="center", fontsize=8,
-                bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"))
-    ax.set_xlim(-0.6, max(by_depth) + 0.6)
+        boxes[nid] = ax.text(*pos[nid], label, ha="center", va="center", fontsize=8,
+                             bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"))
+    for a, b in edges:  # from the right edge of a's box to the left edge of b's box
+        ax.annotate("", xy=(0, 0.5), xycoords=boxes[b], xytext=(1, 0.5), textcoords=boxes[a],
+                    arrowprops=dict(arrowstyle="->", color="0.4", lw=1, shrinkA=4, shrinkB=4))
+    ax.set_xlim(-0.9, 1.6 * max(by_depth) + 0.9)
     ax.set_ylim(-1.6, 1.6)
     ax.axis("off")
     ax.set_title(title, fontsize=10)
+
+
+# ---------------------------------------------------------------- the main job, in-process
+def train_and_sample(cfg: TrainConfig, progress: str = "plain") -> tuple[list[dict], str]:
+    """Run :func:`minipar.train.train` with its outputs in a temporary folder.
+
+    Returns ``(history, sample)``: the logged metrics and the text the trained model generated
+    (``sample.txt``). ``train`` saves ``loss.png`` with matplotlib's Agg backend, which switches
+    pyplot's backend for the whole process; we switch it back, so a notebook keeps showing figures.
+    """
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    backend = matplotlib.get_backend()
+    with tempfile.TemporaryDirectory() as tmp:
+        history = train(dataclasses.replace(cfg, out=tmp), progress=progress)
+        sample = (pathlib.Path(tmp) / "sample.txt").read_text()
+    plt.switch_backend(backend)
+    return history, sample
 
 
 # ---------------------------------------------------------------- memory of a training step
