@@ -168,9 +168,13 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
                 act_formula=activation_bytes_formula(cfg, batch)["total"], peak=peak)
 
 
-def sweep_memory(cfgs: list[GPTConfig], batch: int) -> list[dict]:
-    """:func:`step_memory` for each config, one after another in this (fresh) process."""
-    return [step_memory(c, batch) for c in cfgs]
+def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
+    """:func:`step_memory` for each ``(cfg, batch, dtype)``, one after another in this process.
+
+    Sequential measurements do not disturb each other: after :func:`give_freed_memory_back`
+    every block a step frees goes back to the OS, so the next peak starts from a clean level.
+    """
+    return [step_memory(*case) for case in cases]
 
 
 def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
