@@ -30,9 +30,11 @@ def autograd_graph(root: torch.Tensor, names: dict[int, str] | None = None):
     names = names or {}
     nodes: dict[int, tuple[str, int]] = {}
     edges: list[tuple[int, int]] = []
+    alive = []  # hold every node object, so that no id() is reused while we walk
     todo = [(root.grad_fn, 0)]
     while todo:
         fn, depth = todo.pop(0)
+        alive.append(fn)
         if id(fn) in nodes:
             continue
         label = type(fn).__name__
