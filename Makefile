@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NBVAL  := --nbval --nbval-current-env --sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup lab test test-unit test-notebooks train bench execute clean
+.PHONY: setup lab test test-unit test-notebooks train bench execute slides clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,7 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/ -q
 
 test-notebooks: $(STAMP)
+	@ls lessons/*.ipynb >/dev/null 2>&1 || { echo "no notebooks in lessons/"; exit 0; }; \
 	$(PY) -m pytest $(NBVAL) lessons/ -q
 
 train: $(STAMP)                       ## the main job with default settings
@@ -36,6 +37,9 @@ bench: $(STAMP)                       ## minipar vs PyTorch-native, ratios -> ru
 execute: $(STAMP)                     ## re-run notebooks in place (NB=lessons/00_single_device.ipynb for one)
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 \
 	  --ExecutePreprocessor.record_timing=False $(or $(NB),lessons/*.ipynb)
+
+slides: $(STAMP)                      ## reveal.js decks lessons/NN_*.ipynb -> slides/ (LESSON=04 for one)
+	$(PY) slides/build.py $(LESSON)
 
 clean:                                ## remove the venv, run outputs and caches
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info

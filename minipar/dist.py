@@ -112,6 +112,8 @@ def init(backend: str = "auto", timeout: float | timedelta | None = None, store=
         _device = torch.device("cpu")
 
     kwargs = dict(backend=backend, rank=rank, world_size=world_size, timeout=timeout)
+    if store is None and "TORCHELASTIC_RESTART_COUNT" in os.environ and "MASTER_ADDR" in os.environ:
+        store = _elastic_store(rank, world_size, timeout)
     if store is not None:
         kwargs["store"] = store
     elif "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
@@ -123,6 +125,19 @@ def init(backend: str = "auto", timeout: float | timedelta | None = None, store=
     if backend == "nccl":
         kwargs["device_id"] = _device
     dist.init_process_group(**kwargs)
+
+
+def _elastic_store(rank: int, world_size: int, timeout: timedelta):
+    """Under torchrun: the rendezvous store, with keys prefixed by the restart attempt.
+
+    After ``torchrun --max-restarts`` restarts a failed job, the store still holds the previous
+    attempt's gloo addresses; without a per-attempt prefix the new ranks connect to dead peers
+    ("Gloo connectFullMesh failed ... Connection refused", seen with torch 2.13 on gloo).
+    """
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                         is_master=(not agent and rank == 0), timeout=timeout)
+    return dist.PrefixStore(f"minipar/attempt{os.environ['TORCHELASTIC_RESTART_COUNT']}/", base)
 
 
 def new_group(ranks: list[int] | None = None, timeout: float | timedelta | None = None):

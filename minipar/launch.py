@@ -45,7 +45,10 @@ from typing import Any, Callable, Sequence
 from .errors import ConfigError, RankFailedError
 
 _HOST = "127.0.0.1"
-_GRACE_S = 1.0  # after a first failure, how long the other ranks get to exit on their own
+_GRACE_S = 1.0
+# Errors a rank sees when a *peer* died: symptoms, not causes.
+_PEER_SYMPTOMS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "timed out",
+                  "Timed out", "Timeout", "connectFullMesh")  # after a first failure, how long the other ranks get to exit on their own
 
 
 class RemoteTraceback(Exception):
@@ -215,7 +218,7 @@ def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: 
     timeout_s = mdist.default_timeout().total_seconds() if timeout is None else float(timeout)
     fn_spec = _fn_spec(fn)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "minipar.dist"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "minipar.dist"])  # _dynamo: torch.optim imports it (~2 s)
     store = _open_store(port, timeout_s)
     port = store.port
     tmp = tempfile.TemporaryDirectory(prefix="minipar-launch-")
@@ -275,13 +278,15 @@ def _collect(procs, results, exit_time, job_timeout):
         if payload is not None and payload[0] == "ok":
             values.append(payload[1])
         elif payload is not None:
-            failures.append((payload[3], r, payload))
-        else:  # died without a Python exception: when the parent saw it go
-            failures.append((exit_time[r], r, None))
+            secondary = any(m in payload[2] for m in _PEER_SYMPTOMS)
+            failures.append(((1 if secondary else 0, payload[3]), r, payload))
+        else:  # died without a Python exception: when the parent saw it go (inf if we stopped it)
+            failures.append(((0 if exit_time[r] != float("inf") else 2, exit_time[r]), r, None))
     if not failures:
         return values
-    # Report the earliest Python exception: later ones are usually peers noticing the first
-    # rank is gone ("Connection closed by peer") or timing out waiting for it.
+    # Report the root cause: the earliest exception or death of a rank on its own. Peers that
+    # merely noticed a rank was gone ("Connection closed by peer", a timeout waiting for it)
+    # come next, ranks that launch itself stopped last.
     failures.sort(key=lambda x: (x[0], x[1]))
     _, r, payload = failures[0]
     if payload is None:

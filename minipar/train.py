@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from . import checkpoint as ckpt
 from . import dist as mdist
 from .data import CharCorpus, load_text, make_loader
 from .data_parallel import all_reduce_gradients, broadcast_parameters
@@ -55,6 +56,9 @@ class TrainConfig:
     eval_every: int = 100
     eval_batches: int = 8
     sample_chars: int = 300
+    ckpt_dir: str | None = None   # where checkpoints go (None: no checkpoints)
+    ckpt_every: int = 0           # save every this many steps (0: never)
+    resume: bool = False          # continue from the newest complete checkpoint in ckpt_dir
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "microbatches", "block_size", "log_every", "eval_every", "eval_batches"):
@@ -156,16 +160,28 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
     model, opt = build(cfg, corpus.vocab_size)
     model.to(device)
     broadcast_parameters(model)
+    start = resume(cfg, model, opt, loader) if cfg.resume else 0
     tokens_per_step = cfg.batch_size * cfg.block_size
     history: list[dict] = []
     bar = _progress(progress, cfg.steps) if rank == 0 else None
     t_last = time.perf_counter()
-    for step in range(cfg.steps + 1):
+    if bar is not None and start:
+        bar.update(start)
+    log_file = open_metrics(cfg, start) if rank == 0 and cfg.out else None
+
+    def log(rec: dict) -> None:
+        history.append(rec)
+        if log_file is not None:
+            log_file.write(json.dumps(rec) + "\n")
+            log_file.flush()
+
+    for step in range(start, cfg.steps + 1):
+        _maybe_inject_fault(step)
         record = None
         if step % cfg.eval_every == 0 or step == cfg.steps:
             record = {"step": step, "val_loss": evaluate(model, corpus, cfg, device)}
         if step == cfg.steps:
-            history.append(record)
+            log(record)
             break
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
@@ -182,6 +198,8 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
+            ckpt.save(cfg.ckpt_dir, step + 1, checkpoint_state(model, opt, loader, step + 1))
         if step % cfg.log_every == 0:
             if world > 1:
                 dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
@@ -193,22 +211,72 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", refresh=False)
         if record is not None:
-            history.append(record)
+            log(record)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    if rank == 0 and cfg.out:
-        write_outputs(cfg, history, model, corpus, device)
+    if log_file is not None:
+        log_file.close()
+        write_outputs(cfg, model, corpus, device)
     return history
 
 
-def write_outputs(cfg: TrainConfig, history: list[dict], model: GPT, corpus: CharCorpus, device) -> None:
-    """Write ``metrics.jsonl``, ``config.json``, ``loss.png`` and ``sample.txt`` into ``cfg.out``."""
+def checkpoint_state(model, opt, loader, step: int) -> dict:
+    """Everything a resume needs: weights, AdamW state by parameter name, loader position, step, RNG."""
+    pos = loader.state_dict()
+    return {"model": model.state_dict(), "optim": ckpt.optimizer_state(model, opt),
+            "progress": torch.tensor([step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long),
+            "rng": torch.get_rng_state()}
+
+
+def resume(cfg: TrainConfig, model, opt, loader) -> int:
+    """Load the newest complete checkpoint in ``cfg.ckpt_dir`` (if any); return the step to start at."""
+    path = ckpt.latest(cfg.ckpt_dir)
+    if path is None:
+        return 0
+    ckpt.init_optimizer_state(model, opt)
+    state = checkpoint_state(model, opt, loader, 0)
+    ckpt.load(path, state)
+    step, epoch, in_epoch = state["progress"].tolist()
+    loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
+    torch.set_rng_state(state["rng"])
+    if mdist.rank() == 0:
+        print(f"resumed from {os.path.basename(path)} (step {step})")
+    return step
+
+
+def _maybe_inject_fault(step: int) -> None:
+    """Test knob: ``MINIPAR_FAULT="RANK:STEP"`` SIGKILLs that rank as it reaches that step, on the
+    first attempt only (torchrun sets ``TORCHELASTIC_RESTART_COUNT``), to test restart + resume."""
+    spec = os.environ.get("MINIPAR_FAULT")
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return
+    r, s = (int(v) for v in spec.split(":"))
+    if r == mdist.rank() and s == step:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def open_metrics(cfg: TrainConfig, start: int):
+    """Open ``metrics.jsonl`` for appending (rank 0). A fresh run truncates it; a resumed run keeps
+    the records before its checkpoint's step, so a killed job loses no logged line."""
     os.makedirs(cfg.out, exist_ok=True)
-    with open(os.path.join(cfg.out, "metrics.jsonl"), "w") as f:
-        for rec in history:
-            f.write(json.dumps(rec) + "\n")
+    path = os.path.join(cfg.out, "metrics.jsonl")
+    old = []
+    if start and os.path.exists(path):
+        with open(path) as f:
+            old = [line for line in f if line.strip() and json.loads(line)["step"] < start]
+    f = open(path, "w")
+    f.writelines(old)
+    f.flush()
+    return f
+
+
+def write_outputs(cfg: TrainConfig, model: GPT, corpus: CharCorpus, device) -> None:
+    """Write ``config.json``, ``loss.png`` (from the whole ``metrics.jsonl``) and ``sample.txt`` into ``cfg.out``."""
+    with open(os.path.join(cfg.out, "metrics.jsonl")) as f:
+        history = [json.loads(line) for line in f if line.strip()]
     with open(os.path.join(cfg.out, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(cfg), f, indent=2)
     plot_losses(history, os.path.join(cfg.out, "loss.png"))
@@ -264,6 +332,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     p.add_argument("--out", default=d.out, help="output folder")
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: OUT/ckpt when --ckpt-every is set)")
+    p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     p.add_argument("--nproc", type=int, default=1,
                    help="data-parallel ranks started with minipar.launch (ignored under torchrun)")
     p.add_argument("--threads", type=int, default=None,
@@ -271,7 +342,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     a = p.parse_args(argv)
     cfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, microbatches=a.microbatches, block_size=a.block_size,
                       n_layer=a.n_layer, n_head=a.n_head, d_model=a.d_model, lr=a.lr, seed=a.seed, dtype=a.dtype,
-                      data=a.data, out=a.out, eval_every=a.eval_every, log_every=a.log_every)
+                      data=a.data, out=a.out, eval_every=a.eval_every, log_every=a.log_every,
+                      ckpt_dir=a.ckpt_dir or (os.path.join(a.out, "ckpt") if a.out and (a.ckpt_every or a.resume) else None),
+                      ckpt_every=a.ckpt_every, resume=a.resume)
     return cfg, a
 
 
@@ -292,15 +365,17 @@ def main(argv: list[str] | None = None) -> int:
             mdist.init()
             try:
                 history = train(cfg)
+                is_rank0 = mdist.rank() == 0
             finally:
                 mdist.destroy()
         else:
             from .launch import launch
             history = launch(_worker, world_size=a.nproc, args=(cfg, "plain"), threads=a.threads or 1, prefix=False)[0]
+            is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if mdist.rank() == 0 and history:
+    if is_rank0 and history:
         first = next(r["val_loss"] for r in history if "val_loss" in r)
         print(f"val loss {first:.3f} -> {history[-1]['val_loss']:.3f}; outputs in {cfg.out}/")
     return 0

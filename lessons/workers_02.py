@@ -1,0 +1,170 @@
+"""Experiment drivers for lesson 02 (data parallelism). They only call minipar and torch.
+
+Child processes import them by name, so they live here and not in the notebook.
+"""
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar.accounting import CommLog
+from minipar.data import CharCorpus, load_text, make_loader
+from minipar.data_parallel import DistributedDataParallel, all_reduce_gradients, broadcast_parameters
+from minipar.errors import ConfigError
+from minipar.models import GPT, GPTConfig
+
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)    # for the equivalence proof
+MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # for timelines and throughput
+_CORPUS = []
+
+
+def corpus() -> CharCorpus:
+    if not _CORPUS:
+        _CORPUS.append(CharCorpus(load_text()))
+    return _CORPUS[0]
+
+
+def build(cfg=SMALL, seed=0):
+    """The GPT and its AdamW, seeded: every rank (and the single device) starts from the same weights."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg))
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+
+
+def _torch_hook(state, bucket):
+    """A Python DDP comm hook (divide, then all-reduce-sum), so CommLog can see PyTorch DDP's traffic."""
+    buf = bucket.buffer().div_(dist.get_world_size())
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True):
+    """``steps`` AdamW steps on the global batch; ``micro`` micro-batches per rank (``no_sync`` for all but the last).
+
+    mode: ``"single"`` (one device, no process group), ``"ddp"`` (minipar), ``"naive"``
+    (``all_reduce_gradients``), ``"torch"`` (``torch.nn.parallel.DistributedDataParallel``);
+    ``overlap`` is passed to minipar's DDP.
+    Returns ``{"losses", "params", "sent"}``: global mean loss per step, final parameters, and
+    the bytes this rank sent in the last step (CommLog; 0 on one device).
+    """
+    rank, world = (0, 1) if mode == "single" else (md.rank(), md.world_size())
+    loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, rank, world, seed=seed)
+    model, opt = build(SMALL, seed)
+    net = model
+    if mode == "ddp":
+        net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
+    elif mode == "torch":
+        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+        net.register_comm_hook(None, _torch_hook)
+    elif mode == "naive":
+        broadcast_parameters(model)
+    losses = []
+    for _ in range(steps):
+        x, y = next(loader)
+        total = torch.zeros(())
+        with CommLog() as log:
+            for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
+                local = mode in ("ddp", "torch") and k < micro - 1
+                with net.no_sync() if local else contextlib.nullcontext():
+                    _, loss = net(xm, ym)
+                    (loss / micro).backward()
+                total += loss.detach() / micro
+            if mode == "naive":
+                all_reduce_gradients(model)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if world > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.AVG)
+        losses.append(total.item())
+    return {"losses": losses, "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+            "sent": log.total("sent")}
+
+
+def prove(steps=5, global_batch=8):
+    """Every variant on this world size, for the equivalence table."""
+    return {"minipar DDP": train("ddp", steps, global_batch),
+            "minipar DDP, 2 micro-batches": train("ddp", steps, global_batch, micro=2),
+            "naive DP": train("naive", steps, global_batch),
+            "torch DDP, 2 micro-batches": train("torch", steps, global_batch, micro=2)}
+
+
+def timeline(bucket_cap_mb=0.5, local_batch=4, steps=7):
+    """Time the phases of training steps with and without overlap (``time.perf_counter``, seconds).
+
+    The two modes alternate step by step (two model copies), so a busy moment of the machine hits
+    both. Returns ``{overlap: [trace of each step]}`` with a trace ``{"t0": forward start,
+    "t": {phase: time}, "buckets": [...], "labels": [(bucket label, bytes sent)], "sent": bytes,
+    "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
+    so ``t0`` compares across ranks), and ``"params"``: the parameter count.
+    """
+    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
+                      generator=torch.Generator().manual_seed(md.rank()))
+    runs, traces = {}, {False: [], True: []}
+    for overlap in (False, True):
+        model, opt = build(MEDIUM)
+        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    for _ in range(steps):
+        for overlap, (net, opt) in runs.items():
+            dist.barrier()
+            with CommLog() as log:
+                _, loss = net(x, x)
+                t_bwd = time.perf_counter()
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t_opt = time.perf_counter()
+            t, t0 = net.last_times, net.last_times["forward_start"]
+            phases = dict(forward_end=t["forward_end"], backward_start=t_bwd, backward_end=t["backward_end"],
+                          sync_end=t["sync_end"], step_end=t_opt)
+            traces[overlap].append({
+                "t": {k: v - t0 for k, v in phases.items()},
+                "buckets": [{**b, **{k: b[k] - t0 for k in ("ready", "launch", "done")}} for b in net.last_step],
+                "labels": [(r.label, r.sent) for r in log.records], "sent": log.total("sent"), "step": t_opt - t0,
+                "t0": t0})
+    out = dict(traces)
+    out["params"] = sum(p.numel() for p in runs[True][0].module.parameters())
+    return out
+
+
+def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
+    """Samples per second of minipar DDP training (all ranks together), fixed batch per rank."""
+    model, opt = build(MEDIUM)
+    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]))
+    for i in range(warmup + steps):
+        if i == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
+        _, loss = net(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    seconds = torch.tensor([time.perf_counter() - t0])
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    return local_batch * md.world_size() * steps / seconds.item()
+
+
+def bad_inputs():
+    """Each mistake of the lesson on real ranks; returns the error messages (rank 0's)."""
+    msgs = {}
+    model, opt = build(SMALL, seed=md.rank())           # rank 1 seeds differently
+    try:
+        DistributedDataParallel(model, init_sync=False)
+    except ConfigError as e:
+        msgs["parameters differ, init_sync=False"] = str(e)
+    net = DistributedDataParallel(model)                # init_sync=True: rank 0's copy wins
+    msgs["init_sync=True fixed"] = f"{len(net.differed_at_start)} parameters differed and were copied from rank 0"
+    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    try:
+        with net.no_sync():
+            _, loss = net(x, x)
+            loss.backward()
+            opt.step()
+    except ConfigError as e:
+        msgs["step() inside no_sync()"] = str(e)
+    try:
+        DistributedDataParallel(model, bucket_cap_mb=0)
+    except ConfigError as e:
+        msgs["bucket_cap_mb=0"] = str(e)
+    return msgs

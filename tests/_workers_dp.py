@@ -1,0 +1,73 @@
+"""Data-parallel jobs the tests run on 1..4 ranks (importable: child processes find them by name).
+
+The training loop itself is the lesson's driver, ``lessons/workers_02.train`` (one device,
+minipar DDP, naive DP or PyTorch DDP, with micro-batches), so the tests check what the notebook
+shows.
+"""
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from lessons.workers_02 import SMALL, build, corpus, train
+from minipar.data_parallel import DistributedDataParallel
+
+__all__ = ["SMALL", "build", "corpus", "train", "train_variants", "one_step_trace", "start_unequal",
+           "step_inside_no_sync", "unused_parameter"]
+
+
+def train_variants(steps=4, global_batch=8):
+    """The DP variants the equivalence test compares, in one launch: ``{name: train(...)}``."""
+    return {"ddp": train("ddp", steps, global_batch),
+            "ddp_accum": train("ddp", steps, global_batch, micro=2),
+            "ddp_no_overlap": train("ddp", steps, global_batch, overlap=False),
+            "naive": train("naive", steps, global_batch),
+            "torch": train("torch", steps, global_batch, micro=2)}
+
+
+def one_step_trace(bucket_cap_mb=0.02, overlap=True):
+    """One DDP training step (after a warm-up step) under a CommLog: what was sent, and when."""
+    from minipar.accounting import CommLog
+    model, opt = build()
+    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
+    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    for _ in range(2):
+        with CommLog() as log:
+            _, loss = net(x, x)
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return {"records": [(r.op, r.bytes, r.sent, r.label) for r in log.records],
+            "buckets": [b.nbytes for b in net.buckets], "step": net.last_step, "times": net.last_times,
+            "numel": sum(p.numel() for p in model.parameters())}
+
+
+def start_unequal(init_sync):
+    """Rank 1 builds its model with another seed: detected (and fixed, with ``init_sync=True``)."""
+    model, _ = build(seed=md.rank())
+    net = DistributedDataParallel(model, init_sync=init_sync)
+    w = model.wte.weight.detach().clone()
+    dist.broadcast(w, src=0)
+    return {"differed": net.differed_at_start, "equal_now": bool(torch.equal(w, model.wte.weight))}
+
+
+def step_inside_no_sync(outside=False):
+    """The mistake: ``opt.step()`` while the micro-batch gradients are still local."""
+    model, opt = build()
+    net = DistributedDataParallel(model)
+    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    with net.no_sync():
+        _, loss = net(x, x)
+        loss.backward()
+        if not outside:
+            opt.step()
+    opt.step()
+
+
+def unused_parameter():
+    """A parameter that gets no gradient: its bucket is still sent at the end of backward (no hang)."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "unused": torch.nn.Linear(4, 4)})
+    net = DistributedDataParallel(model, bucket_cap_mb=1e-4)  # ~100 bytes: one bucket per parameter
+    x = torch.full((2, 4), float(md.rank() + 1))
+    model["used"](x).sum().backward()
+    return {"grad": model["used"].weight.grad.clone(), "unused_grad": model["unused"].weight.grad}
