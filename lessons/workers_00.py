@@ -6,7 +6,6 @@ next one's peak (see :func:`step_memory`).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import pathlib
 import tempfile
@@ -14,7 +13,8 @@ import time
 
 import torch
 
-from minipar.memory import activation_bytes_formula, measure_peak, saved_activation_bytes, state_bytes
+from minipar.memory import (activation_bytes_formula, measure_peak, release_freed_memory, saved_activation_bytes,
+                            state_bytes)
 from minipar.models import GPT, GPTConfig, num_params
 from minipar.train import TrainConfig, train
 
@@ -107,19 +107,6 @@ def train_and_sample(cfg: TrainConfig, progress: str = "plain") -> tuple[list[di
 
 
 # ---------------------------------------------------------------- memory of a training step
-def give_freed_memory_back() -> None:
-    """Make glibc return every block of 64 KiB or more to the OS as soon as it is freed.
-
-    By default glibc's ``malloc`` keeps freed blocks (up to 32 MiB each) in its heap for reuse,
-    so after a warm-up step the process's resident set no longer grows and a peak-RSS
-    measurement reads ~0. ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` makes large blocks ``mmap``-ed
-    and ``munmap``-ed, so RSS follows tensor lifetimes (and steps get slower: page faults).
-    A GPU needs none of this: ``torch.cuda.max_memory_allocated`` counts tensors, not pages.
-    """
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD = -3 in malloc.h
-
-
 def _batch(vocab: int, batch: int, seq: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g))
@@ -136,7 +123,7 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
     ``peak`` (measured: peak RSS while building the model and optimizer and running ``steps``
     steps, above the RSS before), plus ``num_params``.
     """
-    give_freed_memory_back()
+    release_freed_memory()  # so RSS follows tensor lifetimes (see its docstring)
     x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
     box = {}
 
@@ -173,7 +160,7 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
 def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
     """:func:`step_memory` for each ``(cfg, batch, dtype)``, one after another in this process.
 
-    Sequential measurements do not disturb each other: after :func:`give_freed_memory_back`
+    Sequential measurements do not disturb each other: after ``release_freed_memory``
     every block a step frees goes back to the OS, so the next peak starts from a clean level.
     """
     return [step_memory(*case) for case in cases]
@@ -196,3 +183,25 @@ def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3)
         times.append(time.perf_counter() - t)
     return sorted(times[1:])[len(times[1:]) // 2]
 
+
+
+
+def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> list[int]:
+    """Peak RSS of ``repeats`` successive AdamW steps of ``GPT(cfg)``, each measured, bytes.
+
+    Shows why :func:`minipar.memory.release_freed_memory` exists: without it glibc keeps what
+    the first steps freed, the later steps reuse it, and their peaks read ~0.
+    """
+    if release:
+        release_freed_memory()
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+
+    def step():
+        model(x, y)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return [measure_peak(step) for _ in range(repeats)]

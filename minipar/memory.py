@@ -87,12 +87,36 @@ def rss_bytes() -> int:
     return _proc_status_bytes("VmRSS") if os.path.exists("/proc/self/status") else 0
 
 
+def release_freed_memory() -> bool:
+    """Make glibc ``malloc`` hand every freed block of 64 KiB or more back to the OS at once.
+
+    By default glibc keeps freed blocks (its mmap threshold adapts up to 32 MiB) in the heap for
+    reuse, so after one training step the resident set stops growing and a peak-RSS measurement
+    of the next step reads ~0. ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` makes every large block
+    ``mmap``-ed and ``munmap``-ed, so RSS follows tensor lifetimes — at the price of page faults
+    (steps get slower: measure time and memory in separate runs). Affects the whole process and
+    cannot be undone: call it in a process started for the measurement (e.g. by
+    ``minipar.launch``). A GPU needs none of this: its allocator counts tensor bytes.
+
+    Returns True where it took effect (Linux with glibc), False elsewhere.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(-3, 64 * 1024))  # M_MMAP_THRESHOLD = -3 in <malloc.h>
+
+
 def measure_peak(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
     """Run ``fn()`` and return its peak memory above the level before it, in bytes.
 
     GPU: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. CPU (Linux): the
     peak RSS (``VmHWM``) after resetting it with ``/proc/self/clear_refs``, minus the RSS before.
     Call it on a warmed-up step (the first step also allocates gradients and optimizer state).
+    On CPU, call :func:`release_freed_memory` first (once per process): otherwise glibc reuses
+    the blocks a warm-up step freed without the RSS growing, and the peak reads ~0.
 
     Raises:
         RuntimeError: on a CPU platform without ``/proc`` (not Linux).
