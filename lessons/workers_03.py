@@ -1,0 +1,148 @@
+"""Experiment drivers for lesson 03 (ZeRO): they only call minipar and torch, on every rank.
+
+Child processes import this module by name, so the notebook's workers live here, not in a cell.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar.accounting import CommLog
+from minipar.memory import state_bytes
+from minipar.models import GPT, GPTConfig
+from minipar.zero import adamw_groups, zero
+
+STRATEGIES = ("dp", "zero1", "zero2", "zero3", "fsdp2")
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def fsdp2_held_bytes(model, opt) -> dict:
+    """Bytes of the FSDP2 shards this rank holds (DTensor local pieces): params, grads, AdamW state."""
+    nb = lambda t: _local(t).numel() * _local(t).element_size()  # noqa: E731
+    d = dict(params=sum(nb(p) for p in model.parameters()),
+             grads=sum(nb(p.grad) for p in model.parameters() if p.grad is not None),
+             optimizer=sum(nb(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0))
+    d["total"] = d["params"] + d["grads"] + d["optimizer"]
+    return d
+
+
+def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None):
+    """The model (seed 0 on every rank) and its optimizer for one strategy."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    plain = dict(lr=adamw["lr"], betas=adamw["betas"])
+    if strategy == "dp" or strategy == "single":
+        opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
+    elif strategy == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (md.world_size(),))
+        for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:   # the same units as ZeRO-3
+            fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
+    else:
+        kw = dict(trace=trace) if strategy == "zero3" else {}
+        opt = zero(model, int(strategy[-1]), **adamw, **kw)
+    return model, opt
+
+
+def held(strategy, model, opt) -> dict:
+    if strategy in ("dp", "single"):
+        return state_bytes(model, opt)
+    return fsdp2_held_bytes(model, opt) if strategy == "fsdp2" else opt.held_bytes()
+
+
+def full_params(strategy, model, opt) -> dict:
+    if strategy == "zero3":
+        return opt.full_state_dict()
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+            for k, v in model.named_parameters()}
+
+
+def finish_step(strategy: str, model, opt, adamw: dict) -> None:
+    """After backward: (dp) all-reduce gradients, clip if ``adamw["max_norm"]``, step, zero the gradients.
+    ZeRO does its own communication and clipping inside ``opt.step()``."""
+    if strategy == "dp":
+        for p in model.parameters():
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+    if adamw.get("max_norm") and strategy in ("dp", "single", "fsdp2"):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), adamw["max_norm"])
+    opt.step()
+    opt.zero_grad()
+
+
+def peak_tracker(model, opt):
+    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``): it sees every tensor
+    allocation and free through a dispatch mode, so its peak is an exact count of live tensor bytes
+    (activations and temporaries included), the CPU analogue of ``torch.cuda.max_memory_allocated``."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    with warnings.catch_warnings():  # it warns about optimizer parameters whose .grad is None
+        warnings.simplefilter("ignore", UserWarning)
+        tracker.track_external(model, getattr(opt, "optimizer", opt))
+    return tracker
+
+
+def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1, track_peak: bool = False) -> dict:
+    """Train each strategy on this rank's rows of the same global ``batches``, one after another.
+
+    Returns ``{strategy: {"losses" (mean over ranks), "params" (full), "held" (bytes after the
+    backward of step ``measure_step``), "comm" ({op: bytes sent} in that step), "trace",
+    "peak" (peak tensor bytes during that step, with ``track_peak``)}}``.
+    """
+    n, r = md.world_size(), md.rank()
+    out = {}
+    for s in strategies:
+        trace = []
+        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None)
+        losses, rec = [], {}
+        for step, xy in enumerate(batches):
+            xy = xy.chunk(n)[r]
+            if step == measure_step:
+                trace.clear()
+            measure = step == measure_step
+            tracker = peak_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
+            with CommLog() as log, tracker, warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                loss = model(xy[:, :-1], xy[:, 1:])[1]
+                loss.backward()
+                if step == measure_step:
+                    rec["held"] = held(s, model, opt)
+                finish_step(s, model, opt, adamw)
+            if step == measure_step:
+                rec["comm"] = {op: d["sent"] for op, d in log.by_op().items()}
+                rec["trace"] = list(trace)
+                if track_peak:
+                    rec["peak"] = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+            t = loss.detach().clone()
+            dist.all_reduce(t)
+            losses.append(t.item() / n)
+        out[s] = dict(rec, losses=losses, params=full_params(s, model, opt))
+    return out
+
+
+def single_device(cfg: GPTConfig, adamw: dict, batches: list) -> dict:
+    """The reference: one process, the whole global batch, torch.optim.AdamW."""
+    model, opt = build("single", cfg, adamw)
+    losses = []
+    for xy in batches:
+        loss = model(xy[:, :-1], xy[:, 1:])[1]
+        loss.backward()
+        finish_step("single", model, opt, adamw)
+        losses.append(loss.item())
+    return dict(losses=losses, params={k: v.detach().clone() for k, v in model.named_parameters()})
+
+
+def different_start(cfg: GPTConfig, stage: int) -> None:
+    """A mistake on purpose: every rank seeds its own model, so the ranks start from different weights."""
+    torch.manual_seed(md.rank())
+    zero(GPT(cfg), stage)

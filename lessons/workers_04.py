@@ -1,0 +1,168 @@
+"""Experiment drivers for lesson 04 (tensor parallelism). They only call minipar; child processes
+import them by name, so they live in a module, not in the notebook."""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar.accounting import CommLog, label
+from minipar.data import CharCorpus, load_text, make_loader
+from minipar.memory import saved_activation_bytes, state_bytes
+from minipar.models import GPT, GPTConfig
+from minipar.tensor_parallel import new_tp_group, tp_rank
+from minipar.tp_gpt import ParallelBlock, TensorParallelGPT, allreduce_sequence_parallel_grads
+
+CFG = dict(block_size=32, n_layer=2, n_head=4, d_model=32)
+
+
+def data(steps: int, batch_size: int = 4, T: int = 32):
+    """The vocabulary size and ``steps`` (x, y) batches of the built-in corpus (seed 0)."""
+    corpus = CharCorpus(load_text())
+    loader = make_loader(corpus.split("train", T), batch_size, seed=0)
+    return corpus.vocab_size, [next(loader) for _ in range(steps)]
+
+
+def _full(model, grads: bool = False) -> dict:
+    if isinstance(model, TensorParallelGPT):
+        return model.full_state_dict(grads=grads)
+    return {k: (p.grad if grads else p).detach().clone() for k, p in model.named_parameters(remove_duplicate=False)}
+
+
+def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict, dict]:
+    """AdamW (lr 3e-3) over ``batches``; returns the losses, the full (gathered) gradients of the
+    last step and the full parameters after it."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    losses = []
+    for x, y in batches:
+        _, loss = model(x, y)
+        loss.backward()
+        if sync_sp:
+            allreduce_sequence_parallel_grads(model, group)
+        grads = _full(model, grads=True)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, grads, _full(model)
+
+
+def single_device(steps: int) -> tuple[list[float], dict, dict]:
+    vocab, batches = data(steps)
+    torch.manual_seed(0)
+    return train(GPT(GPTConfig(vocab_size=vocab, **CFG)), batches)
+
+
+def tp_runs(steps: int) -> dict:
+    """On 4 ranks: TP = 2 (two groups of 2) and TP = 4, each without and with sequence parallelism;
+    and one step of TP = 4 with SP but without ``allreduce_sequence_parallel_grads`` (wrong on purpose)."""
+    vocab, batches = data(steps)
+    out = {}
+    for tp in (2, 4):
+        group = new_tp_group(tp)
+        for sp in (False, True):
+            torch.manual_seed(0)
+            model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=sp)
+            out[(tp, sp)] = train(model, batches, group, sync_sp=sp)
+    torch.manual_seed(0)  # the mistake to avoid: SP without summing the replicated parameters' grads
+    model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=True)
+    missing = train(model, batches[:1], group, sync_sp=False)   # one step: its gradients
+    return out, missing
+
+
+def shards() -> dict:
+    """This rank's slices of block 0's weights, next to the full single-device weights."""
+    vocab, _ = data(1)
+    torch.manual_seed(0)
+    full = GPT(GPTConfig(vocab_size=vocab, **CFG))
+    torch.manual_seed(0)
+    tp = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG))
+    b, fb = tp.blocks[0], full.blocks[0]
+    return {"rank": md.rank(), "fc": b.mlp.fc.weight.detach().clone(), "proj": b.mlp.proj.weight.detach().clone(),
+            "qkv": b.attn.qkv.weight.detach().clone(), "full_fc": fb.mlp.fc.weight.detach().clone(),
+            "full_proj": fb.mlp.proj.weight.detach().clone(), "full_qkv": fb.attn.qkv.weight.detach().clone()}
+
+
+def comm_per_layer(B: int = 4, T: int = 32) -> dict:
+    """CommLog of one ParallelBlock's forward and backward, without and with sequence parallelism."""
+    n = md.world_size()
+    cfg = GPTConfig(vocab_size=128, **CFG)
+    out = {}
+    for sp in (False, True):
+        torch.manual_seed(0)
+        block = ParallelBlock(cfg, sequence_parallel=sp)
+        x = torch.randn(B, T // n if sp else T, cfg.d_model, requires_grad=True)
+        with CommLog() as log:
+            with label("forward"):
+                y = block(x)
+            with label("backward"):
+                y.square().mean().backward()
+        out[sp] = [(r.label, r.op, r.bytes, r.sent) for r in log.records]
+    return out
+
+
+def memory(B: int = 4, T: int = 64, d: int = 128, n_head: int = 8, n_layer: int = 4) -> dict:
+    """Per rank, for TP = 1, 2, 4 (+/- SP): parameter bytes of the whole GPT and the bytes autograd
+    saves for backward in one transformer block's forward (what the activations cost)."""
+    vocab, _ = data(1)
+    cfg = GPTConfig(vocab_size=vocab, block_size=T, n_layer=n_layer, n_head=n_head, d_model=d)
+    out = {}
+    for tp in (1, 2, 4):
+        group = new_tp_group(tp)
+        for sp in (False, True):
+            torch.manual_seed(0)
+            model = TensorParallelGPT(cfg, group=group, sequence_parallel=sp)
+            block = model.blocks[0]
+            x = torch.randn(B, T // tp if sp else T, d, requires_grad=True)
+            act = saved_activation_bytes(lambda: block(x), exclude=block)
+            out[(tp, sp)] = {"params": state_bytes(model)["params"], "act": act - x.numel() * 4}
+    return out
+
+
+def alpha_beta(sizes=(4, 4 << 10, 64 << 10, 1 << 20, 4 << 20), repeats: int = 5) -> list[tuple[int, float]]:
+    """Median seconds of one all_reduce of S bytes on this gloo group, for each S."""
+    out = []
+    for S in sizes:
+        t = torch.ones(S // 4)
+        dist.all_reduce(t)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            s = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - s)
+        out.append((S, sorted(times)[len(times) // 2]))
+    return out
+
+
+def dtensor_vs_minipar(steps: int) -> dict:
+    """The same K steps with minipar's TP and with PyTorch's DTensor TP on this world."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from minipar.tp_dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
+
+    vocab, batches = data(steps)
+    cfg = GPTConfig(vocab_size=vocab, **CFG)
+    torch.manual_seed(0)
+    mine = train(TensorParallelGPT(cfg), batches)
+    torch.manual_seed(0)
+    model = parallelize_gpt_dtensor(GPT(cfg), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
+    losses = []
+    for x, y in batches:
+        with loss_context(model):
+            _, loss = model(x, y)
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.full_tensor().item())
+    local = {k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
+             for k, p in model.named_parameters() if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")}
+    return {"minipar": mine[::2], "dtensor": (losses, full_state_dict_dtensor(model)), "local": local,
+            "rank": tp_rank()}
+
+
+def make_tp_group(tp: int):
+    """Create the tensor-parallel groups of size ``tp`` (raises ConfigError for a bad ``tp``)."""
+    new_tp_group(tp)

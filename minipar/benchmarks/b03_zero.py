@@ -1,0 +1,98 @@
+"""Lesson 03 (ZeRO): ZeRO-3 step time against PyTorch FSDP2, and ZeRO-1/2/3 bytes per rank against
+the formulas of Rajbhandari et al. 2020 (arXiv:1910.02054, §5; fp32 AdamW: 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N).
+
+Both timed strategies run in the same launch, one step of each in turn, so a busy machine slows them
+alike; a step's time is the slowest rank's (barriers around it), and the ratio is of the medians.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from .. import dist as md
+from ..bench import Row
+from ..launch import launch
+from ..models import GPT, GPTConfig, num_params
+from ..zero import zero, zero_bytes_formula
+
+CFG = dict(vocab_size=96, block_size=64, n_layer=4, n_head=4, d_model=128)
+N = 2
+
+
+def _build(strategy: str):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**CFG))
+    if strategy == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (md.world_size(),))
+        for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:  # ZeRO-3's units
+            fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, zero(model, int(strategy[-1]), lr=1e-3)
+
+
+def _timed_step(model, opt, xy) -> float:
+    dist.barrier()
+    t = time.perf_counter()
+    model(xy[:, :-1], xy[:, 1:])[1].backward()
+    opt.step()
+    opt.zero_grad()
+    dist.barrier()
+    return time.perf_counter() - t
+
+
+def job(steps: int) -> dict:
+    """On every rank: held bytes of ZeRO-1/2/3 after backward; then ZeRO-3 and FSDP2 steps, interleaved."""
+    g = torch.Generator().manual_seed(0)
+    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g).chunk(md.world_size())[md.rank()]
+    import warnings
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    held, peak = {}, {}
+    for s in ("zero1", "zero2", "zero3"):
+        model, opt = _build(s)
+        for i in range(2):  # the second step finds the optimizer state allocated: measure it
+            tracker = MemTracker()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                tracker.track_external(model, opt.optimizer)
+                with tracker:
+                    model(xy[:, :-1], xy[:, 1:])[1].backward()
+                    held[s] = opt.held_bytes()["total"]
+                    opt.step()
+                    opt.zero_grad()
+        peak[s] = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+    runs = {s: _build(s) for s in ("zero3", "fsdp2")}
+    times = {s: [] for s in runs}
+    for i in range(steps + 1):
+        for s, (model, opt) in runs.items():
+            t = _timed_step(model, opt, xy)
+            if i:  # the first step of each is a warm-up
+                times[s].append(t)
+    return dict(held=held, peak=peak, times=times)
+
+
+def rows(quick: bool) -> list[Row]:
+    out = launch(job, world_size=N, args=(3 if quick else 15,), prefix=False)
+    psi = num_params(GPT(GPTConfig(**CFG)))
+    step = {s: statistics.median(max(r["times"][s][i] for r in out) for i in range(len(out[0]["times"][s])))
+            for s in ("zero3", "fsdp2")}
+    ratio = step["zero3"] / step["fsdp2"]
+    res = [Row("03", f"ZeRO-3 step vs FSDP2 fully_shard (GPT 4x{CFG['d_model']}, T={CFG['block_size']}, {N} ranks)",
+               ratio, target="<= 1.3", ok=ratio <= 1.3,
+               note=f"{step['zero3'] * 1e3:.0f} ms vs {step['fsdp2'] * 1e3:.0f} ms per step")]
+    formulas = {1: "8Ψ+8Ψ/N", 2: "4Ψ+12Ψ/N", 3: "16Ψ/N"}
+    for stage in (1, 2, 3):
+        f = zero_bytes_formula(psi, stage, N)["total"]
+        worst = max(r["held"][f"zero{stage}"] for r in out)
+        res.append(Row("03", f"ZeRO-{stage} model-state bytes per rank / formula {formulas[stage]} (fp32 AdamW)",
+                       worst / f, unit="", target="0.9 to 1.1", ok=0.9 <= worst / f <= 1.1,
+                       note=f"{worst:,} B held vs {f:,.0f} B (Ψ = {psi:,}, N = {N}); peak of all tensors in a "
+                            f"step (MemTracker, activations included) {max(r['peak'][f'zero{stage}'] for r in out) / f:.2f}× formula"))
+    return res

@@ -1,0 +1,152 @@
+"""minipar.zero / minipar.zero3: ZeRO stages 1-3 equal single-device AdamW, hold the bytes the
+paper's formulas say, and move the bytes §7 says (Rajbhandari et al. 2020, arXiv:1910.02054)."""
+import pytest
+import torch
+
+from minipar import ConfigError, launch
+from minipar.data import CharCorpus, make_loader
+from minipar.models import GPT, GPTConfig, num_params
+from minipar.zero import default_units, zero, zero_bytes_formula
+from minipar.zero3 import ShardedUnit
+from tests import _workers_zero as w
+
+STEPS = 3
+ZERO = ("zero1", "zero2", "zero3")
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return w.workers_03.single_device(w.CFG, w.ADAMW, w.batches(STEPS))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_stages_equal_single_device_and_measure_formulas(n, reference):
+    """ZeRO-1/2/3 (and FSDP2, and plain DP) on n ranks = one device on the same global batch.
+
+    Tolerances: losses 1e-5 absolute (values ~3.7), parameters 1e-4 absolute after 3 AdamW steps
+    at lr 1e-2. The parallel runs average n per-rank mean gradients instead of one global mean:
+    the same numbers summed in another order, so they differ by fp32 rounding (~1e-7 relative).
+    AdamW divides by sqrt(v): an element whose gradient is tiny gets that rounding amplified, up
+    to ~1e-3 of its lr-sized step (measured: 1.1e-5 on 2 ranks, 1.8e-5 on 4). Between the three
+    ZeRO stages the arithmetic is the same operations in the same order, so they agree bit for bit.
+    """
+    out = launch(w.workers_03.run, world_size=n, args=(ZERO + ("dp", "fsdp2"), w.CFG, w.ADAMW, w.batches(STEPS)))
+    r0 = out[0]
+    for s, o in r0.items():
+        assert max(abs(a - b) for a, b in zip(o["losses"], reference["losses"])) < 1e-5, s
+        assert max_diff(o["params"], reference["params"]) < 1e-4, s
+    for s in ZERO[1:]:
+        assert r0[s]["losses"] == r0["zero1"]["losses"] and max_diff(r0[s]["params"], r0["zero1"]["params"]) == 0
+
+    psi = num_params(GPT(w.CFG))
+    units = default_units(GPT(w.CFG))
+    pad = 4 * (n - 1) * len(units)  # at most n-1 padding floats per unit
+    for stage, s in enumerate(ZERO, start=1):  # bytes held per rank vs the fp32 formula, exact up to padding
+        f = zero_bytes_formula(psi, stage, n)
+        for r in range(n):
+            for key in ("params", "grads", "optimizer"):
+                assert abs(out[r][s]["held"][key] - f[key]) <= pad, (s, r, key)
+        assert sum(out[r][s]["held"]["optimizer"] for r in range(n)) == 8 * psi  # AdamW moments: each element once
+    ring = 2 * (n - 1) / n * 4 * psi  # data parallelism: one ring all-reduce of 4Ψ bytes per rank
+    assert r0["dp"]["comm"]["all_reduce"] == ring
+    for s in ("zero1", "zero2"):  # §7.2.1: reduce-scatter + all-gather = the same 2Ψ
+        assert abs(sum(r0[s]["comm"].values()) - ring) <= pad
+    emb = 4 * (n - 1) / n * sum(m.weight.numel() for m in (GPT(w.CFG).wte, GPT(w.CFG).wpe))
+    z3 = r0["zero3"]["comm"]  # §7.2.2: 3Ψ, less the embeddings, which backward never re-gathers
+    assert abs(z3["reduce_scatter_single"] - ring / 2) <= pad
+    assert abs(z3["all_gather_single"] - (ring - emb)) <= 2 * pad
+    assert abs(sum(r0["fsdp2"]["comm"].values()) - 1.5 * ring) <= 3 * pad  # FSDP2 re-gathers them
+
+
+def test_clipping_equals_clip_grad_norm():
+    """max_norm=0.05 clips every step (gradient norms here are ~0.5-1): ZeRO's global norm from
+    an all-reduce of shard norms must equal ``torch.nn.utils.clip_grad_norm_``. Tolerances as above."""
+    adamw = dict(w.ADAMW, max_norm=0.05)
+    ref = w.workers_03.single_device(w.CFG, adamw, w.batches(STEPS))
+    out = launch(w.workers_03.run, world_size=2, args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)))[0]
+    for s, o in out.items():
+        assert max(abs(a - b) for a, b in zip(o["losses"], ref["losses"])) < 1e-5
+        assert max_diff(o["params"], ref["params"]) < 1e-4
+
+
+def test_stage3_gathers_one_unit_at_a_time_and_frees_it():
+    """One process (world of 1, no process group needed): after forward and after backward no
+    gathered weights are left, and at no moment is more than one unit's weights alive."""
+    torch.manual_seed(0)
+    trace = []
+    model = GPT(w.CFG)
+    opt = zero(model, 3, trace=trace, **w.ADAMW)
+    xy = w.batches(1)[0]
+    loss = model(xy[:, :-1], xy[:, 1:])[1]
+    assert ShardedUnit.live_bytes == 0
+    loss.backward()
+    assert ShardedUnit.live_bytes == 0 and all(s.grad is not None for s in opt.shards)
+    biggest = max(u.padded for u in opt.units) * 4
+    assert max(b for _, _, b in trace) <= biggest
+    gathers = [(e, u) for e, u, _ in trace if e.startswith("gather")]
+    assert gathers[0] == ("gather (forward)", "wte") and ("gather (backward)", "wte") not in gathers
+
+
+def test_one_rank_is_plain_adamw(reference):
+    """World of 1: every stage is exactly single-device AdamW (same elementwise operations)."""
+    for stage in (1, 2, 3):
+        torch.manual_seed(0)
+        model = GPT(w.CFG)
+        opt = zero(model, stage, **w.ADAMW)
+        for xy in w.batches(STEPS):
+            model(xy[:, :-1], xy[:, 1:])[1].backward()
+            opt.step()
+            opt.zero_grad()
+        params = opt.full_state_dict() if stage == 3 else dict(model.named_parameters())
+        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < 1e-6
+
+
+# -- bad input: one clear ConfigError naming the value and the fix ---------------------------
+
+def test_parameters_that_differ_across_ranks_are_detected():
+    with pytest.raises(ConfigError, match=r"unit 'wte' differ between rank 0 and rank\(s\) \[1\].*manual_seed"):
+        launch(w.different_start, world_size=2, args=(2,))
+
+
+@pytest.mark.parametrize("stage", [0, 4, "2"])
+def test_bad_stage(stage):
+    with pytest.raises(ConfigError, match=f"stage={stage!r}.*use 1"):
+        zero(GPT(w.CFG), stage)
+
+
+def test_bad_max_norm_and_tied_weights():
+    with pytest.raises(ConfigError, match=r"max_norm=0.*> 0"):
+        zero(GPT(w.CFG), 1, max_norm=0)
+    tied = GPTConfig(**{**w.CFG.__dict__, "tie_weights": True})
+    with pytest.raises(ConfigError, match="tied weights.*tie_weights=False"):
+        zero(GPT(tied), 2)
+
+
+def test_dataset_smaller_than_world_size():
+    """Four ranks need at least four sequences per step: the loader says so before any rank starts."""
+    windows = CharCorpus("abcdefghij" * 4).split("train", 16)  # 2 windows of 16 characters
+    with pytest.raises(ConfigError, match="larger than the dataset"):
+        make_loader(windows, batch_size=4, dp_size=4)
+
+
+def test_gradient_accumulation_equals_one_big_batch(reference):
+    """Two backward passes of half the batch before each step (stage 2 and 3 add each reduce-scattered
+    gradient shard to the last) = one pass over the whole batch. World of 1; tolerance 1e-4 on
+    parameters, as for the multi-rank runs: two partial sums instead of one differ by fp32 rounding,
+    which AdamW's 1/sqrt(v) amplifies for tiny gradients (measured 1.2e-5)."""
+    for stage in (1, 2, 3):
+        torch.manual_seed(0)
+        model = GPT(w.CFG)
+        opt = zero(model, stage, **w.ADAMW)
+        for xy in w.batches(STEPS):
+            for half in xy.chunk(2):
+                (model(half[:, :-1], half[:, 1:])[1] / 2).backward()
+            opt.step()
+            opt.zero_grad()
+        params = opt.full_state_dict() if stage == 3 else dict(model.named_parameters())
+        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < 1e-4, stage
