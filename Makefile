@@ -8,11 +8,19 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup lab test test-unit test-notebooks train bench execute slides clean
 
-$(STAMP): requirements.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	touch $(STAMP)
+# The stamp holds a hash of requirements.txt + pyproject.toml: install again only when their
+# *contents* change (a newer file time, e.g. in a fresh git worktree, is not a reason).
+$(STAMP): FORCE
+	@h=$$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16); \
+	if [ "$$(cat $(STAMP) 2>/dev/null)" != "$$h" ]; then \
+	  echo "setting up $(VENV) (first time: about 2 minutes)"; \
+	  [ -x $(PY) ] || $(PYTHON) -m venv $(VENV) || exit 1; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt || exit 1; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . || exit 1; \
+	  echo $$h > $(STAMP); \
+	fi
+
+FORCE:
 
 setup: $(STAMP)                       ## create .venv with everything the course needs
 

@@ -1,16 +1,21 @@
 """minipar: a small, real library for learning distributed training (the course's package).
 
-Modules, one concept each (read them top to bottom):
+Modules, one concept each (read them top to bottom; the lesson that teaches each is in brackets):
 
-- ``minipar.dist``    process groups: ``init(backend="auto")``, ``rank()``, ``world_size()``, ...
-- ``minipar.launch``  run a function on N local ranks from a notebook or script
-- ``minipar.data``    character-level text corpus, (B, T) batches sharded over data-parallel ranks
-- ``minipar.models``  a small GPT (and an MLP) built to be split by layer, head and column
-- ``minipar.accounting`` record bytes sent/received by every collective and send/recv (``CommLog``)
-- ``minipar.data_parallel`` data parallelism (all-reduce of gradients)
-- ``minipar.memory``  bytes of weights, gradients, optimizer state and activations; measured peak
-- ``minipar.train``   the main job: ``python -m minipar.train``
-- ``minipar.bench``   ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
+- ``minipar.dist``            process groups: ``init(backend="auto")``, ``rank()``, ``world_size()``, ...
+- ``minipar.launch``          run a function on N local ranks from a notebook or script
+- ``minipar.data``            character-level corpus, (B, T) batches sharded over data-parallel ranks
+- ``minipar.models``          a small GPT (and an MLP) built to be split by layer, head and column [00]
+- ``minipar.memory``          bytes of weights, gradients, optimizer state, activations; measured peak [00]
+- ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
+- ``minipar.accounting``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
+- ``minipar.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
+- ``minipar.data_parallel``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]
+- ``minipar.zero``, ``zero3`` ZeRO stages 1-2 and 3 over flat parameter shards [03]
+- ``minipar.tensor_parallel``, ``tp_layers``, ``tp_gpt``, ``tp_dtensor``  Megatron TP [04]
+- ``minipar.mesh``            the (pp, dp, tp) device mesh in Megatron order [07]
+- ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint [07]
+- ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
 """
 from .errors import ConfigError, RankFailedError
 from .launch import launch

@@ -24,6 +24,11 @@ What a record counts, per rank, for a message of ``S`` bytes in a group of ``N``
 
 So the numbers are the *algorithmic* volume of the bandwidth-optimal algorithm, a property of
 the call, not a sniff of the wire (gloo may pick another algorithm for small messages).
+
+minipar's own collectives (``minipar.collectives.ring_all_reduce``, ...) open a
+:func:`collective` scope: the call is one record (``op="ring_all_reduce"``) whose ``sent`` and
+``recv`` are the *measured* sums of the point-to-point calls made inside it, which are kept, in
+order, in ``record.parts`` (so ``total()`` counts every byte once).
 """
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ class Record:
     label: str = ""        # innermost active :func:`label`, e.g. "bucket 3" or "forward"
     dtype: str = ""
     group_ranks: tuple = field(default_factory=tuple)
+    parts: list = field(default_factory=list)  # calls made inside a minipar collective (see collective())
 
 
 def _nbytes(t) -> int:
@@ -127,8 +133,14 @@ def _wrap(op: str, fn):
         if getattr(_state, "inside", False) or not _active:
             return fn(*args, **kwargs)
         rec = _record(op, args, kwargs)
-        for log in _active:
-            log.records.append(rec)
+        parent = getattr(_state, "parent", None)
+        if parent is not None:  # inside a minipar collective: a part of its record
+            parent.parts.append(rec)
+            parent.sent += rec.sent
+            parent.recv += rec.recv
+        else:
+            for log in _active:
+                log.records.append(rec)
         _state.inside = True
         try:
             return fn(*args, **kwargs)
@@ -195,6 +207,33 @@ class CommLog:
 
     def clear(self) -> None:
         self.records.clear()
+
+
+@contextlib.contextmanager
+def collective(op: str, tensor=None, group=None):
+    """Record the block as one call of minipar's own collective ``op`` (e.g. ``"ring_all_reduce"``).
+
+    ``tensor``: the payload (``Record.bytes`` = its bytes, ``dtype`` from it); ``group``: the process
+    group (default: world). Inside the block the wrapped ``torch.distributed`` calls become
+    ``record.parts`` and their bytes are summed into ``record.sent``/``record.recv``. Yields the
+    record, or None when no log is open or the block runs inside another recorded call (then the
+    outer record gets the parts).
+    """
+    if not _active or not dist.is_initialized() or getattr(_state, "parent", None) is not None \
+            or getattr(_state, "inside", False):
+        yield None
+        return
+    n = dist.get_world_size(group)
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(n))
+    rec = Record(op, n, _nbytes(tensor), 0.0, 0.0, None, _labels[-1] if _labels else "",
+                 str(getattr(tensor, "dtype", "")), ranks)
+    for log in _active:
+        log.records.append(rec)
+    _state.parent = rec
+    try:
+        yield rec
+    finally:
+        _state.parent = None
 
 
 @contextlib.contextmanager

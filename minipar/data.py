@@ -159,8 +159,11 @@ class Loader:
             raise ConfigError(f"--batch-size {self.batch_size} is not divisible by the {self.dp_size} data-parallel "
                               f"ranks; use {lo or self.dp_size} or {lo + self.dp_size}")
         if len(self.dataset) < self.batch_size:
+            fits = len(self.dataset) // self.dp_size * self.dp_size
+            fix = (f"use --batch-size {fits} or less" if fits else
+                   f"use at most {len(self.dataset)} data-parallel ranks, or a longer text / shorter --block-size")
             raise ConfigError(f"--batch-size {self.batch_size} is larger than the dataset ({len(self.dataset)} "
-                              f"windows of {self.dataset.block_size}); use --batch-size {len(self.dataset)} or less")
+                              f"windows of {self.dataset.block_size}); {fix}")
         self.local_batch = self.batch_size // self.dp_size
         self.steps_per_epoch = len(self.dataset) // self.batch_size
         self.sampler = DistributedSampler(self.dataset, num_replicas=self.dp_size, rank=self.dp_rank,

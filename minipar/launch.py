@@ -45,10 +45,10 @@ from typing import Any, Callable, Sequence
 from .errors import ConfigError, RankFailedError
 
 _HOST = "127.0.0.1"
-_GRACE_S = 1.0
+_GRACE_S = 1.0  # after a first failure, how long the other ranks get to exit on their own
 # Errors a rank sees when a *peer* died: symptoms, not causes.
 _PEER_SYMPTOMS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "timed out",
-                  "Timed out", "Timeout", "connectFullMesh")  # after a first failure, how long the other ranks get to exit on their own
+                  "Timed out", "Timeout", "connectFullMesh")
 
 
 class RemoteTraceback(Exception):
@@ -169,6 +169,7 @@ def _replay(logs: Sequence[str], prefix: bool) -> None:
 
 
 def _stop(procs) -> None:
+    procs = [p for p in procs if p.pid is not None]  # a failed start() leaves unstarted processes
     for p in procs:
         if p.is_alive():
             p.terminate()

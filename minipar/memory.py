@@ -87,12 +87,36 @@ def rss_bytes() -> int:
     return _proc_status_bytes("VmRSS") if os.path.exists("/proc/self/status") else 0
 
 
+def release_freed_memory() -> bool:
+    """Make glibc ``malloc`` hand every freed block of 64 KiB or more back to the OS at once.
+
+    By default glibc keeps freed blocks (its mmap threshold adapts up to 32 MiB) in the heap for
+    reuse, so after one training step the resident set stops growing and a peak-RSS measurement
+    of the next step reads ~0. ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` makes every large block
+    ``mmap``-ed and ``munmap``-ed, so RSS follows tensor lifetimes — at the price of page faults
+    (steps get slower: measure time and memory in separate runs). Affects the whole process and
+    cannot be undone: call it in a process started for the measurement (e.g. by
+    ``minipar.launch``). A GPU needs none of this: its allocator counts tensor bytes.
+
+    Returns True where it took effect (Linux with glibc), False elsewhere.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(-3, 64 * 1024))  # M_MMAP_THRESHOLD = -3 in <malloc.h>
+
+
 def measure_peak(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
     """Run ``fn()`` and return its peak memory above the level before it, in bytes.
 
     GPU: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. CPU (Linux): the
     peak RSS (``VmHWM``) after resetting it with ``/proc/self/clear_refs``, minus the RSS before.
     Call it on a warmed-up step (the first step also allocates gradients and optimizer state).
+    On CPU, call :func:`release_freed_memory` first (once per process): otherwise glibc reuses
+    the blocks a warm-up step freed without the RSS growing, and the peak reads ~0.
 
     Raises:
         RuntimeError: on a CPU platform without ``/proc`` (not Linux).
@@ -112,3 +136,48 @@ def measure_peak(fn: Callable[[], object], device: torch.device | str = "cpu") -
     base = rss_bytes()
     fn()
     return max(0, _proc_status_bytes("VmHWM") - base)
+
+
+def activation_bytes_formula(cfg, batch_size: int, seq_len: int | None = None) -> dict[str, int]:
+    """Bytes autograd saves for backward in one fp32 forward of :class:`minipar.models.GPT`.
+
+    ``cfg`` is a ``GPTConfig``; b = ``batch_size``, s = ``seq_len`` (default ``cfg.block_size``),
+    h = ``d_model``, a = ``n_head``, V = ``vocab_size``, L = ``n_layer``. Per block, counted as in
+    Korthikanti et al. 2022 (arXiv:2205.05198, §4.1, which finds 34·sbh + 5·a·s²·b bytes per
+    layer for fp16 activations with dropout), but for our model: 16·sbh fp32 elements, i.e.
+    64·sbh bytes —
+
+    - attention 6·sbh: ``ln_1`` output (input of ``qkv``), q, k, v (3·sbh), the attention
+      output (input of ``proj``; the CPU kernel's output layout makes the reshape a view);
+    - MLP 9·sbh: ``fc`` input, GELU input (4·sbh), ``proj`` input (4·sbh);
+    - LayerNorm 2·sbh: the inputs of ``ln_1`` and ``ln_2`` (the residual stream);
+
+    plus 4·4·bs for the two LayerNorms' mean and 1/std and 4·a·bs for the attention's
+    log-sum-exp. Korthikanti's other terms are absent here: no dropout masks (dropout = 0), and
+    ``scaled_dot_product_attention`` (flash / memory-efficient kernels) recomputes the (s × s)
+    score matrix in backward instead of storing it, so there is no 5·a·s²·b term.
+    Outside the blocks: the token ids and targets (8·bs each, int64), the positions (8·s),
+    ``ln_f`` input and stats, the head's input (4·sbh) and the log-softmax of the logits (4·bsV),
+    and the loss's 4-byte total weight.
+
+    Returns ``{"per_layer", "layers", "embed_head", "total"}`` in bytes. Exact for fp32 on CPU
+    (checked against :func:`saved_activation_bytes` in ``tests/test_lesson00_memory.py``); under
+    bf16 autocast the matmul inputs are bf16 and autocast's bf16 weight copies are saved too,
+    so count those with :func:`saved_activation_bytes` instead.
+    """
+    b, s = batch_size, cfg.block_size if seq_len is None else seq_len
+    h, a, V, L = cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.n_layer
+    per_layer = 4 * 16 * s * b * h + 4 * 4 * b * s + 4 * a * b * s
+    embed_head = 8 * b * s + 8 * s + 4 * 2 * s * b * h + 4 * 2 * b * s + 4 * b * s * V + 8 * b * s + 4
+    return dict(per_layer=per_layer, layers=L * per_layer, embed_head=embed_head, total=L * per_layer + embed_head)
+
+
+def korthikanti_activation_bytes(seq_len: int, batch_size: int, d_model: int, n_head: int, n_layer: int) -> int:
+    """Activation bytes of a Megatron GPT, no recomputation: L·s·b·h·(34 + 5·a·s/h).
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    arXiv:2205.05198, §4.1, Eq. (1) times L: 16-bit activations, 1-byte dropout masks, the
+    (s × s) attention scores and softmax stored. The embedding and head are left out, as there.
+    """
+    s, b, h, a, L = seq_len, batch_size, d_model, n_head, n_layer
+    return L * (34 * s * b * h + 5 * a * s * s * b)

@@ -94,8 +94,8 @@ class Mesh:
     Attributes:
         shape: (pp, dp, tp).
         rank: global rank; ``coords``: {"pp", "dp", "tp"} of this rank.
-        groups: {"pp", "dp", "tp"} -> the ProcessGroup of this rank along that dimension
-            (``None`` for a size-1 dimension: nothing to communicate).
+        groups: {"pp", "dp", "tp"} -> the ProcessGroup of this rank along that dimension (a real
+            one-rank group for a size-1 dimension: ``group=None`` would mean the whole world).
         ranks: {"pp", "dp", "tp"} -> the global ranks of that group, in order.
     """
 
@@ -135,7 +135,7 @@ def init_mesh(pp: int = 1, dp: int | None = None, tp: int = 1) -> Mesh:
     mesh = Mesh(shape, me, coords_of(me, shape))
     for dim in DIMS:
         for ranks in group_ranks(shape, dim):
-            g = mdist.new_group(ranks) if dist.is_initialized() and len(ranks) > 1 else None
+            g = mdist.new_group(ranks) if dist.is_initialized() else None
             if me in ranks:
                 mesh.groups[dim], mesh.ranks[dim] = g, ranks
     return mesh

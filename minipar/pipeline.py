@@ -125,8 +125,10 @@ def build_stages(model: GPT, n_stages: int, stage_ids, layers_per_stage: list[in
 
 @dataclass
 class TraceEvent:
-    """One traced action on one rank: ``kind`` "F"/"B" (compute), "W" (waiting for a receive),
-    "O" (optimizer step). ``t0``, ``t1``: ``time.perf_counter()`` seconds (one clock per machine)."""
+    """One traced action on one rank: ``kind`` "F"/"B" (compute, from after its input arrived to
+    after its output was handed to ``isend``: all of the rank's own work for the action), "W"
+    (waiting for a receive), "O" (optimizer step). ``t0``, ``t1``: ``time.perf_counter()``
+    seconds (one clock per machine)."""
     rank: int
     kind: str
     stage: int
@@ -267,13 +269,15 @@ class PipelineExecutor:
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
         for k, a in enumerate(self.actions):
-            for nxt in self.actions[k + 1: k + 1 + self.lookahead]:
-                self._post_recv(nxt, shape)
-            stage = self.stages[a.stage]
-            last = a.stage == self.S - 1
+            stage, last = self.stages[a.stage], a.stage == self.S - 1
             if a.kind == "F":
                 inp = xs[a.mb].to(dev) if a.stage == 0 else self._get(a, shape).requires_grad_()
-                t0 = time.perf_counter()
+            else:
+                grad = None if last else self._get(a, shape)
+            t0 = time.perf_counter()  # the action's span: its own work, from here to its sends
+            for nxt in self.actions[k + 1: k + 1 + self.lookahead]:
+                self._post_recv(nxt, shape)  # the next inputs travel while this action computes
+            if a.kind == "F":
                 res = {}
 
                 def fwd():
@@ -284,8 +288,6 @@ class PipelineExecutor:
                 else:
                     fwd()
                 out = res["out"]
-                t1 = time.perf_counter()
-                self._trace.append(TraceEvent(self.me, "F", a.stage, a.mb, t0, t1))
                 held[(a.stage, a.mb)] = (inp, out)
                 live += act_bytes.get((a.stage, a.mb), 0)
                 peak = max(peak, live)
@@ -298,15 +300,12 @@ class PipelineExecutor:
                                           f"stage return (batch, T, {self.hidden}) or pass hidden_size=")
                     self._send(Action(a.stage + 1, "F", a.mb), out.detach())
             else:
-                grad = None if last else self._get(a, shape)
                 inp, out = held.pop((a.stage, a.mb))
-                t0 = time.perf_counter()
                 torch.autograd.backward(out, grad_tensors=grad)
-                t1 = time.perf_counter()
-                self._trace.append(TraceEvent(self.me, "B", a.stage, a.mb, t0, t1))
                 live -= act_bytes.get((a.stage, a.mb), 0)
                 if a.stage > 0:
                     self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
+            self._trace.append(TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter()))
         for _, work in self._sends:   # sends complete once their receivers have them
             work.wait(self.timeout)
         if self._inbox:

@@ -1,0 +1,207 @@
+"""Lesson 00's experiment drivers: draw an autograd graph, and measure one training step's memory.
+
+Only calls into ``torch`` and ``minipar``; the memory measurements run in a fresh process
+started by ``minipar.launch`` (world_size=1) so that what one experiment freed cannot hide the
+next one's peak (see :func:`step_memory`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+import time
+
+import torch
+
+from minipar.memory import (activation_bytes_formula, measure_peak, release_freed_memory, saved_activation_bytes,
+                            state_bytes)
+from minipar.models import GPT, GPTConfig, num_params
+from minipar.train import TrainConfig, train
+
+
+# ---------------------------------------------------------------- the graph autograd builds
+def autograd_graph(root: torch.Tensor, names: dict[int, str] | None = None):
+    """Walk ``root.grad_fn`` and its ``next_functions``: the graph ``backward()`` will run.
+
+    Returns ``(nodes, edges)``: ``nodes`` maps a node id to ``(label, depth)`` (depth = steps from
+    the loss); ``edges`` is a list of ``(from_id, to_id)``, from an op to the op (or leaf) whose
+    gradient it produces. Leaves (``AccumulateGrad``) are labelled with ``names[id(tensor)]``.
+    """
+    names = names or {}
+    nodes: dict[int, tuple[str, int]] = {}
+    edges: list[tuple[int, int]] = []
+    alive = []  # hold every node object, so that no id() is reused while we walk
+    todo = [(root.grad_fn, 0)]
+    while todo:
+        fn, depth = todo.pop(0)
+        alive.append(fn)
+        if id(fn) in nodes:
+            continue
+        label = type(fn).__name__
+        if hasattr(fn, "variable"):  # a leaf: the gradient is accumulated into tensor.grad
+            label = f"{names.get(id(fn.variable), 'leaf')}.grad"
+        nodes[id(fn)] = (label, depth)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                edges.append((id(fn), id(nxt)))
+                todo.append((nxt, depth + 1))
+    return nodes, edges
+
+
+def graph_text(nodes, edges) -> str:
+    """The graph as an indented tree, loss first: each line is a node, its inputs below it."""
+    children: dict[int, list[int]] = {}
+    for a, b in edges:
+        children.setdefault(a, []).append(b)
+    lines: list[str] = []
+
+    def visit(nid, indent):
+        lines.append("    " * indent + nodes[nid][0])
+        for c in children.get(nid, []):
+            visit(c, indent + 1)
+
+    visit(next(iter(nodes)), 0)
+    return "\n".join(lines)
+
+
+def draw_graph(nodes, edges, ax, title: str = "") -> None:
+    """Draw ``autograd_graph``'s output left (loss) to right (leaves) with matplotlib."""
+    by_depth: dict[int, list[int]] = {}
+    for nid, (_, d) in nodes.items():
+        by_depth.setdefault(d, []).append(nid)
+    pos = {}
+    for d, ids in by_depth.items():
+        for i, nid in enumerate(ids):
+            pos[nid] = (1.6 * d, (len(ids) - 1) / 2 - i)
+    boxes = {}
+    for nid, (label, _) in nodes.items():
+        leaf = label.endswith(".grad")
+        boxes[nid] = ax.text(*pos[nid], label, ha="center", va="center", fontsize=8,
+                             bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"))
+    for a, b in edges:  # from the right edge of a's box to the left edge of b's box
+        ax.annotate("", xy=(0, 0.5), xycoords=boxes[b], xytext=(1, 0.5), textcoords=boxes[a],
+                    arrowprops=dict(arrowstyle="->", color="0.4", lw=1, shrinkA=4, shrinkB=4))
+    ax.set_xlim(-0.9, 1.6 * max(by_depth) + 0.9)
+    ax.set_ylim(-1.6, 1.6)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+
+
+# ---------------------------------------------------------------- the main job, in-process
+def train_and_sample(cfg: TrainConfig, progress: str = "plain") -> tuple[list[dict], str]:
+    """Run :func:`minipar.train.train` with its outputs in a temporary folder.
+
+    Returns ``(history, sample)``: the logged metrics and the text the trained model generated
+    (``sample.txt``). ``train`` saves ``loss.png`` with matplotlib's Agg backend, which switches
+    pyplot's backend for the whole process; we switch it back, so a notebook keeps showing figures.
+    """
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    backend = matplotlib.get_backend()
+    with tempfile.TemporaryDirectory() as tmp:
+        history = train(dataclasses.replace(cfg, out=tmp), progress=progress)
+        sample = (pathlib.Path(tmp) / "sample.txt").read_text()
+    plt.switch_backend(backend)
+    return history, sample
+
+
+# ---------------------------------------------------------------- memory of a training step
+def _batch(vocab: int, batch: int, seq: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g))
+
+
+def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2) -> dict:
+    """Counted and measured bytes of AdamW training of ``GPT(cfg)`` on (batch, block_size) inputs.
+
+    Run it in a fresh process (``launch(step_memory, world_size=1, ...)``). Returns bytes:
+    ``params``, ``grads``, ``optimizer`` (counted after a step, :func:`minipar.memory.state_bytes`),
+    ``activations`` (saved for backward, :func:`saved_activation_bytes`), ``weight_copies`` (under
+    bf16 autocast: the bf16 copies of the Linear weights autocast saves, 2 bytes each, included
+    in ``activations``), ``act_formula`` (:func:`activation_bytes_formula`, fp32),
+    ``peak`` (measured: peak RSS while building the model and optimizer and running ``steps``
+    steps, above the RSS before), plus ``num_params``.
+    """
+    release_freed_memory()  # so RSS follows tensor lifetimes (see its docstring)
+    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+    box = {}
+
+    def run(cfg=cfg, x=x, y=y):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for i in range(steps):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                loss = model(x, y)[1]
+            loss.backward()
+            opt.step()
+            if i < steps - 1:  # keep the last step's gradients, to count them
+                opt.zero_grad(set_to_none=True)
+        box.update(model=model, opt=opt)
+
+    tiny = GPTConfig(vocab_size=cfg.vocab_size, block_size=8, n_layer=1, n_head=1, d_model=8)
+    run(tiny, x[:1, :8], y[:1, :8])  # warm-up: load the kernels' code and buffers before measuring
+    peak = measure_peak(run)
+    model, opt = box["model"], box["opt"]
+
+    def fwd():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x, y)[1]
+
+    counted = state_bytes(model, opt)
+    linear_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return dict(num_params=num_params(model), params=counted["params"], grads=counted["grads"],
+                optimizer=counted["optimizer"], activations=saved_activation_bytes(fwd, exclude=model),
+                weight_copies=2 * linear_weights if dtype == "bf16" else 0,
+                act_formula=activation_bytes_formula(cfg, batch)["total"], peak=peak)
+
+
+def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
+    """:func:`step_memory` for each ``(cfg, batch, dtype)``, one after another in this process.
+
+    Sequential measurements do not disturb each other: after ``release_freed_memory``
+    every block a step frees goes back to the OS, so the next peak starts from a clean level.
+    """
+    return [step_memory(*case) for case in cases]
+
+
+def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
+    """Median seconds of one AdamW training step (forward, backward, step) after one warm-up step."""
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+    times = []
+    for i in range(repeats + 1):
+        t = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+
+
+def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> list[int]:
+    """Peak RSS of ``repeats`` successive AdamW steps of ``GPT(cfg)``, each measured, bytes.
+
+    Shows why :func:`minipar.memory.release_freed_memory` exists: without it glibc keeps what
+    the first steps freed, the later steps reuse it, and their peaks read ~0.
+    """
+    if release:
+        release_freed_memory()
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+
+    def step():
+        model(x, y)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return [measure_peak(step) for _ in range(repeats)]
