@@ -229,7 +229,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             t_last = now
             # model-FLOPs utilisation: achieved model FLOP/s over (ranks x one rank's measured matmul peak)
             speed = broadcast_from(torch.tensor([tok_s, flops_per_token * tok_s / (mdist.world_size() * peak or 1)],
-                                                dtype=torch.float64), piece.loss_rank)
+                                                dtype=torch.float64, device=mdist.device()), piece.loss_rank)
             record = {**(record or {}), "step": step, "loss": loss.item(), "lr": lr,
                       "tokens_per_s": speed[0].item(), "mfu": speed[1].item()}
             if bar is not None:
