@@ -72,27 +72,38 @@ def test_checkpoint_resumes_same_and_other_layout(tmp_path, one_device):
 
 def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
     """Two torchrun invocations (--nnodes 2, --node-rank 0/1, c10d rendezvous on 127.0.0.1), 4 ranks
-    each, form one dp2·tp2·pp2 job; node 1 holds the last pipeline stage, so the loss rank (6) and the
-    metrics.jsonl writer live there."""
+    each, form one dp2·tp2·pp2 job. Rank 5 is SIGKILLed as it reaches step 3 (``MINIPAR_FAULT``);
+    ``--max-restarts 1`` restarts the workers on both nodes, which agree on the attempt number
+    (``train._agree_on_attempt``), resume from the step-2 checkpoint without manual action and end
+    with the uninterrupted single-device losses, every step logged once."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "mn"
     args = ["--steps", "4", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
             "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
-            "--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b", "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "120")}
+            "--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b", "--out", str(out),
+            "--ckpt-every", "2", "--resume"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60"),
+           "MINIPAR_FAULT": "5:3"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
-                               "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-3d",
+                               "--nproc-per-node", "4", "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-3d",
                                "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "minipar.train"] + args,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
     try:
-        results = [p.communicate(timeout=300) for p in procs]
+        results = [p.communicate(timeout=240) for p in procs]
     finally:
+        for p in procs:   # SIGTERM first: torchrun then stops its workers (each in its own session)
+            p.terminate()
         for p in procs:
-            p.kill()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
     assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
+    assert "resumed from step_00000002" in results[0][0] + results[1][0]   # c10d may give node 0 ranks 4-7
     got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == [0, 1, 2, 3, 4]
     assert close(losses(got), losses(one_device)) < TOL
     assert (out / "sample.txt").exists() and (out / "loss.png").exists()
 
