@@ -43,6 +43,7 @@ from .mesh import init_mesh
 from .mesh import validate as validate_layout
 from .models import GPT, GPTConfig
 from .parallel3d import SCHEDULES_3D, broadcast_from, build_piece, full_model, measured_peak_flops
+from .tp_gpt import check_tp_config
 
 
 @dataclass
@@ -91,6 +92,10 @@ class TrainConfig:
                 raise ConfigError(f"--{name} {v}: must be an integer >= 1")
         if self.schedule not in SCHEDULES_3D:
             raise ConfigError(f"--schedule {self.schedule}: use one of {', '.join(SCHEDULES_3D)}")
+        if self.pp > self.n_layer:
+            raise ConfigError(f"--pp {self.pp} stages but the model has only --n-layer {self.n_layer} blocks; "
+                              f"use --pp <= {self.n_layer} or --n-layer >= {self.pp}")
+        check_tp_config(self.gpt(1), self.tp)   # tp divides d_model, n_head and 4·d_model
         if not self.grad_clip >= 0:
             raise ConfigError(f"--grad-clip {self.grad_clip}: must be >= 0 (0 turns clipping off)")
         if self.zero not in (0, 1):

@@ -142,11 +142,13 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--nproc", "8", "--tp", "3"], "not divisible by tp·pp = 3·1 = 3"),
+    (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
     (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
     (["--schedule", "zb"], "--schedule zb"),
     (["--zero", "2"], "--zero 2"),
     (["--grad-clip", "-1"], "--grad-clip -1"),
+    (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
+    (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
 ])
 def test_cli_bad_layout_is_one_line(capsys, args, text):
     assert main(args + ["--out", ""]) == 2
