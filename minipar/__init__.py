@@ -13,6 +13,8 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.data_parallel``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]
 - ``minipar.zero``, ``zero3`` ZeRO stages 1-2 and 3 over flat parameter shards [03]
 - ``minipar.tensor_parallel``, ``tp_layers``, ``tp_gpt``, ``tp_dtensor``  Megatron TP [04]
+- ``minipar.pipeline_schedules``, ``pipeline``, ``pipeline_trace``, ``pipeline_native``  GPipe, 1F1B,
+  interleaved 1F1B as data, a labelled simulator, an executor on real ranks, traces [05, 06]
 - ``minipar.mesh``            the (pp, dp, tp) device mesh in Megatron order [07]
 - ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint [07]
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
