@@ -133,11 +133,21 @@ def _elastic_store(rank: int, world_size: int, timeout: timedelta):
     After ``torchrun --max-restarts`` restarts a failed job, the store still holds the previous
     attempt's gloo addresses; without a per-attempt prefix the new ranks connect to dead peers
     ("Gloo connectFullMesh failed ... Connection refused", seen with torch 2.13 on gloo).
+
+    The attempt number must be the same on every node, and ``TORCHELASTIC_RESTART_COUNT`` is not:
+    only the failing node's agent counts a restart; the others restart on the membership change
+    without counting it (torch/distributed/elastic/agent/server/api.py). So with the agent's store,
+    every rank adds 1 to a counter in it: attempt = (value − 1) // world_size, equal for all ranks
+    of an attempt, and written back to ``TORCHELASTIC_RESTART_COUNT`` for code that reads it.
     """
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+    env = os.environ
+    agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    base = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size,
                          is_master=(not agent and rank == 0), timeout=timeout)
-    return dist.PrefixStore(f"minipar/attempt{os.environ['TORCHELASTIC_RESTART_COUNT']}/", base)
+    if agent:
+        joined = base.add(f"minipar/joined/{env.get('TORCHELASTIC_RUN_ID', '')}", 1)
+        env["TORCHELASTIC_RESTART_COUNT"] = str((joined - 1) // world_size)
+    return dist.PrefixStore(f"minipar/attempt{env['TORCHELASTIC_RESTART_COUNT']}/", base)
 
 
 def new_group(ranks: list[int] | None = None, timeout: float | timedelta | None = None):

@@ -263,24 +263,6 @@ def resume(cfg: TrainConfig, piece, loader) -> int:
     return step
 
 
-def _agree_on_attempt() -> None:
-    """Under torchrun, make ``TORCHELASTIC_RESTART_COUNT`` the same on every node.
-
-    After a failure, the failing node's agent counts a restart but the other nodes' agents restart
-    on the membership change *without* counting it, so the count differs between nodes — and
-    ``minipar.dist`` prefixes the attempt's store keys with it, so the ranks would never meet.
-    Every rank adds 1 to a counter in the rendezvous (agent) store: attempt = (its value − 1) //
-    world_size, the same for all ranks of an attempt. No-op outside torchrun's agent store.
-    """
-    env = os.environ
-    if "TORCHELASTIC_RESTART_COUNT" not in env or env.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
-                          timeout=mdist.default_timeout())
-    joined = store.add(f"minipar/joined/{env.get('TORCHELASTIC_RUN_ID', '')}", 1)
-    env["TORCHELASTIC_RESTART_COUNT"] = str((joined - 1) // int(env["WORLD_SIZE"]))
-
-
 def _maybe_inject_fault(step: int) -> None:
     """Test knob: ``MINIPAR_FAULT="RANK:STEP"`` SIGKILLs that rank as it reaches that step, on the
     first attempt only (torchrun sets ``TORCHELASTIC_RESTART_COUNT``), to test restart + resume."""
@@ -323,15 +305,16 @@ def write_outputs(cfg: TrainConfig, model: GPT, corpus: CharCorpus, device) -> N
 
 
 def plot_losses(history: list[dict], path: str | None = None, ax=None, label: str = ""):
-    """Train and val loss against step (matplotlib); saved to ``path`` if given. Returns the axes."""
-    import matplotlib
-    if path is not None and ax is None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    """Train and val loss against step (matplotlib); saved to ``path`` if given. Returns the axes.
+
+    Without ``ax`` it draws on a standalone ``Figure`` (not pyplot), so saving a PNG neither needs a
+    display nor changes the plotting backend of a notebook that called it.
+    """
+    from matplotlib.figure import Figure
 
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax = Figure(figsize=(6, 3.5)).subplots()
     tr = [(r["step"], r["loss"]) for r in history if "loss" in r]
     va = [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
     if tr:
@@ -345,7 +328,6 @@ def plot_losses(history: list[dict], path: str | None = None, ax=None, label: st
     if own and path is not None:
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=100)
-        plt.close(ax.figure)
     return ax
 
 
@@ -404,7 +386,6 @@ def main(argv: list[str] | None = None) -> int:
             validate_layout(nproc, pp=cfg.pp, dp=cfg.dp, tp=cfg.tp)   # fail fast, before starting ranks
         if under_torchrun or nproc == 1:
             torch.set_num_threads(a.threads or (1 if int(os.environ.get("WORLD_SIZE", 1)) > 1 else os.cpu_count() or 1))
-            _agree_on_attempt()
             mdist.init()
             try:
                 history = train(cfg)

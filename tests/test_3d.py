@@ -74,7 +74,7 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
     """Two torchrun invocations (--nnodes 2, --node-rank 0/1, c10d rendezvous on 127.0.0.1), 4 ranks
     each, form one dp2·tp2·pp2 job. Rank 5 is SIGKILLed as it reaches step 3 (``MINIPAR_FAULT``);
     ``--max-restarts 1`` restarts the workers on both nodes, which agree on the attempt number
-    (``train._agree_on_attempt``), resume from the step-2 checkpoint without manual action and end
+    (``minipar.dist._elastic_store``), resume from the step-2 checkpoint without manual action and end
     with the uninterrupted single-device losses, every step logged once."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,11 +1,4 @@
 """Checkpoints: resume continues the same trajectory, across layouts, and after a killed rank."""
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
 from minipar import checkpoint as ckpt
 from minipar import launch
 from minipar.train import TrainConfig, train
@@ -51,46 +44,4 @@ def test_partial_checkpoint_is_never_loaded(tmp_path):
     assert ckpt.latest(str(d)) is None
 
 
-def test_torchrun_restarts_a_killed_rank_and_resumes(tmp_path):
-    """SIGKILL rank 1 at step 8 on the first attempt; torchrun --max-restarts 1 restarts the job,
-    which resumes from the step-6 checkpoint and ends with the same losses as a clean run."""
-    out = tmp_path / "run"
-    args = ["--steps", "12", "--batch-size", "8", "--block-size", "32", "--n-layer", "2", "--n-head", "2",
-            "--d-model", "32", "--eval-every", "6", "--log-every", "1", "--out", str(out), "--ckpt-every", "3",
-            "--resume"]
-    env = {**os.environ, "MINIPAR_FAULT": "1:8", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "minipar.train"] + args
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "resumed from step_00000006" in p.stdout
-    got = {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r}
-    clean = losses(train(TrainConfig(**SMALL, out=None), progress="none"))
-    assert sorted(got) == list(range(12))
-    assert max(abs(got[k] - clean[k]) for k in got) < TOL
-
-
-def test_two_torchrun_nodes_on_loopback(tmp_path):
-    """Two torchrun invocations act as two nodes (--nnodes 2, c10d rendezvous on 127.0.0.1):
-    one 4-rank data-parallel job whose losses equal the single-device run's."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "mn"
-    args = ["--steps", "4", "--batch-size", "8", "--block-size", "32", "--n-layer", "2", "--n-head", "2",
-            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
-                               "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-test",
-                               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "minipar.train"] + args,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
-    try:
-        results = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
-    got = {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r}
-    clean = losses(train(TrainConfig(**{**SMALL, "steps": 4, "eval_every": 4}, out=None), progress="none"))
-    assert max(abs(got[k] - clean[k]) for k in got) < TOL
+# torchrun restart after a SIGKILLed rank and the two-node launch: tests/test_3d.py (3D layouts).
