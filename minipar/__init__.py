@@ -8,6 +8,8 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.models``          a small GPT (and an MLP) built to be split by layer, head and column [00]
 - ``minipar.memory``          bytes of weights, gradients, optimizer state, activations; measured peak [00]
 - ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
+- ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
+- ``minipar.reference``       the plain single-device loop every layout is tested against [00]
 - ``minipar.accounting``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
 - ``minipar.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
 - ``minipar.data_parallel``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]

@@ -24,7 +24,6 @@ so a run saved under one layout resumes under any other.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -33,7 +32,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from . import checkpoint as ckpt
 from . import dist as mdist
@@ -42,6 +40,7 @@ from .errors import ConfigError
 from .mesh import init_mesh
 from .mesh import validate as validate_layout
 from .models import GPT, GPTConfig
+from .run_log import open_metrics, plot_losses, progress_bar, write_outputs  # noqa: F401 (plot_losses: public)
 from .parallel3d import SCHEDULES_3D, broadcast_from, build_piece, full_model, measured_peak_flops
 from .tp_gpt import check_tp_config
 
@@ -154,21 +153,6 @@ def evaluate(piece, corpus: CharCorpus, cfg: TrainConfig) -> float:
     return total / n
 
 
-def _progress(kind: str, total: int):
-    from tqdm import tqdm
-
-    if kind == "none":
-        return None
-    if kind == "auto":
-        kind = "bar" if sys.stderr.isatty() else "plain"
-    if kind == "bar":
-        return tqdm(total=total, desc="train", unit="step")
-    # "plain": no timings, redraws every 10% of the run, so the text is the same on every run
-    tqdm.monitor_interval = 0
-    return tqdm(total=total, desc="train", file=sys.stdout, mininterval=0, miniters=max(1, total // 10),
-                bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}{postfix}", ascii=False)
-
-
 def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
     """Train on the current process group (or one device) and return the logged metrics.
 
@@ -202,7 +186,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         flops_per_token = GPT(gpt_cfg).flops_per_token()     # 6N + 12·L·d·T (see GPT.flops_per_token)
     peak = measured_peak_flops(mdist.device()) if is_logger else 0.0   # one rank's matmul FLOP/s, measured now
     history: list[dict] = []
-    bar = _progress(progress, cfg.steps) if is_logger else None
+    bar = progress_bar(progress, cfg.steps) if is_logger else None
     if bar is not None and start:
         bar.update(start)
     log_file = open_metrics(cfg, start) if is_logger and cfg.out else None
@@ -273,62 +257,6 @@ def _maybe_inject_fault(step: int) -> None:
     if r == mdist.rank() and s == step:
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def open_metrics(cfg: TrainConfig, start: int):
-    """Open ``metrics.jsonl`` for appending (rank 0). A fresh run truncates it; a resumed run keeps
-    the records before its checkpoint's step, so a killed job loses no logged line."""
-    os.makedirs(cfg.out, exist_ok=True)
-    path = os.path.join(cfg.out, "metrics.jsonl")
-    old = []
-    if start and os.path.exists(path):
-        with open(path) as f:
-            old = [line for line in f if line.strip() and json.loads(line)["step"] < start]
-    f = open(path, "w")
-    f.writelines(old)
-    f.flush()
-    return f
-
-
-def write_outputs(cfg: TrainConfig, model: GPT, corpus: CharCorpus, device) -> None:
-    """Write ``config.json``, ``loss.png`` (from the whole ``metrics.jsonl``) and ``sample.txt`` into ``cfg.out``."""
-    with open(os.path.join(cfg.out, "metrics.jsonl")) as f:
-        history = [json.loads(line) for line in f if line.strip()]
-    with open(os.path.join(cfg.out, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(cfg), f, indent=2)
-    plot_losses(history, os.path.join(cfg.out, "loss.png"))
-    g = torch.Generator().manual_seed(cfg.seed)
-    start = corpus.encode("\n").view(1, 1).to(device)
-    text = corpus.decode(model.generate(start, cfg.sample_chars, temperature=0.8, top_k=20, generator=g)[0, 1:].cpu())
-    with open(os.path.join(cfg.out, "sample.txt"), "w") as f:
-        f.write(text + "\n")
-
-
-def plot_losses(history: list[dict], path: str | None = None, ax=None, label: str = ""):
-    """Train and val loss against step (matplotlib); saved to ``path`` if given. Returns the axes.
-
-    Without ``ax`` it draws on a standalone ``Figure`` (not pyplot), so saving a PNG neither needs a
-    display nor changes the plotting backend of a notebook that called it.
-    """
-    from matplotlib.figure import Figure
-
-    own = ax is None
-    if own:
-        ax = Figure(figsize=(6, 3.5)).subplots()
-    tr = [(r["step"], r["loss"]) for r in history if "loss" in r]
-    va = [(r["step"], r["val_loss"]) for r in history if "val_loss" in r]
-    if tr:
-        ax.plot(*zip(*tr), label=f"train {label}".strip(), lw=1)
-    if va:
-        ax.plot(*zip(*va), "o-", label=f"val {label}".strip())
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/char)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    if own and path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=100)
-    return ax
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:

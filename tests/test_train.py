@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from minipar import ConfigError, launch
+from minipar import launch
 from minipar.train import TrainConfig, main, train
 
 SMALL = dict(steps=30, batch_size=8, block_size=32, n_layer=2, n_head=2, d_model=32, eval_every=15,
