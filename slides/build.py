@@ -81,12 +81,44 @@ def external_loads(html: str) -> list[str]:
                    and not u.startswith("data:")})
 
 
+def _linked_css_exporter_class():
+    """SlidesExporter whose templates *link* nbconvert's style sheets instead of inlining them.
+
+    nbconvert pastes its ~7,000 lines of notebook CSS (``index.css``, ``theme-light.css``,
+    ``custom_reveal.css``) into every deck; here each sheet is copied once into
+    ``slides/vendor/nbconvert/`` (from the installed, pinned nbconvert, whose BSD licence sits
+    beside it) and every deck links that copy. The sheets use only ``data:`` URLs, so nothing
+    else has to travel with them.
+    """
+    from nbconvert import SlidesExporter
+
+    class LinkedCss(SlidesExporter):
+        css_href = "vendor/nbconvert"
+
+        def _init_resources(self, resources):
+            resources = super()._init_resources(resources)
+
+            def include_css(name: str):
+                import markupsafe
+                source = self.environment.loader.get_source(self.environment, name)[0]
+                target = VENDOR / "nbconvert" / Path(name).name
+                if not target.exists() or target.read_text(encoding="utf-8") != source:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(source, encoding="utf-8")
+                return markupsafe.Markup(f'<link rel="stylesheet" href="{self.css_href}/{target.name}"/>')
+
+            resources["include_css"] = include_css
+            return resources
+
+    return LinkedCss
+
+
 def exporter(out_dir: Path):
     """nbconvert's SlidesExporter with every URL pointing into slides/vendor (relative to
     ``out_dir``, so a deck opens from disk with ``file://``)."""
-    from nbconvert import SlidesExporter
     from traitlets.config import Config
 
+    _LinkedCssSlidesExporter = _linked_css_exporter_class()
     vendor = Path(os.path.relpath(VENDOR, out_dir)).as_posix()
     c = Config()
     c.SlidesExporter.reveal_url_prefix = f"{vendor}/reveal.js"
@@ -100,7 +132,8 @@ def exporter(out_dir: Path):
     c.TemplateExporter.exclude_input = True
     c.TemplateExporter.exclude_input_prompt = True
     c.TemplateExporter.exclude_output_prompt = True
-    ex = SlidesExporter(config=c)
+    ex = _LinkedCssSlidesExporter(config=c)
+    ex.css_href = f"{vendor}/nbconvert"
     # nbconvert warns when a figure has no alt text (matplotlib output has none) and fills in a
     # default; the warning would repeat for every deck, so it is dropped.
     ex.log.addFilter(lambda rec: not str(rec.msg).startswith("Alternative text is missing"))
