@@ -44,7 +44,7 @@ from .pipeline import PipelineExecutor, partition_layers
 from .pipeline_schedules import make_schedule
 from .tp_gpt import TensorParallelGPT
 from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
-from .zero import ZeroOptimizer
+from .zero import ZeroOptimizer, adamw_groups
 
 SCHEDULES_3D = ("gpipe", "1f1b")
 
@@ -290,9 +290,7 @@ def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatc
         opt = Zero1Over3D(stage, mesh.tp_rank, lr=lr, betas=betas, weight_decay=weight_decay,
                           max_norm=grad_clip or None, group=groups["dp"])
     else:
-        ps = list(stage.parameters())
-        opt = torch.optim.AdamW([{"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
-                                 {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}], lr=lr, betas=betas)
+        opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
     return Piece(cfg, mesh, groups, stage, executor, opt, zero, grad_clip)
 
 

@@ -43,6 +43,7 @@ from .models import GPT, GPTConfig
 from .run_log import open_metrics, plot_losses, progress_bar, write_outputs  # noqa: F401 (plot_losses: public)
 from .parallel3d import SCHEDULES_3D, broadcast_from, build_piece, full_model, measured_peak_flops
 from .tp_gpt import check_tp_config
+from .zero import adamw_groups
 
 
 @dataclass
@@ -120,10 +121,7 @@ def build(cfg: TrainConfig, vocab_size: int) -> tuple[GPT, torch.optim.Optimizer
     """
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.gpt(vocab_size))
-    ps = list(model.parameters())
-    return model, torch.optim.AdamW([{"params": [p for p in ps if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-                                     {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}],
-                                    lr=cfg.lr, betas=(0.9, 0.95))
+    return model, torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
 
 
 def _autocast(cfg: TrainConfig, device: torch.device):

@@ -63,9 +63,10 @@ def zero_bytes_formula(num_params: int, stage: int, world_size: int, mixed_preci
 
 
 def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups as in GPT-2 / ``minipar.train.build``: decay matrices (dim >= 2), not vectors.
+    """AdamW parameter groups as in GPT-2: decay matrices (dim >= 2), not vectors (biases, LayerNorm).
 
-    Use it for the single-device reference so it matches :func:`zero` exactly.
+    The one definition every optimizer in the course uses (``minipar.train.build``, the 3D job,
+    :func:`zero`), so their updates match exactly.
     """
     ps = list(model.parameters())
     return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
