@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup lab test test-unit test-notebooks train bench execute slides clean
+.PHONY: setup lab test test-unit test-notebooks test-portability train bench gpu-check execute slides check clean
 
 # The stamp holds a hash of requirements.txt + pyproject.toml: install again only when their
 # *contents* change (a newer file time, e.g. in a fresh git worktree, is not a reason).
@@ -36,11 +36,29 @@ test-notebooks: $(STAMP)
 	@ls lessons/*.ipynb >/dev/null 2>&1 || { echo "no notebooks in lessons/"; exit 0; }; \
 	$(PY) -m pytest $(NBVAL) lessons/ -q
 
-train: $(STAMP)                       ## the main job with default settings
-	$(PY) -m minipar.train
+# Portability: every notebook again under PyTorch's AVX2 kernels and its plain C++ ones (no SIMD):
+# a stored output that depends on the CPU's rounding (AVX-512 vs AVX2, another vendor) fails here,
+# not on a learner's machine. x86-64 only (ATEN_CPU_CAPABILITY); both passes run, either failing fails.
+test-portability: $(STAMP)            ## every notebook under strict nbval with ATEN_CPU_CAPABILITY=avx2, then =default
+	@ls lessons/*.ipynb >/dev/null 2>&1 || { echo "no notebooks in lessons/"; exit 0; }; \
+	if [ "$$(uname -m)" != x86_64 ]; then echo "test-portability: ATEN_CPU_CAPABILITY needs x86-64, skipped"; exit 0; fi; \
+	rc=0; for cap in avx2 default; do \
+	  echo "== notebooks under strict nbval, ATEN_CPU_CAPABILITY=$$cap"; \
+	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest $(NBVAL) lessons/ -q || rc=$$?; \
+	done; exit $$rc
+
+train: $(STAMP)                       ## the main job (flags: make train ARGS="--steps 50 --dp 2")
+	$(PY) -m minipar.train $(ARGS)
 
 bench: $(STAMP)                       ## minipar vs PyTorch-native, ratios -> runs/bench/results.md
 	$(PY) -m minipar.bench --out runs/bench
+
+# On a node with >= 1 CUDA GPU: unit tests' 2-rank cases on NCCL, the main job on 1 GPU (fp32, bf16) and on
+# every layout of all GPUs (torchrun), 3D vs 1 GPU, GPU benchmarks -> one table, runs/gpu_check/results.md.
+# python -m minipar.gpu_check exits 0 all passed, 1 a check failed, 3 no CUDA device (nothing ran);
+# make then reports "Error 1" / "Error 3" (and exits 2 itself).
+gpu-check: $(STAMP)                   ## the GPU check-list (needs a GPU; exit 3 without one)
+	$(PY) -m minipar.gpu_check --out runs/gpu_check $(ARGS)
 
 execute: $(STAMP)                     ## re-run notebooks in place (NB=lessons/00_single_device.ipynb for one)
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 \
@@ -52,3 +70,6 @@ slides: $(STAMP)                      ## reveal.js decks lessons/NN_*.ipynb -> s
 clean:                                ## remove the venv, run outputs and caches
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+check: $(STAMP)                       ## check your exercises on real ranks (LESSON=02 for one; SOLUTIONS=1: the references)
+	$(PY) -m exercises.check $(if $(LESSON),--lesson $(LESSON)) $(if $(SOLUTIONS),--solutions)

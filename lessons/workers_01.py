@@ -111,7 +111,8 @@ def compare_ring_with_gloo(numel: int) -> dict:
     ref_exact = exact.clone()
     dist.all_reduce(ref_exact)
     return dict(ring=(ring - ref).abs().max().item(), naive=(naive - ref).abs().max().item(),
-                ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact), scale=ref.abs().max().item())
+                ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact), scale=ref.abs().max().item(),
+                max_abs=x.abs().max().item())
 
 
 # ---- what goes wrong -------------------------------------------------------------------------

@@ -19,6 +19,14 @@ SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)    # for the equiva
 MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # for timelines and throughput
 _CORPUS = []
 
+# The bounds of the equivalence proof (float64, lr 3e-3, 5 AdamW steps), derived, not fitted:
+# reordering a float64 sum moves a gradient by δ ≤ n·2⁻⁵³·Σ|terms| ≲ 1e-13 here; AdamW's update
+# lr·m̂/(sqrt(v̂)+eps) changes by at most lr·δ/eps per step (eps = 1e-8), i.e. ≤ 5·3e-3·1e-13/1e-8
+# = 1.5e-7 after 5 steps even for a near-zero gradient; a real bug (a missing average, a skipped
+# micro-batch) moves weights by ~lr = 3e-3 per step and losses by > 1e-3.
+PARAM_BOUND = 1e-6
+LOSS_BOUND = 1e-6
+
 
 def corpus() -> CharCorpus:
     if not _CORPUS:
@@ -26,10 +34,11 @@ def corpus() -> CharCorpus:
     return _CORPUS[0]
 
 
-def build(cfg=SMALL, seed=0):
-    """The GPT and its AdamW, seeded: every rank (and the single device) starts from the same weights."""
+def build(cfg=SMALL, seed=0, dtype=torch.float32):
+    """The GPT (parameters in ``dtype``) and its AdamW, seeded: every rank (and the single device) starts
+    from the same weights (initialised in fp32, then cast, so fp32 and fp64 models start alike)."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg))
+    model = GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg)).to(dtype)
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 
 
@@ -39,8 +48,13 @@ def _torch_hook(state, bucket):
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True):
+def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True,
+          dtype=torch.float64):
     """``steps`` AdamW steps on the global batch; ``micro`` micro-batches per rank (``no_sync`` for all but the last).
+
+    ``dtype`` defaults to float64: this is the equivalence proof, and in float64 summing the same
+    numbers in another order (N ranks, micro-batches, another CPU's kernels) moves a result by
+    ~1e-16 relative, while a real bug moves weights by ~lr per step (see :data:`PARAM_BOUND`).
 
     mode: ``"single"`` (one device, no process group), ``"ddp"`` (minipar), ``"naive"``
     (``all_reduce_gradients``), ``"torch"`` (``torch.nn.parallel.DistributedDataParallel``);
@@ -50,7 +64,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     """
     rank, world = (0, 1) if mode == "single" else (md.rank(), md.world_size())
     loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, rank, world, seed=seed)
-    model, opt = build(SMALL, seed)
+    model, opt = build(SMALL, seed, dtype)
     net = model
     if mode == "ddp":
         net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
@@ -62,7 +76,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     losses = []
     for _ in range(steps):
         x, y = next(loader)
-        total = torch.zeros(())
+        total = torch.zeros((), dtype=dtype)
         with CommLog() as log:
             for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
                 local = mode in ("ddp", "torch") and k < micro - 1
@@ -89,11 +103,12 @@ def prove(steps=5, global_batch=8):
             "torch DDP, 2 micro-batches": train("torch", steps, global_batch, micro=2)}
 
 
-def timeline(bucket_cap_mb=0.5, local_batch=4, steps=7):
+def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     """Time the phases of training steps with and without overlap (``time.perf_counter``, seconds).
 
-    The two modes alternate step by step (two model copies), so a busy moment of the machine hits
-    both. Returns ``{overlap: [trace of each step]}`` with a trace ``{"t0": forward start,
+    Both modes do the same work (same model, same input on each rank) and alternate step by step
+    (two model copies), so a busy moment of the machine hits both; compare medians over the steps
+    after the first, with their spread. Returns ``{overlap: [trace of each step]}`` with a trace ``{"t0": forward start,
     "t": {phase: time}, "buckets": [...], "labels": [(bucket label, bytes sent)], "sent": bytes,
     "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
@@ -128,21 +143,30 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=7):
 
 
 def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
-    """Samples per second of minipar DDP training (all ranks together), fixed batch per rank."""
+    """Samples per second of minipar DDP training (all ranks together), fixed batch per rank.
+
+    Returns ``{"samples_per_s", "cpu_s", "wall_s", "samples"}``: ``cpu_s`` is the CPU time all ranks
+    used (``time.process_time``, every thread of each process, summed over ranks), so
+    ``cpu_s / wall_s`` is how many cores the job got and ``samples / cpu_s`` the work per CPU-second.
+    """
     model, opt = build(MEDIUM)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]))
     for i in range(warmup + steps):
         if i == warmup:
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         _, loss = net(x, x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    seconds = torch.tensor([time.perf_counter() - t0])
+    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    cpu = torch.tensor([time.process_time() - c0], dtype=torch.float64)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-    return local_batch * md.world_size() * steps / seconds.item()
+    dist.all_reduce(cpu)                            # CPU time of all ranks together
+    samples = local_batch * md.world_size() * steps
+    return {"samples_per_s": samples / seconds.item(), "cpu_s": cpu.item(), "wall_s": seconds.item(),
+            "samples": samples}
 
 
 def bad_inputs():

@@ -14,7 +14,8 @@ import minipar.dist as md
 from minipar.accounting import CommLog
 from minipar.memory import state_bytes
 from minipar.models import GPT, GPTConfig
-from minipar.zero import adamw_groups, zero
+from minipar.models import adamw_groups
+from minipar.zero import zero
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "fsdp2")
 
@@ -33,10 +34,10 @@ def fsdp2_held_bytes(model, opt) -> dict:
     return d
 
 
-def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None):
-    """The model (seed 0 on every rank) and its optimizer for one strategy."""
+def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32):
+    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy."""
     torch.manual_seed(0)
-    model = GPT(cfg)
+    model = GPT(cfg).to(dtype)
     plain = dict(lr=adamw["lr"], betas=adamw["betas"])
     if strategy == "dp" or strategy == "single":
         opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
@@ -92,8 +93,12 @@ def peak_tracker(model, opt):
     return tracker
 
 
-def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1, track_peak: bool = False) -> dict:
+def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1, track_peak: bool = False,
+        dtype=torch.float32) -> dict:
     """Train each strategy on this rank's rows of the same global ``batches``, one after another.
+
+    ``dtype``: float32 for the byte measurements (the formulas are fp32 AdamW's), float64 for the
+    equivalence proofs (reordered sums then differ by ~1e-16 relative on every CPU).
 
     Returns ``{strategy: {"losses" (mean over ranks), "params" (full), "held" (bytes after the
     backward of step ``measure_step``), "comm" ({op: bytes sent} in that step), "trace",
@@ -103,7 +108,7 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: in
     out = {}
     for s in strategies:
         trace = []
-        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None)
+        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, dtype)
         losses, rec = [], {}
         for step, xy in enumerate(batches):
             xy = xy.chunk(n)[r]
@@ -130,9 +135,9 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: in
     return out
 
 
-def single_device(cfg: GPTConfig, adamw: dict, batches: list) -> dict:
-    """The reference: one process, the whole global batch, torch.optim.AdamW."""
-    model, opt = build("single", cfg, adamw)
+def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float32) -> dict:
+    """The reference: one process, the whole global batch, torch.optim.AdamW (model in ``dtype``)."""
+    model, opt = build("single", cfg, adamw, dtype=dtype)
     losses = []
     for xy in batches:
         loss = model(xy[:, :-1], xy[:, 1:])[1]
@@ -146,3 +151,49 @@ def different_start(cfg: GPTConfig, stage: int) -> None:
     """A mistake on purpose: every rank seeds its own model, so the ranks start from different weights."""
     torch.manual_seed(md.rank())
     zero(GPT(cfg), stage)
+
+
+def single_device_sgd(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
+    """One process, the whole batch, ``torch.optim.SGD(**sgd)``, in float64: the reference for
+    :func:`zero_redundancy`."""
+    torch.manual_seed(0)
+    model = GPT(cfg).to(torch.float64)
+    opt = torch.optim.SGD(model.parameters(), **sgd)
+    for xy in batches:
+        model(xy[:, :-1], xy[:, 1:])[1].backward()
+        opt.step()
+        opt.zero_grad()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
+    """minipar's and PyTorch's ZeroRedundancyOptimizer around ``torch.optim.SGD(**sgd)``, float64.
+
+    Each rank takes its rows of every global batch; the gradients are averaged with one all-reduce
+    per parameter (what DDP does), then ``opt.step()`` steps this rank's parameters and broadcasts
+    every parameter from its owner. Returns both runs' parameters, the elements each rank owns and
+    the bytes of optimizer state (momentum) this rank holds.
+    """
+    from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZeRO
+
+    from minipar.zero.redundancy import ZeroRedundancyOptimizer
+
+    n, r = md.world_size(), md.rank()
+    out = {}
+    for name, cls in (("minipar", ZeroRedundancyOptimizer), ("torch", TorchZeRO)):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(torch.float64)
+        opt = cls(model.parameters(), torch.optim.SGD, **sgd)
+        for xy in batches:
+            xy = xy.chunk(n)[r]
+            model(xy[:, :-1], xy[:, 1:])[1].backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+            opt.step()
+            opt.zero_grad()
+        out[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
+        if name == "minipar":
+            out["owned"] = opt.owned_numel()
+            out["state_bytes"] = sum(v.numel() * v.element_size() for st in opt.optim.state.values()
+                                     for v in st.values() if torch.is_tensor(v))
+    return out

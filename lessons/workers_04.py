@@ -12,10 +12,11 @@ from minipar.accounting import CommLog, label
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.memory import saved_activation_bytes, state_bytes
 from minipar.models import GPT, GPTConfig
-from minipar.tensor_parallel import new_tp_group, tp_rank
-from minipar.tp_gpt import ParallelBlock, TensorParallelGPT, allreduce_sequence_parallel_grads
+from minipar.tp.mappings import new_tp_group, tp_rank
+from minipar.tp.gpt import ParallelBlock, TensorParallelGPT, allreduce_sequence_parallel_grads
 
 CFG = dict(block_size=32, n_layer=2, n_head=4, d_model=32)
+PROOF_DTYPE = torch.float64   # the equivalence proofs: reordered sums then differ by ~1e-16 relative on every CPU
 
 
 def data(steps: int, batch_size: int = 4, T: int = 32):
@@ -32,8 +33,9 @@ def _full(model, grads: bool = False) -> dict:
 
 
 def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict, dict]:
-    """AdamW (lr 3e-3) over ``batches``; returns the losses, the full (gathered) gradients of the
-    last step and the full parameters after it."""
+    """AdamW (lr 3e-3) over ``batches``, the model first cast to ``PROOF_DTYPE`` (float64); returns the
+    losses, the full (gathered) gradients of the last step and the full parameters after it."""
+    model.to(PROOF_DTYPE)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     for x, y in batches:
@@ -140,14 +142,15 @@ def dtensor_vs_minipar(steps: int) -> dict:
     """The same K steps with minipar's TP and with PyTorch's DTensor TP on this world."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from minipar.tp_dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
+    from minipar.tp.dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
 
     vocab, batches = data(steps)
     cfg = GPTConfig(vocab_size=vocab, **CFG)
     torch.manual_seed(0)
     mine = train(TensorParallelGPT(cfg), batches)
     torch.manual_seed(0)
-    model = parallelize_gpt_dtensor(GPT(cfg), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=True)
+    model = parallelize_gpt_dtensor(GPT(cfg).to(PROOF_DTYPE), init_device_mesh("cpu", (md.world_size(),)),
+                                    vocab_parallel=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     for x, y in batches:
@@ -164,5 +167,9 @@ def dtensor_vs_minipar(steps: int) -> dict:
 
 
 def make_tp_group(tp: int):
-    """Create the tensor-parallel groups of size ``tp`` (raises ConfigError for a bad ``tp``)."""
+    """Create the tensor-parallel groups of size ``tp`` (raises ConfigError for a bad ``tp``).
+
+    The barrier first: every rank has finished connecting before any raises, so no rank prints gloo's
+    "connectFullMesh failed" when a faster one exits (the cell's output stays the same on every run)."""
+    dist.barrier()
     new_tp_group(tp)

@@ -78,19 +78,24 @@ def cached_mesh(pp: int, dp: int, tp: int) -> Mesh:
     return mesh
 
 
+ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]   # bytes
+
+
 def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
     """For every (pp, dp, tp) in ``layouts``, on this world: build the piece, time ``steps`` steps,
-    measure memory and bytes sent per dimension. Also measures the hardware the planner needs."""
-    hw = {"peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0}
-    small, big = torch.ones(1), torch.ones(256 * 1024)           # 4 B and 1 MiB
-    for name, t in (("alpha", small), ("beta", big)):
+    measure memory and bytes sent per dimension. Also measures the hardware the planner needs: a
+    rank's matmul FLOP/s and the all-reduce time of ``ALL_REDUCE_SIZES`` (for lesson 01's α–β fit)."""
+    hw = {"peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0, "sizes": ALL_REDUCE_SIZES,
+          "times": []}
+    for nbytes in ALL_REDUCE_SIZES:                               # lesson 01's α–β sweep, on this world
+        t = torch.ones(nbytes // 4)
         dist.barrier()
         ts = []
         for _ in range(5):
             t0 = time.perf_counter()
             dist.all_reduce(t)
             ts.append(time.perf_counter() - t0)
-        hw[name] = statistics.median(ts)
+        hw["times"].append(statistics.median(ts))
     out = {"hw": hw, "runs": {}}
     cfg = GPTConfig(**cfg_kw)
     g = torch.Generator().manual_seed(0)
@@ -130,3 +135,54 @@ def layer_overhead(cfg_kw: dict, micro_batch: int, repeats: int = 20) -> float:
     t = median_time(lambda: block(x).sum().backward(), repeats=repeats, warmup=2)
     flops = 6 * (12 * cfg.d_model ** 2) * micro_batch * cfg.block_size
     return max(0.0, t - flops / measured_peak_flops(torch.device("cpu")))
+
+
+def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) -> dict | None:
+    """float64: one forward + backward of the global batch on this (pp, dp, tp) layout, dp-averaged, and
+    the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere).
+
+    The gradients are gathered with the parameters' own machinery: each parameter's ``.data`` is
+    replaced by its gradient, then :func:`minipar.parallel3d.gather_full_state` all-gathers the TP
+    slices and the stages exactly as it does for weights.
+    """
+    import torch
+    from minipar.mesh import init_mesh
+    from minipar.models import GPTConfig
+    from minipar.parallel3d import all_reduce_grads_flat, build_piece, gather_full_state
+
+    torch.set_default_dtype(torch.float64)
+    pp, dp, tp = layout
+    mesh = init_mesh(pp=pp, dp=dp, tp=tp)
+    cfg = GPTConfig(**cfg_kw)
+    piece = build_piece(cfg, mesh, microbatches=microbatches)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+    share = batch // dp
+    sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
+    piece.executor.step(x[sl], y[sl])
+    all_reduce_grads_flat(piece.stage, piece.groups["dp"], mesh.dp_size)
+    with torch.no_grad():
+        for p in piece.stage.parameters():
+            p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
+    return gather_full_state(piece, 0)
+
+
+def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
+    """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
+    import torch
+    from minipar.models import GPT, GPTConfig
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        cfg = GPTConfig(**cfg_kw)
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+        y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+        model(x, y)[1].backward()
+        return {k: p.grad for k, p in model.named_parameters()}
+    finally:
+        torch.set_default_dtype(old)

@@ -4,25 +4,44 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 
 - ``minipar.dist``            process groups: ``init(backend="auto")``, ``rank()``, ``world_size()``, ...
 - ``minipar.launch``          run a function on N local ranks from a notebook or script
+- ``minipar.errors``          ``ConfigError`` (bad settings, with the fix) and ``RankFailedError``
 - ``minipar.data``            character-level corpus, (B, T) batches sharded over data-parallel ranks
 - ``minipar.models``          a small GPT (and an MLP) built to be split by layer, head and column [00]
 - ``minipar.memory``          bytes of weights, gradients, optimizer state, activations; measured peak [00]
-- ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
-- ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
 - ``minipar.reference``       the plain single-device loop every layout is tested against [00]
 - ``minipar.accounting``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
+- ``minipar.p2p``             isend/irecv/send/recv with NCCL's per-pair order checked on CPU
+  (``MINIPAR_P2P_ORDER=strict``, on in the tests) [06]
 - ``minipar.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
 - ``minipar.data_parallel``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]
-- ``minipar.zero``, ``zero3`` ZeRO stages 1-2 and 3 over flat parameter shards [03]
-- ``minipar.tensor_parallel``, ``tp_layers``, ``tp_gpt``, ``tp_dtensor``  Megatron TP [04]
-- ``minipar.pipeline_schedules``, ``pipeline``, ``pipeline_trace``, ``pipeline_native``  GPipe, 1F1B,
-  interleaved 1F1B as data, a labelled simulator, an executor on real ranks, traces [05, 06]
+- ``minipar.zero``            ZeRO stages 1, 2 and 3 over flat parameter shards (``flat``, ``stage12``,
+  ``stage3``); ZeRO-1 around any torch optimizer (``redundancy``) [03]
+- ``minipar.tp``              Megatron TP: ``mappings`` (f, g), ``layers``, ``gpt``, ``dtensor`` [04], ``overlap`` [09]
+- ``minipar.pp``              pipelines: ``schedules`` (GPipe, 1F1B, interleaved, and a labelled
+  simulator), ``executor`` (real ranks), ``trace``, ``native`` [05, 06]
 - ``minipar.mesh``            the (pp, dp, tp) device mesh in Megatron order [07]
-- ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint [07]
+- ``minipar.parallel3d``      one rank's piece of the 3D job: TP inside a stage, PP across, DP/ZeRO over both [07]
+- ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint, any layout [07]
+- ``minipar.planner``         a model of memory and step time per layout [07]
+- ``minipar.perf_model``      the same at cluster scale: MFU, memory per GPU, checked against published runs [07]
+- ``minipar.plan``            ``python -m minipar.plan``: the best layouts for N GPUs and a model [07]
+- ``minipar.recompute``       activation recomputation by hand: full and selective (``set_recompute``),
+  Korthikanti bytes per layer [08]
+- ``minipar.amp``             mixed precision: fp32 master weights (``MixedPrecisionAdamW``), dynamic loss scaling [08]
+- ``minipar.offload``         ZeRO-Offload: master weights and AdamW state on the host (``OffloadedAdamW``), bytes [08]
+- ``minipar.overlap``         a labelled model of communication overlapped with computation [09]
+- ``minipar.compression``     gradient compression: bf16, top-k with error feedback, PowerSGD [09]
+- ``minipar.param_server``    a parameter server: synchronous, and asynchronous with bounded staleness [09]
+- ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
+- ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
+- ``minipar.verify``          proofs that read the same on every CPU: a verdict against a derived bound
+
+Imports point one way: train/parallel3d -> strategies (data_parallel, zero, tp, pp) -> collectives
+-> dist (``tests/test_imports.py`` checks there is no circle).
 """
-from .errors import ConfigError, RankFailedError
-from .launch import launch
+from minipar.errors import ConfigError, RankFailedError
+from minipar.launch import launch
 
 __version__ = "0.1.0"
 __all__ = ["launch", "ConfigError", "RankFailedError", "__version__"]

@@ -244,3 +244,15 @@ def label(name: str):
         yield
     finally:
         _labels.pop()
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """Calls made inside the block are not recorded (e.g. ``minipar.p2p``'s strict-mode headers,
+    a checking overhead that is not the program's traffic)."""
+    before = getattr(_state, "inside", False)
+    _state.inside = True
+    try:
+        yield
+    finally:
+        _state.inside = before

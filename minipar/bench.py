@@ -47,7 +47,7 @@ def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> 
 
 
 def discover() -> list[str]:
-    from . import benchmarks
+    from minipar import benchmarks
 
     return sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("b"))
 

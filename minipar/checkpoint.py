@@ -33,6 +33,7 @@ On a multi-node job ``ckpt_dir`` must be on a file system every node sees.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -44,7 +45,7 @@ import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.tensor import DTensor, Shard
 
-from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -62,14 +63,33 @@ def latest(ckpt_dir: str | None) -> str | None:
     return step_dir(ckpt_dir, max(steps)) if steps else None
 
 
+def step_of(path: str) -> int:
+    """The step of checkpoint directory ``path`` (``…/step_00000030`` -> 30)."""
+    return int(_STEP_DIR.match(os.path.basename(os.path.normpath(path))).group(1))
+
+
+META = "minipar.json"   # the settings a checkpoint only fits (model shape, corpus), beside DCP's files
+
+
+def read_meta(path: str) -> dict | None:
+    """The ``meta`` dict saved with checkpoint ``path`` (None for a checkpoint saved without one)."""
+    try:
+        with open(os.path.join(path, META)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
 def _barrier():
     if dist.is_initialized():
         dist.barrier()
 
 
-def save(ckpt_dir: str, step: int, state: dict) -> str:
+def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str:
     """Write ``state`` (nested dicts of tensors, DTensors and plain values) as checkpoint ``step``.
 
+    ``meta``: JSON-able settings saved beside it (:func:`read_meta`), e.g. the model shape, so a
+    resume can say which setting differs instead of failing deep inside DCP.
     Collective: every rank calls it. Returns the final directory.
     """
     final = step_dir(ckpt_dir, step)
@@ -84,6 +104,9 @@ def save(ckpt_dir: str, step: int, state: dict) -> str:
         dcp.save(state, checkpoint_id=partial, no_dist=not dist.is_initialized())
     _barrier()  # every rank's shard file and rank 0's metadata are written
     if rank0:
+        if meta is not None:
+            with open(os.path.join(partial, META), "w") as f:
+                json.dump(meta, f)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
     _barrier()
@@ -117,7 +140,7 @@ def init_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> None:
     for group in opt.param_groups:
         for p in group["params"]:
             if p not in opt.state or not opt.state[p]:
-                opt.state[p] = {"step": torch.zeros((), dtype=torch.float32),
+                opt.state[p] = {"step": torch.zeros((), dtype=torch.float32),  # device-ok: AdamW's CPU step count, as torch.optim makes it
                                 "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
 
 
@@ -195,7 +218,7 @@ def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
     if not piece.zero:
         named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
         return {k: {n: opt.state[p][k] for n, p in named} for k in MOMENTS}
-    from .zero import all_gather_flat
+    from minipar.zero.flat import all_gather_flat
     out = {k: {} for k in MOMENTS}
     for j, u in enumerate(opt.units):
         for k in MOMENTS:
@@ -228,13 +251,13 @@ def state_3d(piece, loader, step: int, moments=None) -> dict:
     pos = loader.state_dict()
     return {"model": logical(piece.stage, {n: p.detach() for n, p in piece.stage.named_parameters()}, *args),
             "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
-            "progress": torch.tensor([step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long),
+            "progress": torch.tensor([step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long),  # device-ok: plain tensor DCP saves from rank 0 without a collective, CPU like "rng"
             "rng": torch.get_rng_state()}
 
 
-def save_3d(ckpt_dir: str, step: int, piece, loader) -> str:
-    """Save a 3D job's checkpoint ``step`` (collective)."""
-    return save(ckpt_dir, step, state_3d(piece, loader, step))
+def save_3d(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) -> str:
+    """Save a 3D job's checkpoint ``step`` (collective); ``meta`` as in :func:`save`."""
+    return save(ckpt_dir, step, state_3d(piece, loader, step), meta)
 
 
 def load_3d(path: str, piece, loader) -> int:
@@ -251,7 +274,7 @@ def load_3d(path: str, piece, loader) -> int:
     if piece.zero:
         set_zero_moments(piece, moments)
     for st in (opt.optimizer if piece.zero else opt).state.values():
-        st["step"] = torch.tensor(float(step))
+        st["step"] = torch.tensor(float(step))  # device-ok: AdamW keeps "step" on CPU (not fused/capturable), as torch.optim does
     loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
     torch.set_rng_state(state["rng"])
     return step

@@ -41,8 +41,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .accounting import collective, label
-from .errors import ConfigError
+from minipar import p2p
+from minipar.accounting import collective, label
+from minipar.errors import ConfigError
 
 ReduceOp = dist.ReduceOp
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
@@ -108,7 +109,7 @@ def _ring(name: str, tensor: torch.Tensor, group, op=None, check: bool = True) -
     meta = [0 if tensor.is_contiguous() else 1, tensor.numel(), dtype_id, tensor.dim()]
     meta += shape + [-1] * (_MAX_DIMS - len(shape))
     everyone = torch.zeros(len(ranks), len(meta), dtype=torch.int64, device=tensor.device)
-    everyone[me] = torch.tensor(meta, dtype=torch.int64)
+    everyone[me] = torch.tensor(meta, dtype=torch.int64, device=tensor.device)
     with label("shape check"):  # a ring all-gather of the rows: a missing peer is named, as below
         _all_gather_steps(everyone.view(-1), ranks, me, group, None, name)
     metas = everyone.tolist()
@@ -138,6 +139,8 @@ def _wait(reqs: list, name: str, ranks: list[int], group) -> None:
     for req, direction, peer in reqs:
         try:
             req.wait()
+        except p2p.P2POrderError:
+            raise
         except RuntimeError as exc:
             what = "got no message from" if direction == "from" else "could not deliver its message to"
             raise RuntimeError(
@@ -154,8 +157,10 @@ def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, gro
     segment is reduced into ``into`` as soon as it arrives, while later segments are still in flight.
     """
     seg = max(1, SEGMENT_BYTES // max(1, send.element_size()))
-    recvs = [(i, dist.irecv(recv[i:i + seg], src=left, group=group)) for i in range(0, recv.numel(), seg)]
-    sends = [(dist.isend(send[i:i + seg], dst=right, group=group), "to", right) for i in range(0, send.numel(), seg)]
+    recvs = [(i, p2p.irecv(recv[i:i + seg], src=left, group=group, label=f"{name}@{i}"))
+             for i in range(0, recv.numel(), seg)]
+    sends = [(p2p.isend(send[i:i + seg], dst=right, group=group, label=f"{name}@{i}"), "to", right)
+             for i in range(0, send.numel(), seg)]
     for i, req in recvs:
         _wait([(req, "from", left)], name, ranks, group)
         if reduce_ is not None:
@@ -286,12 +291,13 @@ def naive_all_reduce(tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check
         if me == 0:
             reduce_, tmp = _reducer(op), torch.empty_like(tensor)
             for src in ranks[1:]:
-                _wait([(dist.irecv(tmp, src=src, group=group), "from", src)], name, ranks, group)
+                _wait([(p2p.irecv(tmp, src=src, group=group, label=f"{name} in"), "from", src)], name, ranks, group)
                 reduce_(tensor, tmp)
             if op == ReduceOp.AVG:
                 tensor.div_(n)
-            _wait([(dist.isend(tensor, dst=d, group=group), "to", d) for d in ranks[1:]], name, ranks, group)
+            _wait([(p2p.isend(tensor, dst=d, group=group, label=f"{name} out"), "to", d) for d in ranks[1:]],
+                  name, ranks, group)
         elif n > 1:
-            _wait([(dist.isend(tensor, dst=root, group=group), "to", root)], name, ranks, group)
-            _wait([(dist.irecv(tensor, src=root, group=group), "from", root)], name, ranks, group)
+            _wait([(p2p.isend(tensor, dst=root, group=group, label=f"{name} in"), "to", root)], name, ranks, group)
+            _wait([(p2p.irecv(tensor, src=root, group=group, label=f"{name} out"), "from", root)], name, ranks, group)
     return tensor

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from .errors import ConfigError
+from minipar.errors import ConfigError
 
 VAL_FRACTION = 0.1  # the last 10% of the text is the validation split
 
@@ -66,6 +66,56 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     return text
 
 
+def split_sizes(n_chars: int) -> tuple[int, int]:
+    """Characters in the (train, val) splits of a text of ``n_chars`` characters."""
+    cut = int(n_chars * (1 - VAL_FRACTION))
+    return cut, n_chars - cut
+
+
+def check_fits(n_chars: int, block_size: int, batch_size: int, dp_size: int = 1) -> None:
+    """Check that a text of ``n_chars`` characters holds one global batch of training windows and
+    one validation window of ``block_size``; the advice fits *both* splits at once.
+
+    A split of n characters holds ``(n - 1) // block_size`` windows (:class:`CharWindows`).
+
+    Raises:
+        ConfigError: naming what does not fit and one change that fits (``--block-size``,
+        ``--batch-size`` or both), or the shortest text that can work at all.
+    """
+    n_train, n_val = split_sizes(n_chars)
+
+    def fits(T: int, B: int) -> bool:
+        return n_val >= T + 1 and (n_train - 1) // T >= B
+
+    if fits(block_size, batch_size):
+        return
+    why = []
+    if (n_train - 1) // block_size < batch_size:
+        why.append(f"the train split ({n_train} characters) holds {(n_train - 1) // block_size} windows, "
+                   f"fewer than --batch-size {batch_size}")
+    if n_val < block_size + 1:
+        why.append(f"the validation split (the last {VAL_FRACTION:.0%}, {n_val} characters) holds no window")
+    head = f"--block-size {block_size} with --batch-size {batch_size} does not fit the text: {' and '.join(why)}"
+    if not fits(1, dp_size):   # no block size and batch fit: only a longer text helps
+        need = max(n_chars, int((block_size * batch_size + 1) / (1 - VAL_FRACTION)),
+                   int((block_size + 1) / VAL_FRACTION)) - 2
+        while not (split_sizes(need)[1] >= block_size + 1 and split_sizes(need)[0] - 1 >= block_size * batch_size):
+            need += 1
+        raise ConfigError(f"{head}; the text has {n_chars} characters, too short even for --block-size 1: "
+                          f"give a text of at least {need} characters for these settings")
+    t_fit = min(n_val - 1, (n_train - 1) // batch_size)             # longest block for this batch
+    b_fit = (n_train - 1) // block_size // dp_size * dp_size if n_val >= block_size + 1 else 0
+    fixes = []
+    if t_fit >= 1:
+        fixes.append(f"--block-size {t_fit} or less")
+    if b_fit >= dp_size:
+        fixes.append(f"--batch-size {b_fit} or less")
+    if not fixes:                                                    # neither alone: change both
+        t2 = min(n_val - 1, (n_train - 1) // dp_size)
+        fixes.append(f"--block-size {t2} with --batch-size {(n_train - 1) // t2 // dp_size * dp_size} or less")
+    raise ConfigError(f"{head}; use {', or '.join(fixes)}")
+
+
 class CharCorpus:
     """A text and its character vocabulary.
 
@@ -82,12 +132,12 @@ class CharCorpus:
         self.chars = sorted(set(text))
         self.vocab_size = len(self.chars)
         self._stoi = {c: i for i, c in enumerate(self.chars)}
-        self.data = torch.tensor([self._stoi[c] for c in text], dtype=torch.long)
+        self.data = torch.tensor([self._stoi[c] for c in text], dtype=torch.long)  # device-ok: corpus stays on CPU; each step moves its batch (x.to(dev))
 
     def encode(self, s: str) -> torch.Tensor:
         """String -> ids, shape ``(len(s),)`` int64. Raises ConfigError for an unknown character."""
         try:
-            return torch.tensor([self._stoi[c] for c in s], dtype=torch.long)
+            return torch.tensor([self._stoi[c] for c in s], dtype=torch.long)  # device-ok: ids on CPU; callers move them (run_log: .to(device))
         except KeyError as e:
             raise ConfigError(f"character {e.args[0]!r} is not in the corpus vocabulary") from None
 
@@ -103,7 +153,7 @@ class CharCorpus:
         """
         if name not in ("train", "val"):
             raise ConfigError(f"split {name!r} must be 'train' or 'val'")
-        cut = int(len(self.data) * (1 - VAL_FRACTION))
+        cut, _ = split_sizes(len(self.data))
         part = self.data[:cut] if name == "train" else self.data[cut:]
         return CharWindows(part, block_size, name)
 

@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .accounting import label
-from .errors import ConfigError
+from minipar.accounting import label
+from minipar.errors import ConfigError
 
 
 def all_reduce_gradients(model: nn.Module, group=None) -> None:
@@ -138,7 +138,7 @@ def sync_parameters(module: nn.Module, group=None, init_sync: bool = True) -> li
                     if bad else f"{len(shapes)} parameters here but {len(theirs)} on rank {r}")
             raise ConfigError(f"the model differs across ranks: {what}; build the same model (same config and "
                               "vocabulary) on every rank before wrapping it in DistributedDataParallel")
-    diff = torch.zeros(len(named), dtype=torch.float64)
+    diff = torch.zeros(len(named), dtype=torch.float64, device=named[0][1].device if named else None)
     rank0 = []
     for i, (_, p) in enumerate(named):
         t = p.detach().clone()

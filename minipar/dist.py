@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .errors import ConfigError
+from minipar.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 45.0
 

@@ -76,6 +76,61 @@ def saved_activation_bytes(fn: Callable[[], object], exclude: nn.Module | None =
     return sum(seen.values())
 
 
+class SavedTensorMeter:
+    """Live and peak bytes of the tensors autograd holds for backward, counted exactly (lesson 08).
+
+    ``with SavedTensorMeter(exclude=model) as m: <forward + backward ...>`` then ``m.peak`` (bytes).
+    Each saved tensor is wrapped at pack time; when autograd frees it (after its backward, or when
+    the graph is dropped) the wrapper dies and its storage's bytes leave ``m.live``. Storages are
+    counted once however many views are saved; parameters of ``exclude`` are not counted. Tensors
+    saved by a recomputation *during* backward are counted too, so ``peak`` is the real high-water
+    mark of a step with checkpointing. Deterministic (CPython frees on the last reference), so it
+    may be printed exactly — unlike RSS.
+    """
+
+    def __init__(self, exclude: nn.Module | None = None):
+        self.skip = {p.untyped_storage().data_ptr() for p in exclude.parameters()} if exclude is not None else set()
+        self.refs: dict[int, list[int]] = {}     # storage ptr -> [wrappers alive, nbytes]
+        self.live = self.peak = 0
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    class _Held:
+        __slots__ = ("t", "ptr", "meter")
+
+        def __init__(self, meter: "SavedTensorMeter", t: torch.Tensor, ptr: int):
+            self.t, self.ptr, self.meter = t, ptr, meter
+
+        def __del__(self):
+            m, r = self.meter, self.meter.refs[self.ptr]
+            r[0] -= 1
+            if r[0] == 0:
+                m.live -= r[1]
+                del m.refs[self.ptr]
+
+    def _pack(self, t: torch.Tensor):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr in self.skip or t.device.type == "meta":
+            return t
+        r = self.refs.setdefault(ptr, [0, st.nbytes()])
+        if r[0] == 0:
+            self.live += r[1]
+            self.peak = max(self.peak, self.live)
+        r[0] += 1
+        return SavedTensorMeter._Held(self, t, ptr)
+
+    @staticmethod
+    def _unpack(h):
+        return h.t if isinstance(h, SavedTensorMeter._Held) else h
+
+    def __enter__(self) -> "SavedTensorMeter":
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._ctx.__exit__(*exc)
+
+
 def _proc_status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
         m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M)

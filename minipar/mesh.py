@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from . import dist as mdist
-from .errors import ConfigError
+from minipar import dist as mdist
+from minipar.errors import ConfigError
 
 DIMS = ("pp", "dp", "tp")
 
@@ -39,9 +39,13 @@ def factorizations(world_size: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def validate(world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1) -> tuple[int, int, int]:
+def validate(world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1,
+             accepts=None, what: str = "") -> tuple[int, int, int]:
     """Check (and complete) a layout. ``dp=None`` means "whatever is left": world_size / (pp·tp).
 
+    Args:
+        accepts: optional ``(pp, dp, tp) -> bool``, True for layouts the job can run (e.g. tp divides
+            the heads); the error message lists only those. ``what`` names that job in the message.
     Returns:
         (pp, dp, tp).
     Raises:
@@ -51,15 +55,17 @@ def validate(world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1) -
     for name, v in (("pp", pp), ("tp", tp)) + ((("dp", dp),) if dp is not None else ()):
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name}={v!r} must be an integer >= 1")
-    valid = ", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in factorizations(world_size))
+    ok = [f for f in factorizations(world_size) if accepts is None or accepts(*f)]
+    valid = f" that fit {what}" if what else ""
+    valid += ": " + (", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in ok) if ok else "none")
     if dp is None:
         if world_size % (pp * tp):
             raise ConfigError(f"world_size={world_size} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; "
-                              f"valid layouts for {world_size} ranks: {valid}")
+                              f"valid layouts for {world_size} ranks{valid}")
         dp = world_size // (pp * tp)
     if pp * dp * tp != world_size:
         raise ConfigError(f"pp·dp·tp = {pp}·{dp}·{tp} = {pp * dp * tp} but world_size={world_size}; "
-                          f"valid layouts for {world_size} ranks: {valid}")
+                          f"valid layouts for {world_size} ranks{valid}")
     return pp, dp, tp
 
 

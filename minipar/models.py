@@ -22,7 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .errors import ConfigError
+from minipar.errors import ConfigError
+from minipar.recompute import MODES as RECOMPUTE_MODES, checkpoint
 
 
 @dataclass
@@ -35,12 +36,15 @@ class GPTConfig:
     dropout: float = 0.0       # 0 keeps runs bit-comparable across layouts
     bias: bool = True
     tie_weights: bool = False  # tie the head to the token embedding (GPT-2 does; pipelines must sync it)
+    attention: str = "sdpa"    # "sdpa" (fused, nothing s×s kept) | "explicit" (Megatron's unfused core, lesson 08)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"GPTConfig.{name}={v!r} must be an integer >= 1")
+        if self.attention not in ("sdpa", "explicit"):
+            raise ConfigError(f"GPTConfig.attention={self.attention!r}: use 'sdpa' or 'explicit'")
         if self.d_model % self.n_head:
             ok = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and abs(h - self.n_head) <= 8]
             raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
@@ -51,23 +55,53 @@ class GPTConfig:
         return self.d_model // self.n_head
 
 
+def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                   explicit: bool = False) -> torch.Tensor:
+    """The attention core softmax(QKᵀ/√d_head + causal mask) · V, dropout on the probabilities.
+
+    Shapes: q, k, v (B, a, T, d_head) -> (B, a, T, d_head). ``explicit=False`` calls the fused
+    ``F.scaled_dot_product_attention`` (keeps no (T × T) tensor for backward on CPU/flash);
+    ``explicit=True`` is Megatron's unfused core, which keeps the scores' softmax (2·a·s²·b bytes
+    in 16 bits), the dropout mask (a·s²·b) and its output (2·a·s²·b): the 5as²b term of
+    Korthikanti et al. 2022, arXiv:2205.05198, §4.1 — what selective recomputation (§5) drops.
+    """
+    if not explicit:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    T = q.shape[-2]
+    mask = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu_(1)   # added: nothing saved
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + mask
+    return F.dropout(att.softmax(dim=-1), dropout_p) @ v
+
+
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention. ``qkv``: (3·d, d) weight laid out [q; k; v]."""
+    """Multi-head causal self-attention. ``qkv``: (3·d, d) weight laid out [q; k; v].
+
+    ``recompute_core = True`` (set by :func:`minipar.recompute.set_recompute`, mode "selective")
+    runs the attention core under :func:`minipar.recompute.checkpoint`: only q, k, v are kept.
+    """
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.dropout = cfg.dropout
+        self.dropout, self.explicit, self.recompute_core = cfg.dropout, cfg.attention == "explicit", False
+        # Megatron also drops out the projection's output (sbh mask bytes); kept to the explicit layout
+        self.resid_drop = nn.Dropout(cfg.dropout) if self.explicit else nn.Identity()
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """:func:`attention_core` with this layer's dropout (0 in eval mode)."""
+        return attention_core(q, k, v, self.dropout if self.training else 0.0, self.explicit)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split(self.n_head * self.head_dim, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(B, T, -1))
+        if self.recompute_core and torch.is_grad_enabled():
+            y = checkpoint(self.core, q, k, v)        # selective recomputation (Korthikanti §5)
+        else:
+            y = self.core(q, k, v)
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, -1)))
 
 
 class MLP(nn.Module):
@@ -84,7 +118,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``."""
+    """Pre-LN transformer block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``.
+
+    ``recompute = "full"`` (:func:`minipar.recompute.set_recompute`) keeps only the block's input
+    for backward and re-runs the block there (Korthikanti et al. 2022, §4.3).
+    """
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -92,10 +130,16 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
+        self.recompute = "none"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute == "full" and torch.is_grad_enabled():
+            return checkpoint(self._forward, x)
+        return self._forward(x)
 
 
 class GPT(nn.Module):
@@ -149,7 +193,8 @@ class GPT(nn.Module):
     @staticmethod
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over all B·T positions (a scalar)."""
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).to(torch.promote_types(logits.dtype, torch.float32)),
+                               targets.reshape(-1))   # fp32 at least (bf16 autocast), float64 stays float64
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         x = self.embed(idx)
@@ -211,3 +256,14 @@ def num_params(model: nn.Module) -> int:
             seen.add(id(p))
             n += p.numel()
     return n
+
+
+def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups as in GPT-2: decay matrices (dim >= 2), not vectors (biases, LayerNorm).
+
+    The one definition every optimizer in the course uses (``minipar.train.build``, the 3D job,
+    :func:`minipar.zero.zero`), so their updates match exactly.
+    """
+    ps = list(model.parameters())
+    return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]

@@ -8,15 +8,15 @@ How the three dimensions compose (Narayanan et al. 2021, "Efficient Large-Scale 
 Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473, §2-3; PTD-P):
 
 1. **TP** (lesson 04) — every rank builds the *whole* GPT from the seed, then keeps its tensor-parallel
-   slice (:class:`~minipar.tp_gpt.TensorParallelGPT` over the ``tp`` group), so every layout
+   slice (:class:`~minipar.tp.gpt.TensorParallelGPT` over the ``tp`` group), so every layout
    starts from the single device's weights.
 2. **PP** (lessons 05-06) — of that TP model it keeps only the layers of its pipeline stage
    (:class:`Stage3D`: [embed] → blocks[lo:hi] → [ln_f, lm_head]; parameter names stay the full
    GPT's, e.g. ``blocks.3.mlp.fc.weight``, which is what checkpoints are keyed by). The
-   :class:`~minipar.pipeline.PipelineExecutor` runs the schedule over the ``pp`` group; each
+   :class:`~minipar.pp.executor.PipelineExecutor` runs the schedule over the ``pp`` group; each
    forward/backward inside it runs the TP collectives of the ``tp`` group.
 3. **DP** (lessons 01-03) — after the schedule, gradients are averaged over the ``dp`` group: a
-   plain all-reduce, or ZeRO-1 (:class:`~minipar.zero.ZeroOptimizer` over the ``dp`` group: the
+   plain all-reduce, or ZeRO-1 (:class:`~minipar.zero.stage12.ZeroOptimizer` over the ``dp`` group: the
    AdamW moments sharded, reduce-scatter + all-gather).
 
 Gradient clipping needs the norm of the *whole* model's gradient: the sum of squares over the
@@ -36,15 +36,19 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import dist as mdist
-from .errors import ConfigError
-from .mesh import DIMS, Mesh, rank_of
-from .models import GPT, GPTConfig
-from .pipeline import PipelineExecutor, partition_layers
-from .pipeline_schedules import make_schedule
-from .tp_gpt import TensorParallelGPT
-from .tp_layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
-from .zero import ZeroOptimizer, adamw_groups
+from minipar import dist as mdist
+from minipar import p2p
+from minipar.compression import make_compressor
+from minipar.errors import ConfigError
+from minipar.mesh import DIMS, Mesh, rank_of
+from minipar.models import GPT, GPTConfig
+from minipar.recompute import MODES as RECOMPUTE_MODES, set_recompute
+from minipar.pp.executor import PipelineExecutor, partition_layers
+from minipar.pp.schedules import make_schedule
+from minipar.tp.gpt import TensorParallelGPT
+from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from minipar.zero.stage12 import ZeroOptimizer
+from minipar.models import adamw_groups
 
 SCHEDULES_3D = ("gpipe", "1f1b")
 
@@ -131,7 +135,7 @@ class Zero1Over3D(ZeroOptimizer):
         sharded = is_tp_sharded(stage)
         self._count = []                                 # per unit: (S,) 1.0 where this rank counts the element
         for u, (uname, _) in zip(self.units, _units(stage)):
-            w = torch.zeros(u.shard_size)
+            w = torch.zeros(u.shard_size)  # device-ok: CPU mask, moved with w.to(g.device) in clip_
             for i, a, b in u.segments():
                 w[a:b] = float(sharded[f"{uname}.{u.names[i]}"] or tp_rank == 0)
             self._count.append(w)
@@ -165,6 +169,7 @@ class Piece:
     zero: int
     grad_clip: float
     last: object = None          # the executor's StepResult of the last step (trace, activation bytes)
+    compressor: object = None    # a minipar.compression compressor for the dp all-reduce (None: plain)
 
     def stage_device(self) -> torch.device:
         return mdist.device()
@@ -193,7 +198,10 @@ class Piece:
         if self.zero:                                      # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
             self.optimizer.step()
         else:
-            all_reduce_grads_flat(self.stage, self.groups["dp"], self.mesh.dp_size)
+            if self.compressor is None:
+                all_reduce_grads_flat(self.stage, self.groups["dp"], self.mesh.dp_size)
+            else:                                          # lesson 09: bf16 / PowerSGD all-reduce
+                compressed_all_reduce_grads(self.stage, self.compressor, self.groups["dp"], self.mesh.dp_size)
             if self.grad_clip:
                 clip_global_(self.stage, self.grad_clip, self.mesh)
             self.optimizer.step()
@@ -208,10 +216,10 @@ class Piece:
         h = x.to(dev)
         if me > 0:
             h = torch.empty(x.shape[0], x.shape[1], self.cfg.d_model, device=dev)
-            dist.recv(h, self.mesh.ranks["pp"][me - 1], group=self.groups["pp"])
+            p2p.recv(h, self.mesh.ranks["pp"][me - 1], group=self.groups["pp"], label=f"eval {me}")
         out = self.stage(h)
         if me < pp - 1:
-            dist.send(out.contiguous(), self.mesh.ranks["pp"][me + 1], group=self.groups["pp"])
+            p2p.send(out.contiguous(), self.mesh.ranks["pp"][me + 1], group=self.groups["pp"], label=f"eval {me + 1}")
             loss = torch.zeros((), device=dev)
         else:
             loss = self.stage.loss(out, y.to(dev))
@@ -232,6 +240,17 @@ def all_reduce_grads_flat(module: nn.Module, group, size: int) -> None:
     dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=group)
     for p, g in zip(params, flat.split([p.numel() for p in params])):
         p.grad.copy_(g.view_as(p.grad))
+
+
+@torch.no_grad()
+def compressed_all_reduce_grads(module: nn.Module, compressor, group, size: int) -> None:
+    """Average every ``p.grad`` over ``group`` through a :mod:`minipar.compression` compressor (lesson 09)."""
+    params = list(module.parameters())
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if size > 1:
+        compressor.all_reduce_([p.grad for p in params], group)
 
 
 def broadcast_from(t: torch.Tensor, src: int) -> torch.Tensor:
@@ -258,9 +277,25 @@ def clip_global_(stage: Stage3D, max_norm: float, mesh: Mesh) -> torch.Tensor:
     return norm
 
 
+GRAD_COMPRESSION = ("none", "bf16", "powersgd")
+
+
+def check_grad_compression(method: str, zero: int) -> None:
+    """Raise ConfigError unless ``method`` is one of :data:`GRAD_COMPRESSION` and usable with ``zero``.
+
+    Compression replaces the dp *all-reduce*; ZeRO-1 reduce-scatters sharded flat gradients
+    instead (PowerSGD needs whole matrices on every rank), so the two do not combine here.
+    """
+    if method not in GRAD_COMPRESSION:
+        raise ConfigError(f"--grad-compression {method}: use one of {', '.join(GRAD_COMPRESSION)}")
+    if method != "none" and zero:
+        raise ConfigError(f"--grad-compression {method} with --zero {zero}: ZeRO reduce-scatters flat gradient "
+                          "shards, so there is no all-reduce to compress; use --zero 0, or --grad-compression none")
+
+
 def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatches: int = 1, zero: int = 0,
-                lr: float = 3e-3, weight_decay: float = 0.1, betas=(0.9, 0.95), grad_clip: float = 1.0,
-                seed: int = 0, count_memory: bool = False) -> Piece:
+                grad_compression: str = "none", lr: float = 3e-3, weight_decay: float = 0.1, betas=(0.9, 0.95), grad_clip: float = 1.0,
+                seed: int = 0, count_memory: bool = False, recompute: str = "none") -> Piece:
     """Build this rank's piece of the 3D job. Collective (creates 1-rank groups where needed).
 
     The model is ``torch.manual_seed(seed); GPT(cfg)`` sliced for (tp rank, pp stage), so every
@@ -268,12 +303,18 @@ def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatc
 
     Raises:
         ConfigError: tp not dividing d_model/n_head; more stages than layers; an unknown schedule;
-        ``zero`` not 0 or 1.
+        ``zero`` not 0 or 1; ``recompute`` not none/selective/full.
+
+    ``recompute`` ("none" | "selective" | "full", lesson 08) is set on every block of this stage
+    (:func:`minipar.recompute.set_recompute`): the same numbers, fewer saved activations.
     """
+    if recompute not in RECOMPUTE_MODES:
+        raise ConfigError(f"--recompute {recompute}: use one of {', '.join(RECOMPUTE_MODES)}")
     if schedule not in SCHEDULES_3D:
         raise ConfigError(f"--schedule {schedule}: the 3D job runs one stage per rank; use one of {list(SCHEDULES_3D)}")
     if zero not in (0, 1):
         raise ConfigError(f"--zero {zero}: the 3D job supports 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
+    check_grad_compression(grad_compression, zero)
     pp = mesh.pp_size
     if pp > cfg.n_layer:
         raise ConfigError(f"--pp {pp} stages but the model has only --n-layer {cfg.n_layer} blocks; "
@@ -283,6 +324,7 @@ def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatc
     tp_model = TensorParallelGPT(cfg, group=groups["tp"]).to(mdist.device())
     lo, hi = partition_layers(cfg.n_layer, pp)[mesh.pp_rank]
     stage = Stage3D(tp_model, mesh.pp_rank, pp, lo, hi)
+    set_recompute(stage, recompute)
     executor = PipelineExecutor({mesh.pp_rank: stage}, make_schedule(schedule, pp, microbatches),
                                 loss_fn=stage.loss, group=groups["pp"], pipe_ranks=mesh.ranks.get("pp", [mesh.rank]),
                                 hidden_size=cfg.d_model, count_memory=count_memory)
@@ -291,7 +333,8 @@ def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatc
                           max_norm=grad_clip or None, group=groups["dp"])
     else:
         opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
-    return Piece(cfg, mesh, groups, stage, executor, opt, zero, grad_clip)
+    comp = make_compressor(grad_compression) if grad_compression != "none" else None
+    return Piece(cfg, mesh, groups, stage, executor, opt, zero, grad_clip, compressor=comp)
 
 
 @torch.no_grad()

@@ -5,7 +5,9 @@
         print(e.layout, e.mem["total"], e.time["total"])
 
 It is a MODEL (a few lines of arithmetic per layout), to be checked against measured runs
-(lesson 07 does, for every factorization of 8 on its CPU). All sizes in bytes, times in seconds,
+(lesson 07 does, for every factorization of 8 on its CPU). Its cluster-scale sibling, with mixed
+precision, recomputation, ZeRO stages, interleaving and NVLink/InfiniBand topology, checked against
+published Megatron-LM and MegaScale runs, is :mod:`minipar.perf_model` (``python -m minipar.plan``). All sizes in bytes, times in seconds,
 fp32 training with AdamW.
 
 Memory per rank (the busiest pipeline stage):
@@ -20,6 +22,11 @@ Memory per rank (the busiest pipeline stage):
   for 16-bit activations; fp32 doubles it. A rank holds ``L/pp`` layers for ``min(pp, m)``
   micro-batches under 1F1B (stage 0 is the worst), ``m`` under GPipe (Narayanan et al. 2021,
   arXiv:2104.04473, §2.2.1).
+- recomputation (lesson 08, Korthikanti §5): ``"selective"`` drops the 5·a·s/(h·t) attention-core
+  term; ``"full"`` keeps only each layer's input, s·b·h values, plus one layer's full activations
+  while it is recomputed in backward; full costs one more forward (compute × 4/3);
+- offload (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's moments move to host memory
+  (``mem["host"]``, not in the device total); the step adds 2 · 4Φ bytes over ``bw["host"]``.
 
 Step time (Narayanan et al. 2021, §3, with a latency–bandwidth (α–β) cost per message):
 
@@ -38,9 +45,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .mesh import factorizations
-from .models import GPTConfig
-from .pipeline import partition_layers
+from minipar.errors import ConfigError
+from minipar.mesh import factorizations
+from minipar.models import GPTConfig
+from minipar.pp.executor import partition_layers
 
 
 @dataclass
@@ -94,10 +102,18 @@ def stage_params(cfg: GPTConfig, pp: int, tp: int) -> list[float]:
     return out
 
 
-def activation_bytes_per_layer(cfg: GPTConfig, micro_batch: int, tp: int, bytes_per_value: int = 4) -> float:
-    """Korthikanti et al. 2022, eq. 2 (TP, no SP): s·b·h·(10 + 24/t + 5·a·s/(h·t)) for 2-byte values."""
+def activation_bytes_per_layer(cfg: GPTConfig, micro_batch: int, tp: int, bytes_per_value: int = 4,
+                               recompute: str = "none") -> float:
+    """Bytes one layer keeps for backward per micro-batch. Korthikanti et al. 2022, eq. 2 (TP, no SP):
+    s·b·h·(10 + 24/t + 5·a·s/(h·t)) for 2-byte values; "selective" drops the last term (§5); "full"
+    keeps the layer input only, s·b·h values (§4.3). Raises ConfigError for another mode."""
     s, b, h, a = cfg.block_size, micro_batch, cfg.d_model, cfg.n_head
-    return s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)) * bytes_per_value / 2
+    if recompute == "full":
+        return s * b * h * bytes_per_value
+    if recompute not in ("none", "selective"):
+        raise ConfigError(f"recompute={recompute!r}: use none, selective or full")
+    core = 5 * a * s / (h * tp) if recompute == "none" else 0.0
+    return s * b * h * (10 + 24 / tp + core) * bytes_per_value / 2
 
 
 def _all_reduce(n: int, nbytes: float, bw: float, alpha: float) -> float:
@@ -105,9 +121,9 @@ def _all_reduce(n: int, nbytes: float, bw: float, alpha: float) -> float:
 
 
 def estimate(cfg: GPTConfig, batch: int, pp: int, dp: int, tp: int, m: int, hw: Hardware, zero: int = 0,
-             schedule: str = "1f1b") -> Estimate:
+             schedule: str = "1f1b", recompute: str = "none", offload: bool = False) -> Estimate:
     """Memory (bytes) and step time (seconds) of one layout; see the module doc for every term."""
-    from .models import GPT
+    from minipar.models import GPT
     import torch
     with torch.device("meta"):
         fpt = GPT(cfg).flops_per_token()
@@ -116,23 +132,30 @@ def estimate(cfg: GPTConfig, batch: int, pp: int, dp: int, tp: int, m: int, hw: 
     params = max(stage_params(cfg, pp, tp))
     layers = max(hi - lo for lo, hi in partition_layers(cfg.n_layer, pp))
     in_flight = m if schedule == "gpipe" else min(pp, m)
-    act = layers * in_flight * activation_bytes_per_layer(cfg, b, tp)
-    mem = {"params": 4 * params, "grads": 4 * params, "optimizer": 8 * params / (dp if zero else 1), "activations": act}
+    act = layers * in_flight * activation_bytes_per_layer(cfg, b, tp, recompute=recompute)
+    if recompute == "full":                               # one layer re-run in full during backward
+        act += activation_bytes_per_layer(cfg, b, tp)
+    opt_bytes = 8 * params / (dp if zero else 1)
+    mem = {"params": 4 * params, "grads": 4 * params, "optimizer": 0 if offload else opt_bytes, "activations": act}
     mem["total"] = sum(mem.values())
+    mem["host"] = opt_bytes if offload else 0
     msg = b * s * h * 4                                   # one activation (b, s, h) in fp32
     t_c = (fpt * b * s * (layers / cfg.n_layer) / tp / hw.peak_flops + layers * hw.layer_overhead) / hw.compute_share
+    if recompute == "full":
+        t_c *= 4 / 3                                      # forward + backward = 3 forwards, plus one
     t_tp = (4 * layers + 2) * _all_reduce(tp, msg, hw.bw["tp"], hw.latency)
     t_pp = 2 * (hw.latency + msg / hw.bw["pp"]) if pp > 1 else 0.0
     stage = t_c + t_tp + t_pp
     pipe = (m + pp - 1) * stage
     t_dp = _all_reduce(dp, 4 * params, hw.bw["dp"], hw.latency)
-    time = {"compute": m * t_c, "tp": m * t_tp, "pp": m * t_pp, "bubble": (pp - 1) * stage, "dp": t_dp}
-    time["total"] = pipe + t_dp
+    t_host = 2 * 4 * params / hw.bw.get("host", float("inf")) if offload else 0.0
+    time = {"compute": m * t_c, "tp": m * t_tp, "pp": m * t_pp, "bubble": (pp - 1) * stage, "dp": t_dp, "offload": t_host}
+    time["total"] = pipe + t_dp + t_host
     return Estimate(pp, dp, tp, m, mem, time, mem["total"] <= hw.mem_bytes)
 
 
 def plan(cfg: GPTConfig, batch: int, world: int, hw: Hardware, microbatches=(1, 2, 4, 8), zero: int = 0,
-         schedule: str = "1f1b") -> list[Estimate]:
+         schedule: str = "1f1b", recompute: str = "none", offload: bool = False) -> list[Estimate]:
     """Every valid (pp, dp, tp, m) for ``world`` ranks, fitting ones first, fastest first.
 
     Valid: tp divides n_head and d_model, pp <= n_layer, dp·m divides ``batch``.
@@ -143,7 +166,7 @@ def plan(cfg: GPTConfig, batch: int, world: int, hw: Hardware, microbatches=(1, 
             continue
         for m in microbatches:
             if batch % (dp * m) == 0:
-                out.append(estimate(cfg, batch, pp, dp, tp, m, hw, zero, schedule))
+                out.append(estimate(cfg, batch, pp, dp, tp, m, hw, zero, schedule, recompute, offload))
     return sorted(out, key=lambda e: (not e.fits, e.time["total"]))
 
 

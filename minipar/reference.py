@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .data import CharCorpus, load_text, make_loader
-from .train import TrainConfig, build, lr_at
+from minipar.data import CharCorpus, load_text, make_loader
+from minipar.train import TrainConfig, build, lr_at
 
 
 def train_single_device(cfg: TrainConfig) -> list[dict]:

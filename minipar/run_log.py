@@ -13,13 +13,19 @@ import sys
 
 import torch
 
-from .data import CharCorpus
-from .models import GPT
+from minipar.data import CharCorpus
+from minipar.models import GPT
 
 
 def progress_bar(kind: str, total: int):
+    import threading
+
     from tqdm import tqdm
 
+    # One bar per process, so a thread lock is enough. tqdm's default lock is a multiprocessing
+    # RLock (a named semaphore): a rank that ends with os._exit never unlinks it, and the
+    # resource tracker warned "leaked semaphore objects" at the end of multi-rank runs.
+    tqdm.set_lock(threading.RLock())
     if kind == "none":
         return None
     if kind == "auto":

@@ -216,6 +216,9 @@ STATE = """(() => {
     math_raw: slides.filter(s => /\\$\\$|\\\\\\[|\\\\\\(/.test(s.innerText)).length,
     first_figure: slides.findIndex(s => s.querySelector('img')),
     overflow: slides.map((s, i) => s.scrollHeight > s.clientHeight + 2 ? i : -1).filter(i => i >= 0),
+    overflow_detail: slides.map((s, i) => [i, s.scrollHeight, s.clientHeight,
+        ((s.querySelector('h1,h2,h3,h4') || {}).innerText || s.innerText || '').trim().split('\\n')[0].slice(0, 70)])
+      .filter(([i, sh, ch]) => sh > ch + 2),
   };
 })()"""
 
@@ -226,7 +229,8 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
     ``ready`` (reveal.js initialised), ``total`` (``Reveal.getTotalSlides()``), ``images`` and
     ``images_broken``, ``math`` (typeset formulas), ``math_errors``, ``math_raw`` (slides still
     showing TeX delimiters), ``overflow`` (indices of slides taller than the slide area: they
-    scroll), ``requests`` (every URL the page asked for), ``failed``
+    scroll), ``overflow_detail`` (``[index, content height, slide height, first heading]`` of each),
+    ``requests`` (every URL the page asked for), ``failed``
     (``url: error`` of each failed load), ``exceptions`` (uncaught JS errors) and ``shots``
     (PNG paths: the first slide and the first slide with a figure, when ``shots`` is given).
     """

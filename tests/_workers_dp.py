@@ -8,10 +8,10 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from lessons.workers_02 import SMALL, build, corpus, train
+from lessons.workers_02 import LOSS_BOUND, PARAM_BOUND, SMALL, build, corpus, train
 from minipar.data_parallel import DistributedDataParallel
 
-__all__ = ["SMALL", "build", "corpus", "train", "train_variants", "one_step_trace", "start_unequal",
+__all__ = ["LOSS_BOUND", "PARAM_BOUND", "SMALL", "build", "corpus", "train", "train_variants", "one_step_trace", "start_unequal",
            "step_inside_no_sync", "unused_parameter"]
 
 

@@ -6,8 +6,8 @@ import torch
 import minipar.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
-from minipar.tensor_parallel import new_tp_group
-from minipar.tp_gpt import TensorParallelGPT, allreduce_sequence_parallel_grads
+from minipar.tp.mappings import new_tp_group
+from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads
 
 
 def small_cfg(vocab_size: int, **kw) -> GPTConfig:
@@ -28,7 +28,7 @@ def _opt(model):
 
 
 def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool = False, seed: int = 0,
-                tie_weights: bool = False) -> dict:
+                tie_weights: bool = False, dtype=torch.float64) -> dict:
     """Train K AdamW steps on the same batches; single device when ``tp`` is None.
 
     Returns losses per step, the gradients of the last step and the final parameters, both as
@@ -43,6 +43,7 @@ def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool =
     else:
         group = new_tp_group(tp)
         model = TensorParallelGPT(cfg, group=group, sequence_parallel=sequence_parallel)
+    model.to(dtype)     # float64 by default: see the tolerances in tests/test_tensor_parallel.py
     opt = _opt(model)
     losses, grads = [], None
     for x, y in data:
@@ -64,15 +65,15 @@ def make_group(tp: int):
     return md.rank()
 
 
-def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int = 0) -> dict:
-    """The same K steps with PyTorch's DTensor TP over the whole world (``minipar.tp_dtensor``)."""
+def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int = 0, dtype=torch.float64) -> dict:
+    """The same K steps with PyTorch's DTensor TP over the whole world (``minipar.tp.dtensor``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from minipar.tp_dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
+    from minipar.tp.dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
 
     vocab, data = batches(steps)
     torch.manual_seed(seed)
-    model = parallelize_gpt_dtensor(GPT(small_cfg(vocab)), init_device_mesh("cpu", (md.world_size(),)),
+    model = parallelize_gpt_dtensor(GPT(small_cfg(vocab)).to(dtype), init_device_mesh("cpu", (md.world_size(),)),
                                     vocab_parallel=vocab_parallel)
     opt = _opt(model)
     losses, grads = [], None
@@ -100,7 +101,7 @@ def equivalence_suite(steps: int = 3) -> dict:
 def block_comm_counts(B: int = 2, T: int = 8) -> dict:
     """Collectives of one ParallelBlock's forward and backward, counted by ``CommLog``, per op."""
     from minipar.accounting import CommLog, label
-    from minipar.tp_gpt import ParallelBlock
+    from minipar.tp.gpt import ParallelBlock
 
     cfg = small_cfg(103)
     n = md.world_size()
@@ -122,7 +123,7 @@ def block_comm_counts(B: int = 2, T: int = 8) -> dict:
 
 def operator_semantics() -> dict:
     """Forward values and input gradients of the conjugate operators on this rank."""
-    import minipar.tensor_parallel as T
+    import minipar.tp.mappings as T
 
     r = md.rank()
     res = {}
@@ -140,13 +141,14 @@ def operator_semantics() -> dict:
 def layer_options() -> dict:
     """ColumnParallelLinear(gather_output=True) and RowParallelLinear(input_is_parallel=False)
     against the full nn.Linear: outputs and input gradients (max abs differences)."""
-    from minipar.tp_layers import ColumnParallelLinear, RowParallelLinear
+    from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear
 
     torch.manual_seed(0)
-    full = torch.nn.Linear(8, 6)
-    x = torch.randn(2, 3, 8)
+    full = torch.nn.Linear(8, 6).double()          # float64: the test's bound is float64 rounding
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
     out = {}
     for layer in (ColumnParallelLinear(8, 6, gather_output=True), RowParallelLinear(8, 6, input_is_parallel=False)):
+        layer.double()
         layer.load_full_(full.weight, full.bias)
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         ya, yb = layer(xa), full(xb)

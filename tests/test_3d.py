@@ -2,11 +2,20 @@
 
 Every 8-rank test is one ``minipar.launch`` (or one pair of torchrun "nodes") that runs several
 trainings inside the same world, because starting 8 processes is the expensive part on 2 cores.
-Tolerance, everywhere: 1e-5 absolute on losses of ~4.6 nats. The layouts add the same numbers in
-another order (TP splits the matmul reductions and the softmax sums, DP and the micro-batches
-average partial means, ZeRO-1 reduce-scatters instead of all-reducing), which changes results
-at fp32 rounding, ~1e-7 relative per operation, over a handful of AdamW steps; a real bug (a
-missing gradient average, a wrong shard) moves the loss by 1e-3 or more after one step.
+
+Two kinds of bound, each derived, none fitted to one CPU:
+
+- **Exactness, float64 gradients** (:func:`test_3d_gradients_equal_one_device_float64`): one
+  forward + backward of the global batch on each layout, before any optimizer, against one device.
+  A layout adds the same terms in another order; in float64 a sum of n terms moves by at most
+  ~n·ε·Σ|terms| with ε = 1.1e-16, i.e. < 1e-13 for these gradients (|g| ≤ 0.2, n ≤ 1e3), so the
+  bound is 1e-12. A real bug (a missing micro-batch, a wrong 1/m or 1/dp, a TP shard summed twice)
+  changes a gradient by ~|g|/m ≥ 1e-3.
+- **The whole trainer in fp32** (losses over a few AdamW steps, checkpoints, torchrun restarts):
+  1e-5 absolute on losses of ~4.6 nats. Reordered fp32 sums differ by ~1e-7 relative per
+  operation; over ≤ 16 AdamW steps that moves the loss by < 1e-6 on any CPU (AVX2 or AVX-512,
+  MKL or not), while a real bug moves it by 1e-3 or more after one step. These runs use fp32
+  because the trainer does (ZeRO-1's start check hashes fp32 bits).
 """
 import json
 import os
@@ -23,6 +32,7 @@ from tests import _workers_3d as w
 TINY = dict(steps=4, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=4, log_every=1,
             eval_batches=1, sample_chars=10, microbatches=2, out=None)
 TOL = 1e-5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def losses(hist, start=0):
@@ -36,6 +46,20 @@ def vals(hist):
 def close(a: dict, b: dict) -> float:
     assert sorted(a) == sorted(b), (sorted(a), sorted(b))
     return max(abs(a[k] - b[k]) for k in a)
+
+
+CFG64 = dict(vocab_size=64, block_size=16, n_layer=4, n_head=4, d_model=32)
+
+
+@pytest.mark.parametrize("layout, microbatches", [((2, 2, 2), 2), ((4, 1, 2), 4), ((1, 2, 4), 2)])
+def test_3d_gradients_equal_one_device_float64(layout, microbatches):
+    """float64, before the optimizer: the dp-averaged gradients of a (pp, dp, tp) layout, assembled as
+    the single-device GPT's tensors, equal one device's to 1e-12 (bound derived in the module doc)."""
+    from minipar.verify import check_close
+    got = launch(w.grads_float64, world_size=8, args=(CFG64, 8, microbatches, layout))[0]
+    want = w.one_device_grads_float64(CFG64, 8)
+    check_close(f"pp{layout[0]}·dp{layout[1]}·tp{layout[2]} m={microbatches} gradients vs one device",
+                {k: got[k] for k in want}, want, bound=1e-12, why="float64", show=False)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +96,7 @@ def test_checkpoint_resumes_same_and_other_layout(tmp_path, one_device):
 
 def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
     """Two torchrun invocations (--nnodes 2, --node-rank 0/1, c10d rendezvous on 127.0.0.1), 4 ranks
-    each, form one dp2·tp2·pp2 job. Rank 5 is SIGKILLed as it reaches step 3 (``MINIPAR_FAULT``);
+    each, form one dp2·tp2·pp2 job. Rank 5 is SIGKILLed as it reaches step 3 (``tests._fault_train``);
     ``--max-restarts 1`` restarts the workers on both nodes, which agree on the attempt number
     (``minipar.dist._elastic_store``), resume from the step-2 checkpoint without manual action and end
     with the uninterrupted single-device losses, every step logged once."""
@@ -84,12 +108,11 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
             "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
             "--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b", "--out", str(out),
             "--ckpt-every", "2", "--resume"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60"),
-           "MINIPAR_FAULT": "5:3"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60")}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
                                "--nproc-per-node", "4", "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-3d",
-                               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "minipar.train"] + args,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+                               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "tests._fault_train", "5:3"] + args,
+                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
     try:
         results = [p.communicate(timeout=240) for p in procs]
     finally:
@@ -109,18 +132,18 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
 
 
 def test_torchrun_restarts_a_killed_3d_rank_and_resumes(tmp_path, one_device):
-    """tp2·pp2 on 4 torchrun ranks; rank 1 is SIGKILLed as it reaches step 3 (``MINIPAR_FAULT``, first
+    """tp2·pp2 on 4 torchrun ranks; rank 1 is SIGKILLed as it reaches step 3 (``tests._fault_train``, first
     attempt only). ``--max-restarts 1`` restarts the job, which resumes from the step-2 checkpoint
     without manual action: every step logged once, losses equal to the uninterrupted run's."""
     out = tmp_path / "run"
     args = ["--steps", "4", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
             "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
             "--tp", "2", "--pp", "2", "--out", str(out), "--ckpt-every", "2", "--resume"]
-    env = {**os.environ, "MINIPAR_FAULT": "1:3", "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
            "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "minipar.train"] + args
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "tests._fault_train", "1:3"] + args
+    p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "resumed from step_00000002" in p.stdout
     got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -144,7 +167,7 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
 @pytest.mark.parametrize("args, text", [
     (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
     (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
-    (["--schedule", "zb"], "--schedule zb"),
+    (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
     (["--zero", "2"], "--zero 2"),
     (["--grad-clip", "-1"], "--grad-clip -1"),
     (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),

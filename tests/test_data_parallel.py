@@ -5,13 +5,10 @@ import torch
 from minipar import ConfigError, launch
 from minipar.data import CharWindows, make_loader
 from minipar.data_parallel import DistributedDataParallel, check_dataset, make_buckets
+from minipar.verify import max_abs_diff
 from tests import _workers_dp as w
 
 torch.set_num_threads(1)  # as every rank: with 2 threads a loaded 2-core machine runs ~20x slower
-
-
-def _max_param_diff(a, b):
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 @pytest.fixture(scope="module")
@@ -24,23 +21,31 @@ def test_n_ranks_equal_one_device(reference, n):
     """N-rank training (minipar DDP with and without overlap and gradient accumulation, naive DP,
     PyTorch DDP) for 4 AdamW steps equals one device on the same global batch of 8 sequences.
 
-    Tolerances: losses 1e-5 absolute (losses ~4.5; the ranks sum the same numbers in another order,
-    fp32 rounding ~1e-7 relative per operation, measured 5e-7). Parameters 2e-4 absolute: AdamW
-    divides by sqrt(v), so for a weight whose gradient is close to zero a rounding-level change of
-    the gradient moves the update by a sizeable fraction of lr = 3e-3 (measured up to 5.5e-5 after
-    4 steps; 2e-4 is lr/15, while any real bug such as a missing or doubled average moves weights
-    by ~lr per step). The replicas themselves must stay bit-identical.
+    Runs in float64 (``w.train``'s default), so the bound is derived, not fitted to one CPU:
+    N ranks (or another CPU's kernels) sum the same numbers in another order, which moves a float64
+    gradient by δ ≲ 1e-13; AdamW's update lr·m̂/(√v̂ + eps) then moves by at most lr·δ/eps per step
+    (eps = 1e-8), ≤ 4 · 3e-3 · 1e-13 / 1e-8 = 1.2e-7 after 4 steps even for a near-zero gradient.
+    Bound: ``w.PARAM_BOUND`` = ``w.LOSS_BOUND`` = 1e-6, while any real bug (a missing or doubled
+    average, a dropped micro-batch) moves weights by ~lr = 3e-3 per step. The replicas themselves
+    must stay bit-identical, and one rank must equal one device bit for bit.
     """
     out = launch(w.train_variants, world_size=n)
     for name, res in out[0].items():
-        assert max(abs(a - b) for a, b in zip(res["losses"], reference["losses"])) < 1e-5, name
-        assert _max_param_diff(res["params"], reference["params"]) < 2e-4, name
+        assert max_abs_diff(res["losses"], reference["losses"]) < w.LOSS_BOUND, name
+        assert max_abs_diff(res["params"], reference["params"]) < w.PARAM_BOUND, name
         for other in out[1:]:
-            assert _max_param_diff(res["params"], other[name]["params"]) == 0.0, name
+            assert max_abs_diff(res["params"], other[name]["params"]) == 0.0, name
     if n == 1:  # one rank: dividing by 1 and summing over 1 rank change nothing, bit for bit
-        assert _max_param_diff(out[0]["ddp"]["params"], reference["params"]) == 0.0
-    # minipar DDP and PyTorch DDP (same buckets, same accumulation) agree to fp32 rounding
-    assert _max_param_diff(out[0]["ddp_accum"]["params"], out[0]["torch"]["params"]) < 2e-4
+        assert max_abs_diff(out[0]["ddp"]["params"], reference["params"]) == 0.0
+    # minipar DDP and PyTorch DDP (same buckets, same accumulation) agree to float64 rounding
+    assert max_abs_diff(out[0]["ddp_accum"]["params"], out[0]["torch"]["params"]) < w.PARAM_BOUND
+
+
+def test_equivalence_bound_catches_a_bug(reference):
+    """The bound is tight enough to matter: dropping half of each global batch (what a lost
+    micro-batch or rank does) breaks it by orders of magnitude, in float64 on one device."""
+    wrong = w.train("single", steps=4, global_batch=4)
+    assert max_abs_diff(wrong["params"], reference["params"]) > 100 * w.PARAM_BOUND
 
 
 def test_buckets_reverse_order_and_cap():

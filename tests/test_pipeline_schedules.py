@@ -1,10 +1,10 @@
-"""minipar.pipeline_schedules: every generated schedule is valid, and the SIMULATION predicts the
+"""minipar.pp.schedules: every generated schedule is valid, and the SIMULATION predicts the
 bubble and the activation memory the papers give. Pure Python, no ranks."""
 import pytest
 
 from minipar import ConfigError
-from minipar.pipeline import partition_layers
-from minipar.pipeline_schedules import (Action, DeadlockError, bubble_formula, gpipe, interleaved_1f1b,
+from minipar.pp.executor import partition_layers
+from minipar.pp.schedules import (Action, DeadlockError, bubble_formula, gpipe, interleaved_1f1b,
                                         make_schedule, one_f_one_b, parse, simulate)
 
 CASES = [(name, p, m, v) for name, vs in (("gpipe", [1]), ("1f1b", [1]), ("interleaved", [2, 3]))
@@ -89,10 +89,35 @@ def test_partition():
 def test_trace_analysis_agrees_with_the_simulation():
     """The measurement code (pipeline_trace) applied to a simulated timeline gives the simulator's
     own bubble, and feeding durations back reproduces the timeline."""
-    from minipar.pipeline_trace import from_simulation, measured_bubble, measured_durations
+    from minipar.pp.trace import from_simulation, measured_bubble, measured_durations
     sim = simulate(interleaved_1f1b(4, 8, 2), t_f=lambda a: 1 + a.stage % 3, t_b=2)
     tr = from_simulation(sim)
     assert measured_bubble(tr) == pytest.approx(sim.bubble, abs=1e-12)
     d_f, d_b = measured_durations(tr)
     again = simulate(interleaved_1f1b(4, 8, 2), t_f=d_f.__getitem__, t_b=d_b.__getitem__)
     assert again.makespan == pytest.approx(sim.makespan)
+
+
+def test_cpu_time_bubble_and_stage_medians():
+    """``cpu=True`` reads TraceEvent.cpu (equal to the span for a simulation); the simulator fed
+    with per-stage medians of a balanced run gives exactly the formula, and never less (GPipe)."""
+    from minipar.pp.schedules import bubble_formula
+    from minipar.pp.trace import from_simulation, measured_bubble, stage_durations
+    for m in (1, 2, 4, 8):
+        sim = simulate(gpipe(3, m), t_f=1, t_b=2)
+        tr = from_simulation(sim)
+        assert measured_bubble(tr, cpu=True) == pytest.approx(sim.bubble, abs=1e-12)
+        again = simulate(gpipe(3, m), *stage_durations(tr))
+        assert again.bubble == pytest.approx(bubble_formula(3, m), abs=1e-12)
+        skewed = simulate(gpipe(3, m), t_f=lambda a: 1 + a.stage, t_b=lambda a: 2 + a.stage % 2)
+        assert skewed.bubble >= bubble_formula(3, m) - 1e-12
+
+
+def test_coupled_send_receive_is_never_faster():
+    """The COUPLED model (blocking sends, receives posted when needed) equals the decoupled one
+    without communication, and is slower as soon as messages cost time."""
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
+        s = make_schedule(name, 4, 8, v)
+        assert simulate(s, 1, 2, 0.0, decoupled=False).makespan == simulate(s, 1, 2, 0.0).makespan
+        for t_comm in (0.05, 0.3):
+            assert simulate(s, 1, 2, t_comm, decoupled=False).makespan > simulate(s, 1, 2, t_comm).makespan

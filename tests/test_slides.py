@@ -157,3 +157,31 @@ def test_deck_works_offline_in_chromium(lesson, chromium):
     r = browser.check_deck(chromium, deck, SHOTS)
     assert_works_offline(r, nb, [build.SLIDES])
     assert r["shots"], "no screenshot taken"
+
+
+# Decks whose lessons still have slides taller than the slide area (measured 2026-11-22 with
+# slides/browser.py: 960×700 logical px, shown in a 1280×720-class window). The notebooks belong to
+# other work in flight; once a deck is fixed and rebuilt, drop it from this set.
+# 30 of 128 slides then: 00: 1, 02: 6, 03: 6, 04: 7, 05: 1, 06: 3, 07: 6 (01: none); all fixed
+# 2026-11-23 (speaker notes, subslides). Keep it empty: a new deck that scrolls fails.
+OVERFLOW_TODO: set[str] = set()
+
+
+def _overflow_param(p):
+    if p.stem in OVERFLOW_TODO:
+        return pytest.param(p, id=p.stem, marks=pytest.mark.xfail(
+            reason="slides taller than the viewport: move detail into speaker notes (issue 13), then rebuild the deck "
+                   "and drop the lesson from OVERFLOW_TODO", strict=False))
+    return pytest.param(p, id=p.stem)
+
+
+@pytest.mark.parametrize("lesson", [_overflow_param(p) for p in LESSONS] or LESSON_PARAMS)
+def test_no_slide_is_taller_than_the_viewport(lesson, chromium):
+    """A slide that scrolls hides its bottom in a talk: every slide must fit the slide area."""
+    deck = build.SLIDES / f"{lesson.stem}.html"
+    if not deck.exists():
+        pytest.fail(f"no deck for {lesson.name}: run make slides LESSON={lesson.name[:2]}")
+    r = browser.check_deck(chromium, deck)
+    detail = "; ".join(f"slide {i} {title!r}: {sh} px of content in {ch} px" for i, sh, ch, title in r["overflow_detail"])
+    assert r["overflow"] == [], (f"{deck.name}: {len(r['overflow'])} of {r['total']} slides scroll ({detail}); move "
+                                 "detail into speaker notes (a cell with slide_type 'notes') or split the slide")

@@ -1,4 +1,4 @@
-"""minipar.zero / minipar.zero3: ZeRO stages 1-3 equal single-device AdamW, hold the bytes the
+"""minipar.zero / minipar.zero.stage3: ZeRO stages 1-3 equal single-device AdamW, hold the bytes the
 paper's formulas say, and move the bytes §7 says (Rajbhandari et al. 2020, arXiv:1910.02054)."""
 import pytest
 import torch
@@ -6,12 +6,24 @@ import torch
 from minipar import ConfigError, launch
 from minipar.data import CharCorpus, make_loader
 from minipar.models import GPT, GPTConfig, num_params
-from minipar.zero import default_units, zero, zero_bytes_formula
-from minipar.zero3 import ShardedUnit
+from minipar.zero.flat import default_units, zero_bytes_formula
+from minipar.zero import zero
+from minipar.zero.stage3 import ShardedUnit
 from tests import _workers_zero as w
 
 STEPS = 3
 ZERO = ("zero1", "zero2", "zero3")
+F64 = torch.float64
+# Every equivalence here runs in float64 (model, gradients, AdamW state): reordered sums (n per-rank
+# means averaged instead of one global mean, two half-batch backward passes instead of one) then
+# differ by ~1e-16 relative whatever kernels the CPU picks (AVX2, AVX-512, MKL). AdamW divides by
+# sqrt(v) + eps, which amplifies that only for near-zero gradients, leaving parameter differences
+# ~1e-14 (measured 2e-14), while a real bug (a missing reduce-scatter, a wrong 1/N, a shard stepped
+# twice) moves a parameter by ~lr = 1e-2. 1e-9 sits five orders from both, on any CPU. (In fp32 the
+# same reordering reached 2e-5, and a tolerance fitted to one CPU is not portable.)
+LOSS_TOL = 1e-9
+PARAM_TOL = 1e-9
+BYTES = 8          # float64 element: the fp32 formulas' bytes scale by BYTES / 4
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -21,42 +33,42 @@ def max_diff(a: dict, b: dict) -> float:
 
 @pytest.fixture(scope="module")
 def reference():
-    return w.workers_03.single_device(w.CFG, w.ADAMW, w.batches(STEPS))
+    return w.workers_03.single_device(w.CFG, w.ADAMW, w.batches(STEPS), dtype=F64)
 
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_stages_equal_single_device_and_measure_formulas(n, reference):
     """ZeRO-1/2/3 (and FSDP2, and plain DP) on n ranks = one device on the same global batch.
 
-    Tolerances: losses 1e-5 absolute (values ~3.7), parameters 1e-4 absolute after 3 AdamW steps
-    at lr 1e-2. The parallel runs average n per-rank mean gradients instead of one global mean:
-    the same numbers summed in another order, so they differ by fp32 rounding (~1e-7 relative).
-    AdamW divides by sqrt(v): an element whose gradient is tiny gets that rounding amplified, up
-    to ~1e-3 of its lr-sized step (measured: 1.1e-5 on 2 ranks, 1.8e-5 on 4). Between the three
-    ZeRO stages the arithmetic is the same operations in the same order, so they agree bit for bit.
+    float64 throughout; tolerances 1e-9 on losses (values ~3.7) and parameters after 3 AdamW steps
+    at lr 1e-2, derived above (LOSS_TOL, PARAM_TOL): the parallel runs average n per-rank mean
+    gradients instead of one global mean, the same numbers summed in another order. Between the
+    three ZeRO stages the arithmetic is the same operations in the same order: bit for bit equal.
+    Bytes: the fp32 formulas times BYTES / 4 (every state tensor is float64 here).
     """
-    out = launch(w.workers_03.run, world_size=n, args=(ZERO + ("dp", "fsdp2"), w.CFG, w.ADAMW, w.batches(STEPS)))
+    out = launch(w.workers_03.run, world_size=n, args=(ZERO + ("dp", "fsdp2"), w.CFG, w.ADAMW, w.batches(STEPS)),
+                 kwargs=dict(dtype=F64))
     r0 = out[0]
     for s, o in r0.items():
-        assert max(abs(a - b) for a, b in zip(o["losses"], reference["losses"])) < 1e-5, s
-        assert max_diff(o["params"], reference["params"]) < 1e-4, s
+        assert max(abs(a - b) for a, b in zip(o["losses"], reference["losses"])) < LOSS_TOL, s
+        assert max_diff(o["params"], reference["params"]) < PARAM_TOL, s
     for s in ZERO[1:]:
         assert r0[s]["losses"] == r0["zero1"]["losses"] and max_diff(r0[s]["params"], r0["zero1"]["params"]) == 0
 
     psi = num_params(GPT(w.CFG))
     units = default_units(GPT(w.CFG))
-    pad = 4 * (n - 1) * len(units)  # at most n-1 padding floats per unit
-    for stage, s in enumerate(ZERO, start=1):  # bytes held per rank vs the fp32 formula, exact up to padding
-        f = zero_bytes_formula(psi, stage, n)
+    pad = BYTES * (n - 1) * len(units)  # at most n-1 padding elements per unit
+    for stage, s in enumerate(ZERO, start=1):  # bytes held per rank vs the formula, exact up to padding
+        f = {k: v * BYTES / 4 for k, v in zero_bytes_formula(psi, stage, n).items()}
         for r in range(n):
             for key in ("params", "grads", "optimizer"):
                 assert abs(out[r][s]["held"][key] - f[key]) <= pad, (s, r, key)
-        assert sum(out[r][s]["held"]["optimizer"] for r in range(n)) == 8 * psi  # AdamW moments: each element once
-    ring = 2 * (n - 1) / n * 4 * psi  # data parallelism: one ring all-reduce of 4Ψ bytes per rank
+        assert sum(out[r][s]["held"]["optimizer"] for r in range(n)) == 2 * BYTES * psi  # AdamW moments: each once
+    ring = 2 * (n - 1) / n * BYTES * psi  # data parallelism: one ring all-reduce of Ψ elements per rank
     assert r0["dp"]["comm"]["all_reduce"] == ring
     for s in ("zero1", "zero2"):  # §7.2.1: reduce-scatter + all-gather = the same 2Ψ
         assert abs(sum(r0[s]["comm"].values()) - ring) <= pad
-    emb = 4 * (n - 1) / n * sum(m.weight.numel() for m in (GPT(w.CFG).wte, GPT(w.CFG).wpe))
+    emb = BYTES * (n - 1) / n * sum(m.weight.numel() for m in (GPT(w.CFG).wte, GPT(w.CFG).wpe))
     z3 = r0["zero3"]["comm"]  # §7.2.2: 3Ψ, less the embeddings, which backward never re-gathers
     assert abs(z3["reduce_scatter_single"] - ring / 2) <= pad
     assert abs(z3["all_gather_single"] - (ring - emb)) <= 2 * pad
@@ -65,13 +77,14 @@ def test_stages_equal_single_device_and_measure_formulas(n, reference):
 
 def test_clipping_equals_clip_grad_norm():
     """max_norm=0.05 clips every step (gradient norms here are ~0.5-1): ZeRO's global norm from
-    an all-reduce of shard norms must equal ``torch.nn.utils.clip_grad_norm_``. Tolerances as above."""
+    an all-reduce of shard norms must equal ``torch.nn.utils.clip_grad_norm_``. float64, tolerances as above."""
     adamw = dict(w.ADAMW, max_norm=0.05)
-    ref = w.workers_03.single_device(w.CFG, adamw, w.batches(STEPS))
-    out = launch(w.workers_03.run, world_size=2, args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)))[0]
+    ref = w.workers_03.single_device(w.CFG, adamw, w.batches(STEPS), dtype=F64)
+    out = launch(w.workers_03.run, world_size=2, args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)),
+                 kwargs=dict(dtype=F64))[0]
     for s, o in out.items():
-        assert max(abs(a - b) for a, b in zip(o["losses"], ref["losses"])) < 1e-5
-        assert max_diff(o["params"], ref["params"]) < 1e-4
+        assert max(abs(a - b) for a, b in zip(o["losses"], ref["losses"])) < LOSS_TOL
+        assert max_diff(o["params"], ref["params"]) < PARAM_TOL
 
 
 def test_stage3_gathers_one_unit_at_a_time_and_frees_it():
@@ -93,17 +106,17 @@ def test_stage3_gathers_one_unit_at_a_time_and_frees_it():
 
 
 def test_one_rank_is_plain_adamw(reference):
-    """World of 1: every stage is exactly single-device AdamW (same elementwise operations)."""
+    """World of 1: every stage is single-device AdamW (same elementwise operations; float64, PARAM_TOL)."""
     for stage in (1, 2, 3):
         torch.manual_seed(0)
-        model = GPT(w.CFG)
+        model = GPT(w.CFG).to(F64)
         opt = zero(model, stage, **w.ADAMW)
         for xy in w.batches(STEPS):
             model(xy[:, :-1], xy[:, 1:])[1].backward()
             opt.step()
             opt.zero_grad()
         params = opt.full_state_dict() if stage == 3 else dict(model.named_parameters())
-        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < 1e-6
+        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < PARAM_TOL
 
 
 # -- bad input: one clear ConfigError naming the value and the fix ---------------------------
@@ -136,12 +149,11 @@ def test_dataset_smaller_than_world_size():
 
 def test_gradient_accumulation_equals_one_big_batch(reference):
     """Two backward passes of half the batch before each step (stage 2 and 3 add each reduce-scattered
-    gradient shard to the last) = one pass over the whole batch. World of 1; tolerance 1e-4 on
-    parameters, as for the multi-rank runs: two partial sums instead of one differ by fp32 rounding,
-    which AdamW's 1/sqrt(v) amplifies for tiny gradients (measured 1.2e-5)."""
+    gradient shard to the last) = one pass over the whole batch. World of 1, float64, PARAM_TOL as for
+    the multi-rank runs: two partial sums instead of one differ by float64 rounding only."""
     for stage in (1, 2, 3):
         torch.manual_seed(0)
-        model = GPT(w.CFG)
+        model = GPT(w.CFG).to(F64)
         opt = zero(model, stage, **w.ADAMW)
         for xy in w.batches(STEPS):
             for half in xy.chunk(2):
@@ -149,4 +161,4 @@ def test_gradient_accumulation_equals_one_big_batch(reference):
             opt.step()
             opt.zero_grad()
         params = opt.full_state_dict() if stage == 3 else dict(model.named_parameters())
-        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < 1e-4, stage
+        assert max_diff({k: v.detach() for k, v in params.items()}, reference["params"]) < PARAM_TOL, stage

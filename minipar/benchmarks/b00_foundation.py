@@ -5,10 +5,10 @@ import socket
 
 import torch
 
-from ..bench import Row, median_time
-from ..launch import launch
-from ..models import GPT, GPTConfig
-from . import _jobs
+from minipar.bench import Row, median_time
+from minipar.launch import launch
+from minipar.models import GPT, GPTConfig
+from minipar.benchmarks import _jobs
 
 
 def _free_port() -> int:

@@ -17,10 +17,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..bench import Row
-from .. import dist as md
-from ..collectives import ring_all_reduce
-from ..launch import launch
+from minipar.bench import Row
+from minipar import dist as md
+from minipar.collectives import ring_all_reduce
+from minipar.launch import launch
 
 
 def time_all_reduce(numels: list[int], algos=("torch", "ring"), repeats: int = 5) -> dict:

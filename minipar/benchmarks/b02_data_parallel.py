@@ -12,30 +12,38 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..bench import Row
-from ..data_parallel import DistributedDataParallel
-from ..launch import launch
-from ..models import GPT, GPTConfig
+from minipar import dist as md
+from minipar.bench import Row
+from minipar.data_parallel import DistributedDataParallel
+from minipar.launch import launch
+from minipar.models import GPT, GPTConfig
 
 CFG = dict(vocab_size=96, n_layer=4, n_head=4, d_model=128, block_size=64)
 BUCKET_MB = 1.0
 
 
 def step_times(repeats: int, steps: int, local_batch: int = 4) -> dict:
-    """On every rank: median seconds per training step for each wrapper (runs inside ``launch``)."""
+    """On every rank: median seconds per training step for each wrapper (runs inside ``launch``).
+
+    On ``minipar.dist.device()`` (``cuda:LOCAL_RANK`` under NCCL, CUDA synchronised before each clock read).
+    """
+    dev = md.device()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     x = torch.randint(0, CFG["vocab_size"], (local_batch, CFG["block_size"]),
-                      generator=torch.Generator().manual_seed(dist.get_rank()))
+                      generator=torch.Generator().manual_seed(dist.get_rank())).to(dev)
     nets = {}
     for kind in ("minipar", "torch"):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(**CFG))
+        model = GPT(GPTConfig(**CFG)).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         net = (DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB) if kind == "minipar"
-               else torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB))
+               else torch.nn.parallel.DistributedDataParallel(
+                   model, bucket_cap_mb=BUCKET_MB, device_ids=[dev.index] if dev.type == "cuda" else None))
         nets[kind] = (net, opt)
 
     def block(kind: str) -> float:
         net, opt = nets[kind]
+        sync()
         dist.barrier()
         t = time.perf_counter()
         for _ in range(steps):
@@ -43,6 +51,7 @@ def step_times(repeats: int, steps: int, local_batch: int = 4) -> dict:
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+        sync()
         return (time.perf_counter() - t) / steps
 
     block("minipar"), block("torch")  # warm-up

@@ -2,7 +2,7 @@
 
 One training step (forward, backward, AdamW) of a 4-layer GPT (d_model 128, 4 heads, T 128,
 batch 8, vocabulary 128) with attention, MLP, embedding and head split over 2 and 4 gloo ranks:
-``minipar.tp_gpt.TensorParallelGPT`` against ``minipar.tp_dtensor.parallelize_gpt_dtensor`` (the
+``minipar.tp.gpt.TensorParallelGPT`` against ``minipar.tp.dtensor.parallelize_gpt_dtensor`` (the
 same layout with ``ColwiseParallel``/``RowwiseParallel`` + ``loss_parallel``). Both run in the
 same processes, alternating, so they see the same machine load. Where the time goes: the note
 gives forward and backward+step times of each, and the time minipar spends inside its
@@ -20,8 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..bench import Row
-from ..launch import launch
+from minipar.bench import Row
+from minipar.launch import launch
 
 CFG = dict(vocab_size=128, block_size=128, n_layer=4, n_head=4, d_model=128)
 BATCH = 8
@@ -70,9 +70,9 @@ def job(repeats: int) -> dict:
     """Runs on every rank: median (forward, backward+step, in collectives) seconds per implementation."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..models import GPT, GPTConfig
-    from ..tp_dtensor import loss_context, parallelize_gpt_dtensor
-    from ..tp_gpt import TensorParallelGPT
+    from minipar.models import GPT, GPTConfig
+    from minipar.tp.dtensor import loss_context, parallelize_gpt_dtensor
+    from minipar.tp.gpt import TensorParallelGPT
 
     cfg = GPTConfig(**CFG)
     g = torch.Generator().manual_seed(0)

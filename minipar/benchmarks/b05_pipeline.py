@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..bench import Row
-from ..launch import launch
-from ..pipeline_schedules import make_schedule, simulate
-from ..pipeline_trace import RunSpec, measured_bubble, measured_durations, step_time_vs_native, traced_run
+from minipar.bench import Row
+from minipar.launch import launch
+from minipar.pp.schedules import make_schedule, simulate
+from minipar.pp.trace import RunSpec, measured_bubble, measured_durations, step_time_vs_native, traced_run
 
 BASE = RunSpec(n_layer=4, d_model=64, T=64, B=32, m=8)
 

@@ -9,8 +9,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..bench import Row
-from ..launch import launch
+from minipar import dist as mdist
+from minipar.bench import Row
+from minipar.launch import launch
 
 CFG = dict(vocab_size=96, block_size=32, n_layer=4, n_head=4, d_model=64)
 BATCH, M = 16, 2
@@ -25,15 +26,15 @@ def _timed(fn, reps: int) -> float:
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    t = torch.tensor([statistics.median(ts)])
+    t = torch.tensor([statistics.median(ts)], device=mdist.device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
 
 def job(layouts, reps: int) -> dict:
-    from ..mesh import init_mesh
-    from ..models import GPT, GPTConfig
-    from ..parallel3d import build_piece
+    from minipar.mesh import init_mesh
+    from minipar.models import GPT, GPTConfig
+    from minipar.parallel3d import build_piece
     cfg = GPTConfig(**CFG)
     g = torch.Generator().manual_seed(0)
     out = {}
@@ -61,9 +62,9 @@ def job(layouts, reps: int) -> dict:
 
 
 def rows(quick: bool) -> list[Row]:
-    from ..mesh import factorizations
-    from ..models import GPTConfig
-    from ..planner import Hardware, estimate, rank_correlation
+    from minipar.mesh import factorizations
+    from minipar.models import GPTConfig
+    from minipar.planner import Hardware, estimate, rank_correlation
     reps = 2 if quick else 5
     lays = [(1, 8, 1, 0), (2, 2, 2, 0), (2, 2, 2, 1)] + [(*f, 0) for f in factorizations(8)
                                                          if f not in ((1, 8, 1), (2, 2, 2)) and f[0] <= CFG["n_layer"]

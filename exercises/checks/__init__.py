@@ -1,0 +1,1 @@
+"""One check file per lesson (``checks/lessonNN.py``); shared helpers in ``checks/common.py``."""

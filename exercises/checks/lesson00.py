@@ -1,0 +1,71 @@
+"""Checks for lesson 00 (one device): LayerNorm and cross-entropy backward against autograd, AdamW
+against ``torch.optim.AdamW``. Float64, bound 1e-12 (relative to the values' size ~1)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from exercises.checks.common import CheckFailed, call, expect_close, max_diff
+
+TITLE = "one device"
+MODULE = "ex00_single_device"
+
+
+def _rand(*shape, seed=0, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+
+
+def check_layer_norm(mod) -> str:
+    for shape in ((4, 7), (2, 3, 16), (5, 1)):
+        D = shape[-1]
+        x = _rand(*shape, seed=1, scale=3.0).add_(2.0).requires_grad_()
+        w, b = _rand(D, seed=2).requires_grad_(), _rand(D, seed=3).requires_grad_()
+        go = _rand(*shape, seed=4)
+        F.layer_norm(x, (D,), w, b, 1e-5).backward(go)
+        got = call("layer_norm_backward", mod.layer_norm_backward, go, x.detach(), w.detach(), 1e-5)
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            raise CheckFailed("layer_norm_backward must return (grad_x, grad_weight, grad_bias)")
+        gx, gw, gb = got
+        what = f"layer_norm_backward, x of shape {shape}"
+        expect_close(f"{what}: grad_bias", gb, b.grad, hint="sum grad_out over every leading dimension")
+        expect_close(f"{what}: grad_weight", gw, w.grad, hint="sum grad_out · xhat over every leading dimension (xhat = (x − mean)·rstd with the biased variance, ÷D)")
+        expect_close(f"{what}: grad_x", gx, x.grad, bound=1e-10,
+                     hint="grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat)) with g = grad_out · weight, biased "
+                          "variance (÷D), means over the last dimension")
+    return "shapes (4, 7), (2, 3, 16), (5, 1): grad_x, grad_weight, grad_bias = autograd (float64)"
+
+
+def check_cross_entropy(mod) -> str:
+    for n, v, scale in ((6, 5, 1.0), (3, 11, 1.0), (4, 3, 1000.0)):
+        logits = _rand(n, v, seed=5, scale=scale).requires_grad_()
+        t = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(6))
+        F.cross_entropy(logits, t).backward()
+        got = call("cross_entropy_backward", mod.cross_entropy_backward, logits.detach().clone(), t)
+        what = f"cross_entropy_backward, logits ({n}, {v})" + (" of size ~1000" if scale > 1 else "")
+        if torch.as_tensor(got).isnan().any():
+            raise CheckFailed(f"{what}: NaN — subtract each row's maximum before exp (softmax overflows otherwise)")
+        if max_diff(got, logits.grad * n) < 1e-12 and n > 1:
+            raise CheckFailed(f"{what}: N = {n} times too large: the loss is the mean over the rows, divide by N")
+        expect_close(what, got, logits.grad, hint="(softmax(logits) − onehot(targets)) / N")
+    return "(6, 5), (3, 11), and logits ~1000 (no overflow): = autograd (float64)"
+
+
+def check_adamw(mod) -> str:
+    hyper = dict(lr=0.1, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    p_ref = _rand(10, seed=7).requires_grad_()
+    opt = torch.optim.AdamW([p_ref], **hyper)
+    p = p_ref.detach().clone()
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    for step in range(1, 4):
+        g = _rand(10, seed=10 + step)
+        p_ref.grad = g.clone()
+        opt.step()
+        call("adamw_step", mod.adamw_step, p, g.clone(), m, v, step, **hyper)
+        expect_close(f"adamw_step, parameter after step {step}", p, p_ref.detach(),
+                     hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step count; "
+                          "eps after sqrt(v̂); all in place (the moments too)")
+    return "3 steps = torch.optim.AdamW (float64, < 1e-12), moments and bias correction"
+
+
+CHECKS = [("layer_norm_backward", check_layer_norm), ("cross_entropy_backward", check_cross_entropy),
+          ("adamw_step", check_adamw)]

@@ -1,0 +1,86 @@
+"""Lesson 00 · one device: a backward pass and an optimizer step, written by hand.
+
+Exercises (run ``make check LESSON=00``):
+
+1. :func:`layer_norm_backward` — the gradients of LayerNorm (Ba, Kiros, Hinton 2016, arXiv:1607.06450).
+2. :func:`cross_entropy_backward` — the gradient of softmax + cross-entropy on logits.
+3. :func:`adamw_step` — one AdamW update (Loshchilov & Hutter 2019, arXiv:1711.05101, Algorithm 2),
+   equal to ``torch.optim.AdamW`` to float64 rounding.
+
+All three are checked in float64 against autograd / ``torch.optim.AdamW`` on one device.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                        eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward of ``y = (x − mean) / sqrt(var + eps) · weight + bias`` over the last dimension.
+
+    Shapes: ``grad_out``, ``x``: (..., D); ``weight``: (D,). ``var`` is the *biased* variance
+    (divide by D), as ``torch.nn.functional.layer_norm``.
+
+    Returns:
+        ``(grad_x, grad_weight, grad_bias)`` of shapes (..., D), (D,), (D,): what autograd gives
+        for ``F.layer_norm(x, (D,), weight, bias, eps)``.
+
+    Invariant: ``grad_x`` sums to zero over the last dimension (shifting x changes nothing).
+
+    Hint: lesson 00, "Build it (1): the backward pass by hand". With ``xhat = (x − mean)·rstd``
+    and ``g = grad_out · weight``: ``grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat))``
+    (means over the last dim); ``grad_weight`` and ``grad_bias`` sum over every leading dim.
+    """
+    mean = x.mean(-1, keepdim=True)
+    rstd = (x.var(-1, unbiased=False, keepdim=True) + eps).rsqrt()
+    xhat = (x - mean) * rstd
+    g = grad_out * weight
+    grad_x = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    lead = tuple(range(x.dim() - 1))
+    return grad_x, (grad_out * xhat).sum(lead), grad_out.sum(lead)
+
+
+def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Gradient of ``F.cross_entropy(logits, targets)`` (mean over the N rows) w.r.t. ``logits``.
+
+    Shapes: ``logits`` (N, V) float; ``targets`` (N,) int64 in [0, V).
+
+    Returns:
+        (N, V): ``(softmax(logits) − onehot(targets)) / N``.
+
+    Invariant: every row sums to zero; the result does not change when a row of ``logits`` is
+    shifted by a constant (compute the softmax with the row maximum subtracted: large logits
+    must not overflow).
+
+    Hint: lesson 00, "Build it (1)". Softmax then subtract 1 at the target; do not forget the 1/N
+    of the mean.
+    """
+    p = torch.softmax(logits, dim=-1)
+    p[torch.arange(logits.shape[0]), targets] -= 1
+    return p / logits.shape[0]
+
+
+@torch.no_grad()
+def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+               step: int, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.01) -> None:
+    """One AdamW update of ``param`` in place (and of its moments ``exp_avg``, ``exp_avg_sq``).
+
+    Shapes: all four tensors the same shape. ``step`` counts updates from 1 (the first call has
+    ``step=1``), used for the bias correction.
+
+    Must equal ``torch.optim.AdamW(lr, betas, eps, weight_decay)`` to float64 rounding, in order:
+    decoupled weight decay ``param ·= 1 − lr·wd``; moments ``m = β1·m + (1−β1)·g``,
+    ``v = β2·v + (1−β2)·g²``; then ``param −= lr/(1−β1^step) · m / (sqrt(v)/sqrt(1−β2^step) + eps)``.
+
+    Hint: lesson 00, "In PyTorch: AdamW by hand equals torch.optim.AdamW". Forgetting the bias
+    correction makes the first steps ~10× too large; eps goes *after* the bias-corrected sqrt.
+    """
+    beta1, beta2 = betas
+    param.mul_(1 - lr * weight_decay)
+    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1 ** step))

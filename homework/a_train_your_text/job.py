@@ -1,0 +1,90 @@
+"""Homework (a): train the GPT on your own text with a 3D layout you pick; report loss, memory, plan.
+
+    python -m homework.a_train_your_text.job --data my_book.txt --world 4 --steps 200
+    python -m homework.a_train_your_text.check              # checks runs/homework_a/report.json
+
+Given: the training itself (``minipar.train.train``, the main job, on a (pp, dp, tp) mesh of
+``minipar.launch`` ranks) and each rank's resident memory after training. You write the three TODOs:
+
+1. :func:`choose_layout` — your (pp, dp, tp, microbatches) for ``world`` ranks, valid for the model.
+2. :func:`predict` — the planner's memory per rank and step time for that layout
+   (``minipar.planner.estimate`` with a ``Hardware`` you measured or assumed: say which).
+3. :func:`report` — the JSON the checker reads (fields in its docstring).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from minipar import launch
+from minipar.train import TrainConfig
+
+
+def run_rank(cfg: TrainConfig) -> dict:
+    """Runs on every rank (given): train with the main job, then read this rank's memory counters."""
+    from minipar import dist as mdist
+    from minipar.memory import rss_bytes
+    from minipar.train import train
+    rss_idle = rss_bytes()                       # torch imported, nothing built yet
+    history = train(cfg, progress="none")
+    with open("/proc/self/status") as f:         # Linux: the process's peak resident set
+        hwm = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:")), 0)
+    return {"rank": mdist.rank(), "history": history, "rss_idle_bytes": rss_idle, "peak_rss_bytes": hwm}
+
+
+def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
+    """TODO: return ``(pp, dp, tp, microbatches)`` with pp·dp·tp = world, valid for ``cfg``'s model.
+
+    Rules: tp divides n_head and d_model (``minipar.tp.gpt.check_tp_config``); pp <= n_layer;
+    dp·microbatches divides batch_size. Use at least two of the three dimensions. Say in your
+    write-up why (e.g. the planner's ranking: ``minipar.planner.plan``, lesson 07 "Plan it").
+    """
+    raise NotImplementedError("not implemented yet: choose_layout")
+
+
+def predict(cfg: TrainConfig, vocab_size: int, layout: tuple[int, int, int, int]) -> dict:
+    """TODO: the planner's prediction: ``{"mem_bytes": total per rank, "step_s": seconds, "hardware": "..."}``.
+
+    ``minipar.planner.estimate(cfg.gpt(vocab_size), cfg.batch_size, pp, dp, tp, m, hw, zero=cfg.zero)``
+    returns an ``Estimate`` with ``.mem["total"]`` (bytes) and ``.time["total"]`` (seconds).
+    """
+    raise NotImplementedError("not implemented yet: predict")
+
+
+def report(cfg: TrainConfig, layout, prediction: dict, results: list[dict]) -> dict:
+    """TODO: the report the checker reads (``python -m homework.a_train_your_text.check``). Fields:
+
+    ``data`` (your text file), ``layout`` {"pp", "dp", "tp", "microbatches"}, ``world_size``,
+    ``steps``, ``loss_first``, ``loss_last``, ``val_loss_last`` (from ``results[r]["history"]``),
+    ``mem_measured_bytes`` (one number per rank, e.g. peak RSS minus idle RSS),
+    ``mem_predicted_bytes``, ``step_s_predicted``, ``hardware``, and ``notes``: why the measurement
+    and the prediction differ (what does the planner leave out? what does RSS count?).
+    """
+    raise NotImplementedError("not implemented yet: report")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="a UTF-8 text file of your choice")
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--out", default="runs/homework_a")
+    a = ap.parse_args(argv)
+    cfg = TrainConfig(steps=a.steps, data=a.data, out=a.out, eval_every=max(1, a.steps // 4))
+    from minipar.data import CharCorpus, load_text
+    vocab = CharCorpus(load_text(a.data)).vocab_size
+    layout = choose_layout(a.world, cfg)
+    cfg.pp, cfg.dp, cfg.tp, cfg.microbatches = layout
+    prediction = predict(cfg, vocab, layout)
+    results = launch(run_rank, world_size=a.world, args=(cfg,), prefix=False)
+    rep = report(cfg, layout, prediction, results)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "report.json"), "w") as f:
+        json.dump(rep, f, indent=2)
+    print(json.dumps(rep, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,260 @@
+"""Experiment drivers for lesson 08 (when memory runs short). They only call minipar and torch.
+
+Everything here runs in one process: the memory savings of this lesson are per rank, so one rank
+shows them; lesson 03's ZeRO numbers come from its own ranks.
+"""
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import torch
+import torch.utils.checkpoint
+
+from minipar.amp import DynamicLossScaler, MixedPrecisionAdamW
+from minipar.data import CharCorpus, load_text
+from minipar.memory import SavedTensorMeter, saved_activation_bytes
+from minipar.models import GPT, Block, GPTConfig
+from minipar.offload import OffloadedAdamW
+from minipar.recompute import set_recompute
+
+MODES = ("none", "selective", "full")
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)                  # proofs (float64)
+MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=128)               # timings, memory
+_CORPUS: list[CharCorpus] = []
+
+
+def corpus() -> CharCorpus:
+    if not _CORPUS:
+        _CORPUS.append(CharCorpus(load_text()))
+    return _CORPUS[0]
+
+
+def gpt(cfg=SMALL, dtype=torch.float64, seed=0, **kw) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg, **kw)).to(dtype)
+
+
+def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training windows ``step·B .. step·B + B − 1``: (x, y), each (B, T) int64. Deterministic."""
+    w = corpus().split("train", T)
+    xs, ys = zip(*(w[(step * B + i) % len(w)] for i in range(B)))
+    return torch.stack(xs), torch.stack(ys)
+
+
+# ---- 1. activation recomputation ----------------------------------------------------------------
+
+def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torch.bfloat16) -> dict[str, int]:
+    """Bytes one transformer layer (explicit attention, dropout on, ``dtype``) keeps for backward,
+    per mode, counted with saved-tensor hooks (forward only: what waits for backward)."""
+    torch.manual_seed(0)
+    blk = Block(GPTConfig(d_model=h, n_head=a, dropout=dropout, attention="explicit", block_size=s)).to(dtype)
+    x = torch.randn(b, s, h, dtype=dtype, requires_grad=True)
+    out = {}
+    for mode in MODES:
+        set_recompute(blk, mode)
+        out[mode] = saved_activation_bytes(lambda: blk(x), exclude=blk)
+    return out
+
+
+def use_torch_checkpoint(model: GPT, reentrant: bool = False) -> GPT:
+    """Wrap every block's forward in ``torch.utils.checkpoint.checkpoint`` (the native full recompute).
+
+    ``reentrant=False`` is PyTorch's recommended form; it keeps what it saves behind saved-tensor
+    hooks of its own, which hide it from an outer counter, so the byte count uses ``reentrant=True``
+    (an autograd Function like minipar's; same tensors kept)."""
+    for blk in model.blocks:
+        blk.forward = functools.partial(torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=reentrant)
+    return model
+
+
+def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: int = 4) -> dict:
+    """float64 GPT with dropout, ``steps`` AdamW steps with recompute ``mode`` (or "torch": native
+    checkpoint). Returns losses, final parameters. The data and dropout seeds are the same in every mode."""
+    model = gpt(cfg, dropout=dropout, attention="explicit")
+    if mode == "torch":
+        use_torch_checkpoint(model)
+    else:
+        set_recompute(model, mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    torch.manual_seed(123)                                   # dropout masks
+    losses = []
+    for step in range(steps):
+        x, y = batch(B, cfg["block_size"], step)
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step(); opt.zero_grad()
+        losses.append(loss.item())
+    return {"losses": torch.tensor(losses, dtype=torch.float64), "params": dict(model.named_parameters())}
+
+
+def step_peak_and_time(modes=("none", "selective", "full", "torch"), cfg=MEDIUM, B: int = 4, repeats: int = 9) -> dict:
+    """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes over one
+    forward+backward (counted), and the median step time (seconds, a clock) of ``repeats`` rounds
+    that alternate between the modes (so a busy machine slows them alike); "forward": one
+    no-grad forward of the plain model, for comparison."""
+    x, y = batch(B, cfg["block_size"])
+    models, out = {}, {}
+    for mode in modes:
+        model = gpt(cfg, torch.float32, dropout=0.1, attention="explicit")
+        if mode == "torch":
+            use_torch_checkpoint(model, reentrant=True)
+        else:
+            set_recompute(model, mode)
+        with SavedTensorMeter(exclude=model) as m:
+            model(x, y)[1].backward()                    # also the warm-up
+        models[mode], out[mode] = model, {"peak": m.peak, "times": []}
+    fwd = []
+    for r in range(repeats):
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
+            t = time.perf_counter()
+            models[mode](x, y)[1].backward()
+            out[mode]["times"].append(time.perf_counter() - t)
+        with torch.no_grad():
+            t = time.perf_counter()
+            models[modes[0]](x, y)
+            fwd.append(time.perf_counter() - t)
+    for mode in modes:
+        out[mode]["time"] = statistics.median(out[mode].pop("times"))
+    out["forward"] = statistics.median(fwd)
+    return out
+
+
+# ---- 2. gradient accumulation -------------------------------------------------------------------
+
+def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
+    """One optimizer step's gradient from ``k`` micro-batches of B/k (float64): loss, grads, and the
+    peak saved-activation bytes of the whole accumulation loop (counted)."""
+    model = gpt(cfg)
+    x, y = batch(B, cfg["block_size"])
+    total = 0.0
+    with SavedTensorMeter(exclude=model) as m:
+        for xm, ym in zip(x.chunk(k), y.chunk(k)):
+            _, loss = model(xm, ym)
+            (loss / k).backward()                            # the mean over micro-batches = the big batch's mean
+            total += loss.item() / k
+    return {"loss": torch.tensor(total, dtype=torch.float64), "peak": m.peak,
+            "grads": {n: p.grad for n, p in model.named_parameters()}}
+
+
+def peak_for(micro: int, k: int, cfg=MEDIUM) -> int:
+    """Peak saved bytes of k accumulation steps with ``micro`` sequences each (fp32, counted)."""
+    model = gpt(cfg, torch.float32)
+    with SavedTensorMeter(exclude=model) as m:
+        for i in range(k):
+            x, y = batch(micro, cfg["block_size"], i)
+            model(x, y)[1].backward()
+    return m.peak
+
+
+# ---- 3. mixed precision ------------------------------------------------------------------------
+
+def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3) -> dict:
+    """``kind``: "fp32" (plain AdamW), "bf16-master" (bf16 compute + fp32 master weights),
+    "bf16-pure" (bf16 weights and AdamW state, no master). Losses per step, state bytes."""
+    model = gpt(cfg, torch.float32)
+    if kind == "bf16-master":
+        opt = MixedPrecisionAdamW(model, torch.bfloat16, lr=lr)
+    else:
+        model = model.to(torch.bfloat16 if kind == "bf16-pure" else torch.float32)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        x, y = batch(B, cfg["block_size"], step)
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if step < steps - 1:
+            opt.zero_grad()
+    return {"losses": losses, "opt": opt, "model": model}
+
+
+def state_bytes_per_param(opt: MixedPrecisionAdamW) -> dict[str, float]:
+    """Bytes per parameter of a mixed-precision AdamW after a step (gradients still held): counted."""
+    n = sum(p.numel() for p in opt.params)
+    nb = lambda ts: sum(t.numel() * t.element_size() for t in ts)    # noqa: E731
+    state = [v for st in opt.opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0]
+    return {"16-bit weights": nb(opt.params) / n, "16-bit grads": nb(p.grad for p in opt.params) / n,
+            "fp32 master": nb(opt.master) / n, "AdamW m + v": nb(state) / n}
+
+
+def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0 ** 24, cfg=SMALL, B: int = 8) -> dict:
+    """fp16 compute (on CPU: PyTorch runs fp16 matmuls here) with fp32 master weights and dynamic
+    loss scaling, starting from a scale so large that the first gradients overflow."""
+    model = gpt(cfg, torch.float32)
+    scaler = DynamicLossScaler(init_scale=init_scale, growth_interval=4)
+    opt = MixedPrecisionAdamW(model, torch.float16, scaler=scaler, lr=3e-3)
+    rows = []
+    for step in range(steps):
+        x, y = batch(B, cfg["block_size"], step)
+        _, loss = model(x, y)
+        scale = scaler.scale
+        opt.backward(loss)
+        ok = opt.step()
+        opt.zero_grad()
+        rows.append({"step": step, "scale": scale, "stepped": ok, "loss": loss.item()})
+    return {"rows": rows, "skipped": opt.skipped}
+
+
+# ---- 4. offload -----------------------------------------------------------------------------
+
+def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
+    """The same bf16 mixed-precision run with and without ZeRO-Offload: parameters, bytes, transfers."""
+    out = {}
+    for name, cls in (("plain", MixedPrecisionAdamW), ("offload", OffloadedAdamW)):
+        model = gpt(cfg, torch.float32)
+        opt = cls(model, torch.bfloat16, lr=3e-3)
+        for step in range(steps):
+            x, y = batch(B, cfg["block_size"], step)
+            model(x, y)[1].backward()
+            opt.step()
+            if step < steps - 1:
+                opt.zero_grad()
+        out[name] = {"params": [p.detach().float() for p in opt.params], "opt": opt,
+                     "n": sum(p.numel() for p in opt.params)}
+    return out
+
+
+# ---- 5. the main job --------------------------------------------------------------------------
+
+def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
+    """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
+    (default dtype): the logged training losses."""
+    from minipar.train import TrainConfig, train
+    cfg = TrainConfig(steps=steps, batch_size=8, block_size=32, n_layer=2, n_head=2, d_model=32, eval_every=steps,
+                      log_every=1, eval_batches=1, sample_chars=0, out=None, tp=tp, pp=pp, recompute=recompute)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        hist = train(cfg, progress="none")
+    finally:
+        torch.set_default_dtype(old)
+    return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
+
+
+def grad_scaler_trajectory(pattern=("ok", "ok", "inf", "ok", "ok", "ok", "ok", "nan", "inf", "ok", "ok", "ok"),
+                           init: float = 2.0 ** 10, interval: int = 3) -> dict:
+    """The same gradients (finite, or with an inf/nan) through ``torch.amp.GradScaler("cpu")`` and
+    :class:`minipar.amp.DynamicLossScaler`: per step (scale after the step, stepped?)."""
+    p = torch.nn.Parameter(torch.zeros(4))
+    opt = torch.optim.SGD([p], lr=1.0)
+    native = torch.amp.GradScaler("cpu", init_scale=init, growth_interval=interval)
+    mine = DynamicLossScaler(init_scale=init, growth_interval=interval)
+    out = {"torch": [], "minipar": []}
+    for kind in pattern:
+        g = torch.full((4,), 0.5)
+        if kind != "ok":
+            g[1] = float(kind)
+        opt.zero_grad()
+        native.scale((p * g).sum()).backward()             # p.grad = g · scale
+        before = p.detach().clone()
+        native.step(opt)
+        native.update()
+        out["torch"].append((native.get_scale(), not torch.equal(before, p.detach())))
+        grads = [g * mine.scale]
+        ok = mine.unscale_and_check(grads)
+        mine.update(ok)
+        out["minipar"].append((mine.scale, ok))
+    return out

@@ -1,0 +1,418 @@
+"""Experiment drivers for lesson 09 (communication is the bottleneck). They only call minipar and torch.
+
+Child processes import them by name, so they live here and not in the notebook.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar.accounting import CommLog
+from minipar.compression import BF16Compression, make_compressor
+from minipar.data import CharCorpus, load_text, make_loader
+from minipar.data_parallel import DistributedDataParallel
+from minipar.models import GPT, GPTConfig
+from minipar.param_server import flat_params, gather_model, run_async, run_sync
+from minipar.tp.overlap import allgather_matmul
+
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)     # proofs (float64)
+MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)   # timings
+_CORPUS: list[CharCorpus] = []
+
+
+def corpus() -> CharCorpus:
+    if not _CORPUS:
+        _CORPUS.append(CharCorpus(load_text()))
+    return _CORPUS[0]
+
+
+def gpt(cfg=SMALL, dtype=torch.float64, seed=0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg)).to(dtype)
+
+
+# ---- 1. why: compute vs communication, a model and a measurement -------------------------------
+# The ratio T_comm / T_compute from FLOPs and the α–β model of lesson 01 (bandwidth term only).
+
+def dp_ratio(k: float, F: float, beta: float, n: int = 64) -> float:
+    """DP: ring all-reduce of 2Ψ bf16 bytes (2(n−1)/n · 2Ψ/β) over 6Ψk FLOPs at F FLOP/s; Ψ cancels."""
+    return 2 * (n - 1) / n * 2 / beta / (6 * k / F)
+
+
+def dp_break_even(F: float, beta: float, n: int = 64) -> float:
+    """Tokens per GPU per step where :func:`dp_ratio` = 1."""
+    return 2 * (n - 1) / n * 2 * F / (6 * beta)
+
+
+def tp_ratio(t: int, h: int, F: float, beta: float) -> float:
+    """Megatron TP per layer: 4 all-reduces of b·s·h bf16 activations over 72·b·s·h²/t FLOPs = 2(t−1)F/(9hβ)."""
+    return 2 * (t - 1) * F / (9 * h * beta)
+
+
+def tp_break_even(t: int, F: float, beta: float) -> float:
+    """Hidden size where :func:`tp_ratio` = 1."""
+    return 2 * (t - 1) * F / (9 * beta)
+
+
+def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
+    """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
+    model = gpt(MEDIUM, torch.float32)
+    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
+                      generator=torch.Generator().manual_seed(md.rank()))
+    comp, comm = [], []
+    for i in range(repeats + 1):
+        model.zero_grad(set_to_none=True)
+        dist.barrier()
+        t0 = time.perf_counter()
+        _, loss = model(x, x)
+        loss.backward()
+        t1 = time.perf_counter()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        dist.barrier()
+        t2 = time.perf_counter()
+        if md.world_size() > 1:
+            dist.all_reduce(flat)
+        t3 = time.perf_counter()
+        if i:                                 # the first round warms up
+            comp.append(t1 - t0)
+            comm.append(t3 - t2)
+    return {"compute": statistics.median(comp), "comm": statistics.median(comm),
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+# ---- 2. overlap: real traces ---------------------------------------------------------------------
+
+def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: int = 3) -> dict:
+    """minipar DDP (lesson 02), overlap on: per bucket (ready, launch, done) and the backward span of the last step.
+
+    Times in seconds from the start of backward (``perf_counter``).
+    """
+    model = gpt(MEDIUM, torch.float32)
+    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
+                      generator=torch.Generator().manual_seed(md.rank()))
+    for _ in range(steps):
+        dist.barrier()
+        _, loss = net(x, x)
+        t0 = time.perf_counter()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    b_end = net.last_times["backward_end"] - t0
+    buckets = [(b["bucket"], b["ready"] - t0, b["launch"] - t0, b["done"] - t0) for b in net.last_step]
+    return {"backward_end": b_end, "sync_end": net.last_times["sync_end"] - t0, "buckets": buckets}
+
+
+# ZeRO-3 forward prefetch, traced
+
+def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
+    """minipar ZeRO-3 (lesson 03) with and without forward prefetch on this rank, MEDIUM model, fp32.
+
+    Returns ``{"same": bool, "early": bool, False/True: [(row, unit, t0, t1), ...]}``: ``same``
+    (every loss and parameter of the prefetch run bit-identical to the plain one), ``early`` (with
+    prefetch, every unit's gather was issued before the previous unit computed) and the last step's
+    forward timeline, seconds from its start.
+    """
+    from minipar.zero import zero
+    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
+                      generator=torch.Generator().manual_seed(md.rank()))
+    out, results = {}, {}
+    for prefetch in (False, True):
+        model = gpt(MEDIUM, torch.float32)
+        timeline: list = []
+        opt = zero(model, 3, lr=1e-3, prefetch=prefetch, timeline=timeline)
+        losses = []
+        for _ in range(steps):
+            dist.barrier()
+            timeline.clear()
+            t0 = time.perf_counter()
+            _, loss = model(x, x)
+            fwd = [(row, u, a - t0, b - t0) for row, u, a, b in timeline]
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        out[prefetch] = fwd
+        results[prefetch] = (losses, opt.full_state_dict())
+    (l0, p0), (l1, p1) = results[False], results[True]
+    same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
+    gathers = {u: a for row, u, a, _ in out[True] if row == "all-gather"}
+    computes = [(u, a) for row, u, a, _ in out[True] if row == "compute"]
+    early = all(gathers[nxt] < a for (_, a), (nxt, _) in zip(computes, computes[1:]))
+    return {"same": same, "early": early, False: out[False], True: out[True]}
+
+
+# TP all-gather + GEMM, traced
+
+def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: int = 5) -> dict:
+    """Overlapped vs gather-then-GEMM on this rank: equality (float64) and traces (float32, medians)."""
+    n, me = md.world_size(), md.rank()
+    g = torch.Generator().manual_seed(0)
+    full64 = torch.randn(2, n * T_local, d_in, generator=g, dtype=torch.float64)
+    w64 = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
+    x64 = full64[:, me * T_local:(me + 1) * T_local]
+    diff = {ov: (allgather_matmul(x64, w64, overlap=ov) - full64 @ w64.t()).abs().max().item() for ov in (True, False)}
+    x, w = x64.float(), w64.float()
+    times, traces = {True: [], False: []}, {}
+    for i in range(repeats + 1):
+        for ov in (False, True):
+            trace = []
+            dist.barrier()
+            t0 = time.perf_counter()
+            allgather_matmul(x, w, overlap=ov, trace=trace)
+            t1 = time.perf_counter()
+            if i:
+                times[ov].append(t1 - t0)
+                traces[ov] = [(s, k, a - t0, b - t0) for s, k, a, b in trace]
+    return {"diff": diff, "time": {ov: statistics.median(v) for ov, v in times.items()}, "trace": traces}
+
+
+# ---- 3. compression -----------------------------------------------------------------------------
+
+def main_job_losses(method: str, steps: int = 200) -> dict:
+    """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
+    from minipar.train import TrainConfig, train
+    cfg = TrainConfig(steps=steps, batch_size=8, block_size=64, n_layer=2, n_head=2, d_model=64, lr=3e-3,
+                      warmup=10, out=None, log_every=1, eval_every=10 * steps, grad_compression=method)
+    t = time.perf_counter()
+    losses = [r["loss"] for r in train(cfg, progress="none") if "loss" in r]
+    return {"losses": losses, "seconds": time.perf_counter() - t}
+
+
+def bytes_per_step(ratio: float = 0.01, rank: int = 4) -> dict:
+    """Bytes each compressor hands to the collectives for the main job's default GPT (one step), measured."""
+    model = gpt(dict(n_layer=4, n_head=4, d_model=128, block_size=128), torch.float32)
+    out = {}
+    for method, kw in [("none", {}), ("bf16", {}), ("topk", {"ratio": ratio}), ("powersgd", {"rank": rank})]:
+        grads = [torch.randn_like(p) for p in model.parameters()]
+        with CommLog() as log:
+            extra = {"start_iter": 0} if method == "powersgd" else {}    # past the exact warm-up steps
+            handed = make_compressor(method, **kw, **extra).all_reduce_(grads)
+        out[method] = {"handed": handed, "sent": log.total("sent")}
+    out["shapes"] = [tuple(p.shape) for p in model.parameters()]
+    return out
+
+
+def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
+    """torch DDP + ``fp16_compress_hook`` vs minipar's BF16Compression(float16) after local backward."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+    loader = make_loader(corpus().split("train", SMALL["block_size"]), 8, md.rank(), md.world_size())
+    batches = [next(loader) for _ in range(steps)]
+    out = []
+    for native in (True, False):
+        model = gpt(SMALL, torch.float32)
+        net = torch.nn.parallel.DistributedDataParallel(model) if native else model
+        if native:
+            net.register_comm_hook(None, fp16_compress_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        comp = BF16Compression(torch.float16)
+        for x, y in batches:
+            opt.zero_grad()
+            _, loss = net(x, y)
+            loss.backward()
+            if not native:
+                comp.all_reduce_([p.grad for p in model.parameters()])
+            opt.step()
+        out.append(flat_params(model))
+    return out
+
+
+def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
+    """Losses of the same small GPT trained with torch DDP + ``powerSGD_hook`` and with minipar's PowerSGD."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    loader = make_loader(corpus().split("train", 64), 8, md.rank(), md.world_size())
+    batches = [next(loader) for _ in range(steps)]
+    cfg = dict(n_layer=2, n_head=2, d_model=64, block_size=64)
+    out = {}
+    for kind in ("torch", "minipar", "none"):
+        model = gpt(cfg, torch.float32)
+        # ONE bucket: powerSGD_hook issues its P and Q all-reduces from future callbacks; with several
+        # buckets on gloo two ranks can issue them in different orders and hang (seen here: a 45 s timeout)
+        net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100) if kind == "torch" else model
+        if kind == "torch":
+            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
+                                       min_compression_rate=0, use_error_feedback=True, warm_start=True)
+            net.register_comm_hook(state, psgd.powerSGD_hook)
+        comp = make_compressor("powersgd" if kind == "minipar" else "none", **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}))
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+        losses = []
+        for x, y in batches:
+            opt.zero_grad()
+            _, loss = net(x, y)
+            loss.backward()
+            if kind != "torch":
+                comp.all_reduce_([p.grad for p in model.parameters()])
+            t = loss.detach().clone()
+            dist.all_reduce(t)
+            losses.append(t.item() / md.world_size())
+            opt.step()
+        out[kind] = losses
+    return out
+
+
+# ---- 4. the parameter server ---------------------------------------------------------------------
+
+_LOADERS: dict = {}
+
+
+def _batch(worker: int, workers: int, k: int, global_batch: int = 8):
+    key = (worker, workers, global_batch)
+    if key not in _LOADERS:
+        _LOADERS[key] = [make_loader(corpus().split("train", SMALL["block_size"]), global_batch, worker, workers), []]
+    loader, seen = _LOADERS[key]
+    while len(seen) <= k:
+        seen.append(next(loader))
+    return seen[k]
+
+
+def _grad_fn(workers: int):
+    def grad_fn(model, worker, k):
+        x, y = _batch(worker, workers, k)
+        _, loss = model(x, y)
+        loss.backward()
+        return loss.detach()
+    return grad_fn
+
+
+def _adamw(params):
+    return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0)
+
+
+def ps_sync_vs_ddp(steps: int = 4, n_servers: int = 1) -> dict:
+    """Synchronous parameter server (ranks 0..S−1 servers) vs torch DDP on the workers' group, float64.
+
+    Returns the final parameters of both on the first worker, and the bytes each role moved.
+    """
+    _LOADERS.clear()
+    world = md.world_size()
+    workers = world - n_servers
+    model = gpt()
+    with CommLog() as log:
+        res = run_sync(model, _grad_fn(workers), steps, _adamw, n_servers)
+    ps_final = gather_model(model, res)
+    wgroup = dist.new_group(list(range(n_servers, world)))          # every rank calls new_group
+    ddp_final = None
+    if md.rank() >= n_servers:
+        ref = gpt()
+        ddp = torch.nn.parallel.DistributedDataParallel(ref, process_group=wgroup)
+        opt = _adamw(ref.parameters())
+        w = md.rank() - n_servers
+        for k in range(steps):
+            opt.zero_grad()
+            x, y = _batch(w, workers, k)
+            _, loss = ddp(x, y)
+            loss.backward()
+            opt.step()
+        ddp_final = flat_params(ref)
+    return {"ps": ps_final, "ddp": ddp_final, "sent": log.total("sent"), "recv": log.total("recv"),
+            "numel": flat_params(model).numel(), "role": "server" if md.rank() < n_servers else "worker"}
+
+
+def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> dict:
+    """Bounded-staleness asynchronous training, 1 server: losses per update (on the workers) and wall time."""
+    _LOADERS.clear()
+    workers = md.world_size() - 1
+    model = gpt()
+    t = time.perf_counter()
+    res = run_async(model, _grad_fn(workers), updates, _adamw, staleness)
+    elapsed = time.perf_counter() - t
+    final = gather_model(model, res)
+    val = None
+    if final is not None:                      # validation loss of the final model, on the first worker
+        from minipar.param_server import load_flat_
+        load_flat_(model, final)
+        vx, vy = make_loader(corpus().split("val", SMALL["block_size"]), 64, shuffle=False).__next__()
+        with torch.no_grad():
+            val = model(vx, vy)[1].item()
+    return {"losses": res.get("losses"), "val": val, "seconds": elapsed}
+
+
+def rpc_parameter_server(updates: int = 6) -> dict:
+    """The same asynchronous τ = 0 loop with torch.distributed.rpc: worker 1 calls the server's update.
+
+    Returns the final parameters on the worker (rank 1); rank 0 only serves.
+    """
+    import torch.distributed.rpc as rpc
+    warnings.filterwarnings("ignore", message="You are using a Backend")
+    me = md.rank()
+    opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{os.environ['MINIPAR_RPC_PORT']}",
+                                           rpc_timeout=60)
+    rpc.init_rpc(f"r{me}", rank=me, world_size=2, rpc_backend_options=opts)
+    final = None
+    if me == 1:
+        _LOADERS.clear()
+        model = gpt()
+        server = rpc.remote("r0", _Store, args=(flat_params(model),))
+        for k in range(updates):
+            from minipar.param_server import flat_grads, load_flat_
+            load_flat_(model, server.rpc_sync().pull())
+            model.zero_grad(set_to_none=True)
+            x, y = _batch(0, 1, k)
+            model(x, y)[1].backward()
+            server.rpc_sync().push(flat_grads(model))
+        final = server.rpc_sync().pull()
+    rpc.shutdown()
+    return {"final": final}
+
+
+class _Store:
+    """The rpc server's state: the flat parameters and their AdamW (lives on rank 0)."""
+
+    def __init__(self, flat: torch.Tensor):
+        self.flat = flat.clone()
+        self.opt = _adamw([self.flat])
+
+    def pull(self) -> torch.Tensor:
+        return self.flat.clone()
+
+    def push(self, grad: torch.Tensor) -> None:
+        self.flat.grad = grad
+        self.opt.step()
+
+
+def ps_async_single(updates: int = 6) -> torch.Tensor:
+    """minipar's parameter server, 1 server + 1 worker, τ = 0: final parameters on the worker."""
+    _LOADERS.clear()
+    model = gpt()
+    res = run_async(model, _grad_fn(1), updates, _adamw, staleness=0)
+    return gather_model(model, res)
+
+
+# ---- 5. the lesson 02 loop with HF Accelerate ----------------------------------------------------
+
+def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -> dict:
+    """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
+    loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())
+    batches = [next(loader) for _ in range(steps)]
+    model = gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    t0 = time.perf_counter()
+    if use_accelerate:
+        from accelerate import Accelerator
+        acc = Accelerator(cpu=True)
+        net, opt = acc.prepare(model, opt)          # wraps in torch DDP on the existing process group
+        backward = acc.backward
+    else:
+        net = DistributedDataParallel(model, bucket_cap_mb=1)
+        backward = torch.Tensor.backward
+    losses = []
+    t1 = time.perf_counter()
+    for x, y in batches:
+        opt.zero_grad()
+        _, loss = net(x, y)
+        backward(loss)
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item() / md.world_size())
+    t2 = time.perf_counter()
+    info = {}
+    if use_accelerate:
+        info = {"wrapped": type(net).__name__, "distributed_type": str(acc.distributed_type).split(".")[-1],
+                "num_processes": acc.num_processes}
+    return {"losses": losses, "params": flat_params(model), "setup": t1 - t0, "step": (t2 - t1) / steps, **info}

@@ -1,0 +1,156 @@
+"""Experiment drivers for lesson 10 (NCCL in practice). They only call minipar and torch.
+
+Child processes import them by name, so they live here and not in the notebook.
+"""
+import contextlib
+import importlib.util
+import os
+import pathlib
+import re
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from minipar import dist as md
+from minipar.data_parallel import DistributedDataParallel
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "ddp_plain.py"
+
+
+def plain_script():
+    """``examples/ddp_plain.py`` as a module (its data set, model and constants, not its main)."""
+    spec = importlib.util.spec_from_file_location("ddp_plain", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def minipar_ddp() -> dict:
+    """The plain script's training, with minipar's ``DistributedDataParallel`` instead of PyTorch's.
+
+    Same data set, model, sampler (seed 0, ``set_epoch``), batch, SGD and epochs; returns rank 0's
+    view: ``{"losses": [this rank's loss per step], "params": {name: tensor}}``.
+    """
+    s = plain_script()
+    data = s.make_dataset()
+    sampler = DistributedSampler(data, num_replicas=md.world_size(), rank=md.rank(), shuffle=True, seed=0,
+                                 drop_last=True)
+    loader = DataLoader(data, batch_size=s.BATCH_PER_RANK, sampler=sampler)
+    model = s.make_model().to(md.device())
+    net = DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=s.LR)
+    losses = []
+    for epoch in range(s.EPOCHS):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(net(x.to(md.device())), y.to(md.device()))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    return {"losses": losses, "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+
+
+# ----------------------------------------------------------------------------- hangs, on purpose
+def skip_all_reduce() -> str:
+    """Rank 1 skips the all-reduce (e.g. an ``if rank == 0 ...`` around code that holds a collective)."""
+    if md.rank() == 1:
+        return "rank 1 skipped the all_reduce and returned"
+    t = torch.ones(4, device=md.device())
+    dist.all_reduce(t)
+    return "never printed: the all_reduce cannot complete"
+
+
+def busy_rank() -> str:
+    """Rank 1 never reaches the all-reduce in time (a slow data loader, a deadlock of its own...)."""
+    if md.rank() == 1:
+        time.sleep(60)          # stopped by launch long before this ends
+    t = torch.ones(4, device=md.device())
+    dist.all_reduce(t)
+    return "never printed"
+
+
+def extra_all_reduce() -> str:
+    """Rank 2 calls one all-reduce more than the others (for the "Your turn" exercise)."""
+    t = torch.ones(4, device=md.device())
+    dist.all_reduce(t)
+    if md.rank() == 2:
+        dist.all_reduce(t)      # e.g. a logging all-reduce only rank 2 does
+    return "returned"
+
+
+def mismatched(catch: bool = False) -> str:
+    """Rank 1 calls ``broadcast`` where the others call ``all_reduce``: the same tensor, another collective.
+
+    With ``catch=True`` each rank returns a one-line summary of the error it got (the
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprint check), so every rank's view can be shown.
+    """
+    t = torch.ones(4, device=md.device())
+    try:
+        if md.rank() == 1:
+            dist.broadcast(t, src=0)
+        else:
+            dist.all_reduce(t)
+    except RuntimeError as exc:
+        if not catch:
+            raise
+        return fingerprint_summary(str(exc))
+    return "no error: the collectives completed (and mixed their data)"
+
+
+def fingerprint_summary(msg: str) -> str:
+    """The two collective fingerprints of a DETAIL mismatch error, in one line without device details."""
+    fps = re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
+                     r"OpType=(\w+), TensorShape=(\[[^\]]*\])", msg)
+    aspects = re.search(r"differ in the following aspects:\s*(.*)", msg)
+    if len(fps) != 2:
+        return "unexpected error: " + msg.splitlines()[0][:200]
+    (ra, sa, oa, ta), (rb, sb, ob, tb) = fps
+    diff = re.sub(r"(\S)vs ", r"\1 vs ", re.sub(r"\s+", " ", aspects.group(1)).strip()) if aspects else "?"
+    return (f"I (rank {ra}) run collective #{sa} {oa} {ta}, rank {rb} runs #{sb} {ob} {tb} -> differ in: {diff}")
+
+
+@contextlib.contextmanager
+def env(**values):
+    """Set environment variables for the ranks launched inside the ``with`` block (restored after)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ----------------------------------------------------------------------------- measure
+def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
+    """Median seconds of one fp32 ``all_reduce`` per size, the slowest rank's (what nccl-tests reports as time)."""
+    import statistics
+    out = {}
+    for nbytes in sizes_bytes:
+        t = torch.ones(nbytes // 4, device=md.device())
+        dist.all_reduce(t)                                  # warm-up (connections, buffers)
+        ts = []
+        for _ in range(reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            ts.append(time.perf_counter() - t0)
+        worst = torch.tensor([statistics.median(ts)], dtype=torch.float64, device=md.device())
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        out[nbytes] = worst.item()
+    return out
+
+
+def inspect_source(fn) -> str:
+    """The source of ``fn`` (for the notebook to show)."""
+    import inspect
+    return inspect.getsource(fn).rstrip()

@@ -1,0 +1,10 @@
+"""Pipeline parallelism (GPipe: Huang et al. 2019, arXiv:1811.06965; 1F1B: Narayanan et al. 2019
+PipeDream, arXiv:1806.03377; interleaved 1F1B: Narayanan et al. 2021, arXiv:2104.04473 §2.2).
+Read in this order:
+
+- :mod:`minipar.pp.schedules`  GPipe, 1F1B and interleaved 1F1B as data (actions per rank), and a
+  labelled simulator of a schedule's timeline (bubble, peak in-flight micro-batches)
+- :mod:`minipar.pp.executor`   stages cut from the GPT and an executor that runs any schedule on real ranks
+- :mod:`minipar.pp.trace`      traced runs, measured bubble, Gantt charts (checked against the simulator)
+- :mod:`minipar.pp.native`     the same schedules with ``torch.distributed.pipelining``
+"""

@@ -1,0 +1,335 @@
+"""Pipeline parallelism on real ranks: cut the GPT into stages, run any schedule, trace it.
+
+    stages = build_stages(model, n_stages=4, stage_ids=[rank])      # this rank's piece(s)
+    ex = PipelineExecutor(stages, one_f_one_b(p=4, m=8))             # schedule: pipeline_schedules
+    out = ex.step(x, y, optimizer)          # out.loss (last stage), out.trace, out.peak_act_bytes
+
+Stages (inter-operator parallelism, Huang et al. 2019 GPipe, arXiv:1811.06965): the GPT's layers
+are cut into S consecutive stages; the embedding goes to stage 0, the final LayerNorm, the
+head and the loss to stage S−1 (:func:`partition_layers`, :class:`GPTStage`). A stage is a plain
+``nn.Module`` made of ``GPT.embed`` / ``blocks[i:j]`` / ``GPT.head``.
+
+The executor runs a schedule (a list of actions per rank, see :mod:`minipar.pp.schedules`)
+with point-to-point messages: after ``sF i`` the activation (B/m, T, d) goes to the rank of
+stage s+1; after ``sB i`` the gradient of the stage input goes to the rank of stage s−1.
+
+Why it cannot hang, and how it overlaps communication (MegaScale, Jiang et al. 2024,
+arXiv:2402.15627 §3.2, "decoupling send and receive"):
+
+- every send is an ``isend`` that is never waited for until the end of the step, so a rank
+  never blocks on a peer that is busy; it only blocks on the *receive* of an input it needs —
+  and the schedule was checked by :func:`~minipar.pp.schedules.simulate` (no cycle of
+  waits) before the first message;
+- the design relies on ORDER: NCCL matches the point-to-point messages between two ranks
+  strictly in the order they are posted (it has no tags), so the sends from rank a to rank b
+  must be posted in the same order as b posts its receives from a. Each message's tag (kind,
+  stage, micro-batch) only *labels* it (gloo would match by tag and hide a wrong order). Every
+  message goes through :mod:`minipar.p2p`, labelled with the action it feeds (``"1F3"``); with
+  ``MINIPAR_P2P_ORDER=strict`` (on in the tests) a receive whose position in its pair's sequence
+  differs from the peer's send raises :class:`~minipar.p2p.P2POrderError` with both sequences
+  before the tensor is used. GPipe, 1F1B and interleaved 1F1B at every (p, m, v) and lookahead
+  of the tests pass it: a rank posts its receives from a peer in its own action order, and the
+  peer sends in its action order, which the generators keep consistent
+  (:func:`~minipar.pp.schedules.check_p2p_order` checks the same from the schedule alone);
+- receives are posted ``lookahead`` actions early (``irecv``), so the transfer overlaps the
+  compute of the current action; ``lookahead=0`` posts each receive only when it is needed;
+- every wait carries the group's timeout; a stage output of the wrong shape raises
+  :class:`~minipar.ConfigError` before it is sent.
+
+Gradients accumulate over the m micro-batches: each micro-batch loss is divided by m, so the
+sum of gradients equals the gradient of the mean loss over the global batch.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from minipar import dist as mdist
+from minipar import p2p
+from minipar.errors import ConfigError
+from minipar.memory import saved_activation_bytes
+from minipar.models import GPT
+from minipar.pp.schedules import Action, num_microbatches, num_stages, simulate
+
+
+def partition_layers(n_layer: int, n_stages: int, layers_per_stage: list[int] | None = None) -> list[tuple[int, int]]:
+    """Cut ``n_layer`` blocks into ``n_stages`` consecutive ranges ``[(lo, hi), ...]``.
+
+    Balanced default: every stage gets ``n_layer // n_stages`` blocks, the first
+    ``n_layer % n_stages`` stages one more. ``layers_per_stage`` gives the counts explicitly
+    (e.g. one block fewer on the last stage, which also runs the head and the loss).
+
+    Raises:
+        ConfigError: more stages than layers; counts that do not sum to ``n_layer``, of the
+            wrong length, or below 1.
+    """
+    if not isinstance(n_stages, int) or n_stages < 1:
+        raise ConfigError(f"n_stages={n_stages!r} must be an integer >= 1")
+    if layers_per_stage is None:
+        if n_stages > n_layer:
+            raise ConfigError(f"{n_stages} pipeline stages but the model has only n_layer={n_layer} blocks; "
+                              f"use at most {n_layer} stages (p·v <= n_layer) or a model with n_layer >= {n_stages}")
+        q, r = divmod(n_layer, n_stages)
+        layers_per_stage = [q + (1 if s < r else 0) for s in range(n_stages)]
+    counts = list(layers_per_stage)
+    if len(counts) != n_stages:
+        raise ConfigError(f"layers_per_stage={counts} has {len(counts)} entries for {n_stages} stages; "
+                          f"give one count per stage")
+    if sum(counts) != n_layer or min(counts) < 1:
+        raise ConfigError(f"layers_per_stage={counts} must be counts >= 1 summing to n_layer={n_layer}; "
+                          f"e.g. {partition_layers(n_layer, n_stages) if n_stages <= n_layer else 'fewer stages'}")
+    bounds, lo = [], 0
+    for c in counts:
+        bounds.append((lo, lo + c))
+        lo += c
+    return bounds
+
+
+class GPTStage(nn.Module):
+    """Stage ``index`` of ``n_stages``: [``embed``] -> ``blocks[lo:hi]`` -> [``head``].
+
+    Shares its parameters with the ``GPT`` it was cut from. Shapes: stage 0 takes ids (B, T)
+    int64; the others take hidden (B, T, d_model); the last returns logits (B, T, vocab_size),
+    the others hidden (B, T, d_model). The loss is applied by the executor (``GPT.loss``).
+    """
+
+    def __init__(self, model: GPT, index: int, n_stages: int, lo: int, hi: int):
+        super().__init__()
+        self.cfg, self.index, self.n_stages, self.lo, self.hi = model.cfg, index, n_stages, lo, hi
+        self.is_first, self.is_last = index == 0, index == n_stages - 1
+        if self.is_first:
+            self.wte, self.wpe, self.drop = model.wte, model.wpe, model.drop
+        self.blocks = nn.ModuleList(model.blocks[lo:hi])
+        if self.is_last:
+            self.ln_f, self.lm_head = model.ln_f, model.lm_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_first:
+            x = GPT.embed(self, x)   # the same code as the unsplit model
+        for block in self.blocks:
+            x = block(x)
+        return GPT.head(self, x) if self.is_last else x
+
+    def extra_repr(self) -> str:
+        return f"stage {self.index}/{self.n_stages}: blocks[{self.lo}:{self.hi}]" + \
+            (" + embed" if self.is_first else "") + (" + head" if self.is_last else "")
+
+
+def build_stages(model: GPT, n_stages: int, stage_ids, layers_per_stage: list[int] | None = None) -> dict[int, GPTStage]:
+    """``{stage index: GPTStage}`` for the stages in ``stage_ids`` (the ones this rank runs).
+
+    Raises:
+        ConfigError: see :func:`partition_layers`; tied embeddings across different stages.
+    """
+    bounds = partition_layers(model.cfg.n_layer, n_stages, layers_per_stage)
+    if model.cfg.tie_weights and n_stages > 1:
+        raise ConfigError("tie_weights=True ties the head (last stage) to the embedding (stage 0); this "
+                          "pipeline does not synchronise their gradients: build the GPT with tie_weights=False")
+    return {s: GPTStage(model, s, n_stages, *bounds[s]) for s in stage_ids}
+
+
+@dataclass
+class TraceEvent:
+    """One traced action on one rank: ``kind`` "F"/"B" (compute, from after its input arrived to
+    after its output was handed to ``isend``: all of the rank's own work for the action), "W"
+    (waiting for a receive), "O" (optimizer step). ``t0``, ``t1``: ``time.perf_counter()``
+    seconds (one clock per machine). ``cpu``: CPU seconds this rank's thread used inside the span
+    (``time.thread_time()``; less than ``t1 − t0`` when the OS gave the core to another process;
+    0 for "W")."""
+    rank: int
+    kind: str
+    stage: int
+    mb: int
+    t0: float
+    t1: float
+    cpu: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}" if self.kind in "FB" else self.kind
+
+
+@dataclass
+class StepResult:
+    loss: float | None                 # mean loss over the global batch (last-stage rank only)
+    trace: list[TraceEvent] = field(default_factory=list)
+    peak_act_bytes: int = 0            # most activation bytes held for pending backwards at once
+    act_bytes: dict = field(default_factory=dict)   # {(stage, mb): saved bytes of that forward}
+
+
+class PipelineExecutor:
+    """Run a pipeline schedule on real ranks.
+
+    Args:
+        stages: ``{stage index: nn.Module}``, the stages this rank runs (from :func:`build_stages`).
+        schedule: ``schedule[pipe_rank]`` = list of :class:`Action` (all ranks' lists; checked
+            by simulation first).
+        loss_fn: ``loss_fn(output, target) -> scalar`` mean loss of one micro-batch (``GPT.loss``).
+        group: the pipeline process group (default: the world). Its size must be ``len(schedule)``.
+        pipe_ranks: global rank of each pipeline rank (default: the group's ranks, in order).
+        hidden_size: last dim of the activations between stages (default: ``stage.cfg.d_model``).
+        lookahead: post receives this many actions early (0: only when needed).
+        timeout: seconds a receive may wait (default: minipar's group timeout).
+        count_memory: count saved-activation bytes per micro-batch (``peak_act_bytes``).
+
+    Raises:
+        ConfigError: group size != schedule ranks; ``stages`` not the ones the schedule gives
+            this rank; a bad schedule (see :func:`~minipar.pp.schedules.simulate`).
+    """
+
+    def __init__(self, stages: dict[int, nn.Module], schedule: list[list[Action]], loss_fn=GPT.loss, group=None,
+                 pipe_ranks: list[int] | None = None, hidden_size: int | None = None, lookahead: int = 1,
+                 timeout: float | None = None, count_memory: bool = True):
+        self.p = len(schedule)
+        self.group = group
+        n = mdist.world_size(group)
+        if n != self.p:
+            raise ConfigError(f"the schedule has {self.p} ranks but the pipeline group has {n}; "
+                              f"make the schedule for p={n}")
+        self.me = mdist.rank(group)
+        self.pipe_ranks = list(pipe_ranks) if pipe_ranks is not None else (
+            dist.get_process_group_ranks(group) if dist.is_initialized() and group is not None else list(range(n)))
+        simulate(schedule)  # raises on a schedule that is incomplete or would deadlock
+        self.schedule, self.actions = schedule, schedule[self.me]
+        self.S, self.m = num_stages(schedule), num_microbatches(schedule)
+        mine = {a.stage for a in self.actions}
+        if set(stages) != mine:
+            raise ConfigError(f"pipeline rank {self.me} runs stages {sorted(mine)} in this schedule but was given "
+                              f"stages {sorted(stages)}; build them with build_stages(model, {self.S}, {sorted(mine)})")
+        self.stages, self.loss_fn, self.lookahead, self.count_memory = stages, loss_fn, lookahead, count_memory
+        if hidden_size is None:
+            cfg = getattr(next(iter(stages.values())), "cfg", None)
+            if cfg is None:
+                raise ConfigError("pass hidden_size= (the last dim of the activations between stages)")
+            hidden_size = cfg.d_model
+        self.hidden = hidden_size
+        self.timeout = mdist.default_timeout() if timeout is None else timedelta(seconds=float(timeout))
+
+    # -- messages ---------------------------------------------------------------------------
+    def _src(self, a: Action) -> int | None:
+        """Pipeline rank that sends the input of action ``a`` (None: no input needed)."""
+        if a.kind == "F":
+            return None if a.stage == 0 else (a.stage - 1) % self.p
+        return None if a.stage == self.S - 1 else (a.stage + 1) % self.p
+
+    def _tag(self, a: Action) -> int:
+        return ((0 if a.kind == "F" else 1) * self.S + a.stage) * self.m + a.mb
+
+    def _post_recv(self, a: Action, shape) -> None:
+        src = self._src(a)
+        if src is None or src == self.me or a in self._inbox:
+            return
+        buf = torch.empty(shape, device=mdist.device())
+        self._inbox[a] = (buf, p2p.irecv(buf, self.pipe_ranks[src], group=self.group, tag=self._tag(a), label=str(a)))
+
+    def _send(self, a: Action, t: torch.Tensor) -> None:
+        """Send ``t``, the input of action ``a`` (on another stage), to the rank that runs ``a``."""
+        dst = a.stage % self.p
+        if dst == self.me:
+            self._local[a] = t
+        else:
+            t = t.contiguous()
+            self._sends.append((t, p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a),
+                                             label=str(a))))
+
+    def _get(self, a: Action, shape) -> torch.Tensor:
+        if a in self._local:
+            return self._local.pop(a)
+        self._post_recv(a, shape)
+        buf, work = self._inbox.pop(a)
+        t0 = time.perf_counter()
+        try:
+            work.wait(self.timeout)
+        except p2p.P2POrderError:
+            raise
+        except Exception as exc:
+            raise RuntimeError(f"pipeline rank {self.me}: receiving the input of {a} from pipeline rank "
+                               f"{self._src(a)} failed after at most {self.timeout.total_seconds():.0f} s ({exc}); "
+                               "check that every rank runs the same schedule and that no peer died") from exc
+        t1 = time.perf_counter()
+        if t1 - t0 > 20e-6:
+            self._trace.append(TraceEvent(self.me, "W", a.stage, a.mb, t0, t1))
+        return buf
+
+    # -- one optimizer step -----------------------------------------------------------------
+    def step(self, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> StepResult:
+        """Run the whole schedule on the global batch ``x``, ``y`` (B, T) int64, then ``optimizer.step()``.
+
+        Every pipeline rank passes the same batch (only stage 0 reads ``x``, the last stage ``y``).
+        With ``optimizer=None`` the gradients are only accumulated into ``.grad`` (zero them
+        yourself): e.g. to all-reduce them over data-parallel replicas before stepping (3D).
+
+        Returns:
+            :class:`StepResult`; ``loss`` is set on the rank of the last stage, None elsewhere.
+        Raises:
+            ConfigError: B not divisible by m; a stage output of the wrong shape.
+            RuntimeError: a receive that fails or times out (a peer died or runs another schedule).
+        """
+        B, T = x.shape
+        if B % self.m:
+            raise ConfigError(f"global batch B={B} is not divisible by m={self.m} micro-batches; "
+                              f"use B={(B // self.m or 1) * self.m} or m in {[d for d in range(1, B + 1) if B % d == 0]}")
+        shape = (B // self.m, T, self.hidden)
+        xs, ys = x.chunk(self.m), y.chunk(self.m)
+        dev = mdist.device()
+        self._inbox, self._local, self._sends, self._trace = {}, {}, [], []
+        held: dict[tuple, tuple] = {}
+        act_bytes: dict[tuple, int] = {}
+        live = peak = 0
+        loss_sum = torch.zeros((), device=dev)
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        for k, a in enumerate(self.actions):
+            stage, last = self.stages[a.stage], a.stage == self.S - 1
+            if a.kind == "F":
+                inp = xs[a.mb].to(dev) if a.stage == 0 else self._get(a, shape).requires_grad_()
+            else:
+                grad = None if last else self._get(a, shape)
+            t0, c0 = time.perf_counter(), time.thread_time()  # the action's span: its own work, to its sends
+            for nxt in self.actions[k + 1: k + 1 + self.lookahead]:
+                self._post_recv(nxt, shape)  # the next inputs travel while this action computes
+            if a.kind == "F":
+                res = {}
+
+                def fwd():
+                    out = stage(inp)
+                    res["out"] = self.loss_fn(out, ys[a.mb].to(dev)) / self.m if last else out
+                if self.count_memory:
+                    act_bytes[(a.stage, a.mb)] = saved_activation_bytes(fwd, exclude=stage)
+                else:
+                    fwd()
+                out = res["out"]
+                held[(a.stage, a.mb)] = (inp, out)
+                live += act_bytes.get((a.stage, a.mb), 0)
+                peak = max(peak, live)
+                if last:
+                    loss_sum += out.detach()
+                else:
+                    if tuple(out.shape) != shape:
+                        raise ConfigError(f"stage {a.stage} produced an activation of shape {tuple(out.shape)} but "
+                                          f"stage {a.stage + 1} expects (B/m, T, hidden_size)={shape}; make every "
+                                          f"stage return (batch, T, {self.hidden}) or pass hidden_size=")
+                    self._send(Action(a.stage + 1, "F", a.mb), out.detach())
+            else:
+                inp, out = held.pop((a.stage, a.mb))
+                torch.autograd.backward(out, grad_tensors=grad)
+                live -= act_bytes.get((a.stage, a.mb), 0)
+                if a.stage > 0:
+                    self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
+            self._trace.append(TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(),
+                                          time.thread_time() - c0))
+        for _, work in self._sends:   # sends complete once their receivers have them
+            work.wait(self.timeout)
+        if self._inbox:
+            raise RuntimeError(f"pipeline rank {self.me}: receives posted but never used: {list(self._inbox)}")
+        if optimizer is not None:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            optimizer.step()
+            self._trace.append(TraceEvent(self.me, "O", -1, -1, t0, time.perf_counter(), time.thread_time() - c0))
+        loss = loss_sum.item() if any(s == self.S - 1 for s in self.stages) else None
+        return StepResult(loss, self._trace, peak, act_bytes)

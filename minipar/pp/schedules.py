@@ -1,0 +1,353 @@
+"""Pipeline schedules as data, and a pure-Python SIMULATOR that checks and times them.
+
+A schedule says, for every pipeline rank, which work it does and in which order. One unit of
+work is an :class:`Action`, written as PyTorch's ``torch.distributed.pipelining`` writes it:
+``"1F3"`` = stage 1 runs the forward of micro-batch 3, ``"0B2"`` = stage 0 runs the backward of
+micro-batch 2. A schedule is ``list[list[Action]]``: ``schedule[rank]`` is that rank's program,
+in order. Idle time (the *bubble*) is not written down: it is what a rank does while it waits
+for an input that another rank has not produced yet — the simulator (and the real trace) show
+it as ``None``/gaps.
+
+Stages and ranks: with ``p`` pipeline ranks and ``v`` virtual stages per rank there are
+``S = p·v`` stages; stage ``s`` lives on rank ``s % p`` (Narayanan et al. 2021, "Efficient
+Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473,
+§2.2.2: rank r holds the model chunks r, r+p, r+2p, ...).
+
+Generators (``p`` ranks, ``m`` micro-batches):
+
+- :func:`gpipe` — all forwards, then all backwards (Huang et al. 2019, GPipe, arXiv:1811.06965).
+- :func:`one_f_one_b` — PipeDream-Flush / 1F1B (Narayanan et al. 2019, PipeDream, SOSP;
+  arXiv:2104.04473 §2.2.1): rank r runs ``min(p−r−1, m)`` warm-up forwards, then alternates one
+  forward and one backward, then the cool-down backwards. At most ``p−r`` micro-batches are in
+  flight on rank r instead of GPipe's m.
+- :func:`interleaved_1f1b` — Megatron-LM's interleaved schedule (arXiv:2104.04473 §2.2.2), the
+  order of Megatron-LM's ``forward_backward_pipelining_with_interleaving``.
+
+:func:`simulate` (a SIMULATION, not a measurement) replays a schedule with given action
+durations: every rank runs its actions in order; an action starts when the rank is free and its
+inputs exist (forward of stage s needs stage s−1's forward of the same micro-batch, backward
+needs its own forward and stage s+1's backward). It checks the schedule (every action exactly
+once, on the right rank, no backward before its forward, every receive after its send, no
+deadlock) and predicts the makespan, the bubble fraction and the peak number of micro-batches
+whose activations a rank holds. Sends are non-blocking in this model (as in minipar's executor).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+from minipar.errors import ConfigError
+
+
+class Action(NamedTuple):
+    """One unit of pipeline work: ``stage`` runs ``kind`` ("F" or "B") on micro-batch ``mb``."""
+    stage: int
+    kind: str
+    mb: int
+
+    def __str__(self) -> str:  # PyTorch's notation: "1F3"
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    __repr__ = __str__
+
+
+class DeadlockError(ConfigError):
+    """The schedule can never finish: every unfinished rank waits for an input nobody produces."""
+
+
+def parse(text: str) -> Action:
+    """``"1F3"`` -> ``Action(1, "F", 3)``."""
+    for kind in ("F", "B"):
+        if kind in text:
+            s, mb = text.split(kind)
+            return Action(int(s), kind, int(mb))
+    raise ConfigError(f"action {text!r} is not like '1F3' (stage, F or B, micro-batch)")
+
+
+def _check_pm(p: int, m: int, v: int = 1) -> None:
+    for name, val in (("p", p), ("m", m), ("v", v)):
+        if not isinstance(val, int) or val < 1:
+            raise ConfigError(f"{name}={val!r} must be an integer >= 1")
+
+
+def gpipe(p: int, m: int) -> list[list[Action]]:
+    """GPipe: rank r runs ``rF0 .. rF(m-1)`` then ``rB(m-1) .. rB0`` (backward in reverse, as
+    autograd would over one big batch; any order is valid). Holds all m micro-batches at once."""
+    _check_pm(p, m)
+    return [[Action(r, "F", i) for i in range(m)] + [Action(r, "B", i) for i in reversed(range(m))]
+            for r in range(p)]
+
+
+def one_f_one_b(p: int, m: int) -> list[list[Action]]:
+    """1F1B (PipeDream-Flush): warm-up ``w = min(p−r−1, m)`` forwards, steady ``F, B`` pairs, cool-down.
+
+    With ``m < p`` the warm-up already covers every micro-batch, so the schedule degenerates to
+    GPipe's order on the first ranks: it is still correct, but the bubble (p−1)/(m+p−1) is ≥ 50%
+    and the memory saving is gone — use m ≥ p (in practice m ≫ p).
+    """
+    _check_pm(p, m)
+    out = []
+    for r in range(p):
+        w = min(p - r - 1, m)
+        acts = [Action(r, "F", i) for i in range(w)]
+        for i in range(m - w):            # steady state: one forward, one backward
+            acts += [Action(r, "F", w + i), Action(r, "B", i)]
+        acts += [Action(r, "B", i) for i in range(m - w, m)]  # cool-down
+        out.append(acts)
+    return out
+
+
+def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
+    """Interleaved 1F1B with ``v`` model chunks per rank (arXiv:2104.04473 §2.2.2).
+
+    Rank r holds stages ``r, r+p, ..., r+(v−1)p``. Micro-batches go through the local chunks in
+    groups of p: forward k (k = 0 .. m·v−1) is chunk ``(k mod p·v) // p`` on micro-batch
+    ``(k // p·v)·p + k mod p``; backwards visit the chunks in reverse. Warm-up
+    ``min((p−r−1)·2 + (v−1)·p, m·v)`` forwards, then 1F1B, then cool-down (Megatron-LM's
+    ``forward_backward_pipelining_with_interleaving``). Bubble time shrinks by v:
+    (p−1)/(v·m) of the compute time.
+
+    Raises:
+        ConfigError: ``m`` not a multiple of ``p`` (micro-batches travel in groups of p).
+    """
+    _check_pm(p, m, v)
+    if m % p:
+        lo = m // p * p
+        raise ConfigError(f"interleaved 1F1B needs m (micro-batches) to be a multiple of p={p}, got m={m}; "
+                          f"use m={lo or p} or m={lo + p}")
+    total = m * v
+
+    def act(r: int, k: int, kind: str) -> Action:
+        chunk = (k % (p * v)) // p
+        if kind == "B":
+            chunk = v - 1 - chunk
+        mb = (k // (p * v)) * p + k % p
+        return Action(chunk * p + r, kind, mb)
+
+    out = []
+    for r in range(p):
+        w = min((p - r - 1) * 2 + (v - 1) * p, total)
+        acts = [act(r, k, "F") for k in range(w)]
+        for i in range(total - w):
+            acts += [act(r, w + i, "F"), act(r, i, "B")]
+        acts += [act(r, k, "B") for k in range(total - w, total)]
+        out.append(acts)
+    return out
+
+
+SCHEDULES: dict[str, Callable[..., list[list[Action]]]] = {
+    "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
+
+
+def make_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
+    """``make_schedule("1f1b", p, m)``; ``v`` only for ``"interleaved"`` (default 2 there)."""
+    if name not in SCHEDULES:
+        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(SCHEDULES)}")
+    if name == "interleaved":
+        return interleaved_1f1b(p, m, v if v > 1 else 2)
+    if v != 1:
+        raise ConfigError(f"schedule {name!r} has one stage per rank, got v={v}; use 'interleaved' for v > 1")
+    return SCHEDULES[name](p, m)
+
+
+def num_stages(schedule: list[list[Action]]) -> int:
+    return 1 + max(a.stage for acts in schedule for a in acts)
+
+
+def num_microbatches(schedule: list[list[Action]]) -> int:
+    return 1 + max(a.mb for acts in schedule for a in acts)
+
+
+@dataclass
+class Simulation:
+    """Result of :func:`simulate` (a SIMULATION). Times are in the units of the durations given.
+
+    Attributes:
+        timeline: per rank, ``[(action, start, end), ...]`` in execution order.
+        messages: ``[(what, src_rank, dst_rank, t_send, t_recv), ...]``; ``what`` is the action
+            whose input is sent, e.g. ``"1F3"`` (activation) or ``"0B3"`` (gradient).
+        makespan: end of the last action (the step time without the optimizer).
+        bubble: idle fraction of the total time, ``1 − busy / (p · makespan)``.
+        peak_inflight: per rank, the most micro-batches whose forward ran and backward has not,
+            counted in whole stages: each of the v chunks of a rank counts 1/v.
+    """
+    p: int
+    timeline: list[list[tuple]]
+    messages: list[tuple] = field(default_factory=list)
+    makespan: float = 0.0
+    bubble: float = 0.0
+    peak_inflight: list[float] = field(default_factory=list)
+
+    def grid(self, tick: float = 1.0) -> list[list[str | None]]:
+        """Per rank, one entry per ``tick`` of time: the running action's text, or None (idle)."""
+        n = round(self.makespan / tick)
+        rows = []
+        for tl in self.timeline:
+            row: list[str | None] = [None] * n
+            for a, t0, t1 in tl:
+                for k in range(round(t0 / tick), round(t1 / tick)):
+                    row[k] = str(a)
+            rows.append(row)
+        return rows
+
+    def table(self, tick: float = 1.0) -> str:
+        """The grid as text, like ``torch.distributed.pipelining``'s schedule printout."""
+        g = self.grid(tick)
+        w = max(4, *(len(c) for row in g for c in row if c)) if any(c for row in g for c in row) else 4
+        return "\n".join(f"rank {r}: " + " ".join((c or "·").rjust(w) for c in row) for r, row in enumerate(g))
+
+
+def _dur(d, a: Action) -> float:
+    return float(d(a)) if callable(d) else float(d)
+
+
+def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupled: bool = True) -> Simulation:
+    """SIMULATE ``schedule`` (per-rank action lists) and check it.
+
+    Args:
+        schedule: ``schedule[rank]`` = that rank's actions in order; stage s must be on rank s % p.
+        t_f, t_b: forward / backward duration of one action: a number, or a function of the
+            :class:`Action` (e.g. durations measured on real ranks).
+        t_comm: time a message takes between ranks (0: sends are instant).
+        decoupled: True (minipar's executor; MegaScale, arXiv:2402.15627 §3.2): a message leaves
+            when its action ends and travels while both ranks compute; the receiver waits only
+            if it arrives late. False, COUPLED (a simplified model of blocking, paired
+            send/receive): a send occupies its rank for ``t_comm``, and a receive's transfer
+            starts only when the rank is ready for the action that needs it, so neither side
+            overlaps the transfer with compute.
+
+    Returns:
+        A :class:`Simulation`.
+
+    Raises:
+        ConfigError: an action missing, repeated, or on the wrong rank; a backward listed before
+            its forward on the same rank.
+        DeadlockError: no rank can make progress (each waits on an input not yet produced).
+    """
+    p = len(schedule)
+    if p < 1:
+        raise ConfigError("the schedule has no ranks")
+    S, m = num_stages(schedule), num_microbatches(schedule)
+    if S % p:
+        raise ConfigError(f"{S} stages over p={p} ranks: the number of stages must be a multiple of p")
+    v = S // p
+    seen: dict[Action, int] = {}
+    for r, acts in enumerate(schedule):
+        for i, a in enumerate(acts):
+            if a.kind not in ("F", "B"):
+                raise ConfigError(f"action {a} has kind {a.kind!r}; use 'F' or 'B'")
+            if a.stage % p != r:
+                raise ConfigError(f"action {a} is listed on rank {r} but stage {a.stage} lives on rank "
+                                  f"{a.stage % p} (stage s on rank s % p)")
+            if a in seen:
+                raise ConfigError(f"action {a} appears twice on rank {r}")
+            if a.kind == "B" and Action(a.stage, "F", a.mb) not in seen:
+                raise ConfigError(f"rank {r}: backward {a} is listed before its forward "
+                                  f"{Action(a.stage, 'F', a.mb)}")
+            seen[a] = i
+    missing = [Action(s, k, i) for s in range(S) for k in "FB" for i in range(m) if Action(s, k, i) not in seen]
+    if missing:
+        raise ConfigError(f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]}; "
+                          f"every stage 0..{S - 1} needs F and B of every micro-batch 0..{m - 1}")
+
+    done: dict[Action, float] = {}
+    free = [0.0] * p
+    pos = [0] * p
+    timeline: list[list[tuple]] = [[] for _ in range(p)]
+    messages = []
+    inflight = [0] * p
+    peak = [0] * p
+
+    def deps(a: Action) -> list[Action]:
+        if a.kind == "F":
+            return [Action(a.stage - 1, "F", a.mb)] if a.stage > 0 else []
+        d = [Action(a.stage, "F", a.mb)]
+        if a.stage < S - 1:
+            d.append(Action(a.stage + 1, "B", a.mb))
+        return d
+
+    remaining = sum(len(x) for x in schedule)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(schedule[r]):
+                a = schedule[r][pos[r]]
+                ds = deps(a)
+                if any(d not in done for d in ds):
+                    break
+                ready = free[r]
+                for d in ds:
+                    src = d.stage % p
+                    # decoupled: the message left when d ended; coupled: its transfer starts only
+                    # once this rank is ready for a (the receive is posted when needed)
+                    t_arr = (done[d] if decoupled or src == r else max(done[d], free[r])) + \
+                        (t_comm if src != r else 0.0)
+                    if src != r:
+                        messages.append((str(a), src, r, done[d], t_arr))
+                    ready = max(ready, t_arr)
+                end = ready + _dur(t_f if a.kind == "F" else t_b, a)
+                timeline[r].append((a, ready, end))
+                done[a] = end
+                nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
+                sends = 0 <= nxt.stage < S and nxt.stage % p != r
+                free[r] = end + (t_comm if sends and not decoupled else 0.0)   # coupled: the send blocks
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+                inflight[r] += 1 if a.kind == "F" else -1
+                peak[r] = max(peak[r], inflight[r])
+        if not progressed:
+            stuck = {r: str(schedule[r][pos[r]]) for r in range(p) if pos[r] < len(schedule[r])}
+            raise DeadlockError(f"deadlock: every unfinished rank waits for an input that is never produced; "
+                                f"next actions {stuck}. Reorder the schedule so that each rank's next action "
+                                f"depends only on actions other ranks can reach")
+    makespan = max(free)
+    busy = sum(t1 - t0 for tl in timeline for _, t0, t1 in tl)
+    return Simulation(p, timeline, messages, makespan, 1 - busy / (p * makespan) if makespan else 0.0,
+                      [x / v for x in peak])
+
+
+def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[str], list[str]]]:
+    """Per ordered rank pair (a, b): (labels of a's sends to b, labels of b's receives from a), in
+    the order an executor that follows the schedule posts them (each label is the action the
+    message feeds, ``"1F3"``). NCCL matches a pair's messages in posting order, so a schedule is
+    NCCL-safe when the two lists are equal for every pair (see :func:`check_p2p_order`).
+
+    A rank posts a send after each action whose output goes to another rank (forward of stage s
+    -> ``(s+1)F``, backward of stage s > 0 -> ``(s−1)B``), and a receive for each action whose
+    input comes from another rank, in its own action order (receives posted early keep that order).
+    """
+    p, S = len(schedule), num_stages(schedule)
+    pairs: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
+    for r, acts in enumerate(schedule):
+        for a in acts:
+            if a.kind == "F" and a.stage > 0 and (a.stage - 1) % p != r:        # input from stage s-1
+                pairs.setdefault(((a.stage - 1) % p, r), ([], []))[1].append(str(a))
+            if a.kind == "B" and a.stage < S - 1 and (a.stage + 1) % p != r:    # grad from stage s+1
+                pairs.setdefault(((a.stage + 1) % p, r), ([], []))[1].append(str(a))
+            nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
+            if 0 <= nxt.stage < S and nxt.stage % p != r:
+                pairs.setdefault((r, nxt.stage % p), ([], []))[0].append(str(nxt))
+    return pairs
+
+
+def check_p2p_order(schedule: list[list[Action]]) -> None:
+    """Raise :class:`ConfigError` naming the pair and both sequences if, for some ordered rank
+    pair, the sends and the receives of :func:`p2p_order` come in different orders (a schedule
+    that NCCL would run wrongly or not at all; ``minipar.p2p``'s strict mode catches the same at
+    run time)."""
+    for (a, b), (sends, recvs) in sorted(p2p_order(schedule).items()):
+        if sends != recvs:
+            raise ConfigError(f"rank {a} posts its sends to rank {b} in the order {sends} but rank {b} posts its "
+                              f"receives from rank {a} in the order {recvs}: NCCL matches them in posting order. "
+                              "Reorder one side so both follow the same order")
+
+
+def bubble_formula(p: int, m: int, v: int = 1) -> float:
+    """Idle fraction of the total time: ``(p−1)/(v·m + p−1)`` (arXiv:2104.04473 §2.2).
+
+    The paper states the bubble relative to the ideal compute time: ``(p−1)/m`` (GPipe, 1F1B) and
+    ``(p−1)/(v·m)`` (interleaved); as a fraction of the whole step that is ``b/(1+b)``.
+    """
+    b = (p - 1) / (v * m)
+    return b / (1 + b)

@@ -1,0 +1,240 @@
+"""Traced pipeline runs on real ranks: run, measure the bubble, compare with the simulation, draw.
+
+    out = launch(traced_run, world_size=2, args=(RunSpec("1f1b", m=8),))   # one dict per rank
+    traces = [o["trace"] for o in out]              # the last step's TraceEvents, per rank
+    measured_bubble(traces)                         # idle fraction, measured
+    simulate(schedule, *measured_durations(traces)) # the SIMULATION fed with measured durations
+    gantt(ax, traces)                               # one row per rank, F/B boxes, gaps = bubble
+
+Bubble, measured: over the window from the first forward to the last backward of a step (all
+ranks, one clock: ``time.perf_counter`` is system-wide on Linux), ``1 − busy / (p · window)``,
+busy = the time ranks spend inside F and B. Waiting for a message, and the optimizer step,
+count as idle — the same definition :func:`~minipar.pp.schedules.simulate` uses.
+
+``cpu=True`` counts as busy only the CPU time a rank's thread used inside its F and B spans
+(``TraceEvent.cpu``, ``time.thread_time``). On a machine whose cores are shared with other
+processes (or with the other ranks), an action's wall-clock span stretches while the OS runs
+someone else, and counting that as *work* makes concurrent actions look longer than serial ones:
+the wall-clock bubble can then fall BELOW the formula's minimum (an artefact). With CPU time,
+time taken away by the OS counts as idle, as it is: the measured bubble is then at or above the
+ideal machine's, never below it by more than the spread of the action durations.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from minipar import dist as mdist
+from minipar.data import CharCorpus, load_text, make_loader
+from minipar.models import GPT, GPTConfig
+from minipar.pp.executor import PipelineExecutor, TraceEvent, build_stages
+from minipar.pp.schedules import Action, Simulation, make_schedule
+
+
+@dataclass
+class RunSpec:
+    """What :func:`traced_run` trains: a GPT cut into ``p·v`` stages, ``steps`` timed steps after one warm-up."""
+    schedule: str = "gpipe"      # gpipe | 1f1b | interleaved
+    m: int = 4                   # micro-batches per step
+    v: int = 1                   # virtual stages per rank (interleaved)
+    n_layer: int = 4
+    d_model: int = 64
+    n_head: int = 4
+    T: int = 64                  # sequence length
+    B: int = 16                  # global batch (sequences per optimizer step)
+    steps: int = 3
+    lr: float = 1e-3
+    lookahead: int = 1           # receives posted this many actions early
+    native: bool = False         # run torch.distributed.pipelining instead of minipar's executor
+    return_params: bool = False
+    seed: int = 0
+    dtype: str = "float32"       # "float64" for equivalence proofs (rounding ~1e-16, see minipar.verify)
+
+
+def _model_and_data(spec: RunSpec):
+    corpus = CharCorpus(load_text())
+    torch.manual_seed(spec.seed)
+    model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=spec.T, n_layer=spec.n_layer,
+                          n_head=spec.n_head, d_model=spec.d_model))
+    loader = make_loader(corpus.split("train", spec.T), batch_size=spec.B, seed=spec.seed)
+    return model, [next(loader) for _ in range(spec.steps + 1)]
+
+
+def traced_run(spec: RunSpec) -> dict:
+    """Train on this launch's ranks (the pipeline group = the world). Returns, for this rank:
+    ``losses`` (last stage, else None), ``trace`` (the events of the fastest timed step), ``peak_act_bytes``,
+    ``act_bytes_per_mb`` (of one micro-batch on this rank's first stage), ``step_s`` (the fastest
+    timed step, seconds, as the slowest rank saw it: every step starts after a barrier; the
+    minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``."""
+    p, me = mdist.world_size(), mdist.rank()
+    torch.set_default_dtype(getattr(torch, spec.dtype))   # this rank's process only
+    model, batches = _model_and_data(spec)
+    sched = make_schedule(spec.schedule, p, spec.m, spec.v)
+    ids = sorted({a.stage for a in sched[me]})
+    S = p * (spec.v if spec.schedule == "interleaved" else 1)
+    stages = build_stages(model, S, ids)
+    opt = torch.optim.AdamW([q for s in stages.values() for q in s.parameters()], lr=spec.lr)
+    if spec.native:
+        from minipar.pp.native import native_schedule, native_step
+        nat = native_schedule(spec.schedule, stages, S, spec.m)
+    else:
+        ex = PipelineExecutor(stages, sched, lookahead=spec.lookahead)
+    losses, times, trace, peak, per_mb = [], [], [], 0, 0
+    for i, (x, y) in enumerate(batches):
+        mdist.barrier()
+        t0 = time.perf_counter()
+        if spec.native:
+            loss = native_step(nat, stages, S, x, y, opt)
+        else:
+            res = ex.step(x, y, opt)
+            loss, peak = res.loss, max(peak, res.peak_act_bytes)
+            per_mb = res.act_bytes.get((ids[0], 0), 0)
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=mdist.device())
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)  # the same value on every rank
+        if i > 0:  # step 0 is the warm-up
+            if not spec.native and (not times or t.item() < min(times)):
+                trace = res.trace  # keep the fastest step's trace: the least disturbed by other processes
+            times.append(t.item())
+        losses.append(loss)
+    out = dict(rank=me, stages=ids, losses=losses if loss is not None else None,
+               trace=[asdict(e) for e in trace], peak_act_bytes=peak, act_bytes_per_mb=per_mb,
+               step_s=min(times) if times else 0.0, step_times=times)
+    if spec.return_params:
+        mine = {id(q) for s in stages.values() for q in s.parameters()}
+        out["params"] = {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}
+    return out
+
+
+def single_device_run(spec: RunSpec) -> dict:
+    """The same training on one device: ``losses`` and ``params`` (the reference), in ``spec.dtype``
+    (the caller's default dtype is restored afterwards)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, spec.dtype))
+    try:
+        model, batches = _model_and_data(spec)
+        opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
+        losses = []
+        for x, y in batches:
+            opt.zero_grad(set_to_none=True)
+            _, loss = model(x, y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        torch.set_default_dtype(before)
+    return dict(losses=losses, params={k: q.detach().clone() for k, q in model.named_parameters()})
+
+
+def _events(traces) -> list[list[TraceEvent]]:
+    return [[e if isinstance(e, TraceEvent) else TraceEvent(**e) for e in tr] for tr in traces]
+
+
+def from_simulation(sim: Simulation) -> list[list[TraceEvent]]:
+    """A simulation's timeline as trace events (so :func:`gantt` draws both the same way)."""
+    return [[TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, t1 - t0) for a, t0, t1 in tl]
+            for r, tl in enumerate(sim.timeline)]
+
+
+def window(traces) -> tuple[float, float]:
+    """(first forward start, last backward end) over all ranks, seconds."""
+    ev = [e for tr in _events(traces) for e in tr if e.kind in "FB"]
+    return min(e.t0 for e in ev), max(e.t1 for e in ev)
+
+
+def measured_bubble(traces, cpu: bool = False) -> float:
+    """Idle fraction of p ranks over the step's compute window (see the module doc); ``cpu=True``:
+    busy = CPU time used inside F and B (robust to a shared machine)."""
+    tr = _events(traces)
+    t0, t1 = window(tr)
+    busy = sum((e.cpu if cpu else e.t1 - e.t0) for r in tr for e in r if e.kind in "FB")
+    return 1 - busy / (len(tr) * (t1 - t0))
+
+
+def measured_durations(traces, cpu: bool = False) -> tuple[dict, dict]:
+    """``(t_f, t_b)``: ``{Action: seconds}`` of every forward and backward in the trace, to feed
+    :func:`~minipar.pp.schedules.simulate` (``t_f=d_f.__getitem__``); ``cpu=True``: CPU seconds."""
+    d_f, d_b = {}, {}
+    for r in _events(traces):
+        for e in r:
+            if e.kind in "FB":
+                (d_f if e.kind == "F" else d_b)[Action(e.stage, e.kind, e.mb)] = e.cpu if cpu else e.t1 - e.t0
+    return d_f, d_b
+
+
+def stage_durations(traces, cpu: bool = True):
+    """``(t_f, t_b)``: functions ``Action -> seconds`` giving the MEDIAN measured duration of that
+    stage's forwards / backwards (CPU time by default), to feed :func:`~minipar.pp.schedules.simulate`.
+
+    With a constant duration per stage and kind, GPipe's bubble is provably at least
+    ``(p−1)/(m+p−1)`` (the formula's minimum, reached when the stages are balanced): the critical
+    path holds every stage's forward and backward once plus m−1 of the slowest, so
+    makespan ≥ (m+p−1)·mean while the work is m·p·mean. The simulation fed with these medians is
+    "the bubble this run's measured work leaves on dedicated cores": robust to a shared machine
+    (time-slicing stretches wall spans, not CPU time; the median drops outliers).
+    """
+    per: dict[tuple, list[float]] = {}
+    for r in _events(traces):
+        for e in r:
+            if e.kind in "FB":
+                per.setdefault((e.stage, e.kind), []).append(e.cpu if cpu else e.t1 - e.t0)
+    med = {k: sorted(v)[len(v) // 2] for k, v in per.items()}
+    return (lambda a: med[(a.stage, "F")]), (lambda a: med[(a.stage, "B")])
+
+
+def gantt(ax, traces, title: str = "", unit: float = 1e-3, show_wait: bool = True, n_stages: int | None = None):
+    """Draw a Gantt chart: one row per rank, forward boxes blue, backward orange (darker for later
+    virtual stages), the micro-batch number in each box; white gaps are the bubble, thin grey
+    bars (``W``) the time spent waiting for a message. ``unit``: seconds per x unit (1e-3 = ms;
+    1 for a simulation in abstract time units)."""
+    tr = _events(traces)
+    starts = [e.t0 for r in tr for e in r if e.kind in "FB"]
+    base = min(starts)
+    S = n_stages or 1 + max(e.stage for r in tr for e in r if e.kind in "FB")
+    p = len(tr)
+    cols = {"F": [(0.55, 0.71, 0.90), (0.25, 0.47, 0.75)], "B": [(0.98, 0.72, 0.45), (0.85, 0.45, 0.15)]}
+    for r, events in enumerate(tr):
+        for e in events:
+            x0, w = (e.t0 - base) / unit, (e.t1 - e.t0) / unit
+            if e.kind in "FB":
+                chunk = e.stage // p
+                c = cols[e.kind][min(chunk, 1)] if S > p else cols[e.kind][0]
+                ax.barh(r, w, left=x0, height=0.8, color=c, edgecolor="black", linewidth=0.4)
+                ax.text(x0 + w / 2, r, str(e.mb), ha="center", va="center", fontsize=7)
+            elif e.kind == "W" and show_wait:
+                ax.barh(r + 0.45, w, left=x0, height=0.1, color="0.5")
+    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)" if unit == 1e-3 else "time (units)")
+    ax.set_title(title, fontsize=10)
+    return ax
+
+
+def step_time_vs_native(spec: RunSpec) -> dict:
+    """Time minipar's executor and ``torch.distributed.pipelining`` on the same stages' copies,
+    alternating step by step (so a busy machine slows both alike). Returns ``{"minipar": s,
+    "native": s}``: the fastest of ``spec.steps`` steps each, as the slowest rank saw it."""
+    from minipar.pp.native import native_schedule, native_step
+    p, me = mdist.world_size(), mdist.rank()
+    sched = make_schedule(spec.schedule, p, spec.m, spec.v)
+    ids = sorted({a.stage for a in sched[me]})
+    S = p * (spec.v if spec.schedule == "interleaved" else 1)
+    (model_a, batches), (model_b, _) = _model_and_data(spec), _model_and_data(spec)
+    sa, sb = build_stages(model_a, S, ids), build_stages(model_b, S, ids)
+    oa = torch.optim.AdamW([q for s in sa.values() for q in s.parameters()], lr=spec.lr)
+    ob = torch.optim.AdamW([q for s in sb.values() for q in s.parameters()], lr=spec.lr)
+    ex = PipelineExecutor(sa, sched, lookahead=spec.lookahead, count_memory=False)  # PyTorch counts nothing either
+    nat = native_schedule(spec.schedule, sb, S, spec.m)
+    runs = {"minipar": lambda x, y: ex.step(x, y, oa), "native": lambda x, y: native_step(nat, sb, S, x, y, ob)}
+    best = {k: float("inf") for k in runs}
+    for i, (x, y) in enumerate(batches):
+        for k, fn in runs.items():
+            mdist.barrier()
+            t0 = time.perf_counter()
+            fn(x, y)
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=mdist.device())
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            if i > 0:
+                best[k] = min(best[k], t.item())
+    return best

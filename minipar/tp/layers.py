@@ -1,0 +1,273 @@
+"""Tensor parallelism, part 2: the parallel layers (Megatron-LM: Shoeybi et al. 2019, arXiv:1909.08053).
+
+A ``torch.nn.Linear`` computes ``y = x Wᵀ + b`` with ``W`` of shape (out, in). Two ways to split it
+over the N ranks of a tensor-parallel group (§3, Fig. 3 of the paper, which writes ``Y = X A``):
+
+- :class:`ColumnParallelLinear` — rank r holds ``out/N`` *rows* of ``W`` (= columns of ``A``) and
+  computes ``out/N`` of the output features from the whole input. Input: ``f`` (identity forward,
+  all-reduce of the input gradient backward).
+- :class:`RowParallelLinear` — rank r holds ``in/N`` *columns* of ``W`` (= rows of ``A``), takes
+  its ``in/N`` input features and produces a partial sum of the whole output; ``g`` all-reduces it.
+
+Column then row (the MLP, attention's qkv then proj) needs no communication in between: one
+all-reduce forward and one backward per pair. The vocabulary is split the same way:
+:class:`VocabParallelEmbedding` (rows of the table) and :func:`vocab_parallel_cross_entropy`
+(the loss on vocabulary-split logits, never gathering them), with the vocabulary padded to a
+multiple of N and the padding masked.
+
+Every layer can be loaded from the full single-device weight (``load_full_``: each rank keeps
+its slice — the same thing Megatron's ``_initialize_affine_weight_cpu`` does) and gathered back
+(``full_parameters``), which is how a TP model is proven equal to the single-device one.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minipar import dist as mdist
+from minipar.tp.mappings import (SEQ_DIM, _all_gather, _all_reduce, _reduce_scatter, check_divisible,
+                              copy_to_tensor_parallel_region, gather_from_tensor_parallel_region,
+                              reduce_from_tensor_parallel_region, reduce_scatter_to_sequence_parallel_region,
+                              scatter_to_tensor_parallel_region, tp_rank, tp_size)
+
+
+class _SequenceParallelLinear(torch.autograd.Function):
+    """``y = all_gather_T(x) Wᵀ + b`` saving only the local (B, T/N, in) input.
+
+    Backward all-gathers ``x`` again to form the weight gradient instead of keeping the full
+    (B, T, in) tensor alive (Korthikanti et al. 2022, arXiv:2205.05198, §4.2.2), and
+    reduce-scatters the input gradient back to the sequence shards.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group):
+        ctx.save_for_backward(x, weight)
+        ctx.group, ctx.has_bias = group, bias is not None
+        return F.linear(_all_gather(x, SEQ_DIM, group), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        total = _all_gather(x, SEQ_DIM, ctx.group)              # the recomputed all-gather
+        grad_x = _reduce_scatter(grad @ weight, SEQ_DIM, ctx.group)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        grad_w = g2.t() @ total.reshape(-1, total.shape[-1])
+        return grad_x, grad_w, (g2.sum(0) if ctx.has_bias else None), None
+
+
+def _mark_sequence_parallel(*params) -> None:
+    """Tag replicated parameters that see only T/N positions: their grads need a TP all-reduce."""
+    for p in params:
+        if p is not None:
+            p.sequence_parallel = True
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y = x Wᵀ + b`` with the rows of ``W`` (output features) split over the group.
+
+    Args:
+        in_features, out_features: the *full* layer's sizes; ``out_features`` must divide by N.
+        bias: a bias of ``out_features/N`` per rank (split like the rows).
+        gather_output: all-gather the output to (..., out_features); default keep (..., out/N).
+        group: the tensor-parallel group (default: the world).
+        device: where the weight lives (default ``minipar.dist.device()``: ``cuda:LOCAL_RANK`` under NCCL).
+        sequence_parallel: the input is (B, T/N, in), sharded along the sequence; it is
+            all-gathered along T (backward: reduce-scatter) instead of passing through ``f``.
+        stride: the full weight is ``stride`` stacked blocks (e.g. 3 for a fused ``[q; k; v]``);
+            rank r takes rows r of every block (Megatron's ``stride``).
+    Shapes:
+        x: (B, T, in) [or (B, T/N, in) with sequence_parallel] -> (B, T, out/N) [or (B, T, out)].
+    Raises:
+        ConfigError: ``out_features`` not divisible by N·stride.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = False,
+                 group=None, sequence_parallel: bool = False, stride: int = 1, what: str = "output features",
+                 device: torch.device | None = None):
+        super().__init__()
+        self.group, self.gather_output, self.sequence_parallel, self.stride = group, gather_output, sequence_parallel, stride
+        self.in_features, self.out_features = in_features, out_features
+        n = tp_size(group)
+        check_divisible(what, out_features // stride, n)
+        dev = mdist.device() if device is None else device   # cuda:LOCAL_RANK under NCCL, as Megatron-LM
+        self.weight = nn.Parameter(torch.empty(out_features // n, in_features, device=dev))
+        self.bias = nn.Parameter(torch.zeros(out_features // n, device=dev)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_parallel and tp_size(self.group) > 1:
+            y = _SequenceParallelLinear.apply(x, self.weight, self.bias, self.group)
+        else:
+            y = F.linear(copy_to_tensor_parallel_region(x, self.group), self.weight, self.bias)
+        return gather_from_tensor_parallel_region(y, self.group) if self.gather_output else y
+
+    def _rows(self, full: torch.Tensor) -> torch.Tensor:
+        """My rows of a full (out, ...) tensor (zero-padded to ``out_features`` if shorter)."""
+        if full.shape[0] < self.out_features:
+            full = torch.cat([full, full.new_zeros((self.out_features - full.shape[0],) + tuple(full.shape[1:]))])
+        n, s = tp_size(self.group), self.stride
+        blocks = full.reshape(s, n, self.out_features // (s * n), *full.shape[1:])
+        return blocks[:, tp_rank(self.group)].reshape(-1, *full.shape[1:])
+
+    @torch.no_grad()
+    def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Keep my slice of the full (out, in) ``weight`` and (out,) ``bias``."""
+        self.weight.copy_(self._rows(weight))
+        if self.bias is not None:
+            self.bias.copy_(self._rows(bias))
+
+    def _unrows(self, local: torch.Tensor, true_out: int) -> torch.Tensor:
+        n, s = tp_size(self.group), self.stride
+        g = _all_gather(local.contiguous(), 0, self.group)                    # (n·out/n, ...) rank-major
+        g = g.reshape(n, s, -1, *local.shape[1:]).transpose(0, 1).reshape(-1, *local.shape[1:])
+        return g[:true_out]
+
+    @torch.no_grad()
+    def full_parameters(self, grads: bool = False, true_out: int | None = None) -> tuple:
+        """All-gather ``(weight, bias)`` (or their ``.grad``) back to full size. Collective."""
+        true_out = true_out or self.out_features
+        pick = (lambda p: p.grad) if grads else (lambda p: p)
+        return (self._unrows(pick(self.weight), true_out),
+                None if self.bias is None else self._unrows(pick(self.bias), true_out))
+
+
+class RowParallelLinear(nn.Module):
+    """``y = x Wᵀ + b`` with the columns of ``W`` (input features) split over the group.
+
+    Args:
+        in_features, out_features: the full layer's sizes; ``in_features`` must divide by N.
+        bias: a full (out,) bias, replicated, added once after the reduction.
+        input_is_parallel: the input already is (..., in/N) (e.g. a column-parallel output);
+            otherwise it is (..., in) and each rank takes its slice (Megatron's default: False).
+        group: the tensor-parallel group (default: the world).
+        device: where the weight lives (default ``minipar.dist.device()``).
+        sequence_parallel: reduce-scatter the output along T to (B, T/N, out) instead of
+            all-reducing it; the bias then sees T/N positions, so its gradient is tagged for
+            :func:`minipar.tp.gpt.allreduce_sequence_parallel_grads`.
+    Shapes:
+        x: (B, T, in/N) -> (B, T, out) [or (B, T/N, out) with sequence_parallel].
+    Raises:
+        ConfigError: ``in_features`` not divisible by N.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = False,
+                 group=None, sequence_parallel: bool = False, what: str = "input features",
+                 device: torch.device | None = None):
+        super().__init__()
+        self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
+        self.in_features, self.out_features = in_features, out_features
+        n = tp_size(group)
+        dev = mdist.device() if device is None else device
+        self.weight = nn.Parameter(torch.empty(out_features, check_divisible(what, in_features, n), device=dev))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=dev)) if bias else None
+        if sequence_parallel:
+            _mark_sequence_parallel(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.input_is_parallel:
+            x = scatter_to_tensor_parallel_region(x, self.group)
+        y = F.linear(x, self.weight)                                          # a partial sum
+        if self.sequence_parallel:
+            y = reduce_scatter_to_sequence_parallel_region(y, self.group)
+        else:
+            y = reduce_from_tensor_parallel_region(y, self.group)
+        return y if self.bias is None else y + self.bias
+
+    @torch.no_grad()
+    def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        k = self.weight.shape[1]
+        self.weight.copy_(weight[:, tp_rank(self.group) * k:(tp_rank(self.group) + 1) * k])
+        if self.bias is not None:
+            self.bias.copy_(bias)
+
+    @torch.no_grad()
+    def full_parameters(self, grads: bool = False) -> tuple:
+        w = self.weight.grad if grads else self.weight
+        b = None if self.bias is None else (self.bias.grad if grads else self.bias)
+        return _all_gather(w.contiguous(), 1, self.group), (None if b is None else b.clone())
+
+
+class VocabParallelEmbedding(nn.Module):
+    """A token embedding whose rows (the vocabulary) are split over the group.
+
+    The vocabulary is padded to ``ceil(V/N)·N`` rows; rank r holds rows ``[r·V'/N, (r+1)·V'/N)``,
+    looks up the ids that fall in its range, writes zeros for the others and the all-reduce
+    (``g``) sums the one non-zero answer per position (Shoeybi et al. 2019, §3, "input embedding").
+
+    Shapes: idx (B, T) int64 -> (B, T, embedding_dim), the same on every rank.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, group=None, device: torch.device | None = None):
+        super().__init__()
+        self.group, self.num_embeddings = group, num_embeddings
+        n = tp_size(group)
+        self.padded = -(-num_embeddings // n) * n
+        self.per_rank = self.padded // n
+        self.start = tp_rank(group) * self.per_rank
+        self.weight = nn.Parameter(torch.zeros(self.per_rank, embedding_dim, device=mdist.device() if device is None else device))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        outside = (idx < self.start) | (idx >= self.start + self.per_rank)
+        out = F.embedding((idx - self.start).masked_fill(outside, 0), self.weight)
+        return reduce_from_tensor_parallel_region(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
+
+    @torch.no_grad()
+    def load_full_(self, weight: torch.Tensor, bias=None) -> None:
+        rows = weight[self.start:self.start + self.per_rank]
+        self.weight.zero_()
+        self.weight[:rows.shape[0]].copy_(rows)
+
+    @torch.no_grad()
+    def full_parameters(self, grads: bool = False) -> tuple:
+        w = self.weight.grad if grads else self.weight
+        return _all_gather(w.contiguous(), 0, self.group)[:self.num_embeddings], None
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, vocab_size, group):
+        per = logits.shape[-1]
+        start = tp_rank(group) * per
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least; float64 stays
+        logits = logits.masked_fill(torch.arange(start, start + per, device=logits.device) >= vocab_size,
+                                    float("-inf"))                         # padding never wins
+        m = logits.max(dim=-1).values
+        if tp_size(group) > 1:
+            torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
+        logits = logits - m.unsqueeze(-1)
+        outside = (targets < start) | (targets >= start + per)
+        local_t = (targets - start).masked_fill(outside, 0)
+        picked = logits.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        exp = logits.exp()
+        sum_exp = exp.sum(dim=-1)
+        if tp_size(group) > 1:
+            _all_reduce(picked, group)
+            _all_reduce(sum_exp, group)
+        loss = sum_exp.log() - picked                                          # per position
+        ctx.save_for_backward(exp.div_(sum_exp.unsqueeze(-1)), local_t, outside)
+        return loss.mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local_t, outside = ctx.saved_tensors
+        g = softmax.clone()                                                    # d loss / d logits
+        g.scatter_add_(-1, local_t.unsqueeze(-1), -(~outside).to(g.dtype).unsqueeze(-1))
+        return g.mul_(grad / local_t.numel()), None, None, None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int,
+                                 group=None) -> torch.Tensor:
+    """Mean cross-entropy over B·T positions from vocabulary-split logits, without gathering them.
+
+    Three all-reduces of (B, T) numbers — the max (for a stable softmax), the target's logit, the
+    sum of exponentials — instead of an all-gather of (B, T, V) logits (Shoeybi et al. 2019, §3,
+    "output embedding"; Megatron-LM's ``vocab_parallel_cross_entropy``).
+
+    Args:
+        logits: (B, T, V'/N) this rank's slice of the padded vocabulary (columns ``r·V'/N ...``).
+        targets: (B, T) int64 in ``[0, vocab_size)``.
+        vocab_size: the true V; columns ``>= V`` are padding and are masked out.
+    Returns:
+        a scalar (float32), the same on every rank.
+    """
+    return _VocabParallelCrossEntropy.apply(logits, targets, vocab_size, group)

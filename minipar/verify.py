@@ -1,0 +1,94 @@
+"""Proofs that read the same on every CPU: a verdict against a stated bound, never a raw rounding value.
+
+A notebook or test that shows "parallel == one device" must not print ``max|Δ| 3.0e-06``: another
+CPU (AVX2 vs AVX-512 kernels, MKL on AMD or Intel) sums in another order and prints ``3.8e-06``,
+and strict nbval fails there. It prints instead what holds everywhere::
+
+    check_close("DDP vs one device, params after 5 steps", got, want, bound=1e-12, why="float64")
+    # DDP vs one device, params after 5 steps: max|Δ| < 1e-12 ✓ (float64)
+
+and raises :class:`ProofError` (an ``AssertionError``) with the measured value and advice when
+the bound does not hold, so a stored ``False`` cannot happen. How to choose the bound:
+
+- **float64 runs** (the default for equivalence proofs): reordering a sum of n terms moves the
+  result by at most ~n·ε·Σ|terms| with ε = 2⁻⁵³ ≈ 1.1e-16; for the course's models and a few
+  steps that is < 1e-12 on parameters of size ~0.1, while a real bug (a missing micro-batch, a
+  wrong 1/m, a stale activation) moves a parameter by ~lr ≥ 1e-4 in one AdamW step.
+- **float32 runs**, where a lesson teaches that reordered sums differ: ε = 2⁻²⁴ ≈ 6e-8 per
+  operation; AdamW divides by sqrt(v) so a gradient difference δ can move a parameter by up to
+  lr per step in the worst case (δ ≫ sqrt(v)), typically lr·δ/sqrt(v). State the bound as that.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+
+class ProofError(AssertionError):
+    """A proof's bound did not hold: the message names the quantity, the value, the bound and what to check."""
+
+
+def max_abs_diff(got, want) -> float:
+    """Largest |got − want| over tensors, sequences of tensors or dicts of tensors (same keys/shapes).
+
+    Raises:
+        ProofError: keys or shapes differ (a wrong layout is a failed proof, not a crash).
+    """
+    if isinstance(got, Mapping):
+        if set(got) != set(want):
+            raise ProofError(f"different keys: only in got {sorted(set(got) - set(want))}, "
+                             f"only in want {sorted(set(want) - set(got))}")
+        return max((max_abs_diff(got[k], want[k]) for k in got), default=0.0)
+    if isinstance(got, (list, tuple)):
+        if len(got) != len(want):
+            raise ProofError(f"different lengths: {len(got)} vs {len(want)}")
+        return max((max_abs_diff(g, w) for g, w in zip(got, want)), default=0.0)
+    g, w = torch.as_tensor(got), torch.as_tensor(want)
+    if g.shape != w.shape:
+        raise ProofError(f"different shapes: {tuple(g.shape)} vs {tuple(w.shape)}")
+    if g.numel() == 0:
+        return 0.0
+    return (g.double() - w.double()).abs().max().item()
+
+
+def verdict(what: str, diff: float, bound: float, why: str = "", hint: str = "") -> str:
+    """``"{what}: max|Δ| < {bound} ✓ ({why})"``, or raise :class:`ProofError` if ``diff >= bound``.
+
+    ``diff`` is printed only in the error (it depends on the CPU); the verdict line does not.
+    ``hint`` is added to the error: what a learner should check when the proof fails.
+    """
+    tail = f" ({why})" if why else ""
+    if not diff < bound:          # also catches NaN
+        raise ProofError(f"{what}: max|Δ| = {diff:.3g} is not below the bound {bound:g}{tail}"
+                         + (f". {hint}" if hint else ""))
+    return f"{what}: max|Δ| < {bound:g} ✓{tail}"
+
+
+def check_close(what: str, got, want, bound: float, why: str = "", hint: str = "", show: bool = True) -> str:
+    """:func:`max_abs_diff` then :func:`verdict`; prints the verdict line unless ``show=False``.
+
+    Args:
+        what: the claim, e.g. ``"ZeRO-2 vs one device, parameters after 3 steps"``.
+        got, want: tensors / lists / dicts of tensors of equal shapes.
+        bound: the derived tolerance (say how in ``why``).
+    Returns:
+        the verdict line.
+    Raises:
+        ProofError: the difference is not below ``bound``, or the shapes/keys differ.
+    """
+    line = verdict(what, max_abs_diff(got, want), bound, why, hint)
+    if show:
+        print(line)
+    return line
+
+
+def check_equal(what: str, got, want, show: bool = True) -> str:
+    """Exact equality (bytes, counts, schedules, integer tensors): ``"{what}: equal ✓"`` or ProofError."""
+    same = torch.equal(torch.as_tensor(got), torch.as_tensor(want)) if isinstance(got, torch.Tensor) else got == want
+    if not same:
+        raise ProofError(f"{what}: {got!r} != {want!r}")
+    line = f"{what}: equal ✓"
+    if show:
+        print(line)
+    return line

@@ -1,0 +1,129 @@
+"""ZeRO stages 1 and 2: shard the optimizer state (and the gradients) over the data-parallel ranks.
+
+Rajbhandari, Rasley, Ruwase, He 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", arXiv:1910.02054 (§5 the three stages, §7 communication volume).
+
+Plain data parallelism keeps a full copy of everything on every rank: for Ψ parameters trained
+with fp32 AdamW that is 4Ψ (weights) + 4Ψ (gradients) + 8Ψ (two moments) = 16Ψ bytes per rank
+(mixed precision: 2Ψ + 2Ψ + KΨ with K = 12). But each rank only *needs* to update 1/N of the
+parameters if the others send it the result. So, with N ranks:
+
+- stage 1 (P_os): rank r keeps the AdamW moments of its 1/N shard only. After backward, a
+  ``reduce_scatter`` sums the gradients and leaves each rank the sum for its own shard; each rank
+  steps its shard; an ``all_gather`` rebuilds the full, updated weights everywhere.
+  fp32: 4Ψ + 4Ψ + 8Ψ/N bytes (mixed precision 2Ψ + 2Ψ + KΨ/N).
+- stage 2 (P_os+g): the same, but each unit's full gradient is reduce-scattered *during*
+  backward, as soon as it is complete, and then dropped: only the 1/N gradient shard is kept.
+  fp32: 4Ψ + 12Ψ/N (mixed precision 2Ψ + 14Ψ/N).
+- stage 3 (P_os+g+p, :mod:`minipar.zero.stage3`): the weights are sharded too.
+
+Both need the same bytes on the wire as data parallelism's all-reduce, 2Ψ elements per rank
+(§7.2.1: a ring all-reduce *is* a reduce-scatter followed by an all-gather).
+
+The flat shards, their collectives and the sharded AdamW live in :mod:`minipar.zero.flat`.
+
+    opt = ZeroOptimizer(model, stage=2, lr=3e-3, weight_decay=0.1)    # like torch.optim.AdamW(...)
+    loss.backward(); opt.step(); opt.zero_grad()
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from minipar import dist as mdist
+from minipar.errors import ConfigError
+from minipar.memory import state_bytes
+from minipar.zero.flat import FlatUnit, ShardOptimizer, all_gather_flat, check_same_start, default_units, reduce_scatter_mean
+
+
+class ZeroOptimizer(ShardOptimizer):
+    """ZeRO stage 1 or 2 around an unsharded model: an AdamW replacement (``step``, ``zero_grad``).
+
+    Args:
+        model: every rank's full model, identical at start (checked: ConfigError if not).
+        stage: 1 (shard optimizer state) or 2 (also shard gradients, reduce-scattered in backward).
+        lr, betas, eps, weight_decay: as ``torch.optim.AdamW``; weight decay on matrices only.
+        max_norm: clip the global gradient norm to this (None: no clipping).
+        group: the data-parallel process group (default: the world).
+        units: ``[(name, module), ...]`` (default :func:`default_units`).
+    Raises:
+        ConfigError: a bad stage, ``max_norm`` <= 0, tied/uncovered parameters, ranks that start
+        from different weights.
+    """
+
+    def __init__(self, model: nn.Module, stage: int = 1, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, max_norm: float | None = None, group=None, units=None):
+        if stage not in (1, 2):
+            raise ConfigError(f"ZeroOptimizer(stage={stage!r}): use stage 1 or 2 here; stage 3 shards the "
+                              "parameters too: minipar.zero.zero(model, stage=3) or minipar.zero.stage3.Zero3")
+        self.model, self.stage, self.group = model, stage, group
+        rank, n = mdist.rank(group), mdist.world_size(group)
+        units = units or default_units(model)
+        self.units = [FlatUnit(name, m, rank, n) for name, m in units]
+        self.params = [list(m.parameters()) for _, m in units]
+        self.flats = [u.flatten(ps) for u, ps in zip(self.units, self.params)]
+        check_same_start(self.units, self.flats, group)
+        for u, ps, flat in zip(self.units, self.params, self.flats):  # the weights become views of the flat buffer
+            for p, off, k, shape in zip(ps, u.offsets, u.numels, u.shapes):
+                p.data = flat[off:off + k].view(shape)
+        self.shards = [flat[u.lo:u.hi] for u, flat in zip(self.units, self.flats)]
+        self._build_adamw(lr, betas, eps, weight_decay, max_norm)
+        self.grad_shards: list[torch.Tensor | None] = [None] * len(self.units)
+        self._ready = [0] * len(self.units)
+        self._hooks = []
+        if stage == 2:
+            for j, ps in enumerate(self.params):
+                for p in ps:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(lambda p, j=j: self._on_grad(j)))
+
+    # stage 2: reduce-scatter a unit's gradient the moment backward has finished it, then drop it
+    def _on_grad(self, j: int) -> None:
+        self._ready[j] += 1
+        if self._ready[j] == len(self.params[j]):
+            self._reduce_scatter_unit(j)
+
+    @torch.no_grad()
+    def _reduce_scatter_unit(self, j: int) -> None:
+        u, ps = self.units[j], self.params[j]
+        full = u.flatten([p.grad for p in ps])                      # (padded,) this rank's gradient
+        shard = reduce_scatter_mean(full.new_empty(u.shard_size), full, self.group)  # (S,) mean over ranks
+        self.grad_shards[j] = shard if self.grad_shards[j] is None else self.grad_shards[j].add_(shard)
+        self._ready[j] = 0
+        if self.stage == 2:
+            for p in ps:
+                p.grad = None                                       # the full gradient is gone
+
+    def _grad_shards(self) -> list[torch.Tensor]:
+        for j in range(len(self.units)):
+            if self.stage == 1 or self._ready[j]:   # stage 1; or stage 2 units with unused parameters
+                self._reduce_scatter_unit(j)
+        return [g if g is not None else torch.zeros_like(s) for g, s in zip(self.grad_shards, self.shards)]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights."""
+        self._adamw_step(self._grad_shards())
+        for u, flat, shard in zip(self.units, self.flats, self.shards):
+            all_gather_flat(flat, shard.clone(), self.group)
+        if self.stage == 1:
+            self.grad_shards = [None] * len(self.units)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients: full ``p.grad`` (stage 1) and the gradient shards."""
+        for ps in self.params:
+            for p in ps:
+                p.grad = None
+        self.grad_shards = [None] * len(self.units)
+        self._ready = [0] * len(self.units)
+
+    def held_bytes(self) -> dict:
+        """Bytes of model state this rank holds now: ``{"params", "grads", "optimizer", "total"}``.
+
+        Counted from the tensors that exist (:func:`minipar.memory.state_bytes`) plus the gradient
+        shards; compare with :func:`zero_bytes_formula`.
+        """
+        d = state_bytes(self.model, self.optimizer)
+        d["params"] = sum(f.numel() * f.element_size() for f in self.flats)   # includes the few padding bytes
+        d["grads"] += sum(g.numel() * g.element_size() for g in self.grad_shards if g is not None)
+        d["total"] = d["params"] + d["grads"] + d["optimizer"]
+        return d

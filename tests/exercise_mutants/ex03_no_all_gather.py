@@ -1,0 +1,25 @@
+"""Steps its shard but never all-gathers: the other ranks' shards stay stale."""
+import torch
+import torch.distributed as dist
+
+from exercises.solutions.ex03_zero import *  # noqa: F401,F403
+from exercises.solutions.ex03_zero import adamw_update, shard_range
+
+
+def zero1_step(flat_param, flat_grad, state, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, group=None):
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    numel = flat_param.numel()
+    padded, lo, hi = shard_range(numel, n, r)
+    full = torch.zeros(padded, dtype=flat_grad.dtype)
+    full[:numel] = flat_grad
+    gs = torch.empty(hi - lo, dtype=flat_grad.dtype)
+    dist.reduce_scatter_single(gs, full, group=group)
+    gs /= n
+    p = torch.zeros(padded, dtype=flat_param.dtype)
+    p[:numel] = flat_param
+    shard = p[lo:hi]
+    if not state:
+        state.update(step=0, exp_avg=torch.zeros_like(shard), exp_avg_sq=torch.zeros_like(shard))
+    state["step"] += 1
+    adamw_update(shard, gs, state["exp_avg"], state["exp_avg_sq"], state["step"], lr, betas, eps, weight_decay)
+    flat_param.copy_(p[:numel])

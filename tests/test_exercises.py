@@ -1,0 +1,172 @@
+"""The exercises' checker, checked (issue 13): the reference solutions pass every check, the
+untouched stubs report "not implemented yet" for every exercise (no crash, no hang), and a wrong
+solution of each kind the checker promises to catch is caught, with its hint, within the timeout.
+
+Wrong solutions live in ``tests/exercise_mutants/`` (one mistake each; child processes import them
+by name). The group timeout is short here (``MINIPAR_TIMEOUT=6``) so the two mutants that hang
+end in seconds.
+"""
+import ast
+import inspect
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from exercises import check, make_stubs
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = list(check.lessons())
+
+MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its message must contain)
+    ("00", "ex00_unbiased_var", "layer_norm_backward", "biased variance"),
+    ("00", "ex00_ce_no_mean", "cross_entropy_backward", "divide by N"),
+    ("00", "ex00_adamw_no_bias_correction", "adamw_step", "bias-correct"),
+    ("01", "ex01_wrong_chunk", "ring_reduce_scatter", "got the reduce-scatter chunk of rank"),
+    ("01", "ex01_even_split", "ring_reduce_scatter", "chunk_bounds"),
+    ("01", "ex01_wrong_pairing", "ring_reduce_scatter", "waited"),
+    ("01", "ex01_gather_wrong_place", "ring_all_gather", "never received chunk"),
+    ("02", "ex02_forward_order", "make_buckets", "reverse"),
+    ("02", "ex02_frozen_in_bucket", "make_buckets", "requires_grad=False"),
+    ("02", "ex02_big_param_merged", "make_buckets", "larger than the cap"),
+    ("02", "ex02_no_divide", "BucketedDDP", "divide the all-reduced sum by the world size"),
+    ("02", "ex02_not_overlapped", "BucketedDDP", "overlaps backward"),
+    ("02", "ex02_blocking", "BucketedDDP", "async_op=True"),
+    ("02", "ex02_no_wait", "BucketedDDP", "not waited for"),
+    ("03", "ex03_sum_not_mean", "zero1_step", "SUM of the gradients"),
+    ("03", "ex03_full_state", "zero1_step", "shard of the moments"),
+    ("03", "ex03_no_all_gather", "zero1_step", "all-gather"),
+    ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
+    ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
+    ("04", "ex04_world_group", "f and g", "g's forward"),
+    ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
+    ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
+    ("06", "ex06_no_min", "one_f_one_b", "one_f_one_b(3, 1)"),
+    ("06", "ex06_deadlock", "one_f_one_b", "deadlock"),
+    ("07", "ex07_pp_fastest", "coords_of", "tp varies fastest"),
+    ("07", "ex07_own_group_only", "build_groups", "waited"),
+    ("07", "ex07_none_for_size1", "build_groups", "one-rank group"),
+    ("08", "ex08_no_rng_restore", "Checkpoint", "restore the RNG state"),
+    ("08", "ex08_no_fork_rng", "Checkpoint", "fork_rng"),
+    ("08", "ex08_scaler_no_reset", "loss_scale_step", "reset the clean count"),
+    ("08", "ex08_unscale_on_skip", "loss_scale_step", "changed on a skipped step"),
+    ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
+    ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
+]
+
+
+@pytest.fixture(autouse=True)
+def short_timeout(monkeypatch):
+    monkeypatch.setenv("MINIPAR_TIMEOUT", "6")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def run(nn, **kw):
+    lines = []
+    status = check.check_lesson(nn, out=lines.append, **kw)
+    return status, "\n".join(lines)
+
+
+def test_every_lesson_00_to_07_has_an_exercise_file_and_a_solution():
+    for nn in [f"{i:02d}" for i in range(8)]:
+        assert nn in LESSONS, f"no exercises/checks/lesson{nn}.py"
+        spec = check.lessons()[nn]
+        assert (ROOT / "exercises" / f"{spec.MODULE}.py").exists()
+        assert (ROOT / "exercises" / "solutions" / f"{spec.MODULE}.py").exists()
+
+
+def test_stubs_are_generated_from_the_solutions():
+    """Stub and solution share every signature and docstring (``python -m exercises.make_stubs``)."""
+    assert make_stubs.main(["--check"]) == 0
+
+
+def test_every_stub_function_raises_not_implemented_yet():
+    for nn, spec in check.lessons().items():
+        src = (ROOT / "exercises" / f"{spec.MODULE}.py").read_text(encoding="utf-8")
+        n = src.count('raise NotImplementedError("not implemented yet: ')
+        assert n >= len(spec.CHECKS), f"lesson {nn}: {n} stubs for {len(spec.CHECKS)} exercises"
+        ast.parse(src)
+
+
+@pytest.mark.parametrize("nn", LESSONS)
+def test_solutions_pass(nn):
+    status, text = run(nn, solutions=True)
+    assert set(status.values()) == {"pass"}, text
+
+
+@pytest.mark.parametrize("nn", LESSONS)
+def test_untouched_stubs_report_not_implemented_yet(nn):
+    t0 = time.monotonic()
+    status, text = run(nn)
+    assert set(status.values()) == {"todo"}, text
+    assert text.count("not implemented yet") == len(status), text
+    assert time.monotonic() - t0 < 60, "a stub must fail at once, not wait for a timeout"
+
+
+@pytest.mark.parametrize("nn,mutant,exercise,words", MUTANTS, ids=[m[1] for m in MUTANTS])
+def test_a_wrong_solution_is_caught_with_its_hint(nn, mutant, exercise, words):
+    t0 = time.monotonic()
+    status, text = run(nn, module=f"tests.exercise_mutants.{mutant}")
+    assert status[exercise] == "fail", text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"✗ {exercise}:"))
+    assert words in line, line
+    assert time.monotonic() - t0 < 90, f"{mutant} took {time.monotonic() - t0:.0f} s: the checker must not hang"
+
+
+def test_every_mutant_file_is_used():
+    used = {m[1] for m in MUTANTS}
+    files = {p.stem for p in (ROOT / "tests" / "exercise_mutants").glob("ex*.py")}
+    assert files == used
+
+
+def test_command_line_exit_status_and_output():
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    ok = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "05", "--solutions"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "2 exercises: 2 pass" in ok.stdout and ok.stderr == "", ok.stdout + ok.stderr
+    todo = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "5"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert todo.returncode == 1 and "2 not implemented yet" in todo.stdout, todo.stdout
+    bad = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "77"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no checks for lesson" in bad.stdout
+
+
+def test_solution_output_is_the_same_twice():
+    """What the notebooks store must not change between runs (strict nbval)."""
+    a, b = run("03", solutions=True)[1], run("03", solutions=True)[1]
+    assert a == b
+    assert inspect.getsource(check).count("perf_counter") == 0
+
+
+# ----------------------------------------------------------------------------- homework checkers
+def test_homework_a_checker_accepts_a_full_report_and_names_what_is_missing(tmp_path):
+    from homework.a_train_your_text import check as hw_a, job
+    text = tmp_path / "my.txt"
+    text.write_text("to be or not to be\n" * 50)
+    good = {"data": str(text), "layout": {"pp": 2, "dp": 1, "tp": 2, "microbatches": 2}, "world_size": 4,
+            "steps": 100, "loss_first": 3.5, "loss_last": 1.2, "val_loss_last": 1.4,
+            "mem_measured_bytes": [9e7, 9e7, 8e7, 8e7], "mem_predicted_bytes": 5e6, "step_s_predicted": 0.1,
+            "hardware": "measured: 2 cores", "notes": "RSS also counts the CPU allocator's caches and torch itself."}
+    assert all(ok for ok, _ in hw_a.check_report(good))
+    bad = dict(good, layout={"pp": 1, "dp": 4, "tp": 1, "microbatches": 1}, loss_last=4.0, mem_measured_bytes=[1])
+    failed = [what for ok, what in hw_a.check_report(bad) if not ok]
+    assert len(failed) == 3, failed
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        job.choose_layout(4, job.TrainConfig())
+    assert hw_a.main([str(tmp_path / "missing.json")]) == 1
+
+
+@pytest.mark.parametrize("module,expect", [
+    ("homework.b_accumulate_zero2.accumulate", "· accumulation_step: not implemented yet: accumulation_step"),
+    ("tests.homework_refs.hw_b_solution", "✓ accumulation_step"),
+    ("tests.homework_refs.hw_b_no_scale", "|got|/|want| = 2.000")])
+def test_homework_b_checker(module, expect):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "homework.b_accumulate_zero2.check", "--module", module], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert expect in r.stdout, r.stdout + r.stderr
+    assert r.returncode == (0 if expect.startswith("✓") else 1)
