@@ -60,7 +60,7 @@ def rows(quick: bool) -> list[Row]:
     """Two rows: the like-for-like ratio (ring without minipar's up-front shape/dtype check, which
     gloo's ``all_reduce`` does not make either) carries the target; the default ``check=True`` call,
     whose check costs N−1 more small ring steps, is reported beside it."""
-    n, numel, reps = 4, 4 * 2**20, 5 if quick else 15  # 16 MB of float32
+    n, numel, reps = 4, 4 * 2**20, 5 if quick else 31  # 16 MB of float32
     res = launch(time_all_reduce, world_size=n, args=([numel], ("torch", "ring (no check)", "ring"), reps),
                  prefix=False)[0]
     t_gloo, t_ring, t_checked = res["torch"][0], res["ring (no check)"][0], res["ring"][0]
