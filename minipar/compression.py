@@ -182,7 +182,7 @@ class PowerSGDCompression:
     def _q(self, i: int, n: int, m: int, like: torch.Tensor) -> torch.Tensor:
         if i not in self.qs:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-            q = torch.randn(m, min(self.rank, n, m), generator=gen, dtype=torch.float64)   # rank <= min(n, m)
+            q = torch.randn(m, min(self.rank, n, m), generator=gen, dtype=torch.float64)   # rank <= min(n, m); device-ok: CPU seed, same Q everywhere, moved below
             self.qs[i] = q.to(device=like.device, dtype=like.dtype)
         return self.qs[i]
 

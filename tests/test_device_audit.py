@@ -1,14 +1,16 @@
 """#14.2: every tensor factory in minipar/ names its device (else it lands on CPU under NCCL).
 
-An AST audit: ``torch.zeros/empty/ones/full/arange/tensor(...)`` without ``device=`` fails,
-unless the line carries ``# device-ok: <why>`` or is in PENDING below (found, not fixed yet:
-each must be fixed with ``device=mdist.device()`` / ``device=x.device`` or justified inline).
+An AST audit: ``torch.zeros/empty/ones/full/arange/tensor(...)`` and the random factories
+``torch.rand/randn/randint/randperm(...)`` without ``device=`` fail, unless the call is moved at once
+(``torch.randint(...).to(dev)``), the line carries ``# device-ok: <why>``, or it is in PENDING below
+(found, not fixed yet: each must be fixed with ``device=mdist.device()`` / ``device=x.device`` or
+justified inline).
 """
 import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "minipar"
-FACTORIES = {"zeros", "empty", "ones", "full", "arange", "tensor"}
+FACTORIES = {"zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint", "randperm"}
 
 # Found by this audit on 2026-11-23, all fixed or marked `# device-ok: why` since: keep it empty.
 PENDING: set[tuple[str, str]] = set()
@@ -17,9 +19,13 @@ PENDING: set[tuple[str, str]] = set()
 def offenders(source: str) -> list[tuple[int, str]]:
     """(line number, stripped line) of each torch factory call without ``device=``."""
     lines = source.splitlines()
+    tree = ast.parse(source)
+    moved = {id(n.func.value) for n in ast.walk(tree)   # torch.randn(...).to(dev) / .cuda(): placed at once
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("to", "cuda")}
     out = []
-    for n in ast.walk(ast.parse(source)):
+    for n in ast.walk(tree):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in FACTORIES
+                and id(n) not in moved
                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch"
                 and not any(k.arg == "device" for k in n.keywords)
                 and "device-ok" not in lines[n.lineno - 1]):
@@ -28,8 +34,9 @@ def offenders(source: str) -> list[tuple[int, str]]:
 
 
 def test_audit_catches_a_planted_offender():
-    planted = "import torch\nbuf = torch.zeros(4)\nok = torch.zeros(4, device=d)\nz = torch.ones(1)  # device-ok: cpu only\n"
-    assert offenders(planted) == [(2, "buf = torch.zeros(4)")]
+    planted = ("import torch\nbuf = torch.zeros(4)\nok = torch.zeros(4, device=d)\nz = torch.ones(1)  # device-ok: cpu only\n"
+               "x = torch.randint(0, 9, (2,))\ny = torch.randn(3).to(dev)\n")
+    assert offenders(planted) == [(2, "buf = torch.zeros(4)"), (5, "x = torch.randint(0, 9, (2,))")]
 
 
 def test_every_factory_in_minipar_names_its_device():

@@ -31,7 +31,7 @@ def rows(quick: bool) -> list[Row]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     model = GPT(GPTConfig(vocab_size=103))
-    x = torch.randint(0, 103, (8, 128))
+    x = torch.randint(0, 103, (8, 128), device="cpu")
 
     def step(dtype):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):

@@ -51,7 +51,7 @@ def _timed_step(model, opt, xy) -> float:
 def job(steps: int) -> dict:
     """On every rank: held bytes of ZeRO-1/2/3 after backward; then ZeRO-3 and FSDP2 steps, interleaved."""
     g = torch.Generator().manual_seed(0)
-    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g).chunk(md.world_size())[md.rank()]
+    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(md.world_size())[md.rank()]
     import warnings
 
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -88,7 +88,7 @@ def zero_redundancy_job(steps: int) -> dict:
     from minipar.zero.redundancy import ZeroRedundancyOptimizer
 
     g = torch.Generator().manual_seed(0)
-    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g).chunk(md.world_size())[md.rank()]
+    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(md.world_size())[md.rank()]
     runs = {}
     for name, cls in (("minipar", ZeroRedundancyOptimizer), ("torch", TorchZeRO)):
         torch.manual_seed(0)

@@ -76,8 +76,8 @@ def job(repeats: int) -> dict:
 
     cfg = GPTConfig(**CFG)
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocab_size, (BATCH, cfg.block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (BATCH, cfg.block_size), generator=g)
+    x = torch.randint(0, cfg.vocab_size, (BATCH, cfg.block_size), generator=g, device="cpu")
+    y = torch.randint(0, cfg.vocab_size, (BATCH, cfg.block_size), generator=g, device="cpu")
     torch.manual_seed(0)
     mine = TensorParallelGPT(cfg)
     torch.manual_seed(0)

@@ -40,13 +40,13 @@ def job(layouts, reps: int) -> dict:
     out = {}
     for pp, dp, tp, zero in layouts:
         piece = build_piece(cfg, init_mesh(pp=pp, dp=dp, tp=tp), microbatches=M, zero=zero)
-        x = torch.randint(0, cfg.vocab_size, (BATCH // dp, cfg.block_size), generator=g)
+        x = torch.randint(0, cfg.vocab_size, (BATCH // dp, cfg.block_size), generator=g, device="cpu")
         out[(pp, dp, tp, zero)] = _timed(lambda: piece.step(x, x, 1e-3), reps)
     # PyTorch-native reference: DDP over all 8 ranks, the same global batch as M accumulated micro-batches
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(GPT(cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, cfg.vocab_size, (BATCH // dist.get_world_size(), cfg.block_size), generator=g)
+    x = torch.randint(0, cfg.vocab_size, (BATCH // dist.get_world_size(), cfg.block_size), generator=g, device="cpu")
 
     def ddp_step():
         for i, xm in enumerate(x.chunk(M)):

@@ -41,7 +41,7 @@ def _model(mode: str) -> GPT:
 def rows(quick: bool) -> list[Row]:
     repeats = 3 if quick else 9
     torch.set_num_threads(1)
-    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(0), device="cpu")
     models = {k: _model(k) for k in ("none", "full", "torch", "torch-reentrant")}
     peaks = {}
     for k in ("none", "full", "torch-reentrant"):

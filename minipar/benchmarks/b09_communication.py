@@ -39,7 +39,7 @@ def _alternate(blocks: dict, repeats: int) -> dict:
 
 def powersgd_times(repeats: int, steps: int, rank: int = 4) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank()))
+    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank()), device="cpu")
     torch.manual_seed(0)
     mine = GPT(GPTConfig(**CFG))
     comp = make_compressor("powersgd", rank=rank, start_iter=0)
@@ -68,8 +68,8 @@ def overlap_times(repeats: int) -> dict:
     from minipar.tp.overlap import allgather_matmul
     n, me = dist.get_world_size(), dist.get_rank()
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 256, 512, generator=g)
-    w = torch.randn(512, 512, generator=g)
+    x = torch.randn(2, 256, 512, generator=g, device="cpu")
+    w = torch.randn(512, 512, generator=g, device="cpu")
     return _alternate({"overlap": lambda: allgather_matmul(x, w, overlap=True),
                        "plain": lambda: allgather_matmul(x, w, overlap=False)}, repeats)
 
@@ -77,7 +77,7 @@ def overlap_times(repeats: int) -> dict:
 def ps_vs_ddp_times(repeats: int, steps: int) -> dict:
     """Rank 0 is the server in the parameter-server run; the DDP run uses ranks 1-2 (rank 0 idles)."""
     from minipar.param_server import run_sync
-    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank()))
+    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank()), device="cpu")
     torch.manual_seed(0)
     model = GPT(GPTConfig(**CFG))
     workers = dist.new_group([1, 2])
