@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.models import GPT, GPTConfig, attention_core
+from minipar.models import GPT, Block, GPTConfig, attention_core
 from minipar.recompute import checkpoint
 from minipar.tp.mappings import check_divisible, scatter_to_sequence_parallel_region, tp_size
 from minipar.tp.layers import (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, _mark_sequence_parallel,
@@ -119,14 +119,9 @@ class ParallelBlock(nn.Module):
             _mark_sequence_parallel(*self.ln_1.parameters(), *self.ln_2.parameters())
         self.recompute = "none"        # "full": keep only x, re-run the block in backward (lesson 08)
 
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.recompute == "full" and torch.is_grad_enabled():
-            return checkpoint(self._forward, x)
-        return self._forward(x)
+    # the single-device block's forward, recomputation included: only the layers differ
+    _forward = Block._forward
+    forward = Block.forward
 
 
 class TensorParallelGPT(nn.Module):
