@@ -41,12 +41,12 @@ from minipar.data import CharCorpus, check_fits, load_text, make_loader
 from minipar.errors import ConfigError
 from minipar.mesh import init_mesh
 from minipar.mesh import validate as validate_layout
-from minipar.models import GPT, GPTConfig
-from minipar.run_log import open_metrics, plot_losses, progress_bar, write_outputs  # noqa: F401 (plot_losses: public)
+from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.parallel3d import (GRAD_COMPRESSION, SCHEDULES_3D, broadcast_from, build_piece, check_grad_compression,
+                                full_model, measured_peak_flops)
 from minipar.recompute import MODES as RECOMPUTE_MODES
-from minipar.parallel3d import GRAD_COMPRESSION, SCHEDULES_3D, broadcast_from, check_grad_compression, build_piece, full_model, measured_peak_flops
+from minipar.run_log import open_metrics, plot_losses, progress_bar, write_outputs  # noqa: F401 (plot_losses: public)
 from minipar.tp.gpt import check_tp_config
-from minipar.models import adamw_groups
 
 
 @dataclass
