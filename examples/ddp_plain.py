@@ -12,6 +12,7 @@ The model is a small MLP in float64 on a fixed synthetic regression set, so the 
 prove this script equal to minipar's DistributedDataParallel to 1e-12. ``--out FILE`` makes rank 0
 save the per-step losses and the final parameters there (``torch.save``).
 """
+
 import argparse
 import os
 
@@ -35,7 +36,7 @@ def make_dataset() -> TensorDataset:
 
 
 def make_model() -> nn.Module:
-    torch.manual_seed(0)                      # every rank builds the same weights (DDP also broadcasts rank 0's)
+    torch.manual_seed(0)  # every rank builds the same weights (DDP also broadcasts rank 0's)
     return nn.Sequential(nn.Linear(FEATURES, 32), nn.Tanh(), nn.Linear(32, 1)).double()
 
 
@@ -45,9 +46,9 @@ def main() -> None:
     args = p.parse_args()
 
     # 1. Join the process group. torchrun set the environment; init_process_group reads it (env://).
-    local_rank = int(os.environ["LOCAL_RANK"])          # which GPU of this node is mine
+    local_rank = int(os.environ["LOCAL_RANK"])  # which GPU of this node is mine
     if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)               # before any CUDA work: NCCL uses the current device
+        torch.cuda.set_device(local_rank)  # before any CUDA work: NCCL uses the current device
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
@@ -66,21 +67,21 @@ def main() -> None:
 
     losses = []
     for epoch in range(EPOCHS):
-        sampler.set_epoch(epoch)                        # a new shuffle each epoch, the same on every rank
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         for x, y in loader:
             x, y = x.to(device), y.to(device)
             loss = nn.functional.mse_loss(model(x), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()                             # DDP all-reduces (averages) the gradients here
+            loss.backward()  # DDP all-reduces (averages) the gradients here
             opt.step()
-            losses.append(loss.item())                  # this rank's local loss
+            losses.append(loss.item())  # this rank's local loss
         if rank == 0:
             print(f"epoch {epoch}: rank 0 loss {losses[-1]:.4f} after {len(losses)} steps on {world} ranks ({backend})")
 
     if rank == 0 and args.out:
         params = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
         torch.save({"losses": losses, "params": params}, args.out)
-    dist.destroy_process_group()                        # leave cleanly (NCCL warns otherwise)
+    dist.destroy_process_group()  # leave cleanly (NCCL warns otherwise)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ runs the lesson's checks (``exercises/checks/lessonNN.py``) and prints one line 
 Exit status 0 only when every exercise checked passes. Output holds no timings or paths of this
 machine, so the reference solutions print the same text everywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ from exercises.checks import common
 def lessons() -> dict[str, object]:
     """``{"00": <module exercises.checks.lesson00>, ...}`` for every ``checks/lessonNN.py``."""
     import exercises.checks as pkg
+
     found = {}
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name.startswith("lesson") and info.name[6:].isdigit():
@@ -60,8 +62,10 @@ def check_lesson(nn: str, module: str | None = None, solutions: bool = False, ou
             out(f"  ✗ {ex}: {exc}")
             status[ex] = "fail"
         except Exception as exc:  # noqa: BLE001 - never crash: report and go on
-            out(f"  ✗ {ex}: the check stopped on {type(exc).__name__}: {exc}\n"
-                + "".join(traceback.format_exc().splitlines(True)[-4:]))
+            out(
+                f"  ✗ {ex}: the check stopped on {type(exc).__name__}: {exc}\n"
+                + "".join(traceback.format_exc().splitlines(True)[-4:])
+            )
             status[ex] = "fail"
     return status
 

@@ -9,15 +9,15 @@ Exercises (run ``make check LESSON=00``):
 
 All three are checked in float64 against autograd / ``torch.optim.AdamW`` on one device.
 """
-from __future__ import annotations
 
-import math
+from __future__ import annotations
 
 import torch
 
 
-def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                        eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def layer_norm_backward(
+    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward of ``y = (x − mean) / sqrt(var + eps) · weight + bias`` over the last dimension.
 
     Shapes: ``grad_out``, ``x``: (..., D); ``weight``: (D,). ``var`` is the *biased* variance
@@ -55,9 +55,17 @@ def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch
 
 
 @torch.no_grad()
-def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-               step: int, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.01) -> None:
+def adamw_step(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: int,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> None:
     """One AdamW update of ``param`` in place (and of its moments ``exp_avg``, ``exp_avg_sq``).
 
     Shapes: all four tensors the same shape. ``step`` counts updates from 1 (the first call has

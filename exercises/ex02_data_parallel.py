@@ -11,6 +11,7 @@ The design of PyTorch's DDP (Li et al. 2020, arXiv:2006.15704, §3.2.2 bucketing
 The checker trains a small float64 model with tied weights, a frozen layer and a parameter larger
 than a bucket on N = 1, 3 and 4 ranks and compares it with one device on the whole batch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,7 @@ def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Par
     Returns:
         ``[[p, ...], ...]``: bucket 0 holds the last parameters of the model.
 
-    Hint: lesson 02, "Build it" (``minipar.data_parallel.make_buckets``).
+    Hint: lesson 02, "Build it" (``minipar.dp.ddp.make_buckets``).
     """
     raise NotImplementedError("not implemented yet: make_buckets")
 
@@ -52,10 +53,10 @@ class BucketedDDP:
         next: index of the next bucket to launch (launch in index order on every rank).
     """
 
-    def __init__(self, module: nn.Module, cap_bytes: int = 25 * 2 ** 20, group=None):
+    def __init__(self, module: nn.Module, cap_bytes: int = 25 * 2**20, group=None):
         self.module, self.group = module, group
         self.world_size = dist.get_world_size(group)
-        params = list(module.parameters())           # tied weights appear once
+        params = list(module.parameters())  # tied weights appear once
         self.buckets = make_buckets(params, cap_bytes)
         self.buffers, self.where = [], {}
         for k, bucket in enumerate(self.buckets):

@@ -6,12 +6,12 @@ arXiv:1910.02054, §5.1 P_os). The checker runs N = 1, 3 and 4 ranks on flat par
 does not divide by N (padding), including fewer elements than ranks, and compares 3 steps with
 ``torch.optim.AdamW`` on one device using the mean gradient, in float64.
 """
+
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.distributed as dist
 
 
 def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:
@@ -31,14 +31,21 @@ def adamw_update(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, weight_
     param.mul_(1 - lr * weight_decay)
     exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
     exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - b2 ** step)).add_(eps)
-    param.addcdiv_(exp_avg, denom, value=-lr / (1 - b1 ** step))
+    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - b2**step)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - b1**step))
 
 
 @torch.no_grad()
-def zero1_step(flat_param: torch.Tensor, flat_grad: torch.Tensor, state: dict, lr: float = 1e-3,
-               betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-               group=None) -> None:
+def zero1_step(
+    flat_param: torch.Tensor,
+    flat_grad: torch.Tensor,
+    state: dict,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    group=None,
+) -> None:
     """One ZeRO-1 AdamW step of the replicated ``flat_param``, in place, on every rank of ``group``.
 
     Args:

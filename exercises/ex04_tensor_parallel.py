@@ -11,12 +11,12 @@ Exercises (run ``make check LESSON=04``):
 The checker runs an MLP ``Row(gelu(Column(x)))`` on N = 1, 3, 4 ranks and on two sub-groups of 2,
 in float64, against one device: output, input gradient and every weight gradient.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def tp_size(group=None) -> int:

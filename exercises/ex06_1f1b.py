@@ -12,6 +12,7 @@ simulates every schedule (deadlock, missing or misplaced actions), checks the me
 most p − r micro-batches in flight on rank r) and compares with the reference order, for
 p = 1, 3, 4 and m = 1, 2, 4, 8 (m < p included).
 """
+
 from __future__ import annotations
 
 from minipar.pp.schedules import Action

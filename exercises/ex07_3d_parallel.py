@@ -11,6 +11,7 @@ Megatron-LM's order (``megatron/core/parallel_state.py``; Narayanan et al. 2021,
 ``rank = pp_rank·(dp·tp) + dp_rank·tp + tp_rank`` — the row-major order of a (pp, dp, tp) array,
 as ``minipar.mesh`` and ``init_device_mesh(..., (pp, dp, tp))``.
 """
+
 from __future__ import annotations
 
 DIMS = ("pp", "dp", "tp")

@@ -8,6 +8,7 @@ docstring becomes ``raise NotImplementedError("not implemented yet: <name>")``. 
 (imports, given helpers, class skeletons) is copied as is, so stub and solution share one API.
 Do not run it after editing a stub by hand: it overwrites the stubs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,9 +33,10 @@ def stub_source(src: str) -> str:
                     cuts.append((first.lineno, last.end_lineno, indent, prefix + child.name))
             elif isinstance(child, ast.ClassDef):
                 visit(child, prefix + child.name + ".")
+
     visit(tree)
     for first, last, indent, name in sorted(cuts, reverse=True):
-        lines[first - 1:last] = [f'{indent}raise NotImplementedError("not implemented yet: {name}")\n']
+        lines[first - 1 : last] = [f'{indent}raise NotImplementedError("not implemented yet: {name}")\n']
     return "".join(lines)
 
 

@@ -4,6 +4,7 @@ Only calls into ``torch`` and ``minipar``; the memory measurements run in a fres
 started by ``minipar.launch`` (world_size=1) so that what one experiment freed cannot hide the
 next one's peak (see :func:`step_memory`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +14,13 @@ import time
 
 import torch
 
-from minipar.memory import (activation_bytes_formula, measure_peak, release_freed_memory, saved_activation_bytes,
-                            state_bytes)
+from minipar.memory import (
+    activation_bytes_formula,
+    measure_peak,
+    release_freed_memory,
+    saved_activation_bytes,
+    state_bytes,
+)
 from minipar.models import GPT, GPTConfig, num_params
 from minipar.train import TrainConfig, train
 
@@ -76,11 +82,23 @@ def draw_graph(nodes, edges, ax, title: str = "") -> None:
     boxes = {}
     for nid, (label, _) in nodes.items():
         leaf = label.endswith(".grad")
-        boxes[nid] = ax.text(*pos[nid], label, ha="center", va="center", fontsize=8,
-                             bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"))
+        boxes[nid] = ax.text(
+            *pos[nid],
+            label,
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"),
+        )
     for a, b in edges:  # from the right edge of a's box to the left edge of b's box
-        ax.annotate("", xy=(0, 0.5), xycoords=boxes[b], xytext=(1, 0.5), textcoords=boxes[a],
-                    arrowprops=dict(arrowstyle="->", color="0.4", lw=1, shrinkA=4, shrinkB=4))
+        ax.annotate(
+            "",
+            xy=(0, 0.5),
+            xycoords=boxes[b],
+            xytext=(1, 0.5),
+            textcoords=boxes[a],
+            arrowprops=dict(arrowstyle="->", color="0.4", lw=1, shrinkA=4, shrinkB=4),
+        )
     ax.set_xlim(-0.9, 1.6 * max(by_depth) + 0.9)
     ax.set_ylim(-1.6, 1.6)
     ax.axis("off")
@@ -151,10 +169,16 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
 
     counted = state_bytes(model, opt)
     linear_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    return dict(num_params=num_params(model), params=counted["params"], grads=counted["grads"],
-                optimizer=counted["optimizer"], activations=saved_activation_bytes(fwd, exclude=model),
-                weight_copies=2 * linear_weights if dtype == "bf16" else 0,
-                act_formula=activation_bytes_formula(cfg, batch)["total"], peak=peak)
+    return dict(
+        num_params=num_params(model),
+        params=counted["params"],
+        grads=counted["grads"],
+        optimizer=counted["optimizer"],
+        activations=saved_activation_bytes(fwd, exclude=model),
+        weight_copies=2 * linear_weights if dtype == "bf16" else 0,
+        act_formula=activation_bytes_formula(cfg, batch)["total"],
+        peak=peak,
+    )
 
 
 def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
@@ -182,8 +206,6 @@ def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3)
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t)
     return sorted(times[1:])[len(times[1:]) // 2]
-
-
 
 
 def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> list[int]:

@@ -1,12 +1,13 @@
 """Lesson 01's experiment drivers (run on every rank by ``minipar.launch``) and its pictures.
 
 Workers only call ``torch.distributed`` and ``minipar``; what the lesson teaches lives in
-``minipar.collectives``. The pictures are drawn from the tensors the workers return.
+``minipar.comm.collectives``. The pictures are drawn from the tensors the workers return.
 
 Cell values encode who contributed: rank r starts with (c+1)·10^r in chunk c, so a sum shows
 every contributor as a non-zero digit (chunk 1 summed over 4 ranks = 2222). Colours follow the
 same digits: one colour per contributing rank, grey for "everyone".
 """
+
 from __future__ import annotations
 
 import io
@@ -18,15 +19,15 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from minipar.accounting import CommLog
-from minipar.collectives import naive_all_reduce, ring_all_reduce
+from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
+from minipar.comm.comm_log import CommLog
 
 NAN = float("nan")
 
 
 def _start(n: int, me: int) -> torch.Tensor:
     """Rank ``me``'s starting row: chunk c holds (c+1)·10^me."""
-    return torch.tensor([(c + 1) * 10.0 ** me for c in range(n)])
+    return torch.tensor([(c + 1) * 10.0**me for c in range(n)])
 
 
 def primitives() -> dict:
@@ -51,7 +52,7 @@ def primitives() -> dict:
     out["scatter(out, chunks, src=0)"] = (full if me == 0 else empty, only(me, mine))
 
     gathered = [torch.empty(1) for _ in range(n)] if me == 0 else None
-    dist.gather(full[me:me + 1].clone(), gathered, dst=0)
+    dist.gather(full[me : me + 1].clone(), gathered, dst=0)
     out["gather(chunk, chunks, dst=0)"] = (only(me, full[me]), torch.cat(gathered) if me == 0 else empty)
 
     t = full.clone()
@@ -59,7 +60,7 @@ def primitives() -> dict:
     out["reduce(t, dst=0)"] = (full, t)
 
     t = torch.empty(n)
-    dist.all_gather_single(t, full[me:me + 1].clone())
+    dist.all_gather_single(t, full[me : me + 1].clone())
     out["all_gather_single(out, chunk)"] = (only(me, full[me]), t)
 
     mine = torch.empty(1)
@@ -110,12 +111,17 @@ def compare_ring_with_gloo(numel: int) -> dict:
     exact = torch.randint(-50, 51, (numel,), generator=g).float()
     ref_exact = exact.clone()
     dist.all_reduce(ref_exact)
-    return dict(ring=(ring - ref).abs().max().item(), naive=(naive - ref).abs().max().item(),
-                ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact), scale=ref.abs().max().item(),
-                max_abs=x.abs().max().item())
+    return dict(
+        ring=(ring - ref).abs().max().item(),
+        naive=(naive - ref).abs().max().item(),
+        ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact),
+        scale=ref.abs().max().item(),
+        max_abs=x.abs().max().item(),
+    )
 
 
 # ---- what goes wrong -------------------------------------------------------------------------
+
 
 def swapped_order() -> dict:
     """Two ranks all-reduce a gradient (1 per rank) and a loss (10 per rank), rank 1 in the other order."""
@@ -131,7 +137,7 @@ def swapped_order_detail() -> dict:
     dist.set_debug_level(dist.DebugLevel.DETAIL)  # groups made from now on check every collective
     group = md.new_group()
     grad, loss = torch.tensor([1.0]), torch.tensor([10.0])
-    for t in ([grad, loss] if md.rank() == 0 else [loss, grad]):
+    for t in [grad, loss] if md.rank() == 0 else [loss, grad]:
         dist.all_reduce(t, group=group)
     return dict(grad=grad.item(), loss=loss.item())
 
@@ -160,6 +166,7 @@ def different_shapes(how: str) -> str:
 def skipped_call(use_minipar: bool) -> str:
     """Rank 1 skips the all-reduce (and stays alive for a while): what does rank 0 see?"""
     import time
+
     if md.rank() == 1:
         time.sleep(3)
         return "skipped"
@@ -190,6 +197,7 @@ def run_capture(fn, *args, raise_=True, **kwargs):
     With ``raise_=False`` a failed job returns ``(the exception, output)`` instead of raising.
     """
     from minipar import launch
+
     buf = io.StringIO()
     try:
         with redirect_stdout(buf):
@@ -214,6 +222,7 @@ def with_env(name: str, value: str, fn, *args, **kwargs):
 
 
 # ---- pictures --------------------------------------------------------------------------------
+
 
 def _contributors(value: float, chunk: int) -> list[int]:
     """Ranks whose starting value is summed into ``value`` (read from the decimal digits)."""
@@ -240,12 +249,14 @@ def draw_rows(ax, rows, title="", sent=None, received=None):
             full = len(who) == n_rank
             colour = "0.35" if full else tuple(sum(colours[k][i] for k in who) / len(who) for i in range(3))
             ax.add_patch(Rectangle((c, r), 1, 1, facecolor=colour, edgecolor="white", alpha=1 if full else 0.75))
-            ax.text(c + 0.5, r + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=8,
-                    color="white" if full else "black")
+            ax.text(
+                c + 0.5, r + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=8, color="white" if full else "black"
+            )
     for marks, colour, style in ((sent, "black", "-"), (received, "red", "--")):
         for r, c in enumerate(marks or []):
-            ax.add_patch(Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, lw=2.2, edgecolor=colour,
-                                   linestyle=style))
+            ax.add_patch(
+                Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, lw=2.2, edgecolor=colour, linestyle=style)
+            )
     ax.set_xlim(0, n_chunk)
     ax.set_ylim(n_rank, 0)
     ax.set_xticks([c + 0.5 for c in range(n_chunk)], [f"chunk {c}" for c in range(n_chunk)], fontsize=7)
@@ -283,15 +294,24 @@ def draw_ring(results):
         step = [res["steps"][k] for res in results]
         s = step[0]
         ax = axes[k // half, 1 + k % half]
-        draw_rows(ax, [x["after"] for x in step], f"{s['phase']} step {s['step'] + 1}",
-                  sent=[x["send"] for x in step], received=[x["recv"] for x in step])
-    fig.suptitle("ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
-                 "(added in the reduce-scatter, copied in the all-gather)", fontsize=10)
+        draw_rows(
+            ax,
+            [x["after"] for x in step],
+            f"{s['phase']} step {s['step'] + 1}",
+            sent=[x["send"] for x in step],
+            received=[x["recv"] for x in step],
+        )
+    fig.suptitle(
+        "ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
+        "(added in the reduce-scatter, copied in the all-gather)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
 # ---- the α–β cost model ----------------------------------------------------------------------
+
 
 def fit_alpha_beta(sizes: list[int], times: list[float], n: int) -> tuple[float, float]:
     """Fit T(S) = 2(N−1)·α + 2(N−1)/N · S/B to measured (bytes, seconds); return (α seconds, B bytes/s).
@@ -319,17 +339,22 @@ def draw_cost_model(sizes, sweep, fits):
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.3))
     for k, (n, res) in enumerate(sweep.items()):
-        S = np.asarray(sizes[:len(res["torch"])], float)
+        S = np.asarray(sizes[: len(res["torch"])], float)
         colour = plt.get_cmap("tab10").colors[k]
         ax.loglog(S, np.asarray(res["torch"]) * 1e3, "o", color=colour, label=f"dist.all_reduce, N={n}")
         alpha, B = fits[n]
         grid = np.geomspace(S[0], S[-1], 50)
-        ax.loglog(grid, model_time(grid, n, alpha, B) * 1e3, "-", color=colour, alpha=0.6,
-                  label=f"model: α={alpha * 1e6:.0f} µs, B={B / 1e9:.2f} GB/s")
+        ax.loglog(
+            grid,
+            model_time(grid, n, alpha, B) * 1e3,
+            "-",
+            color=colour,
+            alpha=0.6,
+            label=f"model: α={alpha * 1e6:.0f} µs, B={B / 1e9:.2f} GB/s",
+        )
         if "ring" in res:
             ax.loglog(S, np.asarray(res["ring"]) * 1e3, "x", color=colour, ms=8, label=f"minipar ring, N={n}")
-            bx.semilogx(S, np.asarray(res["ring"]) / np.asarray(res["torch"]), "x-", color=colour,
-                        label=f"N={n}")
+            bx.semilogx(S, np.asarray(res["ring"]) / np.asarray(res["torch"]), "x-", color=colour, label=f"N={n}")
     ax.set_xlabel("message size S (bytes)")
     ax.set_ylabel("time (ms)")
     ax.set_title("all-reduce time: measured (points) vs T = 2(N−1)α + 2(N−1)/N·S/B")

@@ -2,6 +2,7 @@
 
 Child processes import them by name, so they live here and not in the notebook.
 """
+
 import contextlib
 import time
 
@@ -9,13 +10,13 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from minipar.accounting import CommLog
+from minipar.comm.comm_log import CommLog
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.data_parallel import DistributedDataParallel, all_reduce_gradients, broadcast_parameters
+from minipar.dp.ddp import DistributedDataParallel, all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
 from minipar.models import GPT, GPTConfig
 
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)    # for the equivalence proof
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # for the equivalence proof
 MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # for timelines and throughput
 _CORPUS = []
 
@@ -48,8 +49,7 @@ def _torch_hook(state, bucket):
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True,
-          dtype=torch.float64):
+def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed=0, overlap=True, dtype=torch.float64):
     """``steps`` AdamW steps on the global batch; ``micro`` micro-batches per rank (``no_sync`` for all but the last).
 
     ``dtype`` defaults to float64: this is the equivalence proof, and in float64 summing the same
@@ -91,16 +91,21 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
         if world > 1:
             dist.all_reduce(total, op=dist.ReduceOp.AVG)
         losses.append(total.item())
-    return {"losses": losses, "params": {n: p.detach().clone() for n, p in model.named_parameters()},
-            "sent": log.total("sent")}
+    return {
+        "losses": losses,
+        "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+        "sent": log.total("sent"),
+    }
 
 
 def prove(steps=5, global_batch=8):
     """Every variant on this world size, for the equivalence table."""
-    return {"minipar DDP": train("ddp", steps, global_batch),
-            "minipar DDP, 2 micro-batches": train("ddp", steps, global_batch, micro=2),
-            "naive DP": train("naive", steps, global_batch),
-            "torch DDP, 2 micro-batches": train("torch", steps, global_batch, micro=2)}
+    return {
+        "minipar DDP": train("ddp", steps, global_batch),
+        "minipar DDP, 2 micro-batches": train("ddp", steps, global_batch, micro=2),
+        "naive DP": train("naive", steps, global_batch),
+        "torch DDP, 2 micro-batches": train("torch", steps, global_batch, micro=2),
+    }
 
 
 def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
@@ -113,8 +118,9 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
-    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
-                      generator=torch.Generator().manual_seed(md.rank()))
+    x = torch.randint(
+        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+    )
     runs, traces = {}, {False: [], True: []}
     for overlap in (False, True):
         model, opt = build(MEDIUM)
@@ -130,13 +136,23 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
             opt.zero_grad(set_to_none=True)
             t_opt = time.perf_counter()
             t, t0 = net.last_times, net.last_times["forward_start"]
-            phases = dict(forward_end=t["forward_end"], backward_start=t_bwd, backward_end=t["backward_end"],
-                          sync_end=t["sync_end"], step_end=t_opt)
-            traces[overlap].append({
-                "t": {k: v - t0 for k, v in phases.items()},
-                "buckets": [{**b, **{k: b[k] - t0 for k in ("ready", "launch", "done")}} for b in net.last_step],
-                "labels": [(r.label, r.sent) for r in log.records], "sent": log.total("sent"), "step": t_opt - t0,
-                "t0": t0})
+            phases = dict(
+                forward_end=t["forward_end"],
+                backward_start=t_bwd,
+                backward_end=t["backward_end"],
+                sync_end=t["sync_end"],
+                step_end=t_opt,
+            )
+            traces[overlap].append(
+                {
+                    "t": {k: v - t0 for k, v in phases.items()},
+                    "buckets": [{**b, **{k: b[k] - t0 for k in ("ready", "launch", "done")}} for b in net.last_step],
+                    "labels": [(r.label, r.sent) for r in log.records],
+                    "sent": log.total("sent"),
+                    "step": t_opt - t0,
+                    "t0": t0,
+                }
+            )
     out = dict(traces)
     out["params"] = sum(p.numel() for p in runs[True][0].module.parameters())
     return out
@@ -163,21 +179,25 @@ def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
     seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
     cpu = torch.tensor([time.process_time() - c0], dtype=torch.float64)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
-    dist.all_reduce(cpu)                            # CPU time of all ranks together
+    dist.all_reduce(cpu)  # CPU time of all ranks together
     samples = local_batch * md.world_size() * steps
-    return {"samples_per_s": samples / seconds.item(), "cpu_s": cpu.item(), "wall_s": seconds.item(),
-            "samples": samples}
+    return {
+        "samples_per_s": samples / seconds.item(),
+        "cpu_s": cpu.item(),
+        "wall_s": seconds.item(),
+        "samples": samples,
+    }
 
 
 def bad_inputs():
     """Each mistake of the lesson on real ranks; returns the error messages (rank 0's)."""
     msgs = {}
-    model, opt = build(SMALL, seed=md.rank())           # rank 1 seeds differently
+    model, opt = build(SMALL, seed=md.rank())  # rank 1 seeds differently
     try:
         DistributedDataParallel(model, init_sync=False)
     except ConfigError as e:
         msgs["parameters differ, init_sync=False"] = str(e)
-    net = DistributedDataParallel(model)                # init_sync=True: rank 0's copy wins
+    net = DistributedDataParallel(model)  # init_sync=True: rank 0's copy wins
     msgs["init_sync=True fixed"] = f"{len(net.differed_at_start)} parameters differed and were copied from rank 0"
     x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
     try:

@@ -2,6 +2,7 @@
 
 Child processes import this module by name, so the notebook's workers live here, not in a cell.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,10 +12,9 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from minipar.accounting import CommLog
+from minipar.comm.comm_log import CommLog
 from minipar.memory import state_bytes
-from minipar.models import GPT, GPTConfig
-from minipar.models import adamw_groups
+from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.zero import zero
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "fsdp2")
@@ -27,9 +27,11 @@ def _local(t):
 def fsdp2_held_bytes(model, opt) -> dict:
     """Bytes of the FSDP2 shards this rank holds (DTensor local pieces): params, grads, AdamW state."""
     nb = lambda t: _local(t).numel() * _local(t).element_size()  # noqa: E731
-    d = dict(params=sum(nb(p) for p in model.parameters()),
-             grads=sum(nb(p.grad) for p in model.parameters() if p.grad is not None),
-             optimizer=sum(nb(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0))
+    d = dict(
+        params=sum(nb(p) for p in model.parameters()),
+        grads=sum(nb(p.grad) for p in model.parameters() if p.grad is not None),
+        optimizer=sum(nb(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0),
+    )
     d["total"] = d["params"] + d["grads"] + d["optimizer"]
     return d
 
@@ -44,8 +46,9 @@ def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.fl
     elif strategy == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+
         mesh = init_device_mesh("cpu", (md.world_size(),))
-        for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:   # the same units as ZeRO-3
+        for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:  # the same units as ZeRO-3
             fully_shard(m, mesh=mesh)
         fully_shard(model, mesh=mesh)
         opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
@@ -64,8 +67,9 @@ def held(strategy, model, opt) -> dict:
 def full_params(strategy, model, opt) -> dict:
     if strategy == "zero3":
         return opt.full_state_dict()
-    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-            for k, v in model.named_parameters()}
+    return {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.named_parameters()
+    }
 
 
 def finish_step(strategy: str, model, opt, adamw: dict) -> None:
@@ -93,8 +97,15 @@ def peak_tracker(model, opt):
     return tracker
 
 
-def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, measure_step: int = 1, track_peak: bool = False,
-        dtype=torch.float32) -> dict:
+def run(
+    strategies,
+    cfg: GPTConfig,
+    adamw: dict,
+    batches: list,
+    measure_step: int = 1,
+    track_peak: bool = False,
+    dtype=torch.float32,
+) -> dict:
     """Train each strategy on this rank's rows of the same global ``batches``, one after another.
 
     ``dtype``: float32 for the byte measurements (the formulas are fp32 AdamW's), float64 for the
@@ -194,6 +205,10 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         out[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
         if name == "minipar":
             out["owned"] = opt.owned_numel()
-            out["state_bytes"] = sum(v.numel() * v.element_size() for st in opt.optim.state.values()
-                                     for v in st.values() if torch.is_tensor(v))
+            out["state_bytes"] = sum(
+                v.numel() * v.element_size()
+                for st in opt.optim.state.values()
+                for v in st.values()
+                if torch.is_tensor(v)
+            )
     return out

@@ -1,5 +1,6 @@
 """Experiment drivers for lesson 04 (tensor parallelism). They only call minipar; child processes
 import them by name, so they live in a module, not in the notebook."""
+
 from __future__ import annotations
 
 import time
@@ -8,15 +9,15 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from minipar.accounting import CommLog, label
+from minipar.comm.comm_log import CommLog, label
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.memory import saved_activation_bytes, state_bytes
 from minipar.models import GPT, GPTConfig
-from minipar.tp.mappings import new_tp_group, tp_rank
 from minipar.tp.gpt import ParallelBlock, TensorParallelGPT, allreduce_sequence_parallel_grads
+from minipar.tp.mappings import new_tp_group, tp_rank
 
 CFG = dict(block_size=32, n_layer=2, n_head=4, d_model=32)
-PROOF_DTYPE = torch.float64   # the equivalence proofs: reordered sums then differ by ~1e-16 relative on every CPU
+PROOF_DTYPE = torch.float64  # the equivalence proofs: reordered sums then differ by ~1e-16 relative on every CPU
 
 
 def data(steps: int, batch_size: int = 4, T: int = 32):
@@ -69,7 +70,7 @@ def tp_runs(steps: int) -> dict:
             out[(tp, sp)] = train(model, batches, group, sync_sp=sp)
     torch.manual_seed(0)  # the mistake to avoid: SP without summing the replicated parameters' grads
     model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=True)
-    missing = train(model, batches[:1], group, sync_sp=False)   # one step: its gradients
+    missing = train(model, batches[:1], group, sync_sp=False)  # one step: its gradients
     return out, missing
 
 
@@ -81,9 +82,15 @@ def shards() -> dict:
     torch.manual_seed(0)
     tp = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG))
     b, fb = tp.blocks[0], full.blocks[0]
-    return {"rank": md.rank(), "fc": b.mlp.fc.weight.detach().clone(), "proj": b.mlp.proj.weight.detach().clone(),
-            "qkv": b.attn.qkv.weight.detach().clone(), "full_fc": fb.mlp.fc.weight.detach().clone(),
-            "full_proj": fb.mlp.proj.weight.detach().clone(), "full_qkv": fb.attn.qkv.weight.detach().clone()}
+    return {
+        "rank": md.rank(),
+        "fc": b.mlp.fc.weight.detach().clone(),
+        "proj": b.mlp.proj.weight.detach().clone(),
+        "qkv": b.attn.qkv.weight.detach().clone(),
+        "full_fc": fb.mlp.fc.weight.detach().clone(),
+        "full_proj": fb.mlp.proj.weight.detach().clone(),
+        "full_qkv": fb.attn.qkv.weight.detach().clone(),
+    }
 
 
 def comm_per_layer(B: int = 4, T: int = 32) -> dict:
@@ -149,8 +156,9 @@ def dtensor_vs_minipar(steps: int) -> dict:
     torch.manual_seed(0)
     mine = train(TensorParallelGPT(cfg), batches)
     torch.manual_seed(0)
-    model = parallelize_gpt_dtensor(GPT(cfg).to(PROOF_DTYPE), init_device_mesh("cpu", (md.world_size(),)),
-                                    vocab_parallel=True)
+    model = parallelize_gpt_dtensor(
+        GPT(cfg).to(PROOF_DTYPE), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=True
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     for x, y in batches:
@@ -160,10 +168,17 @@ def dtensor_vs_minipar(steps: int) -> dict:
         opt.step()
         opt.zero_grad()
         losses.append(loss.full_tensor().item())
-    local = {k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
-             for k, p in model.named_parameters() if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")}
-    return {"minipar": mine[::2], "dtensor": (losses, full_state_dict_dtensor(model)), "local": local,
-            "rank": tp_rank()}
+    local = {
+        k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
+        for k, p in model.named_parameters()
+        if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")
+    }
+    return {
+        "minipar": mine[::2],
+        "dtensor": (losses, full_state_dict_dtensor(model)),
+        "local": local,
+        "rank": tp_rank(),
+    }
 
 
 def make_tp_group(tp: int):

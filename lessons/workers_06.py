@@ -1,5 +1,6 @@
 """Experiment drivers for lesson 06 (1F1B). They only call minipar; child processes import them by
 name, so they live in a module, not in the notebook."""
+
 from __future__ import annotations
 
 import torch
@@ -15,7 +16,8 @@ def run_schedule(schedule: list[list[Action]], timeout: float = 10.0):
     """One step of ``schedule`` (any per-rank action lists, one stage per rank) on a small GPT with
     minipar's executor. Returns the loss on the last rank, None elsewhere; a rank that only sees
     its peer fail returns None too, so the error a learner reads is the failing rank's own."""
-    from minipar.p2p import P2POrderError
+    from minipar.comm.p2p import P2POrderError
+
     corpus = CharCorpus(load_text())
     torch.manual_seed(0)
     p, m = len(schedule), 1 + max(a.mb for acts in schedule for a in acts)

@@ -1,4 +1,5 @@
 """Experiment drivers for lesson 07 (3D parallelism). They only call minipar; child processes import them."""
+
 from __future__ import annotations
 
 import os
@@ -12,12 +13,13 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import minipar.dist as md
 from minipar import checkpoint as ckpt
-from minipar.accounting import CommLog
+from minipar.comm.comm_log import CommLog
 from minipar.data import CharCorpus, load_text
 from minipar.memory import state_bytes
 from minipar.mesh import Mesh, coords_of, group_ranks, init_mesh, validate
 from minipar.models import GPTConfig
-from minipar.parallel3d import build_piece, measured_peak_flops
+from minipar.parallel3d import build_piece
+from minipar.perf.hardware import measured_peak_flops
 from minipar.train import TrainConfig, train
 
 
@@ -38,25 +40,39 @@ def demo(base: dict, ckpt_dir: str) -> dict:
     under dp4·tp1·pp2, and one measured step per rank (memory and bytes sent by dimension)."""
     mesh = init_mesh(pp=2, dp=2, tp=2)
     tm = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp", "tp"))
-    same = all(sorted(mesh.ranks[d]) == sorted(dist.get_process_group_ranks(tm.get_group(d))) for d in ("pp", "dp", "tp"))
+    same = all(
+        sorted(mesh.ranks[d]) == sorted(dist.get_process_group_ranks(tm.get_group(d))) for d in ("pp", "dp", "tp")
+    )
     every = base["steps"] // 2
     full = train(TrainConfig(**base, dp=2, tp=2, pp=2, zero=1, ckpt_dir=ckpt_dir, ckpt_every=every), progress="none")
     if md.rank() == 0:
         shutil.rmtree(ckpt.step_dir(ckpt_dir, base["steps"]), ignore_errors=True)
     dist.barrier()
     other = train(TrainConfig(**base, dp=4, tp=1, pp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
-    cfg = GPTConfig(vocab_size=CharCorpus(load_text(None)).vocab_size, block_size=base["block_size"], n_layer=base["n_layer"],
-                    n_head=base["n_head"], d_model=base["d_model"])
+    cfg = GPTConfig(
+        vocab_size=CharCorpus(load_text(None)).vocab_size,
+        block_size=base["block_size"],
+        n_layer=base["n_layer"],
+        n_head=base["n_head"],
+        d_model=base["d_model"],
+    )
     one = {}
     for zero in (0, 1):
         piece = build_piece(cfg, mesh, microbatches=base["microbatches"], zero=zero)
-        x = torch.randint(0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0))
-        piece.step(x, x, 1e-3)                                # first step creates AdamW's state
+        x = torch.randint(
+            0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0)
+        )
+        piece.step(x, x, 1e-3)  # first step creates AdamW's state
         piece.executor.count_memory = True
         with CommLog() as log:
             piece.step(x, x, 1e-3)
         st = piece.optimizer.held_bytes() if zero else state_bytes(piece.stage, piece.optimizer)
-        one[zero] = {"coords": mesh.coords, "state": st, "act": piece.last.peak_act_bytes, "sent": by_dimension(log.records, mesh)}
+        one[zero] = {
+            "coords": mesh.coords,
+            "state": st,
+            "act": piece.last.peak_act_bytes,
+            "sent": by_dimension(log.records, mesh),
+        }
     return {"same_as_torch": same, "full": full, "other": other, "step": one}
 
 
@@ -78,16 +94,19 @@ def cached_mesh(pp: int, dp: int, tp: int) -> Mesh:
     return mesh
 
 
-ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]   # bytes
+ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]  # bytes
 
 
 def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
     """For every (pp, dp, tp) in ``layouts``, on this world: build the piece, time ``steps`` steps,
     measure memory and bytes sent per dimension. Also measures the hardware the planner needs: a
     rank's matmul FLOP/s and the all-reduce time of ``ALL_REDUCE_SIZES`` (for lesson 01's α–β fit)."""
-    hw = {"peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0, "sizes": ALL_REDUCE_SIZES,
-          "times": []}
-    for nbytes in ALL_REDUCE_SIZES:                               # lesson 01's α–β sweep, on this world
+    hw = {
+        "peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0,
+        "sizes": ALL_REDUCE_SIZES,
+        "times": [],
+    }
+    for nbytes in ALL_REDUCE_SIZES:  # lesson 01's α–β sweep, on this world
         t = torch.ones(nbytes // 4)
         dist.barrier()
         ts = []
@@ -115,7 +134,7 @@ def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
         mem = state_bytes(piece.stage, piece.optimizer)
         mem["activations"] = piece.last.peak_act_bytes
         t = torch.tensor([statistics.median(times[1:] or times)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)                    # a step ends when the slowest rank ends
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step ends when the slowest rank ends
         out["runs"][(pp, dp, tp)] = {"time": t.item(), "mem": mem, "sent": by_dimension(log.records, mesh)}
     return out
 
@@ -129,11 +148,14 @@ def layer_overhead(cfg_kw: dict, micro_batch: int, repeats: int = 20) -> float:
     the measured matmul peak: the per-layer cost that does not shrink with the model (planner input)."""
     from minipar.bench import median_time
     from minipar.models import Block
+
     cfg = GPTConfig(**cfg_kw)
     block = Block(cfg)
-    x = torch.randn(micro_batch, cfg.block_size, cfg.d_model, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    x = torch.randn(
+        micro_batch, cfg.block_size, cfg.d_model, generator=torch.Generator().manual_seed(0), requires_grad=True
+    )
     t = median_time(lambda: block(x).sum().backward(), repeats=repeats, warmup=2)
-    flops = 6 * (12 * cfg.d_model ** 2) * micro_batch * cfg.block_size
+    flops = 6 * (12 * cfg.d_model**2) * micro_batch * cfg.block_size
     return max(0.0, t - flops / measured_peak_flops(torch.device("cpu")))
 
 
@@ -146,6 +168,7 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     slices and the stages exactly as it does for weights.
     """
     import torch
+
     from minipar.mesh import init_mesh
     from minipar.models import GPTConfig
     from minipar.parallel3d import all_reduce_grads_flat, build_piece, gather_full_state
@@ -171,6 +194,7 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
 def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
     """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
     import torch
+
     from minipar.models import GPT, GPTConfig
 
     old = torch.get_default_dtype()

@@ -3,6 +3,7 @@
 Everything here runs in one process: the memory savings of this lesson are per rank, so one rank
 shows them; lesson 03's ZeRO numbers come from its own ranks.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,8 @@ from minipar.offload import OffloadedAdamW
 from minipar.recompute import set_recompute
 
 MODES = ("none", "selective", "full")
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)                  # proofs (float64)
-MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=128)               # timings, memory
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # proofs (float64)
+MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=128)  # timings, memory
 _CORPUS: list[CharCorpus] = []
 
 
@@ -44,6 +45,7 @@ def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---- 1. activation recomputation ----------------------------------------------------------------
+
 
 def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torch.bfloat16) -> dict[str, int]:
     """Bytes one transformer layer (explicit attention, dropout on, ``dtype``) keeps for backward,
@@ -78,13 +80,14 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
     else:
         set_recompute(model, mode)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    torch.manual_seed(123)                                   # dropout masks
+    torch.manual_seed(123)  # dropout masks
     losses = []
     for step in range(steps):
         x, y = batch(B, cfg["block_size"], step)
         _, loss = model(x, y)
         loss.backward()
-        opt.step(); opt.zero_grad()
+        opt.step()
+        opt.zero_grad()
         losses.append(loss.item())
     return {"losses": torch.tensor(losses, dtype=torch.float64), "params": dict(model.named_parameters())}
 
@@ -103,11 +106,11 @@ def step_peak_and_time(modes=("none", "selective", "full", "torch"), cfg=MEDIUM,
         else:
             set_recompute(model, mode)
         with SavedTensorMeter(exclude=model) as m:
-            model(x, y)[1].backward()                    # also the warm-up
+            model(x, y)[1].backward()  # also the warm-up
         models[mode], out[mode] = model, {"peak": m.peak, "times": []}
     fwd = []
     for r in range(repeats):
-        for mode in (modes if r % 2 == 0 else modes[::-1]):
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             t = time.perf_counter()
             models[mode](x, y)[1].backward()
             out[mode]["times"].append(time.perf_counter() - t)
@@ -123,6 +126,7 @@ def step_peak_and_time(modes=("none", "selective", "full", "torch"), cfg=MEDIUM,
 
 # ---- 2. gradient accumulation -------------------------------------------------------------------
 
+
 def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     """One optimizer step's gradient from ``k`` micro-batches of B/k (float64): loss, grads, and the
     peak saved-activation bytes of the whole accumulation loop (counted)."""
@@ -132,10 +136,13 @@ def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     with SavedTensorMeter(exclude=model) as m:
         for xm, ym in zip(x.chunk(k), y.chunk(k)):
             _, loss = model(xm, ym)
-            (loss / k).backward()                            # the mean over micro-batches = the big batch's mean
+            (loss / k).backward()  # the mean over micro-batches = the big batch's mean
             total += loss.item() / k
-    return {"loss": torch.tensor(total, dtype=torch.float64), "peak": m.peak,
-            "grads": {n: p.grad for n, p in model.named_parameters()}}
+    return {
+        "loss": torch.tensor(total, dtype=torch.float64),
+        "peak": m.peak,
+        "grads": {n: p.grad for n, p in model.named_parameters()},
+    }
 
 
 def peak_for(micro: int, k: int, cfg=MEDIUM) -> int:
@@ -149,6 +156,7 @@ def peak_for(micro: int, k: int, cfg=MEDIUM) -> int:
 
 
 # ---- 3. mixed precision ------------------------------------------------------------------------
+
 
 def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3) -> dict:
     """``kind``: "fp32" (plain AdamW), "bf16-master" (bf16 compute + fp32 master weights),
@@ -174,13 +182,17 @@ def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: f
 def state_bytes_per_param(opt: MixedPrecisionAdamW) -> dict[str, float]:
     """Bytes per parameter of a mixed-precision AdamW after a step (gradients still held): counted."""
     n = sum(p.numel() for p in opt.params)
-    nb = lambda ts: sum(t.numel() * t.element_size() for t in ts)    # noqa: E731
+    nb = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
     state = [v for st in opt.opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0]
-    return {"16-bit weights": nb(opt.params) / n, "16-bit grads": nb(p.grad for p in opt.params) / n,
-            "fp32 master": nb(opt.master) / n, "AdamW m + v": nb(state) / n}
+    return {
+        "16-bit weights": nb(opt.params) / n,
+        "16-bit grads": nb(p.grad for p in opt.params) / n,
+        "fp32 master": nb(opt.master) / n,
+        "AdamW m + v": nb(state) / n,
+    }
 
 
-def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0 ** 24, cfg=SMALL, B: int = 8) -> dict:
+def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0**24, cfg=SMALL, B: int = 8) -> dict:
     """fp16 compute (on CPU: PyTorch runs fp16 matmuls here) with fp32 master weights and dynamic
     loss scaling, starting from a scale so large that the first gradients overflow."""
     model = gpt(cfg, torch.float32)
@@ -200,6 +212,7 @@ def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0 ** 24, cfg=SMALL,
 
 # ---- 4. offload -----------------------------------------------------------------------------
 
+
 def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
     """The same bf16 mixed-precision run with and without ZeRO-Offload: parameters, bytes, transfers."""
     out = {}
@@ -212,19 +225,38 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
             opt.step()
             if step < steps - 1:
                 opt.zero_grad()
-        out[name] = {"params": [p.detach().float() for p in opt.params], "opt": opt,
-                     "n": sum(p.numel() for p in opt.params)}
+        out[name] = {
+            "params": [p.detach().float() for p in opt.params],
+            "opt": opt,
+            "n": sum(p.numel() for p in opt.params),
+        }
     return out
 
 
 # ---- 5. the main job --------------------------------------------------------------------------
 
+
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
     from minipar.train import TrainConfig, train
-    cfg = TrainConfig(steps=steps, batch_size=8, block_size=32, n_layer=2, n_head=2, d_model=32, eval_every=steps,
-                      log_every=1, eval_batches=1, sample_chars=0, out=None, tp=tp, pp=pp, recompute=recompute)
+
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=8,
+        block_size=32,
+        n_layer=2,
+        n_head=2,
+        d_model=32,
+        eval_every=steps,
+        log_every=1,
+        eval_batches=1,
+        sample_chars=0,
+        out=None,
+        tp=tp,
+        pp=pp,
+        recompute=recompute,
+    )
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
@@ -234,8 +266,11 @@ def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
 
 
-def grad_scaler_trajectory(pattern=("ok", "ok", "inf", "ok", "ok", "ok", "ok", "nan", "inf", "ok", "ok", "ok"),
-                           init: float = 2.0 ** 10, interval: int = 3) -> dict:
+def grad_scaler_trajectory(
+    pattern=("ok", "ok", "inf", "ok", "ok", "ok", "ok", "nan", "inf", "ok", "ok", "ok"),
+    init: float = 2.0**10,
+    interval: int = 3,
+) -> dict:
     """The same gradients (finite, or with an inf/nan) through ``torch.amp.GradScaler("cpu")`` and
     :class:`minipar.amp.DynamicLossScaler`: per step (scale after the step, stepped?)."""
     p = torch.nn.Parameter(torch.zeros(4))
@@ -248,7 +283,7 @@ def grad_scaler_trajectory(pattern=("ok", "ok", "inf", "ok", "ok", "ok", "ok", "
         if kind != "ok":
             g[1] = float(kind)
         opt.zero_grad()
-        native.scale((p * g).sum()).backward()             # p.grad = g · scale
+        native.scale((p * g).sum()).backward()  # p.grad = g · scale
         before = p.detach().clone()
         native.step(opt)
         native.update()

@@ -2,6 +2,7 @@
 
 Child processes import them by name, so they live here and not in the notebook.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,16 +14,16 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from minipar.accounting import CommLog
-from minipar.compression import BF16Compression, make_compressor
+from minipar.comm.comm_log import CommLog
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.data_parallel import DistributedDataParallel
+from minipar.dp.compression import BF16Compression, make_compressor
+from minipar.dp.ddp import DistributedDataParallel
+from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
 from minipar.models import GPT, GPTConfig
-from minipar.param_server import flat_params, gather_model, run_async, run_sync
 from minipar.tp.overlap import allgather_matmul
 
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)     # proofs (float64)
-MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)   # timings
+SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # proofs (float64)
+MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # timings
 _CORPUS: list[CharCorpus] = []
 
 
@@ -39,6 +40,7 @@ def gpt(cfg=SMALL, dtype=torch.float64, seed=0) -> GPT:
 
 # ---- 1. why: compute vs communication, a model and a measurement -------------------------------
 # The ratio T_comm / T_compute from FLOPs and the α–β model of lesson 01 (bandwidth term only).
+
 
 def dp_ratio(k: float, F: float, beta: float, n: int = 64) -> float:
     """DP: ring all-reduce of 2Ψ bf16 bytes (2(n−1)/n · 2Ψ/β) over 6Ψk FLOPs at F FLOP/s; Ψ cancels."""
@@ -63,8 +65,9 @@ def tp_break_even(t: int, F: float, beta: float) -> float:
 def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
     """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
     model = gpt(MEDIUM, torch.float32)
-    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
-                      generator=torch.Generator().manual_seed(md.rank()))
+    x = torch.randint(
+        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+    )
     comp, comm = [], []
     for i in range(repeats + 1):
         model.zero_grad(set_to_none=True)
@@ -79,14 +82,18 @@ def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
         if md.world_size() > 1:
             dist.all_reduce(flat)
         t3 = time.perf_counter()
-        if i:                                 # the first round warms up
+        if i:  # the first round warms up
             comp.append(t1 - t0)
             comm.append(t3 - t2)
-    return {"compute": statistics.median(comp), "comm": statistics.median(comm),
-            "params": sum(p.numel() for p in model.parameters())}
+    return {
+        "compute": statistics.median(comp),
+        "comm": statistics.median(comm),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
 # ---- 2. overlap: real traces ---------------------------------------------------------------------
+
 
 def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: int = 3) -> dict:
     """minipar DDP (lesson 02), overlap on: per bucket (ready, launch, done) and the backward span of the last step.
@@ -95,8 +102,9 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
     """
     model = gpt(MEDIUM, torch.float32)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
-                      generator=torch.Generator().manual_seed(md.rank()))
+    x = torch.randint(
+        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+    )
     for _ in range(steps):
         dist.barrier()
         _, loss = net(x, x)
@@ -110,6 +118,7 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
 
 # ZeRO-3 forward prefetch, traced
 
+
 def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     """minipar ZeRO-3 (lesson 03) with and without forward prefetch on this rank, MEDIUM model, fp32.
 
@@ -119,8 +128,10 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     forward timeline, seconds from its start.
     """
     from minipar.zero import zero
-    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]),
-                      generator=torch.Generator().manual_seed(md.rank()))
+
+    x = torch.randint(
+        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+    )
     out, results = {}, {}
     for prefetch in (False, True):
         model = gpt(MEDIUM, torch.float32)
@@ -149,13 +160,14 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
 
 # TP all-gather + GEMM, traced
 
+
 def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: int = 5) -> dict:
     """Overlapped vs gather-then-GEMM on this rank: equality (float64) and traces (float32, medians)."""
     n, me = md.world_size(), md.rank()
     g = torch.Generator().manual_seed(0)
     full64 = torch.randn(2, n * T_local, d_in, generator=g, dtype=torch.float64)
     w64 = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
-    x64 = full64[:, me * T_local:(me + 1) * T_local]
+    x64 = full64[:, me * T_local : (me + 1) * T_local]
     diff = {ov: (allgather_matmul(x64, w64, overlap=ov) - full64 @ w64.t()).abs().max().item() for ov in (True, False)}
     x, w = x64.float(), w64.float()
     times, traces = {True: [], False: []}, {}
@@ -174,11 +186,25 @@ def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: i
 
 # ---- 3. compression -----------------------------------------------------------------------------
 
+
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
     from minipar.train import TrainConfig, train
-    cfg = TrainConfig(steps=steps, batch_size=8, block_size=64, n_layer=2, n_head=2, d_model=64, lr=3e-3,
-                      warmup=10, out=None, log_every=1, eval_every=10 * steps, grad_compression=method)
+
+    cfg = TrainConfig(
+        steps=steps,
+        batch_size=8,
+        block_size=64,
+        n_layer=2,
+        n_head=2,
+        d_model=64,
+        lr=3e-3,
+        warmup=10,
+        out=None,
+        log_every=1,
+        eval_every=10 * steps,
+        grad_compression=method,
+    )
     t = time.perf_counter()
     losses = [r["loss"] for r in train(cfg, progress="none") if "loss" in r]
     return {"losses": losses, "seconds": time.perf_counter() - t}
@@ -191,7 +217,7 @@ def bytes_per_step(ratio: float = 0.01, rank: int = 4) -> dict:
     for method, kw in [("none", {}), ("bf16", {}), ("topk", {"ratio": ratio}), ("powersgd", {"rank": rank})]:
         grads = [torch.randn_like(p) for p in model.parameters()]
         with CommLog() as log:
-            extra = {"start_iter": 0} if method == "powersgd" else {}    # past the exact warm-up steps
+            extra = {"start_iter": 0} if method == "powersgd" else {}  # past the exact warm-up steps
             handed = make_compressor(method, **kw, **extra).all_reduce_(grads)
         out[method] = {"handed": handed, "sent": log.total("sent")}
     out["shapes"] = [tuple(p.shape) for p in model.parameters()]
@@ -201,6 +227,7 @@ def bytes_per_step(ratio: float = 0.01, rank: int = 4) -> dict:
 def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
     """torch DDP + ``fp16_compress_hook`` vs minipar's BF16Compression(float16) after local backward."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
     loader = make_loader(corpus().split("train", SMALL["block_size"]), 8, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
     out = []
@@ -225,6 +252,7 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
 def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
     """Losses of the same small GPT trained with torch DDP + ``powerSGD_hook`` and with minipar's PowerSGD."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
     loader = make_loader(corpus().split("train", 64), 8, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
     cfg = dict(n_layer=2, n_head=2, d_model=64, block_size=64)
@@ -235,10 +263,19 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
         # buckets on gloo two ranks can issue them in different orders and hang (seen here: a 45 s timeout)
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100) if kind == "torch" else model
         if kind == "torch":
-            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
-                                       min_compression_rate=0, use_error_feedback=True, warm_start=True)
+            state = psgd.PowerSGDState(
+                process_group=None,
+                matrix_approximation_rank=rank,
+                start_powerSGD_iter=2,
+                min_compression_rate=0,
+                use_error_feedback=True,
+                warm_start=True,
+            )
             net.register_comm_hook(state, psgd.powerSGD_hook)
-        comp = make_compressor("powersgd" if kind == "minipar" else "none", **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}))
+        comp = make_compressor(
+            "powersgd" if kind == "minipar" else "none",
+            **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}),
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
         losses = []
         for x, y in batches:
@@ -276,6 +313,7 @@ def _grad_fn(workers: int):
         _, loss = model(x, y)
         loss.backward()
         return loss.detach()
+
     return grad_fn
 
 
@@ -295,7 +333,7 @@ def ps_sync_vs_ddp(steps: int = 4, n_servers: int = 1) -> dict:
     with CommLog() as log:
         res = run_sync(model, _grad_fn(workers), steps, _adamw, n_servers)
     ps_final = gather_model(model, res)
-    wgroup = dist.new_group(list(range(n_servers, world)))          # every rank calls new_group
+    wgroup = dist.new_group(list(range(n_servers, world)))  # every rank calls new_group
     ddp_final = None
     if md.rank() >= n_servers:
         ref = gpt()
@@ -309,8 +347,14 @@ def ps_sync_vs_ddp(steps: int = 4, n_servers: int = 1) -> dict:
             loss.backward()
             opt.step()
         ddp_final = flat_params(ref)
-    return {"ps": ps_final, "ddp": ddp_final, "sent": log.total("sent"), "recv": log.total("recv"),
-            "numel": flat_params(model).numel(), "role": "server" if md.rank() < n_servers else "worker"}
+    return {
+        "ps": ps_final,
+        "ddp": ddp_final,
+        "sent": log.total("sent"),
+        "recv": log.total("recv"),
+        "numel": flat_params(model).numel(),
+        "role": "server" if md.rank() < n_servers else "worker",
+    }
 
 
 def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> dict:
@@ -323,8 +367,9 @@ def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> di
     elapsed = time.perf_counter() - t
     final = gather_model(model, res)
     val = None
-    if final is not None:                      # validation loss of the final model, on the first worker
-        from minipar.param_server import load_flat_
+    if final is not None:  # validation loss of the final model, on the first worker
+        from minipar.dp.param_server import load_flat_
+
         load_flat_(model, final)
         vx, vy = make_loader(corpus().split("val", SMALL["block_size"]), 64, shuffle=False).__next__()
         with torch.no_grad():
@@ -338,10 +383,12 @@ def rpc_parameter_server(updates: int = 6) -> dict:
     Returns the final parameters on the worker (rank 1); rank 0 only serves.
     """
     import torch.distributed.rpc as rpc
+
     warnings.filterwarnings("ignore", message="You are using a Backend")
     me = md.rank()
-    opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{os.environ['MINIPAR_RPC_PORT']}",
-                                           rpc_timeout=60)
+    opts = rpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://127.0.0.1:{os.environ['MINIPAR_RPC_PORT']}", rpc_timeout=60
+    )
     rpc.init_rpc(f"r{me}", rank=me, world_size=2, rpc_backend_options=opts)
     final = None
     if me == 1:
@@ -349,7 +396,8 @@ def rpc_parameter_server(updates: int = 6) -> dict:
         model = gpt()
         server = rpc.remote("r0", _Store, args=(flat_params(model),))
         for k in range(updates):
-            from minipar.param_server import flat_grads, load_flat_
+            from minipar.dp.param_server import flat_grads, load_flat_
+
             load_flat_(model, server.rpc_sync().pull())
             model.zero_grad(set_to_none=True)
             x, y = _batch(0, 1, k)
@@ -385,6 +433,7 @@ def ps_async_single(updates: int = 6) -> torch.Tensor:
 
 # ---- 5. the lesson 02 loop with HF Accelerate ----------------------------------------------------
 
+
 def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -> dict:
     """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
     loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())
@@ -394,8 +443,9 @@ def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -
     t0 = time.perf_counter()
     if use_accelerate:
         from accelerate import Accelerator
+
         acc = Accelerator(cpu=True)
-        net, opt = acc.prepare(model, opt)          # wraps in torch DDP on the existing process group
+        net, opt = acc.prepare(model, opt)  # wraps in torch DDP on the existing process group
         backward = acc.backward
     else:
         net = DistributedDataParallel(model, bucket_cap_mb=1)
@@ -413,6 +463,9 @@ def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -
     t2 = time.perf_counter()
     info = {}
     if use_accelerate:
-        info = {"wrapped": type(net).__name__, "distributed_type": str(acc.distributed_type).split(".")[-1],
-                "num_processes": acc.num_processes}
+        info = {
+            "wrapped": type(net).__name__,
+            "distributed_type": str(acc.distributed_type).split(".")[-1],
+            "num_processes": acc.num_processes,
+        }
     return {"losses": losses, "params": flat_params(model), "setup": t1 - t0, "step": (t2 - t1) / steps, **info}

@@ -2,6 +2,7 @@
 
 Child processes import them by name, so they live here and not in the notebook.
 """
+
 import contextlib
 import importlib.util
 import os
@@ -16,7 +17,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from minipar import dist as md
-from minipar.data_parallel import DistributedDataParallel
+from minipar.dp.ddp import DistributedDataParallel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "ddp_plain.py"
@@ -38,8 +39,9 @@ def minipar_ddp() -> dict:
     """
     s = plain_script()
     data = s.make_dataset()
-    sampler = DistributedSampler(data, num_replicas=md.world_size(), rank=md.rank(), shuffle=True, seed=0,
-                                 drop_last=True)
+    sampler = DistributedSampler(
+        data, num_replicas=md.world_size(), rank=md.rank(), shuffle=True, seed=0, drop_last=True
+    )
     loader = DataLoader(data, batch_size=s.BATCH_PER_RANK, sampler=sampler)
     model = s.make_model().to(md.device())
     net = DistributedDataParallel(model)
@@ -69,7 +71,7 @@ def skip_all_reduce() -> str:
 def busy_rank() -> str:
     """Rank 1 never reaches the all-reduce in time (a slow data loader, a deadlock of its own...)."""
     if md.rank() == 1:
-        time.sleep(60)          # stopped by launch long before this ends
+        time.sleep(60)  # stopped by launch long before this ends
     t = torch.ones(4, device=md.device())
     dist.all_reduce(t)
     return "never printed"
@@ -80,7 +82,7 @@ def extra_all_reduce() -> str:
     t = torch.ones(4, device=md.device())
     dist.all_reduce(t)
     if md.rank() == 2:
-        dist.all_reduce(t)      # e.g. a logging all-reduce only rank 2 does
+        dist.all_reduce(t)  # e.g. a logging all-reduce only rank 2 does
     return "returned"
 
 
@@ -105,14 +107,17 @@ def mismatched(catch: bool = False) -> str:
 
 def fingerprint_summary(msg: str) -> str:
     """The two collective fingerprints of a DETAIL mismatch error, in one line without device details."""
-    fps = re.findall(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
-                     r"OpType=(\w+), TensorShape=(\[[^\]]*\])", msg)
+    fps = re.findall(
+        r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
+        r"OpType=(\w+), TensorShape=(\[[^\]]*\])",
+        msg,
+    )
     aspects = re.search(r"differ in the following aspects:\s*(.*)", msg)
     if len(fps) != 2:
         return "unexpected error: " + msg.splitlines()[0][:200]
     (ra, sa, oa, ta), (rb, sb, ob, tb) = fps
     diff = re.sub(r"(\S)vs ", r"\1 vs ", re.sub(r"\s+", " ", aspects.group(1)).strip()) if aspects else "?"
-    return (f"I (rank {ra}) run collective #{sa} {oa} {ta}, rank {rb} runs #{sb} {ob} {tb} -> differ in: {diff}")
+    return f"I (rank {ra}) run collective #{sa} {oa} {ta}, rank {rb} runs #{sb} {ob} {tb} -> differ in: {diff}"
 
 
 @contextlib.contextmanager
@@ -134,10 +139,11 @@ def env(**values):
 def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
     """Median seconds of one fp32 ``all_reduce`` per size, the slowest rank's (what nccl-tests reports as time)."""
     import statistics
+
     out = {}
     for nbytes in sizes_bytes:
         t = torch.ones(nbytes // 4, device=md.device())
-        dist.all_reduce(t)                                  # warm-up (connections, buffers)
+        dist.all_reduce(t)  # warm-up (connections, buffers)
         ts = []
         for _ in range(reps):
             dist.barrier()
@@ -153,4 +159,5 @@ def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
 def inspect_source(fn) -> str:
     """The source of ``fn`` (for the notebook to show)."""
     import inspect
+
     return inspect.getsource(fn).rstrip()

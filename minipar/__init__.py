@@ -9,11 +9,11 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.models``          a small GPT (and an MLP) built to be split by layer, head and column [00]
 - ``minipar.memory``          bytes of weights, gradients, optimizer state, activations; measured peak [00]
 - ``minipar.reference``       the plain single-device loop every layout is tested against [00]
-- ``minipar.accounting``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
-- ``minipar.p2p``             isend/irecv/send/recv with NCCL's per-pair order checked on CPU
+- ``minipar.comm.comm_log``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
+- ``minipar.comm.p2p``             isend/irecv/send/recv with NCCL's per-pair order checked on CPU
   (``MINIPAR_P2P_ORDER=strict``, on in the tests) [06]
-- ``minipar.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
-- ``minipar.data_parallel``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]
+- ``minipar.comm.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
+- ``minipar.dp.ddp``   naive DP and a bucketed, overlapped ``DistributedDataParallel`` [02]
 - ``minipar.zero``            ZeRO stages 1, 2 and 3 over flat parameter shards (``flat``, ``stage12``,
   ``stage3``); ZeRO-1 around any torch optimizer (``redundancy``) [03]
 - ``minipar.tp``              Megatron TP: ``mappings`` (f, g), ``layers``, ``gpt``, ``dtensor`` [04], ``overlap`` [09]
@@ -30,8 +30,8 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.amp``             mixed precision: fp32 master weights (``MixedPrecisionAdamW``), dynamic loss scaling [08]
 - ``minipar.offload``         ZeRO-Offload: master weights and AdamW state on the host (``OffloadedAdamW``), bytes [08]
 - ``minipar.overlap``         a labelled model of communication overlapped with computation [09]
-- ``minipar.compression``     gradient compression: bf16, top-k with error feedback, PowerSGD [09]
-- ``minipar.param_server``    a parameter server: synchronous, and asynchronous with bounded staleness [09]
+- ``minipar.dp.compression``     gradient compression: bf16, top-k with error feedback, PowerSGD [09]
+- ``minipar.dp.param_server``    a parameter server: synchronous, and asynchronous with bounded staleness [09]
 - ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
 - ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
@@ -40,6 +40,7 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 Imports point one way: train/parallel3d -> strategies (data_parallel, zero, tp, pp) -> collectives
 -> dist (``tests/test_imports.py`` checks there is no circle).
 """
+
 from minipar.errors import ConfigError, RankFailedError
 from minipar.launch import launch
 

@@ -4,6 +4,7 @@ Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740, §3 (mas
 loss scaling); bytes per parameter with Adam 2 + 2 + 12 = 16 (Rajbhandari et al. 2020, ZeRO,
 arXiv:1910.02054, §3.1). The native equivalent is ``torch.amp.GradScaler``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,9 @@ class DynamicLossScaler:
     step and multiply the scale by ``backoff`` (0.5); after ``growth_interval`` clean steps
     multiply it by ``growth`` (2.0)."""
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth: float = 2.0, backoff: float = 0.5,
-                 growth_interval: int = 2000):
+    def __init__(
+        self, init_scale: float = 2.0**16, growth: float = 2.0, backoff: float = 0.5, growth_interval: int = 2000
+    ):
         self.scale, self.growth, self.backoff = float(init_scale), growth, backoff
         self.growth_interval, self._clean = growth_interval, 0
 
@@ -63,12 +65,18 @@ class MixedPrecisionAdamW:
     parameter: 2 (16-bit weights) + 2 (16-bit grads) + 4 + 4 + 4 (fp32 master, m, v) = 16.
     """
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, scaler: DynamicLossScaler | None = None,
-                 master_device: torch.device | str | None = None, **adamw):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        dtype: torch.dtype = torch.bfloat16,
+        scaler: DynamicLossScaler | None = None,
+        master_device: torch.device | str | None = None,
+        **adamw,
+    ):
         self.model, self.scaler = model.to(dtype), scaler
         self.params = [p for p in model.parameters() if p.requires_grad]
         dev = torch.device(master_device) if master_device is not None else self.params[0].device
-        pin = dev.type == "cpu" and self.params[0].device.type == "cuda"   # pinned host memory: async copies
+        pin = dev.type == "cpu" and self.params[0].device.type == "cuda"  # pinned host memory: async copies
         self.master = [p.detach().to(dev, torch.float32).clone() for p in self.params]
         if pin:
             self.master = [m.pin_memory() for m in self.master]

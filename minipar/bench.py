@@ -8,6 +8,7 @@ tests: on a shared 2-core machine a timing is a measurement, not a pass/fail fac
 A ratio is ``minipar time / reference time`` (lower is better) unless the row says otherwise;
 every time is the median of repeated runs in one process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,13 @@ from typing import Callable
 
 @dataclass
 class Row:
-    lesson: str          # e.g. "00"
-    name: str            # what is compared
-    measured: float      # the measured value (a ratio, or a fraction, see unit)
-    unit: str = "×"      # "×" = minipar / reference time; or "pp", "%", ...
-    target: str = ""     # e.g. "<= 1.10"
+    lesson: str  # e.g. "00"
+    name: str  # what is compared
+    measured: float  # the measured value (a ratio, or a fraction, see unit)
+    unit: str = "×"  # "×" = minipar / reference time; or "pp", "%", ...
+    target: str = ""  # e.g. "<= 1.10"
     ok: bool | None = None  # measured meets target (None: no target, reported only)
-    note: str = ""       # the raw numbers behind the ratio
+    note: str = ""  # the raw numbers behind the ratio
 
 
 def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

@@ -31,6 +31,7 @@ all ranks have finished (a barrier) does rank 0 rename it to ``step_NNNNNNNN/`` 
 killed mid-save leaves a ``.partial`` directory, which is ignored and overwritten next time.
 On a multi-node job ``ckpt_dir`` must be on a file system every node sees.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,11 @@ def latest(ckpt_dir: str | None) -> str | None:
     """The newest *complete* checkpoint directory under ``ckpt_dir`` (None if there is none)."""
     if not ckpt_dir or not os.path.isdir(ckpt_dir):
         return None
-    steps = [int(m.group(1)) for d in os.listdir(ckpt_dir) if (m := _STEP_DIR.match(d))
-             and os.path.exists(os.path.join(ckpt_dir, d, ".metadata"))]
+    steps = [
+        int(m.group(1))
+        for d in os.listdir(ckpt_dir)
+        if (m := _STEP_DIR.match(d)) and os.path.exists(os.path.join(ckpt_dir, d, ".metadata"))
+    ]
     return step_dir(ckpt_dir, max(steps)) if steps else None
 
 
@@ -68,7 +72,7 @@ def step_of(path: str) -> int:
     return int(_STEP_DIR.match(os.path.basename(os.path.normpath(path))).group(1))
 
 
-META = "minipar.json"   # the settings a checkpoint only fits (model shape, corpus), beside DCP's files
+META = "minipar.json"  # the settings a checkpoint only fits (model shape, corpus), beside DCP's files
 
 
 def read_meta(path: str) -> dict | None:
@@ -140,8 +144,13 @@ def init_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> None:
     for group in opt.param_groups:
         for p in group["params"]:
             if p not in opt.state or not opt.state[p]:
-                opt.state[p] = {"step": torch.zeros((), dtype=torch.float32),  # device-ok: AdamW's CPU step count, as torch.optim makes it
-                                "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+                opt.state[p] = {
+                    "step": torch.zeros(
+                        (), dtype=torch.float32
+                    ),  # device-ok: AdamW's CPU step count, as torch.optim makes it
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                }
 
 
 # ----------------------------------------------------------------------------- 3D layouts
@@ -189,8 +198,9 @@ def logical(stage: nn.Module, tensors: dict[str, torch.Tensor], tp_mesh, tp_rank
             shape = list(piece.shape)
             shape[dim] = n_true
             strides = torch.empty(shape, device="meta").stride()
-            out[key] = DTensor.from_local(piece, tp_mesh, [Shard(dim)], run_check=False, shape=torch.Size(shape),
-                                          stride=strides)
+            out[key] = DTensor.from_local(
+                piece, tp_mesh, [Shard(dim)], run_check=False, shape=torch.Size(shape), stride=strides
+            )
     return out
 
 
@@ -200,6 +210,7 @@ def _tp_mesh(piece):
         return None
     if getattr(piece, "_tp_mesh", None) is None:
         from torch.distributed.device_mesh import DeviceMesh
+
         piece._tp_mesh = DeviceMesh.from_group(piece.groups["tp"], piece.stage_device().type)
     return piece._tp_mesh
 
@@ -219,6 +230,7 @@ def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
         named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
         return {k: {n: opt.state[p][k] for n, p in named} for k in MOMENTS}
     from minipar.zero.flat import all_gather_flat
+
     out = {k: {} for k in MOMENTS}
     for j, u in enumerate(opt.units):
         for k in MOMENTS:
@@ -228,7 +240,7 @@ def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
                     shard[a:b] = opt.optimizer.state[v][k]
             full = all_gather_flat(opt.flats[j].new_empty(u.padded), shard, opt.group)
             for name, off, n, shape in zip(u.names, u.offsets, u.numels, u.shapes):
-                out[k][f"{u.name}.{name}"] = full[off:off + n].view(shape)
+                out[k][f"{u.name}.{name}"] = full[off : off + n].view(shape)
     return out
 
 
@@ -240,7 +252,7 @@ def set_zero_moments(piece, moments: dict[str, dict[str, torch.Tensor]]) -> None
             flat = u.flatten([moments[k][f"{u.name}.{name}"] for name in u.names])
             for jj, a, b, v in opt.pieces:
                 if jj == j:
-                    opt.optimizer.state[v][k].copy_(flat[u.lo + a:u.lo + b])
+                    opt.optimizer.state[v][k].copy_(flat[u.lo + a : u.lo + b])
 
 
 def state_3d(piece, loader, step: int, moments=None) -> dict:
@@ -249,10 +261,14 @@ def state_3d(piece, loader, step: int, moments=None) -> dict:
     args = (_tp_mesh(piece), m.tp_rank, m.tp_size)
     moments = moment_tensors(piece) if moments is None else moments
     pos = loader.state_dict()
-    return {"model": logical(piece.stage, {n: p.detach() for n, p in piece.stage.named_parameters()}, *args),
-            "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
-            "progress": torch.tensor([step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long),  # device-ok: plain tensor DCP saves from rank 0 without a collective, CPU like "rng"
-            "rng": torch.get_rng_state()}
+    return {
+        "model": logical(piece.stage, {n: p.detach() for n, p in piece.stage.named_parameters()}, *args),
+        "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
+        "progress": torch.tensor(
+            [step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long
+        ),  # device-ok: plain tensor DCP saves from rank 0 without a collective, CPU like "rng"
+        "rng": torch.get_rng_state(),
+    }
 
 
 def save_3d(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) -> str:
@@ -274,7 +290,9 @@ def load_3d(path: str, piece, loader) -> int:
     if piece.zero:
         set_zero_moments(piece, moments)
     for st in (opt.optimizer if piece.zero else opt).state.values():
-        st["step"] = torch.tensor(float(step))  # device-ok: AdamW keeps "step" on CPU (not fused/capturable), as torch.optim does
+        st["step"] = torch.tensor(
+            float(step)
+        )  # device-ok: AdamW keeps "step" on CPU (not fused/capturable), as torch.optim does
     loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
     torch.set_rng_state(state["rng"])
     return step

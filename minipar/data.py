@@ -18,6 +18,7 @@ With ``drop_last`` and a global batch B divisible by N, the N ranks' local batch
 together hold exactly the B windows that a single device sees at step k — the property every
 equivalence test in the course relies on.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,10 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         return builtin_text()
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise ConfigError(f"--data {path}: no such file; give a UTF-8 text file, or leave out --data "
-                          "to use the built-in corpus (pydoc_data.topics)")
+        raise ConfigError(
+            f"--data {path}: no such file; give a UTF-8 text file, or leave out --data "
+            "to use the built-in corpus (pydoc_data.topics)"
+        )
     if os.path.isdir(path):
         raise ConfigError(f"--data {path}: is a directory; give one UTF-8 text file")
     with open(path, "rb") as f:
@@ -57,8 +60,10 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"--data {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
-                          "give a plain-text file, e.g. convert it with iconv -t UTF-8") from None
+        raise ConfigError(
+            f"--data {path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+            "give a plain-text file, e.g. convert it with iconv -t UTF-8"
+        ) from None
     if "\x00" in text:
         raise ConfigError(f"--data {path}: contains NUL bytes, so it looks binary; give a plain-text file")
     if not text.strip():
@@ -91,26 +96,32 @@ def check_fits(n_chars: int, block_size: int, batch_size: int, dp_size: int = 1)
         return
     why = []
     if (n_train - 1) // block_size < batch_size:
-        why.append(f"the train split ({n_train} characters) holds {(n_train - 1) // block_size} windows, "
-                   f"fewer than --batch-size {batch_size}")
+        why.append(
+            f"the train split ({n_train} characters) holds {(n_train - 1) // block_size} windows, "
+            f"fewer than --batch-size {batch_size}"
+        )
     if n_val < block_size + 1:
         why.append(f"the validation split (the last {VAL_FRACTION:.0%}, {n_val} characters) holds no window")
     head = f"--block-size {block_size} with --batch-size {batch_size} does not fit the text: {' and '.join(why)}"
-    if not fits(1, dp_size):   # no block size and batch fit: only a longer text helps
-        need = max(n_chars, int((block_size * batch_size + 1) / (1 - VAL_FRACTION)),
-                   int((block_size + 1) / VAL_FRACTION)) - 2
+    if not fits(1, dp_size):  # no block size and batch fit: only a longer text helps
+        need = (
+            max(n_chars, int((block_size * batch_size + 1) / (1 - VAL_FRACTION)), int((block_size + 1) / VAL_FRACTION))
+            - 2
+        )
         while not (split_sizes(need)[1] >= block_size + 1 and split_sizes(need)[0] - 1 >= block_size * batch_size):
             need += 1
-        raise ConfigError(f"{head}; the text has {n_chars} characters, too short even for --block-size 1: "
-                          f"give a text of at least {need} characters for these settings")
-    t_fit = min(n_val - 1, (n_train - 1) // batch_size)             # longest block for this batch
+        raise ConfigError(
+            f"{head}; the text has {n_chars} characters, too short even for --block-size 1: "
+            f"give a text of at least {need} characters for these settings"
+        )
+    t_fit = min(n_val - 1, (n_train - 1) // batch_size)  # longest block for this batch
     b_fit = (n_train - 1) // block_size // dp_size * dp_size if n_val >= block_size + 1 else 0
     fixes = []
     if t_fit >= 1:
         fixes.append(f"--block-size {t_fit} or less")
     if b_fit >= dp_size:
         fixes.append(f"--batch-size {b_fit} or less")
-    if not fixes:                                                    # neither alone: change both
+    if not fixes:  # neither alone: change both
         t2 = min(n_val - 1, (n_train - 1) // dp_size)
         fixes.append(f"--block-size {t2} with --batch-size {(n_train - 1) // t2 // dp_size * dp_size} or less")
     raise ConfigError(f"{head}; use {', or '.join(fixes)}")
@@ -132,12 +143,16 @@ class CharCorpus:
         self.chars = sorted(set(text))
         self.vocab_size = len(self.chars)
         self._stoi = {c: i for i, c in enumerate(self.chars)}
-        self.data = torch.tensor([self._stoi[c] for c in text], dtype=torch.long)  # device-ok: corpus stays on CPU; each step moves its batch (x.to(dev))
+        self.data = torch.tensor(
+            [self._stoi[c] for c in text], dtype=torch.long
+        )  # device-ok: corpus stays on CPU; each step moves its batch (x.to(dev))
 
     def encode(self, s: str) -> torch.Tensor:
         """String -> ids, shape ``(len(s),)`` int64. Raises ConfigError for an unknown character."""
         try:
-            return torch.tensor([self._stoi[c] for c in s], dtype=torch.long)  # device-ok: ids on CPU; callers move them (run_log: .to(device))
+            return torch.tensor(
+                [self._stoi[c] for c in s], dtype=torch.long
+            )  # device-ok: ids on CPU; callers move them (run_log: .to(device))
         except KeyError as e:
             raise ConfigError(f"character {e.args[0]!r} is not in the corpus vocabulary") from None
 
@@ -168,7 +183,8 @@ class CharWindows(Dataset):
         if len(data) < block_size + 1:
             raise ConfigError(
                 f"block_size={block_size} is longer than the {name} split ({len(data)} characters); "
-                f"use --block-size {max(1, len(data) - 1)} or less, or a longer text")
+                f"use --block-size {max(1, len(data) - 1)} or less, or a longer text"
+            )
         self.data, self.block_size = data, block_size
 
     def __len__(self) -> int:
@@ -176,7 +192,7 @@ class CharWindows(Dataset):
 
     def __getitem__(self, i: int):
         s = i * self.block_size
-        chunk = self.data[s: s + self.block_size + 1]
+        chunk = self.data[s : s + self.block_size + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -191,7 +207,7 @@ class Loader:
     """
 
     dataset: CharWindows
-    batch_size: int       # global batch (sequences per optimizer step, all ranks together)
+    batch_size: int  # global batch (sequences per optimizer step, all ranks together)
     dp_rank: int = 0
     dp_size: int = 1
     seed: int = 0
@@ -206,18 +222,31 @@ class Loader:
             raise ConfigError(f"dp_rank={self.dp_rank}, dp_size={self.dp_size}: need 0 <= dp_rank < dp_size")
         if self.batch_size % self.dp_size:
             lo = self.batch_size // self.dp_size * self.dp_size
-            raise ConfigError(f"--batch-size {self.batch_size} is not divisible by the {self.dp_size} data-parallel "
-                              f"ranks; use {lo or self.dp_size} or {lo + self.dp_size}")
+            raise ConfigError(
+                f"--batch-size {self.batch_size} is not divisible by the {self.dp_size} data-parallel "
+                f"ranks; use {lo or self.dp_size} or {lo + self.dp_size}"
+            )
         if len(self.dataset) < self.batch_size:
             fits = len(self.dataset) // self.dp_size * self.dp_size
-            fix = (f"use --batch-size {fits} or less" if fits else
-                   f"use at most {len(self.dataset)} data-parallel ranks, or a longer text / shorter --block-size")
-            raise ConfigError(f"--batch-size {self.batch_size} is larger than the dataset ({len(self.dataset)} "
-                              f"windows of {self.dataset.block_size}); {fix}")
+            fix = (
+                f"use --batch-size {fits} or less"
+                if fits
+                else f"use at most {len(self.dataset)} data-parallel ranks, or a longer text / shorter --block-size"
+            )
+            raise ConfigError(
+                f"--batch-size {self.batch_size} is larger than the dataset ({len(self.dataset)} "
+                f"windows of {self.dataset.block_size}); {fix}"
+            )
         self.local_batch = self.batch_size // self.dp_size
         self.steps_per_epoch = len(self.dataset) // self.batch_size
-        self.sampler = DistributedSampler(self.dataset, num_replicas=self.dp_size, rank=self.dp_rank,
-                                          shuffle=self.shuffle, seed=self.seed, drop_last=True)
+        self.sampler = DistributedSampler(
+            self.dataset,
+            num_replicas=self.dp_size,
+            rank=self.dp_rank,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            drop_last=True,
+        )
         self._it = None
 
     def _start_epoch(self):
@@ -247,7 +276,8 @@ class Loader:
         self._it = None
 
 
-def make_loader(dataset: CharWindows, batch_size: int, dp_rank: int = 0, dp_size: int = 1,
-                seed: int = 0, shuffle: bool = True) -> Loader:
+def make_loader(
+    dataset: CharWindows, batch_size: int, dp_rank: int = 0, dp_size: int = 1, seed: int = 0, shuffle: bool = True
+) -> Loader:
     """An endless :class:`Loader`; ``batch_size`` is the *global* batch (split over ``dp_size`` ranks)."""
     return Loader(dataset, batch_size, dp_rank, dp_size, seed, shuffle)

@@ -12,6 +12,7 @@ Every process group gets a bounded timeout (``DEFAULT_TIMEOUT_S`` = 45 s, or the
 rank waiting on a collective its peer never issues would otherwise hang a notebook for half an
 hour. Use :func:`new_group` (not ``torch.distributed.new_group``) so sub-groups get it too.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,12 +69,18 @@ def pick_backend(backend: str = "auto", local_rank: int = 0, local_world_size: i
     if backend == "nccl" and n_gpu < local_rank + 1:
         raise ConfigError(
             f"backend='nccl' needs a GPU for local rank {local_rank} but {n_gpu} GPU(s) are visible; "
-            "use backend='auto' or 'gloo' on CPU")
+            "use backend='auto' or 'gloo' on CPU"
+        )
     return backend
 
 
-def init(backend: str = "auto", timeout: float | timedelta | None = None, store=None,
-         rank: int | None = None, world_size: int | None = None) -> None:
+def init(
+    backend: str = "auto",
+    timeout: float | timedelta | None = None,
+    store=None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> None:
     """Join (or create) the default process group. Idempotent: a second call does nothing.
 
     Args:
@@ -120,7 +127,8 @@ def init(backend: str = "auto", timeout: float | timedelta | None = None, store=
         if world_size != 1:
             raise ConfigError(
                 f"WORLD_SIZE={world_size} but MASTER_ADDR/MASTER_PORT are not set; "
-                "start the job with torchrun or minipar.launch")
+                "start the job with torchrun or minipar.launch"
+            )
         kwargs["store"] = dist.HashStore()
     if backend == "nccl":
         kwargs["device_id"] = _device
@@ -142,8 +150,9 @@ def _elastic_store(rank: int, world_size: int, timeout: timedelta):
     """
     env = os.environ
     agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    base = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size,
-                         is_master=(not agent and rank == 0), timeout=timeout)
+    base = dist.TCPStore(
+        env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, is_master=(not agent and rank == 0), timeout=timeout
+    )
     if agent:
         joined = base.add(f"minipar/joined/{env.get('TORCHELASTIC_RUN_ID', '')}", 1)
         env["TORCHELASTIC_RESTART_COUNT"] = str((joined - 1) // world_size)

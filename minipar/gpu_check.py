@@ -25,6 +25,7 @@ Exit codes: 0 every check passed; 1 a check failed; 3 no CUDA device (nothing ra
 message is ``no CUDA device: gpu-check needs a GPU``), so a script can tell "not run" from
 "passed". (``make gpu-check`` then stops with make's "Error 3"; make itself exits 2.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # torch.cuda.get_device_name(), most specific first. A100 (SXM4 and PCIe) 312 T; H100 SXM5 989 T,
 # H100 NVL 835 T, H100 PCIe 756 T; H200 (SXM) 989 T (same tensor cores as H100 SXM, more HBM).
 PEAK_BF16_DENSE: list[tuple[str, float]] = [
-    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),
-    ("H200", 989e12), ("A100", 312e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("A100", 312e12),
 ]
 
 # The unit tests' 2-rank cases run with MINIPAR_BACKEND=auto (each a pytest node id).
@@ -72,17 +76,40 @@ GPU_TESTS = [
 GPU_BENCH = ["b01_collectives", "b02_data_parallel"]
 
 # The 3D equivalence run: tests/test_3d.py's TINY config and |Δloss| bound (fp32).
-TINY = dict(steps=4, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=4, log_every=1,
-            eval_batches=1, sample_chars=10, microbatches=2)
+TINY = dict(
+    steps=4,
+    batch_size=8,
+    block_size=16,
+    n_layer=2,
+    n_head=2,
+    d_model=32,
+    eval_every=4,
+    log_every=1,
+    eval_batches=1,
+    sample_chars=10,
+    microbatches=2,
+)
 TOL = 1e-5
 # The timed runs: the main job's default model (4 layers, d=128, T=128), global batch 16.
-TIMED = dict(steps=30, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=128, eval_every=30,
-             log_every=5, eval_batches=1, sample_chars=10, microbatches=2)
+TIMED = dict(
+    steps=30,
+    batch_size=16,
+    block_size=128,
+    n_layer=4,
+    n_head=4,
+    d_model=128,
+    eval_every=30,
+    log_every=5,
+    eval_batches=1,
+    sample_chars=10,
+    microbatches=2,
+)
 
 
 @dataclass
 class Check:
     """One row of the table. ``ok`` None = not applicable / skipped (``detail`` says why)."""
+
     name: str
     ok: bool | None
     detail: str = ""
@@ -100,14 +127,15 @@ def peak_bf16(gpu_name: str) -> float | None:
 
 def format_table(gpu: str, n_gpu: int, peak: float | None, checks: list[Check]) -> str:
     """The check-list as one Markdown table, with a header line naming the GPU and its peak."""
-    head = (f"GPU: {n_gpu} × {gpu}; bf16 dense peak "
-            + (f"{peak / 1e12:.0f} TFLOP/s per GPU" if peak else "unknown (MFU not computed)"))
+    head = f"GPU: {n_gpu} × {gpu}; bf16 dense peak " + (
+        f"{peak / 1e12:.0f} TFLOP/s per GPU" if peak else "unknown (MFU not computed)"
+    )
     lines = [head, "", "| check | result | step time | MFU | detail |", "|---|---|---|---|---|"]
     for c in checks:
         res = "skipped" if c.ok is None else ("pass" if c.ok else "FAIL")
         t = "" if c.step_ms is None else f"{c.step_ms:.1f} ms"
         m = "" if c.mfu is None else f"{100 * c.mfu:.2f} %"
-        cell = lambda text: text.replace("|", "\\|")   # a | inside a cell would split it (Markdown)
+        cell = lambda text: text.replace("|", "\\|")  # a | inside a cell would split it (Markdown)
         lines.append(f"| {cell(c.name)} | {res} | {t} | {m} | {cell(c.detail)} |")
     n_ok = sum(c.ok is True for c in checks)
     n_fail = sum(c.ok is False for c in checks)
@@ -118,6 +146,7 @@ def format_table(gpu: str, n_gpu: int, peak: float | None, checks: list[Check]) 
 def cuda_devices() -> tuple[int, str]:
     """(number of CUDA GPUs, name of GPU 0); (0, "") without CUDA."""
     import torch
+
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         return 0, ""
     return torch.cuda.device_count(), torch.cuda.get_device_name(0)
@@ -127,6 +156,7 @@ def layouts(n_gpu: int, cfg: dict) -> list[tuple[int, int, int]]:
     """(pp, dp, tp) layouts of ``n_gpu`` ranks that the model and batch of ``cfg`` accept."""
     from minipar.mesh import factorizations
     from minipar.train import TrainConfig
+
     c = TrainConfig(**cfg)
     return [f for f in factorizations(n_gpu) if c.accepts(*f)]
 
@@ -141,15 +171,23 @@ def _env(**extra) -> dict:
     return env
 
 
-def run_job(cfg: dict, out: str, nproc: int = 1, pp: int = 1, tp: int = 1, dtype: str = "fp32",
-            timeout: float = 600) -> tuple[list[dict], str]:
+def run_job(
+    cfg: dict, out: str, nproc: int = 1, pp: int = 1, tp: int = 1, dtype: str = "fp32", timeout: float = 600
+) -> tuple[list[dict], str]:
     """The main job on ``nproc`` GPUs (torchrun when > 1); returns (metrics records, error text or "")."""
     args = _flags(cfg) + ["--pp", str(pp), "--tp", str(tp), "--dtype", dtype, "--out", out]
     if nproc == 1:
         cmd = [sys.executable, "-m", "minipar.train"] + args
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "minipar.train"] + args
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "minipar.train",
+        ] + args
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -162,10 +200,12 @@ def run_job(cfg: dict, out: str, nproc: int = 1, pp: int = 1, tp: int = 1, dtype
 
 def timing(records: list[dict], cfg: dict, n_gpu: int, peak: float | None) -> tuple[float | None, float | None]:
     """(median step time in ms, MFU) from a run's records; the first logged step (warm-up) is left out."""
-    from minipar.data import CharCorpus, load_text
-    from minipar.train import TrainConfig
     import torch
+
+    from minipar.data import CharCorpus, load_text
     from minipar.models import GPT
+    from minipar.train import TrainConfig
+
     toks = [r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > 0]
     if not toks:
         return None, None
@@ -193,8 +233,10 @@ def check_unit_tests(n_gpu: int, tmp: str) -> list[Check]:
             path = case.get("classname", "").replace(".", "/") + ".py"
             bad = case.find("failure") if case.find("failure") is not None else case.find("error")
             skip = case.find("skipped") is not None
-            seen[f"{path}::{case.get('name')}"] = (None if skip else bad is None,
-                                                    "" if bad is None else (bad.get("message") or "")[:120])
+            seen[f"{path}::{case.get('name')}"] = (
+                None if skip else bad is None,
+                "" if bad is None else (bad.get("message") or "")[:120],
+            )
     out = []
     for t in GPU_TESTS:
         ok, msg = seen.get(t, (False, "not run (pytest did not report it)"))
@@ -215,11 +257,13 @@ def check_main_job(n_gpu: int, peak: float | None, tmp: str) -> list[Check]:
     if n_gpu < 2:
         out.append(Check("main job under torchrun, every layout", None, "needs >= 2 GPUs"))
         return out
-    tiny = set(layouts(n_gpu, TINY))          # a subset of TIMED's layouts (fewer layers, heads, sequences)
+    tiny = set(layouts(n_gpu, TINY))  # a subset of TIMED's layouts (fewer layers, heads, sequences)
     for pp, dp, tp in layouts(n_gpu, TIMED):
         name = f"pp{pp}·dp{dp}·tp{tp}"
         if (pp, dp, tp) not in tiny:
-            out.append(Check(f"3D {name} = 1 GPU (fp32, torchrun)", None, "TINY's 2 layers, 2 heads, batch 8 do not split so"))
+            out.append(
+                Check(f"3D {name} = 1 GPU (fp32, torchrun)", None, "TINY's 2 layers, 2 heads, batch 8 do not split so")
+            )
         else:
             rec, err = run_job(TINY, os.path.join(tmp, f"tiny-{name}"), n_gpu, pp, tp)
             a, b = losses(rec), losses(ref)
@@ -241,8 +285,9 @@ def check_bench(tmp: str) -> list[Check]:
         d = os.path.join(tmp, f"bench-{mod}")
         cmd = [sys.executable, "-m", "minipar.bench", "--only", mod, "--out", d]
         try:
-            p = subprocess.run(cmd, cwd=ROOT, env=_env(MINIPAR_BACKEND="auto"), capture_output=True, text=True,
-                               timeout=1200)
+            p = subprocess.run(
+                cmd, cwd=ROOT, env=_env(MINIPAR_BACKEND="auto"), capture_output=True, text=True, timeout=1200
+            )
             rc = p.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -252,9 +297,14 @@ def check_bench(tmp: str) -> list[Check]:
             continue
         with open(path) as f:
             for r in json.load(f):
-                out.append(Check(f"bench {r['lesson']}: {r['name']}", r["ok"],
-                                 f"{r['measured']:.3g} {r['unit']} {r['target']} ({r['note']}; "
-                                 "MINIPAR_BACKEND=auto: a job with more ranks than GPUs ran on gloo)"))
+                out.append(
+                    Check(
+                        f"bench {r['lesson']}: {r['name']}",
+                        r["ok"],
+                        f"{r['measured']:.3g} {r['unit']} {r['target']} ({r['note']}; "
+                        "MINIPAR_BACKEND=auto: a job with more ranks than GPUs ran on gloo)",
+                    )
+                )
     return out
 
 
@@ -271,9 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, a.skip.split(",")))
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="minipar-gpu-check-") as tmp:
-        for part, fn in (("tests", lambda: check_unit_tests(n_gpu, tmp)),
-                         ("job", lambda: check_main_job(n_gpu, peak, tmp)),
-                         ("bench", lambda: check_bench(tmp))):
+        for part, fn in (
+            ("tests", lambda: check_unit_tests(n_gpu, tmp)),
+            ("job", lambda: check_main_job(n_gpu, peak, tmp)),
+            ("bench", lambda: check_bench(tmp)),
+        ):
             if part in skip:
                 continue
             print(f"gpu-check: {part} ...", flush=True)

@@ -36,13 +36,14 @@ start it again in every rank, and ``launch`` stops with a :class:`ConfigError` s
 For GPU nodes and multi-node jobs use ``torchrun`` instead (``minipar.dist.init`` reads its
 environment); ``launch`` is the laptop/notebook launcher.
 """
+
 from __future__ import annotations
 
+import codecs
 import multiprocessing as mp
 import multiprocessing.connection
 import multiprocessing.util
 import os
-import codecs
 import pickle
 import signal
 import sys
@@ -59,9 +60,16 @@ _HOST = "127.0.0.1"
 _GRACE_S = 1.0  # after a first failure, how long the other ranks get to exit on their own
 # Errors a rank sees when a *peer* died: symptoms, not causes.
 _NO_MAIN_GUARD = 86  # exit code of a rank whose script called launch() while being imported
-_in_rank = False     # True inside _run_rank: launch() called while False in a rank = no __main__ guard
-_PEER_SYMPTOMS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "timed out",
-                  "Timed out", "Timeout", "connectFullMesh")
+_in_rank = False  # True inside _run_rank: launch() called while False in a rank = no __main__ guard
+_PEER_SYMPTOMS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "timed out",
+    "Timed out",
+    "Timeout",
+    "connectFullMesh",
+)
 
 
 class RemoteTraceback(Exception):
@@ -77,6 +85,7 @@ def _resolve_fn(spec):
         return pickle.loads(payload)
     path, qualname = payload  # a function in a script's __main__: load the script as __mp_main__
     import runpy
+
     namespace = runpy.run_path(path, run_name="__mp_main__")
     obj = namespace[qualname.split(".")[0]]
     for part in qualname.split(".")[1:]:
@@ -95,6 +104,7 @@ def _die_with_parent(watch) -> None:
     if sys.platform.startswith("linux"):
         try:
             import ctypes
+
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
         except Exception:
             pass
@@ -109,8 +119,23 @@ def _die_with_parent(watch) -> None:
     threading.Thread(target=wait_for_eof, name="minipar-parent-watch", daemon=True).start()
 
 
-def _run_rank(rank, world_size, port, fn_spec, args, kwargs, log_path, result_path, backend,
-              timeout_s, threads, parent_env, parent_path, parent_cwd, watch):
+def _run_rank(
+    rank,
+    world_size,
+    port,
+    fn_spec,
+    args,
+    kwargs,
+    log_path,
+    result_path,
+    backend,
+    timeout_s,
+    threads,
+    parent_env,
+    parent_path,
+    parent_cwd,
+    watch,
+):
     """Body of one rank (runs in the child process)."""
     global _in_rank
     _in_rank = True
@@ -123,14 +148,22 @@ def _run_rank(rank, world_size, port, fn_spec, args, kwargs, log_path, result_pa
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.clear()
     os.environ.update(parent_env)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=_HOST, MASTER_PORT=str(port),
-                      OMP_NUM_THREADS=str(threads), MINIPAR_LAUNCHED="1")
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR=_HOST,
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS=str(threads),
+        MINIPAR_LAUNCHED="1",
+    )
     sys.path[:] = parent_path
     os.chdir(parent_cwd)
     try:
         import torch
         import torch.distributed as dist
+
         from minipar import dist as mdist
 
         torch.set_num_threads(threads)
@@ -159,8 +192,15 @@ def _run_rank(rank, world_size, port, fn_spec, args, kwargs, log_path, result_pa
     try:
         data = pickle.dumps(payload)
     except Exception as exc:
-        data = pickle.dumps(("err", None, f"rank {rank}: the return value of fn cannot be pickled: {exc!r}\n"
-                             "return plain Python values or CPU tensors", time.time()))
+        data = pickle.dumps(
+            (
+                "err",
+                None,
+                f"rank {rank}: the return value of fn cannot be pickled: {exc!r}\n"
+                "return plain Python values or CPU tensors",
+                time.time(),
+            )
+        )
     with open(result_path + ".tmp", "wb") as f:
         f.write(data)
     os.replace(result_path + ".tmp", result_path)
@@ -183,24 +223,31 @@ def _fn_spec(fn):
             raise ConfigError(
                 f"launch() cannot run {name!r}: it is defined in a notebook (module __main__), which the "
                 "child processes cannot import. Put the function in a .py module (e.g. lessons/workers.py "
-                "or your own my_workers.py) and import it from there.")
+                "or your own my_workers.py) and import it from there."
+            )
         return ("script", (os.path.abspath(path), name))
     try:
         return ("pickle", pickle.dumps(fn))
     except Exception as exc:
-        raise ConfigError(f"launch() cannot send {name!r} to the child processes ({exc}); "
-                          "pass a module-level function, not a lambda or a closure") from None
+        raise ConfigError(
+            f"launch() cannot send {name!r} to the child processes ({exc}); "
+            "pass a module-level function, not a lambda or a closure"
+        ) from None
 
 
 def _open_store(port: int | None, timeout_s: float):
     import torch.distributed as dist
+
     try:
-        return dist.TCPStore(_HOST, port or 0, is_master=True, wait_for_workers=False,
-                             timeout=timedelta(seconds=timeout_s))
+        return dist.TCPStore(
+            _HOST, port or 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+        )
     except Exception as exc:
         if port:
-            raise ConfigError(f"port {port} on {_HOST} is already in use ({type(exc).__name__}); "
-                              "pass port=None (the default) to let minipar pick a free port") from None
+            raise ConfigError(
+                f"port {port} on {_HOST} is already in use ({type(exc).__name__}); "
+                "pass port=None (the default) to let minipar pick a free port"
+            ) from None
         raise
 
 
@@ -257,10 +304,20 @@ def _stop(procs) -> None:
             p.join()
 
 
-def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: dict | None = None, *,
-           backend: str | None = None, timeout: float | None = None, threads: int = 1,
-           port: int | None = None, prefix: bool = True, job_timeout: float | None = None,
-           stream: int | None = None) -> list[Any]:
+def launch(
+    fn: Callable,
+    world_size: int = 2,
+    args: Sequence[Any] = (),
+    kwargs: dict | None = None,
+    *,
+    backend: str | None = None,
+    timeout: float | None = None,
+    threads: int = 1,
+    port: int | None = None,
+    prefix: bool = True,
+    job_timeout: float | None = None,
+    stream: int | None = None,
+) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` local ranks and return their results by rank.
 
     The process group is initialised before ``fn`` runs (``minipar.dist.rank()`` etc. work
@@ -309,7 +366,9 @@ def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: 
     timeout_s = mdist.default_timeout().total_seconds() if timeout is None else float(timeout)
     fn_spec = _fn_spec(fn)
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "minipar.dist"])  # _dynamo: torch.optim imports it (~2 s)
+    ctx.set_forkserver_preload(
+        ["torch", "torch.distributed", "torch._dynamo", "minipar.dist"]
+    )  # _dynamo: torch.optim imports it (~2 s)
     store = _open_store(port, timeout_s)
     port = store.port
     tmp = tempfile.TemporaryDirectory(prefix="minipar-launch-")
@@ -317,10 +376,30 @@ def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: 
     results = [os.path.join(tmp.name, f"rank{r}.pkl") for r in range(world_size)]
     env, path, cwd = dict(os.environ), list(sys.path), os.getcwd()
     watch, alive = ctx.Pipe(duplex=False)  # ranks read `watch`; only this process holds `alive`
-    procs = [ctx.Process(target=_run_rank, name=f"minipar-rank{r}",
-                         args=(r, world_size, port, fn_spec, tuple(args), dict(kwargs or {}), logs[r],
-                               results[r], backend, timeout_s, threads, env, path, cwd, watch))
-             for r in range(world_size)]
+    procs = [
+        ctx.Process(
+            target=_run_rank,
+            name=f"minipar-rank{r}",
+            args=(
+                r,
+                world_size,
+                port,
+                fn_spec,
+                tuple(args),
+                dict(kwargs or {}),
+                logs[r],
+                results[r],
+                backend,
+                timeout_s,
+                threads,
+                env,
+                path,
+                cwd,
+                watch,
+            ),
+        )
+        for r in range(world_size)
+    ]
     tail = _Tail(logs[stream], f"[rank {stream}] " if prefix else "") if stream is not None else None
     old_sigterm = _stop_on_sigterm()
     try:
@@ -367,7 +446,7 @@ def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: 
                 tail.pump()
                 if not tail.line_start:
                     print()
-            _replay(logs, prefix, skip=stream)   # also when stopped: what the ranks said is not lost
+            _replay(logs, prefix, skip=stream)  # also when stopped: what the ranks said is not lost
         finally:
             _restore_sigterm(old_sigterm)
     try:
@@ -376,7 +455,8 @@ def launch(fn: Callable, world_size: int = 2, args: Sequence[Any] = (), kwargs: 
             raise ConfigError(
                 f"{os.path.basename(script)} calls minipar.launch when it is imported, and every rank imports it "
                 "(to find your functions), so each would start the job again. Put the code that starts the "
-                'job under `if __name__ == "__main__":` at the bottom of the script.')
+                'job under `if __name__ == "__main__":` at the bottom of the script.'
+            )
         return _collect(procs, results, exit_time, job_timeout)
     finally:
         tmp.cleanup()
@@ -387,8 +467,10 @@ def _stop_on_sigterm():
     output replayed on the way out (main thread only; returns the previous handler)."""
     if threading.current_thread() is not threading.main_thread():
         return None
+
     def handler(signum, frame):
         raise SystemExit(128 + signum)
+
     try:
         return signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError):
@@ -430,7 +512,7 @@ def _collect(procs, results, exit_time, job_timeout):
         waiting = sorted(x[1] for x in failures if x[0][0] == 1)
         busy = sorted(x[1] for x in failures if x[0][0] == 2)
         culprits = []
-        if finished:   # the paths split here; the minority is the odd one out
+        if finished:  # the paths split here; the minority is the odd one out
             who = f"rank(s) {finished} returned while rank(s) {waiting} were still blocked in a collective: "
             if len(finished) < len(waiting):
                 who += f"the likely culprit is {finished} (it skipped a collective)"
@@ -439,11 +521,15 @@ def _collect(procs, results, exit_time, job_timeout):
                 who += f"the likely culprit is {waiting} (it called a collective the others did not)"
                 culprits = waiting
             else:
-                who += (f"either {finished} skipped a collective or {waiting} called one the others did not "
-                        "(minipar cannot tell which)")
+                who += (
+                    f"either {finished} skipped a collective or {waiting} called one the others did not "
+                    "(minipar cannot tell which)"
+                )
         elif busy:
-            who = (f"rank(s) {busy} were still running, outside that collective, when rank(s) {waiting} "
-                   f"gave up: the likely culprit is {busy} (it never joined the collective)")
+            who = (
+                f"rank(s) {busy} were still running, outside that collective, when rank(s) {waiting} "
+                f"gave up: the likely culprit is {busy} (it never joined the collective)"
+            )
             culprits = busy
         else:
             who = "minipar cannot tell which rank is at fault"
@@ -451,16 +537,19 @@ def _collect(procs, results, exit_time, job_timeout):
             f"ranks {waiting} timed out or lost a peer inside a collective; {who}. Every rank must "
             "call the same collectives in the same order. Shorten the wait with MINIPAR_TIMEOUT and "
             "rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see the mismatched call.",
-            rank=culprits[0] if culprits else waiting[0], exitcode=procs[r].exitcode) from (
-            RemoteTraceback(f"\n\n--- traceback of rank {r} ---\n{payload[2]}") if payload else None)
+            rank=culprits[0] if culprits else waiting[0],
+            exitcode=procs[r].exitcode,
+        ) from (RemoteTraceback(f"\n\n--- traceback of rank {r} ---\n{payload[2]}") if payload else None)
     if payload is None:
         code = procs[r].exitcode
         if code is None or (job_timeout is not None and code == -15):
-            raise RankFailedError(f"rank {r} was stopped: the job ran past job_timeout={job_timeout}s",
-                                  rank=r, exitcode=code)
+            raise RankFailedError(
+                f"rank {r} was stopped: the job ran past job_timeout={job_timeout}s", rank=r, exitcode=code
+            )
         why = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        raise RankFailedError(f"rank {r} {why} without a Python exception (see its output above)",
-                              rank=r, exitcode=code)
+        raise RankFailedError(
+            f"rank {r} {why} without a Python exception (see its output above)", rank=r, exitcode=code
+        )
     _, exc_bytes, tb, _ = payload
     cause = RemoteTraceback(f"\n\n--- traceback of rank {r} ---\n{tb}")
     exc = pickle.loads(exc_bytes) if exc_bytes is not None else None

@@ -15,6 +15,7 @@ Three ways to get a number, from exact to real:
    resident set size (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``). The CPU
    number includes allocator slack, so it is a little above the tensor count.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,11 @@ def adam_bytes_formula(num_params: int, mixed_precision: bool = False) -> dict[s
     2Ψ/2Ψ/12Ψ (K = 12: fp32 master copy, momentum, variance). Both total 16Ψ.
     """
     p = num_params
-    d = dict(params=2 * p, grads=2 * p, optimizer=12 * p) if mixed_precision else dict(params=4 * p, grads=4 * p, optimizer=8 * p)
+    d = (
+        dict(params=2 * p, grads=2 * p, optimizer=12 * p)
+        if mixed_precision
+        else dict(params=4 * p, grads=4 * p, optimizer=8 * p)
+    )
     d["total"] = sum(d.values())
     return d
 
@@ -47,8 +52,11 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
     Shared (tied) parameters are counted once. Returns ``{"params", "grads", "optimizer", "total"}``.
     """
     params = {id(p): p for p in model.parameters()}.values()
-    out = dict(params=sum(_nbytes(p) for p in params),
-               grads=sum(_nbytes(p.grad) for p in params if p.grad is not None), optimizer=0)
+    out = dict(
+        params=sum(_nbytes(p) for p in params),
+        grads=sum(_nbytes(p.grad) for p in params if p.grad is not None),
+        optimizer=0,
+    )
     if optimizer is not None:
         for st in optimizer.state.values():
             out["optimizer"] += sum(_nbytes(v) for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
@@ -90,7 +98,7 @@ class SavedTensorMeter:
 
     def __init__(self, exclude: nn.Module | None = None):
         self.skip = {p.untyped_storage().data_ptr() for p in exclude.parameters()} if exclude is not None else set()
-        self.refs: dict[int, list[int]] = {}     # storage ptr -> [wrappers alive, nbytes]
+        self.refs: dict[int, list[int]] = {}  # storage ptr -> [wrappers alive, nbytes]
         self.live = self.peak = 0
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 

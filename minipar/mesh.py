@@ -17,6 +17,7 @@ Megatron's own example, 16 GPUs with tp=2, pp=4 (so dp=2):
 It is the row-major order of a (pp, dp, tp) array, the same as
 ``torch.distributed.device_mesh.init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,8 +40,9 @@ def factorizations(world_size: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def validate(world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1,
-             accepts=None, what: str = "") -> tuple[int, int, int]:
+def validate(
+    world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1, accepts=None, what: str = ""
+) -> tuple[int, int, int]:
     """Check (and complete) a layout. ``dp=None`` means "whatever is left": world_size / (pp·tp).
 
     Args:
@@ -60,12 +62,16 @@ def validate(world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1,
     valid += ": " + (", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in ok) if ok else "none")
     if dp is None:
         if world_size % (pp * tp):
-            raise ConfigError(f"world_size={world_size} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; "
-                              f"valid layouts for {world_size} ranks{valid}")
+            raise ConfigError(
+                f"world_size={world_size} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; "
+                f"valid layouts for {world_size} ranks{valid}"
+            )
         dp = world_size // (pp * tp)
     if pp * dp * tp != world_size:
-        raise ConfigError(f"pp·dp·tp = {pp}·{dp}·{tp} = {pp * dp * tp} but world_size={world_size}; "
-                          f"valid layouts for {world_size} ranks{valid}")
+        raise ConfigError(
+            f"pp·dp·tp = {pp}·{dp}·{tp} = {pp * dp * tp} but world_size={world_size}; "
+            f"valid layouts for {world_size} ranks{valid}"
+        )
     return pp, dp, tp
 
 

@@ -13,6 +13,7 @@ How later lessons cut it:
 
 Shapes: ``idx`` (B, T) int64 -> hidden ``x`` (B, T, d_model) -> logits (B, T, vocab_size).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,20 +24,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.recompute import MODES as RECOMPUTE_MODES, checkpoint
+from minipar.recompute import checkpoint
 
 
 @dataclass
 class GPTConfig:
     vocab_size: int = 128
-    block_size: int = 128      # T, the longest context
+    block_size: int = 128  # T, the longest context
     n_layer: int = 4
     n_head: int = 4
     d_model: int = 128
-    dropout: float = 0.0       # 0 keeps runs bit-comparable across layouts
+    dropout: float = 0.0  # 0 keeps runs bit-comparable across layouts
     bias: bool = True
     tie_weights: bool = False  # tie the head to the token embedding (GPT-2 does; pipelines must sync it)
-    attention: str = "sdpa"    # "sdpa" (fused, nothing s×s kept) | "explicit" (Megatron's unfused core, lesson 08)
+    attention: str = "sdpa"  # "sdpa" (fused, nothing s×s kept) | "explicit" (Megatron's unfused core, lesson 08)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
@@ -47,16 +48,18 @@ class GPTConfig:
             raise ConfigError(f"GPTConfig.attention={self.attention!r}: use 'sdpa' or 'explicit'")
         if self.d_model % self.n_head:
             ok = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and abs(h - self.n_head) <= 8]
-            raise ConfigError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}; "
-                              f"choose n_head from {ok}")
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by n_head={self.n_head}; choose n_head from {ok}"
+            )
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
 
-def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
-                   explicit: bool = False) -> torch.Tensor:
+def attention_core(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, explicit: bool = False
+) -> torch.Tensor:
     """The attention core softmax(QKᵀ/√d_head + causal mask) · V, dropout on the probabilities.
 
     Shapes: q, k, v (B, a, T, d_head) -> (B, a, T, d_head). ``explicit=False`` calls the fused
@@ -68,7 +71,7 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p:
     if not explicit:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
     T = q.shape[-2]
-    mask = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu_(1)   # added: nothing saved
+    mask = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu_(1)  # added: nothing saved
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + mask
     return F.dropout(att.softmax(dim=-1), dropout_p) @ v
 
@@ -98,7 +101,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(self.n_head * self.head_dim, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
         if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(self.core, q, k, v)        # selective recomputation (Korthikanti §5)
+            y = checkpoint(self.core, q, k, v)  # selective recomputation (Korthikanti §5)
         else:
             y = self.core(q, k, v)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, -1)))
@@ -181,8 +184,10 @@ class GPT(nn.Module):
         """(B, T) ids -> (B, T, d_model) hidden."""
         T = idx.shape[1]
         if T > self.cfg.block_size:
-            raise ConfigError(f"sequence length {T} > block_size={self.cfg.block_size}; "
-                              f"crop the input or build the model with block_size >= {T}")
+            raise ConfigError(
+                f"sequence length {T} > block_size={self.cfg.block_size}; "
+                f"crop the input or build the model with block_size >= {T}"
+            )
         pos = torch.arange(T, device=idx.device)
         return self.drop(self.wte(idx) + self.wpe(pos))
 
@@ -193,8 +198,10 @@ class GPT(nn.Module):
     @staticmethod
     def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over all B·T positions (a scalar)."""
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).to(torch.promote_types(logits.dtype, torch.float32)),
-                               targets.reshape(-1))   # fp32 at least (bf16 autocast), float64 stays float64
+        return F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).to(torch.promote_types(logits.dtype, torch.float32)),
+            targets.reshape(-1),
+        )  # fp32 at least (bf16 autocast), float64 stays float64
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         x = self.embed(idx)
@@ -204,11 +211,17 @@ class GPT(nn.Module):
         return logits, (None if targets is None else self.loss(logits, targets))
 
     @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Sample ``max_new_tokens`` more ids after ``idx`` (B, T0) -> (B, T0 + max_new_tokens)."""
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits, _ = self(idx[:, -self.cfg.block_size :])
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
@@ -265,5 +278,7 @@ def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     :func:`minipar.zero.zero`), so their updates match exactly.
     """
     ps = list(model.parameters())
-    return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0},
+    ]

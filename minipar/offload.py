@@ -8,6 +8,7 @@ come back up: 4 bytes per parameter over PCIe.
 for the planner. On a CPU-only machine "device" and "host" are the same RAM: the device is a
 budget you account for (:meth:`OffloadedAdamW.device_bytes`), not a separate memory. Bytes per rank.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,13 +27,19 @@ class OffloadedAdamW(MixedPrecisionAdamW):
     parameters), summed over steps. Same arithmetic as without offload, so the same numbers.
     """
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16,
-                 scaler: DynamicLossScaler | None = None, host: str = "cpu", **adamw):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        dtype: torch.dtype = torch.bfloat16,
+        scaler: DynamicLossScaler | None = None,
+        host: str = "cpu",
+        **adamw,
+    ):
         super().__init__(model, dtype, scaler, master_device=host, **adamw)
         self.transferred = {"to_host": 0, "to_device": 0}
 
     def _grads_to_master(self) -> None:
-        self.transferred["to_host"] += _nbytes(p.grad for p in self.params)     # 16-bit, then cast on the host
+        self.transferred["to_host"] += _nbytes(p.grad for p in self.params)  # 16-bit, then cast on the host
         super()._grads_to_master()
 
     def _master_to_model(self) -> None:
@@ -54,9 +61,12 @@ def device_bytes(num_params: int, dp: int = 1, offload: bool = True, zero_stage:
     """Model-state bytes left on the device per rank with mixed-precision Adam (2+2+12 per param).
     With offload the 12 bytes of optimizer state go to the host; ZeRO stage shards the rest."""
     p, g, o = 2 * num_params, 2 * num_params, 12 * num_params
-    if zero_stage >= 1: o //= dp
-    if zero_stage >= 2: g //= dp
-    if zero_stage >= 3: p //= dp
+    if zero_stage >= 1:
+        o //= dp
+    if zero_stage >= 2:
+        g //= dp
+    if zero_stage >= 3:
+        p //= dp
     return p + g + (0 if offload else o)
 
 

@@ -16,6 +16,7 @@ lesson 01 (t_comm = α + bytes/β). Source: MegaScale, Jiang et al. 2024, arXiv:
 Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in Large
 Deep Learning Models", ASPLOS '23.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -24,14 +25,15 @@ from minipar.errors import ConfigError
 
 
 class Span(NamedTuple):
-    stream: str      # "comm" or "compute"
-    index: int       # piece k
-    start: float     # seconds
+    stream: str  # "comm" or "compute"
+    index: int  # piece k
+    start: float  # seconds
     end: float
 
 
-def two_stream_timeline(n: int, t_comm: float, t_compute: float, overlap: bool = True,
-                        comm_first: bool = True) -> list[Span]:
+def two_stream_timeline(
+    n: int, t_comm: float, t_compute: float, overlap: bool = True, comm_first: bool = True
+) -> list[Span]:
     """Simulated spans of n pieces on a compute and a comm stream (seconds). A model, not a measurement.
 
     Args:
@@ -44,11 +46,12 @@ def two_stream_timeline(n: int, t_comm: float, t_compute: float, overlap: bool =
         ConfigError: n < 1 or a negative time.
     """
     if n < 1 or t_comm < 0 or t_compute < 0:
-        raise ConfigError(f"two_stream_timeline(n={n}, t_comm={t_comm}, t_compute={t_compute}): "
-                          "need n >= 1 and times >= 0")
+        raise ConfigError(
+            f"two_stream_timeline(n={n}, t_comm={t_comm}, t_compute={t_compute}): need n >= 1 and times >= 0"
+        )
     spans, comm_free, comp_free, prev_comp_start, prev_comp_end = [], 0.0, 0.0, 0.0, 0.0
     for k in range(n):
-        if comm_first:   # prefetch depth 1: piece k is fetched while piece k−1 computes, not earlier
+        if comm_first:  # prefetch depth 1: piece k is fetched while piece k−1 computes, not earlier
             c0 = max(comm_free, prev_comp_start) if overlap else max(comm_free, prev_comp_end)
             c1 = c0 + t_comm
             f0 = max(comp_free, c1)

@@ -27,9 +27,9 @@ position embedding) once, not ``tp`` times (:func:`global_grad_norm`; Megatron-L
 A size-1 dimension still gets a group (of one rank), because minipar's TP layers and the
 executor read ``group=None`` as "the whole world".
 """
+
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -37,18 +37,18 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
-from minipar import p2p
-from minipar.compression import make_compressor
+from minipar.comm import p2p
+from minipar.dp.compression import make_compressor
 from minipar.errors import ConfigError
 from minipar.mesh import DIMS, Mesh, rank_of
-from minipar.models import GPT, GPTConfig
-from minipar.recompute import MODES as RECOMPUTE_MODES, set_recompute
+from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.pp.executor import PipelineExecutor, partition_layers
 from minipar.pp.schedules import make_schedule
+from minipar.recompute import MODES as RECOMPUTE_MODES
+from minipar.recompute import set_recompute
 from minipar.tp.gpt import TensorParallelGPT
 from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
 from minipar.zero.stage12 import ZeroOptimizer
-from minipar.models import adamw_groups
 
 SCHEDULES_3D = ("gpipe", "1f1b")
 
@@ -79,13 +79,13 @@ class Stage3D(nn.Module):
         super().__init__()
         self.cfg, self.index, self.n_stages, self.lo, self.hi = tp_model.cfg, index, n_stages, lo, hi
         self.is_first, self.is_last = index == 0, index == n_stages - 1
-        self.__dict__["tp"] = tp_model                  # not a submodule: only the pieces below are mine
+        self.__dict__["tp"] = tp_model  # not a submodule: only the pieces below are mine
         if self.is_first:
             self.wte, self.wpe = tp_model.wte, tp_model.wpe
         self.blocks = nn.ModuleDict({str(i): tp_model.blocks[i] for i in range(lo, hi)})
         if self.is_last:
             self.ln_f, self.lm_head = tp_model.ln_f, tp_model.lm_head
-        for i in range(tp_model.cfg.n_layer):           # free what other stages hold
+        for i in range(tp_model.cfg.n_layer):  # free what other stages hold
             if not lo <= i < hi:
                 tp_model.blocks[i] = nn.Identity()
         if not self.is_first:
@@ -110,8 +110,9 @@ def is_tp_sharded(stage: nn.Module) -> dict[str, bool]:
     out = {}
     for mname, m in stage.named_modules():
         for pname, _ in m.named_parameters(recurse=False):
-            sharded = isinstance(m, (ColumnParallelLinear, VocabParallelEmbedding)) or \
-                (isinstance(m, RowParallelLinear) and pname == "weight")
+            sharded = isinstance(m, (ColumnParallelLinear, VocabParallelEmbedding)) or (
+                isinstance(m, RowParallelLinear) and pname == "weight"
+            )
             out[f"{mname}.{pname}" if mname else pname] = sharded
     return out
 
@@ -133,7 +134,7 @@ class Zero1Over3D(ZeroOptimizer):
     def __init__(self, stage: Stage3D, tp_rank: int, **kw):
         super().__init__(stage, stage=1, units=_units(stage), **kw)
         sharded = is_tp_sharded(stage)
-        self._count = []                                 # per unit: (S,) 1.0 where this rank counts the element
+        self._count = []  # per unit: (S,) 1.0 where this rank counts the element
         for u, (uname, _) in zip(self.units, _units(stage)):
             w = torch.zeros(u.shard_size)  # device-ok: CPU mask, moved with w.to(g.device) in clip_
             for i, a, b in u.segments():
@@ -160,6 +161,7 @@ def _units(stage: Stage3D) -> list[tuple[str, nn.Module]]:
 @dataclass
 class Piece:
     """This rank's part of a 3D job: its mesh, groups, stage, executor and optimizer."""
+
     cfg: GPTConfig
     mesh: Mesh
     groups: dict
@@ -168,8 +170,8 @@ class Piece:
     optimizer: object
     zero: int
     grad_clip: float
-    last: object = None          # the executor's StepResult of the last step (trace, activation bytes)
-    compressor: object = None    # a minipar.compression compressor for the dp all-reduce (None: plain)
+    last: object = None  # the executor's StepResult of the last step (trace, activation bytes)
+    compressor: object = None  # a minipar.dp.compression compressor for the dp all-reduce (None: plain)
 
     def stage_device(self) -> torch.device:
         return mdist.device()
@@ -193,14 +195,14 @@ class Piece:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        res = self.last = self.executor.step(x, y)         # forward + backward of all micro-batches
+        res = self.last = self.executor.step(x, y)  # forward + backward of all micro-batches
         loss = torch.tensor(res.loss if res.loss is not None else 0.0, device=mdist.device())
-        if self.zero:                                      # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
+        if self.zero:  # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
             self.optimizer.step()
         else:
             if self.compressor is None:
                 all_reduce_grads_flat(self.stage, self.groups["dp"], self.mesh.dp_size)
-            else:                                          # lesson 09: bf16 / PowerSGD all-reduce
+            else:  # lesson 09: bf16 / PowerSGD all-reduce
                 compressed_all_reduce_grads(self.stage, self.compressor, self.groups["dp"], self.mesh.dp_size)
             if self.grad_clip:
                 clip_global_(self.stage, self.grad_clip, self.mesh)
@@ -244,7 +246,7 @@ def all_reduce_grads_flat(module: nn.Module, group, size: int) -> None:
 
 @torch.no_grad()
 def compressed_all_reduce_grads(module: nn.Module, compressor, group, size: int) -> None:
-    """Average every ``p.grad`` over ``group`` through a :mod:`minipar.compression` compressor (lesson 09)."""
+    """Average every ``p.grad`` over ``group`` through a :mod:`minipar.dp.compression` compressor (lesson 09)."""
     params = list(module.parameters())
     for p in params:
         if p.grad is None:
@@ -289,13 +291,28 @@ def check_grad_compression(method: str, zero: int) -> None:
     if method not in GRAD_COMPRESSION:
         raise ConfigError(f"--grad-compression {method}: use one of {', '.join(GRAD_COMPRESSION)}")
     if method != "none" and zero:
-        raise ConfigError(f"--grad-compression {method} with --zero {zero}: ZeRO reduce-scatters flat gradient "
-                          "shards, so there is no all-reduce to compress; use --zero 0, or --grad-compression none")
+        raise ConfigError(
+            f"--grad-compression {method} with --zero {zero}: ZeRO reduce-scatters flat gradient "
+            "shards, so there is no all-reduce to compress; use --zero 0, or --grad-compression none"
+        )
 
 
-def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatches: int = 1, zero: int = 0,
-                grad_compression: str = "none", lr: float = 3e-3, weight_decay: float = 0.1, betas=(0.9, 0.95), grad_clip: float = 1.0,
-                seed: int = 0, count_memory: bool = False, recompute: str = "none") -> Piece:
+def build_piece(
+    cfg: GPTConfig,
+    mesh: Mesh,
+    *,
+    schedule: str = "1f1b",
+    microbatches: int = 1,
+    zero: int = 0,
+    grad_compression: str = "none",
+    lr: float = 3e-3,
+    weight_decay: float = 0.1,
+    betas=(0.9, 0.95),
+    grad_clip: float = 1.0,
+    seed: int = 0,
+    count_memory: bool = False,
+    recompute: str = "none",
+) -> Piece:
     """Build this rank's piece of the 3D job. Collective (creates 1-rank groups where needed).
 
     The model is ``torch.manual_seed(seed); GPT(cfg)`` sliced for (tp rank, pp stage), so every
@@ -317,20 +334,35 @@ def build_piece(cfg: GPTConfig, mesh: Mesh, *, schedule: str = "1f1b", microbatc
     check_grad_compression(grad_compression, zero)
     pp = mesh.pp_size
     if pp > cfg.n_layer:
-        raise ConfigError(f"--pp {pp} stages but the model has only --n-layer {cfg.n_layer} blocks; "
-                          f"use --pp <= {cfg.n_layer} or --n-layer >= {pp}")
+        raise ConfigError(
+            f"--pp {pp} stages but the model has only --n-layer {cfg.n_layer} blocks; "
+            f"use --pp <= {cfg.n_layer} or --n-layer >= {pp}"
+        )
     groups = mesh_groups(mesh)
     torch.manual_seed(seed)
     tp_model = TensorParallelGPT(cfg, group=groups["tp"]).to(mdist.device())
     lo, hi = partition_layers(cfg.n_layer, pp)[mesh.pp_rank]
     stage = Stage3D(tp_model, mesh.pp_rank, pp, lo, hi)
     set_recompute(stage, recompute)
-    executor = PipelineExecutor({mesh.pp_rank: stage}, make_schedule(schedule, pp, microbatches),
-                                loss_fn=stage.loss, group=groups["pp"], pipe_ranks=mesh.ranks.get("pp", [mesh.rank]),
-                                hidden_size=cfg.d_model, count_memory=count_memory)
+    executor = PipelineExecutor(
+        {mesh.pp_rank: stage},
+        make_schedule(schedule, pp, microbatches),
+        loss_fn=stage.loss,
+        group=groups["pp"],
+        pipe_ranks=mesh.ranks.get("pp", [mesh.rank]),
+        hidden_size=cfg.d_model,
+        count_memory=count_memory,
+    )
     if zero:
-        opt = Zero1Over3D(stage, mesh.tp_rank, lr=lr, betas=betas, weight_decay=weight_decay,
-                          max_norm=grad_clip or None, group=groups["dp"])
+        opt = Zero1Over3D(
+            stage,
+            mesh.tp_rank,
+            lr=lr,
+            betas=betas,
+            weight_decay=weight_decay,
+            max_norm=grad_clip or None,
+            group=groups["dp"],
+        )
     else:
         opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
     comp = make_compressor(grad_compression) if grad_compression != "none" else None
@@ -363,23 +395,3 @@ def full_model(piece: Piece, dst: int) -> GPT | None:
         model = GPT(piece.cfg)
     model.load_state_dict(sd)
     return model.to(mdist.device())
-
-
-def measured_peak_flops(device: torch.device, dtype: torch.dtype = torch.float32, n: int = 512, repeats: int = 5) -> float:
-    """This device's achievable matmul FLOP/s, *measured*: best of ``repeats`` (n×n)@(n×n) products.
-
-    2n³ FLOPs per product. Used as the denominator of MFU (model-FLOPs utilisation, Chowdhery et
-    al. 2022, PaLM, arXiv:2204.02311, App. B) instead of a vendor's datasheet figure.
-    """
-    g = torch.Generator(device).manual_seed(0)           # a private generator: the training RNG is untouched
-    a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=g) for _ in range(2))
-    best = float("inf")
-    for _ in range(repeats + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best

@@ -51,11 +51,11 @@ What it leaves out: kernel-launch and framework overhead (``layer_overhead``, 0 
 default), stragglers, network congestion, data loading, imbalance between the first/last stage
 and the others (embedding, logits), GEMM-shape effects (wave quantization).
 """
+
 from __future__ import annotations
 
 import functools
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from minipar.errors import ConfigError
 from minipar.pp.schedules import make_schedule, simulate
@@ -75,6 +75,7 @@ class Device:
         pass that do not scale with FLOPs. compute_share: fraction of a device one rank gets.
         bytes_per_value: activation/communication dtype (2 for bf16, 4 for fp32).
     """
+
     name: str
     peak_flops: float
     mem_bytes: float
@@ -101,6 +102,7 @@ GPUS = {
 @dataclass(frozen=True)
 class ModelShape:
     """A GPT: ``layers`` blocks of width ``hidden`` with ``heads`` heads, sequence ``seq``, vocabulary ``vocab``."""
+
     layers: int
     hidden: int
     heads: int
@@ -114,12 +116,20 @@ class ModelShape:
         return 12 * l * h * h + 13 * l * h + (self.vocab + self.seq) * h
 
 
-MODELS = {   # Narayanan et al. 2021 Table 1 shapes; 175B = GPT-3; 70b = Llama-2-70B's width/depth, MHA, vocab 32000
-    "1.7b": ModelShape(24, 2304, 24), "3.6b": ModelShape(30, 3072, 32), "7.5b": ModelShape(36, 4096, 32),
-    "18b": ModelShape(40, 6144, 48), "39b": ModelShape(48, 8192, 64), "76b": ModelShape(60, 10240, 80),
-    "145b": ModelShape(80, 12288, 96), "175b": ModelShape(96, 12288, 96), "310b": ModelShape(96, 16384, 128),
-    "530b": ModelShape(105, 20480, 128), "1t": ModelShape(128, 25600, 160),
-    "7b": ModelShape(32, 4096, 32, 4096, 32000), "13b": ModelShape(40, 5120, 40, 4096, 32000),
+MODELS = {  # Narayanan et al. 2021 Table 1 shapes; 175B = GPT-3; 70b = Llama-2-70B's width/depth, MHA, vocab 32000
+    "1.7b": ModelShape(24, 2304, 24),
+    "3.6b": ModelShape(30, 3072, 32),
+    "7.5b": ModelShape(36, 4096, 32),
+    "18b": ModelShape(40, 6144, 48),
+    "39b": ModelShape(48, 8192, 64),
+    "76b": ModelShape(60, 10240, 80),
+    "145b": ModelShape(80, 12288, 96),
+    "175b": ModelShape(96, 12288, 96),
+    "310b": ModelShape(96, 16384, 128),
+    "530b": ModelShape(105, 20480, 128),
+    "1t": ModelShape(128, 25600, 160),
+    "7b": ModelShape(32, 4096, 32, 4096, 32000),
+    "13b": ModelShape(40, 5120, 40, 4096, 32000),
     "70b": ModelShape(80, 8192, 64, 4096, 32000),
 }
 
@@ -129,6 +139,7 @@ class Layout:
     """How the job is cut: dp·tp·pp GPUs, micro-batch size b, interleaving v, ZeRO stage,
     recompute ``"none" | "selective" | "full"``, sequence parallelism, optimizer offload, and which
     communication is hidden behind compute (``overlap``: subset of {"dp", "pp", "tp"})."""
+
     dp: int
     tp: int
     pp: int
@@ -139,7 +150,7 @@ class Layout:
     seq_parallel: bool = False
     offload: bool = False
     overlap: frozenset = frozenset()
-    grad_bytes: int = 4           # Megatron-LM all-reduces fp32 main gradients
+    grad_bytes: int = 4  # Megatron-LM all-reduces fp32 main gradients
 
     @property
     def gpus(self) -> int:
@@ -156,13 +167,14 @@ class Layout:
 @dataclass
 class Estimate:
     """The model's answer for one layout. time: seconds per step by term; mem: bytes per GPU by term."""
+
     layout: Layout
     m: int
     time: dict
     mem: dict
     fits: bool
-    tflops_per_gpu: float      # executed FLOPs (with recomputation) per second per GPU, / 1e12 (Narayanan's metric)
-    mfu: float                 # model FLOPs (no recomputation) / (time · GPUs · peak) (MegaScale's, PaLM's metric)
+    tflops_per_gpu: float  # executed FLOPs (with recomputation) per second per GPU, / 1e12 (Narayanan's metric)
+    mfu: float  # model FLOPs (no recomputation) / (time · GPUs · peak) (MegaScale's, PaLM's metric)
     tp_across_nodes: bool = False
 
 
@@ -172,8 +184,9 @@ def all_reduce_time(n: int, nbytes: float, link: tuple) -> float:
     return 0.0 if n <= 1 else 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes / b
 
 
-def activation_bytes_per_layer(model: ModelShape, b: int, tp: int, recompute: str, seq_parallel: bool,
-                               bytes_per_value: int = 2) -> float:
+def activation_bytes_per_layer(
+    model: ModelShape, b: int, tp: int, recompute: str, seq_parallel: bool, bytes_per_value: int = 2
+) -> float:
     """Korthikanti et al. 2022 (arXiv:2205.05198) bytes one layer keeps for one micro-batch of b sequences.
 
     none: s·b·h·(10 + 24/t + 5·a·s/(h·t)) (eq. 2), with sequence parallelism s·b·h·(34/t + 5·a·s/(h·t))
@@ -202,8 +215,10 @@ def _check(model: ModelShape, layout: Layout, global_batch: int) -> int:
     if model.layers % (p * v):
         raise ConfigError(f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers")
     if layout.zero == 3 and p > 1:
-        raise ConfigError("zero=3 with pp > 1: ZeRO-3 would re-gather every stage's weights for each micro-batch; "
-                          "Megatron-LM and DeepSpeed do not combine them. Use zero=1 with pipelines, or pp=1")
+        raise ConfigError(
+            "zero=3 with pp > 1: ZeRO-3 would re-gather every stage's weights for each micro-batch; "
+            "Megatron-LM and DeepSpeed do not combine them. Use zero=1 with pipelines, or pp=1"
+        )
     if global_batch % (d * b):
         raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
     m = global_batch // (d * b)
@@ -256,12 +271,12 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     d, t, p, b, v = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v
     s, h, a, l, V = model.seq, model.hidden, model.heads, model.layers, model.vocab
     bpv = dev.bytes_per_value
-    lps = l // p                                          # layers per stage
+    lps = l // p  # layers per stage
     # --- compute of one stage, one micro-batch (forward; backward = 2 forwards [+ recompute]) ---
     f_layer = 24 * b * s * h * h * (1 + s / (6 * h)) / t
-    f_logit = 2 * b * s * h * V / t / p                   # logit layer, spread over the stages
+    f_logit = 2 * b * s * h * V / t / p  # logit layer, spread over the stages
     act = activation_bytes_per_layer(model, b, t, "none", layout.seq_parallel, bpv)
-    mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0   # memory-bound operators: activations written + read
+    mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
     eff = dev.peak_flops * dev.gemm_efficiency * dev.compute_share
     fwd = lps * (f_layer / eff + mem_t / dev.compute_share + dev.layer_overhead / dev.compute_share) + f_logit / eff
     extra = {"none": 0.0, "full": fwd, "selective": lps * 4 * b * s * s * h / t / eff}[layout.recompute]
@@ -276,31 +291,44 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     # --- pipeline: each action (one of the v chunks of a stage) sends once; makespan from the simulation ---
     pp_link = dev.inter if t * d >= dev.gpus_per_node else dev.intra
     p2p = (pp_link[0] + b * s * h * bpv / pp_link[1]) if p > 1 and "pp" not in layout.overlap else 0.0
-    t_f, t_b = (fwd + tp_f) / v + p2p, (bwd + tp_b) / v + p2p     # one chunk's forward / backward action
+    t_f, t_b = (fwd + tp_f) / v + p2p, (bwd + tp_b) / v + p2p  # one chunk's forward / backward action
     if p == 1:
         pipe = m * (t_f + t_b)
     else:
-        ratio = round(t_b / t_f * 20) / 20               # 0.05 steps: the cache of simulations stays small
+        ratio = round(t_b / t_f * 20) / 20  # 0.05 steps: the cache of simulations stays small
         pipe = pipeline_makespan(p, m, v, ratio) * t_f
     busy = m * v * (t_f + t_b)
     # --- data parallelism / ZeRO: gradient all-reduce (reduce-scatter + all-gather) of the stage ---
     psi = stage_params(model, p, t)
     dp_link = dev.inter if t * d > dev.gpus_per_node else dev.intra
     dp_t = all_reduce_time(d, layout.grad_bytes * psi, dp_link)
-    if layout.zero == 3:   # reduce-scatter the gradients once; all-gather bf16 weights for every fwd and bwd
+    if layout.zero == 3:  # reduce-scatter the gradients once; all-gather bf16 weights for every fwd and bwd
         dp_t = dp_t / 2 + 2 * m * all_reduce_time(d, 2 * psi, dp_link) / 2
     if "dp" in layout.overlap:
-        dp_t = max(0.0, dp_t - 0.9 * busy)               # hidden behind the backward passes
+        dp_t = max(0.0, dp_t - 0.9 * busy)  # hidden behind the backward passes
     opt_t = (32 * psi / (d if layout.zero else 1) / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
     total = pipe + dp_t + opt_t
-    time = {"compute": m * (fwd + bwd), "tp": m * (tp_f + tp_b), "pp": m * v * 2 * p2p, "bubble": pipe - busy,
-            "dp": dp_t, "optimizer": opt_t, "total": total}
+    time = {
+        "compute": m * (fwd + bwd),
+        "tp": m * (tp_f + tp_b),
+        "pp": m * v * 2 * p2p,
+        "bubble": pipe - busy,
+        "dp": dp_t,
+        "optimizer": opt_t,
+        "total": total,
+    }
     mem = memory_per_gpu(model, dev, layout, m)
     n = layout.gpus
-    return Estimate(layout, m, time, mem, mem["total"] <= 0.9 * dev.mem_bytes,
-                    model_flops(model, global_batch, layout.recompute) / total / n / 1e12,
-                    model_flops(model, global_batch, "none") / total / n / (dev.peak_flops),
-                    t > dev.gpus_per_node)
+    return Estimate(
+        layout,
+        m,
+        time,
+        mem,
+        mem["total"] <= 0.9 * dev.mem_bytes,
+        model_flops(model, global_batch, layout.recompute) / total / n / 1e12,
+        model_flops(model, global_batch, "none") / total / n / (dev.peak_flops),
+        t > dev.gpus_per_node,
+    )
 
 
 def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
@@ -312,7 +340,7 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, layout.seq_parallel, bpv)
     inflight = min(p, m) * (1 + (p - 1) / (p * v) if v > 1 else 1)
     acts = model.layers // p * inflight * per_layer
-    if layout.recompute == "full":                        # the layer being recomputed holds its full activations
+    if layout.recompute == "full":  # the layer being recomputed holds its full activations
         acts += activation_bytes_per_layer(model, b, t, "none", layout.seq_parallel, bpv)
     mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
     mem["total"] = sum(mem.values())
@@ -325,15 +353,33 @@ def stage_params(model: ModelShape, pp: int, tp: int) -> float:
     return (model.layers // pp * (12 * h * h + 13 * h) + model.vocab * h) / tp + model.seq * h
 
 
-def cpu_device(peak_flops: float, alpha: float, beta: float, layer_overhead: float, ranks: int, cores: int,
-               mem_bytes: float = 2 ** 30) -> Device:
+def cpu_device(
+    peak_flops: float,
+    alpha: float,
+    beta: float,
+    layer_overhead: float,
+    ranks: int,
+    cores: int,
+    mem_bytes: float = 2**30,
+) -> Device:
     """This machine as a :class:`Device`, from minipar's own measurements (lesson 07 fits them):
     ``peak_flops`` a rank's fp32 matmul FLOP/s (already achievable: gemm_efficiency 1), α and β of
     gloo (lesson 01's fit), ``layer_overhead`` one block's forward + backward seconds beyond its
     FLOPs (spread as 1/3 per pass), ``ranks`` processes sharing ``cores`` cores (compute_share =
     cores / ranks), all on one "node", fp32 values. No HBM term: ``layer_overhead`` measures it."""
-    return Device("this CPU", peak_flops, mem_bytes, ranks, (alpha, beta), (alpha, beta), 1.0, None,
-                  layer_overhead / 3, min(1.0, cores / ranks), 4)
+    return Device(
+        "this CPU",
+        peak_flops,
+        mem_bytes,
+        ranks,
+        (alpha, beta),
+        (alpha, beta),
+        1.0,
+        None,
+        layer_overhead / 3,
+        min(1.0, cores / ranks),
+        4,
+    )
 
 
 def shape_of(cfg) -> ModelShape:
@@ -345,9 +391,18 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def plan(model: ModelShape, dev: Device, gpus: int, global_batch: int, micro_batches=(1, 2, 4, 8),
-         recomputes=("none", "selective", "full"), zeros=(0, 1, 3), vs=(1, 2, 4), seq_parallel=True,
-         overlap=frozenset()) -> list[tuple[Estimate, str]]:
+def plan(
+    model: ModelShape,
+    dev: Device,
+    gpus: int,
+    global_batch: int,
+    micro_batches=(1, 2, 4, 8),
+    recomputes=("none", "selective", "full"),
+    zeros=(0, 1, 3),
+    vs=(1, 2, 4),
+    seq_parallel=True,
+    overlap=frozenset(),
+) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` GPUs, with why it is rejected ("" if not): best MFU first among the kept.
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
@@ -359,9 +414,9 @@ def plan(model: ModelShape, dev: Device, gpus: int, global_batch: int, micro_bat
         for pp in divisors(gpus // tp):
             dp = gpus // (tp * pp)
             for b in micro_batches:
-                for v in (vs if pp > 1 else (1,)):
+                for v in vs if pp > 1 else (1,):
                     for rc in recomputes:
-                        for z in (zeros if dp > 1 else (0,)):
+                        for z in zeros if dp > 1 else (0,):
                             lay = Layout(dp, tp, pp, b, v, z, rc, seq_parallel and tp > 1, overlap=overlap)
                             try:
                                 m = _check(model, lay, global_batch)
@@ -369,14 +424,28 @@ def plan(model: ModelShape, dev: Device, gpus: int, global_batch: int, micro_bat
                                 continue
                             mem = memory_per_gpu(model, dev, lay, m)
                             if tp > dev.gpus_per_node or mem["total"] > 0.9 * dev.mem_bytes:
-                                e = Estimate(lay, m, {}, mem, mem["total"] <= 0.9 * dev.mem_bytes, 0.0, 0.0,
-                                             tp > dev.gpus_per_node)
-                                why = ("TP across nodes" if e.tp_across_nodes else
-                                       f"does not fit ({mem['total'] / 1e9:.0f} GB > 90% of {dev.mem_bytes / 1e9:.0f} GB)")
+                                e = Estimate(
+                                    lay,
+                                    m,
+                                    {},
+                                    mem,
+                                    mem["total"] <= 0.9 * dev.mem_bytes,
+                                    0.0,
+                                    0.0,
+                                    tp > dev.gpus_per_node,
+                                )
+                                why = (
+                                    "TP across nodes"
+                                    if e.tp_across_nodes
+                                    else f"does not fit ({mem['total'] / 1e9:.0f} GB > 90% of {dev.mem_bytes / 1e9:.0f} GB)"
+                                )
                             else:
                                 e = estimate(model, dev, lay, global_batch)
-                                why = (f"bubble {e.time['bubble'] / e.time['total']:.0%} of the step"
-                                       if e.time["bubble"] > 0.25 * e.time["total"] else "")
+                                why = (
+                                    f"bubble {e.time['bubble'] / e.time['total']:.0%} of the step"
+                                    if e.time["bubble"] > 0.25 * e.time["total"]
+                                    else ""
+                                )
                             out.append((e, why))
     return sorted(out, key=lambda x: (x[1] != "", -x[0].mfu))
 
@@ -428,8 +497,11 @@ def megascale_estimates(dev: Device | None = None, v: int = 1) -> dict[str, Esti
     Returns ``{"megatron": e, "megascale": e}``."""
     dev = dev or GPUS["a100"]
     model = MODELS["175b"]
-    base = Layout(dp=192, tp=8, pp=8, micro_batch=1, v=v, zero=1, recompute="selective", seq_parallel=True,
-                  grad_bytes=2)
+    base = Layout(
+        dp=192, tp=8, pp=8, micro_batch=1, v=v, zero=1, recompute="selective", seq_parallel=True, grad_bytes=2
+    )
     B = MEGASCALE_175B["batch"]
-    return {"megatron": estimate(model, dev, base, B),
-            "megascale": estimate(model, dev, replace(base, overlap=frozenset({"dp", "pp", "tp"})), B)}
+    return {
+        "megatron": estimate(model, dev, base, B),
+        "megascale": estimate(model, dev, replace(base, overlap=frozenset({"dp", "pp", "tp"})), B),
+    }

@@ -6,6 +6,7 @@ prints the best layouts (dp, tp, pp, micro-batch b, interleaving v, ZeRO stage, 
 their modelled MFU, step time and memory per GPU, then one line per reason the other layouts
 were rejected (does not fit, TP across nodes, bubble) with an example of each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,16 +37,21 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     kept = [e for e, why in rows if not why]
-    print(f"{a.model} ({model.params / 1e9:.1f}B params, seq {model.seq}) on {a.gpus} × {dev.name}, "
-          f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)")
+    print(
+        f"{a.model} ({model.params / 1e9:.1f}B params, seq {model.seq}) on {a.gpus} × {dev.name}, "
+        f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
+    )
     print(f"{'layout':42s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")
-    for e in kept[:a.top]:
-        print(f"{str(e.layout):42s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
-              f"{e.time['bubble'] / e.time['total']:6.1%}")
+    for e in kept[: a.top]:
+        print(
+            f"{str(e.layout):42s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
+            f"{e.time['bubble'] / e.time['total']:6.1%}"
+        )
     if not kept:
         print("  (none: every layout was rejected; see below)")
-    reasons = Counter(why.split(" (")[0].split(" ")[0] if why.startswith("bubble") else why.split(" (")[0]
-                      for _, why in rows if why)
+    reasons = Counter(
+        why.split(" (")[0].split(" ")[0] if why.startswith("bubble") else why.split(" (")[0] for _, why in rows if why
+    )
     print("rejected:")
     for reason, n in reasons.most_common():
         ex = next((e, why) for e, why in rows if why and why.startswith(reason))

@@ -40,6 +40,7 @@ Step time (Narayanan et al. 2021, §3, with a latency–bandwidth (α–β) cost
 - then the data-parallel gradient all-reduce (2(dp−1)/dp · 4Φ bytes) — not overlapped here;
 - a ring all-reduce over n ranks costs 2(n−1)·α + 2(n−1)/n · S/β; a transfer α + S/β.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,6 +65,7 @@ class Hardware:
         with FLOPs — operator launches, autograd bookkeeping; dominant for tiny models (and, on a
         GPU, kernel-launch latency).
     """
+
     peak_flops: float
     mem_bytes: float
     bw: dict = field(default_factory=lambda: {"tp": 1e9, "dp": 1e9, "pp": 1e9})
@@ -78,8 +80,8 @@ class Estimate:
     dp: int
     tp: int
     m: int
-    mem: dict        # bytes: params, grads, optimizer, activations, total
-    time: dict       # seconds: compute, tp, pp, bubble, dp, total
+    mem: dict  # bytes: params, grads, optimizer, activations, total
+    time: dict  # seconds: compute, tp, pp, bubble, dp, total
     fits: bool
 
     @property
@@ -90,7 +92,7 @@ class Estimate:
 def stage_params(cfg: GPTConfig, pp: int, tp: int) -> list[float]:
     """Parameters held by one rank of each pipeline stage (its TP share), stage 0 .. pp−1."""
     d, V = cfg.d_model, cfg.vocab_size
-    block = (12 * d * d + 7 * d) / tp + 6 * d          # sharded matrices (+ split biases) + replicated vectors
+    block = (12 * d * d + 7 * d) / tp + 6 * d  # sharded matrices (+ split biases) + replicated vectors
     out = []
     for s, (lo, hi) in enumerate(partition_layers(cfg.n_layer, pp)):
         n = (hi - lo) * block
@@ -102,8 +104,9 @@ def stage_params(cfg: GPTConfig, pp: int, tp: int) -> list[float]:
     return out
 
 
-def activation_bytes_per_layer(cfg: GPTConfig, micro_batch: int, tp: int, bytes_per_value: int = 4,
-                               recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    cfg: GPTConfig, micro_batch: int, tp: int, bytes_per_value: int = 4, recompute: str = "none"
+) -> float:
     """Bytes one layer keeps for backward per micro-batch. Korthikanti et al. 2022, eq. 2 (TP, no SP):
     s·b·h·(10 + 24/t + 5·a·s/(h·t)) for 2-byte values; "selective" drops the last term (§5); "full"
     keeps the layer input only, s·b·h values (§4.3). Raises ConfigError for another mode."""
@@ -120,42 +123,71 @@ def _all_reduce(n: int, nbytes: float, bw: float, alpha: float) -> float:
     return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bw
 
 
-def estimate(cfg: GPTConfig, batch: int, pp: int, dp: int, tp: int, m: int, hw: Hardware, zero: int = 0,
-             schedule: str = "1f1b", recompute: str = "none", offload: bool = False) -> Estimate:
+def estimate(
+    cfg: GPTConfig,
+    batch: int,
+    pp: int,
+    dp: int,
+    tp: int,
+    m: int,
+    hw: Hardware,
+    zero: int = 0,
+    schedule: str = "1f1b",
+    recompute: str = "none",
+    offload: bool = False,
+) -> Estimate:
     """Memory (bytes) and step time (seconds) of one layout; see the module doc for every term."""
-    from minipar.models import GPT
     import torch
+
+    from minipar.models import GPT
+
     with torch.device("meta"):
         fpt = GPT(cfg).flops_per_token()
     s, h = cfg.block_size, cfg.d_model
-    b = batch / (dp * m)                                  # sequences per micro-batch
+    b = batch / (dp * m)  # sequences per micro-batch
     params = max(stage_params(cfg, pp, tp))
     layers = max(hi - lo for lo, hi in partition_layers(cfg.n_layer, pp))
     in_flight = m if schedule == "gpipe" else min(pp, m)
     act = layers * in_flight * activation_bytes_per_layer(cfg, b, tp, recompute=recompute)
-    if recompute == "full":                               # one layer re-run in full during backward
+    if recompute == "full":  # one layer re-run in full during backward
         act += activation_bytes_per_layer(cfg, b, tp)
     opt_bytes = 8 * params / (dp if zero else 1)
     mem = {"params": 4 * params, "grads": 4 * params, "optimizer": 0 if offload else opt_bytes, "activations": act}
     mem["total"] = sum(mem.values())
     mem["host"] = opt_bytes if offload else 0
-    msg = b * s * h * 4                                   # one activation (b, s, h) in fp32
+    msg = b * s * h * 4  # one activation (b, s, h) in fp32
     t_c = (fpt * b * s * (layers / cfg.n_layer) / tp / hw.peak_flops + layers * hw.layer_overhead) / hw.compute_share
     if recompute == "full":
-        t_c *= 4 / 3                                      # forward + backward = 3 forwards, plus one
+        t_c *= 4 / 3  # forward + backward = 3 forwards, plus one
     t_tp = (4 * layers + 2) * _all_reduce(tp, msg, hw.bw["tp"], hw.latency)
     t_pp = 2 * (hw.latency + msg / hw.bw["pp"]) if pp > 1 else 0.0
     stage = t_c + t_tp + t_pp
     pipe = (m + pp - 1) * stage
     t_dp = _all_reduce(dp, 4 * params, hw.bw["dp"], hw.latency)
     t_host = 2 * 4 * params / hw.bw.get("host", float("inf")) if offload else 0.0
-    time = {"compute": m * t_c, "tp": m * t_tp, "pp": m * t_pp, "bubble": (pp - 1) * stage, "dp": t_dp, "offload": t_host}
+    time = {
+        "compute": m * t_c,
+        "tp": m * t_tp,
+        "pp": m * t_pp,
+        "bubble": (pp - 1) * stage,
+        "dp": t_dp,
+        "offload": t_host,
+    }
     time["total"] = pipe + t_dp + t_host
     return Estimate(pp, dp, tp, m, mem, time, mem["total"] <= hw.mem_bytes)
 
 
-def plan(cfg: GPTConfig, batch: int, world: int, hw: Hardware, microbatches=(1, 2, 4, 8), zero: int = 0,
-         schedule: str = "1f1b", recompute: str = "none", offload: bool = False) -> list[Estimate]:
+def plan(
+    cfg: GPTConfig,
+    batch: int,
+    world: int,
+    hw: Hardware,
+    microbatches=(1, 2, 4, 8),
+    zero: int = 0,
+    schedule: str = "1f1b",
+    recompute: str = "none",
+    offload: bool = False,
+) -> list[Estimate]:
     """Every valid (pp, dp, tp, m) for ``world`` ranks, fitting ones first, fastest first.
 
     Valid: tp divides n_head and d_model, pp <= n_layer, dp·m divides ``batch``.
@@ -175,6 +207,7 @@ def rank_correlation(a: list[float], b: list[float]) -> float:
 
     1 = the planner orders the layouts exactly as the measurement does; 0 = no relation.
     """
+
     def ranks(v):
         order = sorted(range(len(v)), key=lambda i: v[i])
         r = [0.0] * len(v)
@@ -187,6 +220,7 @@ def rank_correlation(a: list[float], b: list[float]) -> float:
                 r[order[k]] = (i + j) / 2
             i = j + 1
         return r
+
     ra, rb = ranks(a), ranks(b)
     ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))

@@ -8,6 +8,7 @@ Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tra
 arXiv:2205.05198, §4 (activation memory: 34sbh + 5as²b per layer, 2sbh with full recompute,
 34sbh with selective recompute of the attention core, §5).
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,8 +74,9 @@ def set_recompute(model: nn.Module, mode: str) -> int:
             m.attn.recompute_core = mode == "selective"
             n += 1
     if n == 0 and mode != "none":
-        raise ConfigError(f"--recompute {mode}: {type(model).__name__} has no transformer blocks to recompute; "
-                          "use --recompute none")
+        raise ConfigError(
+            f"--recompute {mode}: {type(model).__name__} has no transformer blocks to recompute; use --recompute none"
+        )
     return n
 
 
@@ -93,8 +95,10 @@ class CheckpointedBlock(nn.Module):
             raise ConfigError(f"recompute={mode!r} is not one of {MODES}")
         if mode == "selective":
             if not hasattr(getattr(block, "attn", None), "recompute_core"):
-                raise ConfigError(f"recompute='selective' needs a transformer block with attn.recompute_core; "
-                                  f"got {type(block).__name__}: use mode='full'")
+                raise ConfigError(
+                    f"recompute='selective' needs a transformer block with attn.recompute_core; "
+                    f"got {type(block).__name__}: use mode='full'"
+                )
             block.attn.recompute_core = True
         self.block, self.mode = block, mode
 
@@ -104,8 +108,9 @@ class CheckpointedBlock(nn.Module):
         return self.block(x)
 
 
-def activation_bytes_per_layer(seq_len: int, batch_size: int, d_model: int, n_head: int,
-                               recompute: str = "none", tp: int = 1) -> int:
+def activation_bytes_per_layer(
+    seq_len: int, batch_size: int, d_model: int, n_head: int, recompute: str = "none", tp: int = 1
+) -> int:
     """Activation bytes one transformer layer keeps for backward (16-bit activations).
 
     Korthikanti et al. 2022, arXiv:2205.05198: none = sbh(34 + 5as/h) (§4.1 Eq. 1),

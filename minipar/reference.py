@@ -13,6 +13,7 @@ tests/test_3d.py).
         clip_grad_norm_(model.parameters(), grad_clip)
         opt.step(); opt.zero_grad()                       # AdamW update, then forget the grads
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ Used by :mod:`minipar.train` on the one rank that owns the loss. ``metrics.jsonl
 by line as the run goes (so a killed job loses nothing logged) and, after a resume, keeps the
 lines from before the checkpoint.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,15 @@ def progress_bar(kind: str, total: int):
         return tqdm(total=total, desc="train", unit="step")
     # "plain": no timings, redraws every 10% of the run, so the text is the same on every run
     tqdm.monitor_interval = 0
-    return tqdm(total=total, desc="train", file=sys.stdout, mininterval=0, miniters=max(1, total // 10),
-                bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}{postfix}", ascii=False)
+    return tqdm(
+        total=total,
+        desc="train",
+        file=sys.stdout,
+        mininterval=0,
+        miniters=max(1, total // 10),
+        bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}{postfix}",
+        ascii=False,
+    )
 
 
 def open_metrics(cfg, start: int):

@@ -23,6 +23,7 @@ Only one rank — last pipeline stage, dp 0, tp 0 — owns the loss: it shows th
 also when ``minipar.launch`` starts the ranks) and writes the outputs. Checkpoints (:mod:`minipar.checkpoint`) hold logical single-device tensors,
 so a run saved under one layout resumes under any other.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,15 @@ from minipar.errors import ConfigError
 from minipar.mesh import init_mesh
 from minipar.mesh import validate as validate_layout
 from minipar.models import GPT, GPTConfig, adamw_groups
-from minipar.parallel3d import (GRAD_COMPRESSION, SCHEDULES_3D, broadcast_from, build_piece, check_grad_compression,
-                                full_model, measured_peak_flops)
+from minipar.parallel3d import (
+    GRAD_COMPRESSION,
+    SCHEDULES_3D,
+    broadcast_from,
+    build_piece,
+    check_grad_compression,
+    full_model,
+)
+from minipar.perf.hardware import measured_peak_flops
 from minipar.recompute import MODES as RECOMPUTE_MODES
 from minipar.run_log import open_metrics, plot_losses, progress_bar, write_outputs  # noqa: F401 (plot_losses: public)
 from minipar.tp.gpt import check_tp_config
@@ -52,8 +60,8 @@ from minipar.tp.gpt import check_tp_config
 @dataclass
 class TrainConfig:
     steps: int = 1000
-    batch_size: int = 16          # global: sequences per optimizer step
-    microbatches: int = 1         # gradient accumulation steps per optimizer step
+    batch_size: int = 16  # global: sequences per optimizer step
+    microbatches: int = 1  # gradient accumulation steps per optimizer step
     block_size: int = 128
     n_layer: int = 4
     n_head: int = 4
@@ -64,23 +72,23 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
-    dtype: str = "fp32"          # fp32 | bf16 (autocast) | fp16 (autocast, GPU only)
-    data: str | None = None       # a UTF-8 text file; None = pydoc_data.topics
+    dtype: str = "fp32"  # fp32 | bf16 (autocast) | fp16 (autocast, GPU only)
+    data: str | None = None  # a UTF-8 text file; None = pydoc_data.topics
     out: str | None = "runs/train"
     log_every: int = 10
     eval_every: int = 100
     eval_batches: int = 8
     sample_chars: int = 300
-    ckpt_dir: str | None = None   # where checkpoints go (None: no checkpoints)
-    ckpt_every: int = 0           # save every this many steps (0: never)
-    resume: bool = False          # continue from the newest complete checkpoint in ckpt_dir
-    dp: int | None = None         # data-parallel degree (None: world_size / (tp·pp))
-    tp: int = 1                   # tensor-parallel degree
-    pp: int = 1                   # pipeline stages
-    schedule: str = "1f1b"        # pipeline schedule: 1f1b | gpipe
-    zero: int = 0                 # 1: ZeRO-1 over the dp group (shard AdamW's moments)
+    ckpt_dir: str | None = None  # where checkpoints go (None: no checkpoints)
+    ckpt_every: int = 0  # save every this many steps (0: never)
+    resume: bool = False  # continue from the newest complete checkpoint in ckpt_dir
+    dp: int | None = None  # data-parallel degree (None: world_size / (tp·pp))
+    tp: int = 1  # tensor-parallel degree
+    pp: int = 1  # pipeline stages
+    schedule: str = "1f1b"  # pipeline schedule: 1f1b | gpipe
+    zero: int = 0  # 1: ZeRO-1 over the dp group (shard AdamW's moments)
     grad_compression: str = "none"  # none | bf16 | powersgd: how the dp all-reduce sends gradients (lesson 09)
-    recompute: str = "none"       # none | selective | full: activation recomputation in every block (lesson 08)
+    recompute: str = "none"  # none | selective | full: activation recomputation in every block (lesson 08)
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "microbatches", "block_size", "log_every", "eval_every", "eval_batches"):
@@ -98,35 +106,57 @@ class TrainConfig:
         if self.schedule not in SCHEDULES_3D:
             raise ConfigError(f"--schedule {self.schedule}: use one of {', '.join(SCHEDULES_3D)}")
         if self.pp > self.n_layer:
-            raise ConfigError(f"--pp {self.pp} stages but the model has only --n-layer {self.n_layer} blocks; "
-                              f"use --pp <= {self.n_layer} or --n-layer >= {self.pp}")
-        check_tp_config(self.gpt(1), self.tp)   # tp divides d_model, n_head and 4·d_model
+            raise ConfigError(
+                f"--pp {self.pp} stages but the model has only --n-layer {self.n_layer} blocks; "
+                f"use --pp <= {self.n_layer} or --n-layer >= {self.pp}"
+            )
+        check_tp_config(self.gpt(1), self.tp)  # tp divides d_model, n_head and 4·d_model
         if not self.grad_clip >= 0:
             raise ConfigError(f"--grad-clip {self.grad_clip}: must be >= 0 (0 turns clipping off)")
         if self.zero not in (0, 1):
             raise ConfigError(f"--zero {self.zero}: use 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
         if self.resume and not self.ckpt_dir:
-            raise ConfigError("--resume needs a checkpoint directory to look in: add --ckpt-dir DIR "
-                              "(or --out DIR, whose DIR/ckpt is the default)")
+            raise ConfigError(
+                "--resume needs a checkpoint directory to look in: add --ckpt-dir DIR "
+                "(or --out DIR, whose DIR/ckpt is the default)"
+            )
         check_grad_compression(self.grad_compression, self.zero)
         if self.recompute not in RECOMPUTE_MODES:
-            raise ConfigError(f"--recompute {self.recompute}: use one of {', '.join(RECOMPUTE_MODES)} "
-                              "(selective: the attention core only; full: the whole block)")
+            raise ConfigError(
+                f"--recompute {self.recompute}: use one of {', '.join(RECOMPUTE_MODES)} "
+                "(selective: the attention core only; full: the whole block)"
+            )
 
     def accepts(self, pp: int, dp: int, tp: int) -> bool:
         """True if this model and batch can run on a (pp, dp, tp) layout (used to list valid layouts)."""
         local = self.batch_size // dp
-        return (pp <= self.n_layer and self.d_model % tp == 0 and self.n_head % tp == 0
-                and self.batch_size % dp == 0 and local % self.microbatches == 0)
+        return (
+            pp <= self.n_layer
+            and self.d_model % tp == 0
+            and self.n_head % tp == 0
+            and self.batch_size % dp == 0
+            and local % self.microbatches == 0
+        )
 
     def meta(self, corpus: CharCorpus) -> dict:
         """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary."""
-        return {"n_layer": self.n_layer, "n_head": self.n_head, "d_model": self.d_model,
-                "block_size": self.block_size, "data": self.data, "vocab": "".join(corpus.chars)}
+        return {
+            "n_layer": self.n_layer,
+            "n_head": self.n_head,
+            "d_model": self.d_model,
+            "block_size": self.block_size,
+            "data": self.data,
+            "vocab": "".join(corpus.chars),
+        }
 
     def gpt(self, vocab_size: int) -> GPTConfig:
-        return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
-                         n_head=self.n_head, d_model=self.d_model)
+        return GPTConfig(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            d_model=self.d_model,
+        )
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -158,23 +188,33 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tu
         GPU, a text too short for the splits, a checkpoint past ``--steps`` or of another model.
     """
     cfg.validate()
-    pp, dp, tp = validate_layout(world_size, pp=cfg.pp, dp=cfg.dp, tp=cfg.tp, accepts=cfg.accepts,
-                                 what=f"this model (--n-layer {cfg.n_layer}, --n-head {cfg.n_head}, "
-                                      f"--d-model {cfg.d_model}) and --batch-size {cfg.batch_size}")
+    pp, dp, tp = validate_layout(
+        world_size,
+        pp=cfg.pp,
+        dp=cfg.dp,
+        tp=cfg.tp,
+        accepts=cfg.accepts,
+        what=f"this model (--n-layer {cfg.n_layer}, --n-head {cfg.n_head}, "
+        f"--d-model {cfg.d_model}) and --batch-size {cfg.batch_size}",
+    )
     if cfg.dtype == "fp16" and device_type != "cuda":
         raise ConfigError("--dtype fp16 needs a GPU; use --dtype bf16 on CPU")
     corpus = CharCorpus(load_text(cfg.data))
     if cfg.batch_size % dp:
         lo = cfg.batch_size // dp * dp
-        raise ConfigError(f"--batch-size {cfg.batch_size} is not divisible by the {dp} data-parallel "
-                          f"ranks; use {lo or dp} or {lo + dp}")
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} is not divisible by the {dp} data-parallel "
+            f"ranks; use {lo or dp} or {lo + dp}"
+        )
     check_fits(len(corpus.text), cfg.block_size, cfg.batch_size, dp)
     local = cfg.batch_size // dp
     if local % cfg.microbatches:
         fits = [m for m in range(1, local + 1) if local % m == 0]
-        raise ConfigError(f"--microbatches {cfg.microbatches} does not divide the per-rank batch {local} "
-                          f"(= --batch-size {cfg.batch_size} / dp {dp}); use --microbatches "
-                          f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}")
+        raise ConfigError(
+            f"--microbatches {cfg.microbatches} does not divide the per-rank batch {local} "
+            f"(= --batch-size {cfg.batch_size} / dp {dp}); use --microbatches "
+            f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
+        )
     return corpus, (check_resume(cfg, corpus) if cfg.resume else 0)
 
 
@@ -190,19 +230,25 @@ def check_resume(cfg: TrainConfig, corpus: CharCorpus) -> int:
         return 0
     step = ckpt.step_of(path)
     if step > cfg.steps:
-        raise ConfigError(f"--resume: the newest checkpoint in {cfg.ckpt_dir} is at step {step}, already past "
-                          f"--steps {cfg.steps}; use --steps {step} or more to go on from it, or another --ckpt-dir")
+        raise ConfigError(
+            f"--resume: the newest checkpoint in {cfg.ckpt_dir} is at step {step}, already past "
+            f"--steps {cfg.steps}; use --steps {step} or more to go on from it, or another --ckpt-dir"
+        )
     saved, mine = ckpt.read_meta(path), cfg.meta(corpus)
-    for key in (saved or {}):
+    for key in saved or {}:
         if key in ("data", "vocab") or saved[key] == mine.get(key):
             continue
         flag = "--" + key.replace("_", "-")
-        raise ConfigError(f"--resume: checkpoint {path} was saved with {flag} {saved[key]}, this run has "
-                          f"{flag} {mine[key]}; resume with {flag} {saved[key]}, or use another --ckpt-dir")
+        raise ConfigError(
+            f"--resume: checkpoint {path} was saved with {flag} {saved[key]}, this run has "
+            f"{flag} {mine[key]}; resume with {flag} {saved[key]}, or use another --ckpt-dir"
+        )
     if saved and saved.get("vocab") != mine["vocab"]:
-        raise ConfigError(f"--resume: checkpoint {path} was trained on another corpus (--data {saved.get('data') or 'default'}, "
-                          f"{len(saved['vocab'])} distinct characters; this one: {len(mine['vocab'])}); resume with "
-                          f"--data {saved.get('data') or '(none: the built-in corpus)'}, or use another --ckpt-dir")
+        raise ConfigError(
+            f"--resume: checkpoint {path} was trained on another corpus (--data {saved.get('data') or 'default'}, "
+            f"{len(saved['vocab'])} distinct characters; this one: {len(mine['vocab'])}); resume with "
+            f"--data {saved.get('data') or '(none: the built-in corpus)'}, or use another --ckpt-dir"
+        )
     return step
 
 
@@ -247,20 +293,31 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         world size or the model, bad ``--data``, a checkpoint that does not fit), raised before
         any output file is touched.
     """
-    corpus, _ = check(cfg, mdist.world_size(), mdist.device().type)   # before any output is touched
+    corpus, _ = check(cfg, mdist.world_size(), mdist.device().type)  # before any output is touched
     mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp)
-    loader = make_loader(corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank,
-                         dp_size=mesh.dp_size, seed=cfg.seed)
+    loader = make_loader(
+        corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
+    )
     gpt_cfg = cfg.gpt(corpus.vocab_size)
-    piece = build_piece(gpt_cfg, mesh, schedule=cfg.schedule, microbatches=cfg.microbatches, zero=cfg.zero,
-                        grad_compression=cfg.grad_compression, recompute=cfg.recompute, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                        grad_clip=cfg.grad_clip, seed=cfg.seed)
+    piece = build_piece(
+        gpt_cfg,
+        mesh,
+        schedule=cfg.schedule,
+        microbatches=cfg.microbatches,
+        zero=cfg.zero,
+        grad_compression=cfg.grad_compression,
+        recompute=cfg.recompute,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        grad_clip=cfg.grad_clip,
+        seed=cfg.seed,
+    )
     is_logger = mdist.rank() == piece.loss_rank
     start = resume(cfg, piece, loader, is_logger) if cfg.resume else 0
     tokens_per_step = cfg.batch_size * cfg.block_size
     with torch.device("meta"):
-        flops_per_token = GPT(gpt_cfg).flops_per_token()     # 6N + 12·L·d·T (see GPT.flops_per_token)
-    peak = measured_peak_flops(mdist.device()) if is_logger else 0.0   # one rank's matmul FLOP/s, measured now
+        flops_per_token = GPT(gpt_cfg).flops_per_token()  # 6N + 12·L·d·T (see GPT.flops_per_token)
+    peak = measured_peak_flops(mdist.device()) if is_logger else 0.0  # one rank's matmul FLOP/s, measured now
     history: list[dict] = []
     bar = progress_bar(progress, cfg.steps) if is_logger else None
     if bar is not None and start:
@@ -282,9 +339,9 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             log(record)
             break
         lr = lr_at(step, cfg)
-        x, y = next(loader)                       # this dp rank's share: (B/dp, T)
+        x, y = next(loader)  # this dp rank's share: (B/dp, T)
         with _autocast(cfg, mdist.device()):
-            loss = piece.step(x, y, lr)           # schedule, dp grad sync, global clip, AdamW
+            loss = piece.step(x, y, lr)  # schedule, dp grad sync, global clip, AdamW
         if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
             ckpt.save_3d(cfg.ckpt_dir, step + 1, piece, loader, meta=cfg.meta(corpus))
         if step % cfg.log_every == 0:
@@ -292,10 +349,22 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             tok_s = tokens_per_step * (cfg.log_every if step > start else 1) / (now - t_last)
             t_last = now
             # model-FLOPs utilisation: achieved model FLOP/s over (ranks x one rank's measured matmul peak)
-            speed = broadcast_from(torch.tensor([tok_s, flops_per_token * tok_s / (mdist.world_size() * peak or 1)],
-                                                dtype=torch.float64, device=mdist.device()), piece.loss_rank)
-            record = {**(record or {}), "step": step, "loss": loss.item(), "lr": lr,
-                      "tokens_per_s": speed[0].item(), "mfu": speed[1].item()}
+            speed = broadcast_from(
+                torch.tensor(
+                    [tok_s, flops_per_token * tok_s / (mdist.world_size() * peak or 1)],
+                    dtype=torch.float64,
+                    device=mdist.device(),
+                ),
+                piece.loss_rank,
+            )
+            record = {
+                **(record or {}),
+                "step": step,
+                "loss": loss.item(),
+                "lr": lr,
+                "tokens_per_s": speed[0].item(),
+                "mfu": speed[1].item(),
+            }
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.3f}", refresh=False)
         if record is not None:
@@ -304,7 +373,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    model = full_model(piece, piece.loss_rank) if cfg.out else None   # collective: gathers every stage
+    model = full_model(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
     if log_file is not None:
         log_file.close()
         write_outputs(cfg, model, corpus, mdist.device())
@@ -320,8 +389,11 @@ def resume(cfg: TrainConfig, piece, loader, verbose: bool = True) -> int:
     path = ckpt.latest(cfg.ckpt_dir)
     if path is None:
         if verbose:
-            print(f"--resume: no complete checkpoint in {cfg.ckpt_dir}/ (searched for step_NNNNNNNN/); "
-                  "starting from step 0", flush=True)
+            print(
+                f"--resume: no complete checkpoint in {cfg.ckpt_dir}/ (searched for step_NNNNNNNN/); "
+                "starting from step 0",
+                flush=True,
+            )
         return 0
     step = ckpt.load_3d(path, piece, loader)
     if verbose:
@@ -334,14 +406,17 @@ class _Help(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.option_strings and not any(action.default is v for v in (None, False, argparse.SUPPRESS)) \
-                and "default" not in text:
+        if (
+            action.option_strings
+            and not any(action.default is v for v in (None, False, argparse.SUPPRESS))
+            and "default" not in text
+        ):
             text += " (default: %(default)s)"
         return text
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):   # one line, like every other bad setting (see main)
+    def error(self, message):  # one line, like every other bad setting (see main)
         raise ConfigError(f"{message} (see python -m minipar.train --help)")
 
 
@@ -351,49 +426,94 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m minipar.train", description=__doc__.split("\n\n")[0], formatter_class=_Help)
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch, sequences per step")
-    p.add_argument("--microbatches", type=int, default=d.microbatches, help="gradient-accumulation micro-batches per rank")
+    p.add_argument(
+        "--microbatches", type=int, default=d.microbatches, help="gradient-accumulation micro-batches per rank"
+    )
     p.add_argument("--block-size", type=int, default=d.block_size, help="context length T, characters")
     p.add_argument("--n-layer", type=int, default=d.n_layer, help="transformer blocks")
     p.add_argument("--n-head", type=int, default=d.n_head, help="attention heads per block")
     p.add_argument("--d-model", type=int, default=d.d_model, help="hidden size")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the weights and the data order")
-    p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"], help="autocast precision (fp16: GPU only)")
+    p.add_argument(
+        "--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"], help="autocast precision (fp16: GPU only)"
+    )
     p.add_argument("--data", default=None, help="a UTF-8 text file (default: Python's pydoc_data.topics)")
     p.add_argument("--out", default=d.out, help="output folder ('' for none)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate the validation loss every N steps")
     p.add_argument("--log-every", type=int, default=d.log_every, help="log the training loss every N steps")
     p.add_argument("--eval-batches", type=int, default=d.eval_batches, help="validation batches per evaluation")
-    p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)")
+    p.add_argument(
+        "--ckpt-dir", default=None, help="checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)"
+    )
     p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default: the ranks left, world / (tp·pp))")
+    p.add_argument(
+        "--dp", type=int, default=None, help="data-parallel degree (default: the ranks left, world / (tp·pp))"
+    )
     p.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel degree (divides --n-head and --d-model)")
     p.add_argument("--pp", type=int, default=d.pp, help="pipeline stages (at most --n-layer)")
     p.add_argument("--schedule", default=d.schedule, choices=SCHEDULES_3D, help="pipeline schedule")
     p.add_argument("--zero", type=int, default=d.zero, help="1: ZeRO-1 over the dp group (AdamW moments sharded)")
-    p.add_argument("--grad-compression", choices=GRAD_COMPRESSION, default=d.grad_compression,
-                   help="compress the data-parallel gradient all-reduce: bf16 (half the bytes) or powersgd "
-                        "(rank-4 PowerSGD with error feedback); needs --zero 0 (lesson 09)")
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default=d.recompute,
-                   help="activation recomputation: keep less for backward, re-run forward pieces (lesson 08)")
+    p.add_argument(
+        "--grad-compression",
+        choices=GRAD_COMPRESSION,
+        default=d.grad_compression,
+        help="compress the data-parallel gradient all-reduce: bf16 (half the bytes) or powersgd "
+        "(rank-4 PowerSGD with error feedback); needs --zero 0 (lesson 09)",
+    )
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default=d.recompute,
+        help="activation recomputation: keep less for backward, re-run forward pieces (lesson 08)",
+    )
     p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the global gradient norm (0: off)")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="ranks started with minipar.launch (default dp·tp·pp; ignored under torchrun)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op threads per rank (default: all cores for one rank, 1 per rank otherwise)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="ranks started with minipar.launch (default dp·tp·pp; ignored under torchrun)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op threads per rank (default: all cores for one rank, 1 per rank otherwise)",
+    )
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
     a = parser().parse_args(argv)
-    cfg = TrainConfig(steps=a.steps, batch_size=a.batch_size, microbatches=a.microbatches, block_size=a.block_size,
-                      n_layer=a.n_layer, n_head=a.n_head, d_model=a.d_model, lr=a.lr, seed=a.seed, dtype=a.dtype,
-                      data=a.data, out=a.out, eval_every=a.eval_every, log_every=a.log_every, eval_batches=a.eval_batches,
-                      ckpt_dir=a.ckpt_dir or (os.path.join(a.out, "ckpt") if a.out and (a.ckpt_every or a.resume) else None),
-                      ckpt_every=a.ckpt_every, resume=a.resume, dp=a.dp, tp=a.tp, pp=a.pp, schedule=a.schedule,
-                      zero=a.zero, grad_compression=a.grad_compression, grad_clip=a.grad_clip,
-                      recompute=a.recompute)
+    cfg = TrainConfig(
+        steps=a.steps,
+        batch_size=a.batch_size,
+        microbatches=a.microbatches,
+        block_size=a.block_size,
+        n_layer=a.n_layer,
+        n_head=a.n_head,
+        d_model=a.d_model,
+        lr=a.lr,
+        seed=a.seed,
+        dtype=a.dtype,
+        data=a.data,
+        out=a.out,
+        eval_every=a.eval_every,
+        log_every=a.log_every,
+        eval_batches=a.eval_batches,
+        ckpt_dir=a.ckpt_dir or (os.path.join(a.out, "ckpt") if a.out and (a.ckpt_every or a.resume) else None),
+        ckpt_every=a.ckpt_every,
+        resume=a.resume,
+        dp=a.dp,
+        tp=a.tp,
+        pp=a.pp,
+        schedule=a.schedule,
+        zero=a.zero,
+        grad_compression=a.grad_compression,
+        grad_clip=a.grad_clip,
+        recompute=a.recompute,
+    )
     return cfg, a
 
 
@@ -406,9 +526,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--nproc {nproc}: must be >= 1")
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
         one_process = under_torchrun or nproc == 1
-        cuda = one_process and mdist.pick_backend("auto", int(os.environ.get("LOCAL_RANK", 0)),
-                                                  int(os.environ.get("LOCAL_WORLD_SIZE", 1))) == "nccl"
-        _, start = check(cfg, world, "cuda" if cuda else "cpu")   # every check, before any rank starts
+        cuda = (
+            one_process
+            and mdist.pick_backend(
+                "auto", int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            )
+            == "nccl"
+        )
+        _, start = check(cfg, world, "cuda" if cuda else "cpu")  # every check, before any rank starts
         if one_process:
             torch.set_num_threads(a.threads or (1 if world > 1 else os.cpu_count() or 1))
             mdist.init()
@@ -421,18 +546,28 @@ def main(argv: list[str] | None = None) -> int:
             from minipar import train as this_module  # by its import name, not __main__, so child ranks can import it
             from minipar.launch import launch
             from minipar.mesh import rank_of
+
             shape = validate_layout(nproc, pp=cfg.pp, dp=cfg.dp, tp=cfg.tp)
             progress = "bar" if sys.stdout.isatty() else "plain"
-            history = launch(this_module.train, world_size=nproc, args=(cfg, progress), threads=a.threads or 1,
-                             prefix=False, stream=rank_of((shape[0] - 1, 0, 0), shape))[0]   # the loss rank, live
+            history = launch(
+                this_module.train,
+                world_size=nproc,
+                args=(cfg, progress),
+                threads=a.threads or 1,
+                prefix=False,
+                stream=rank_of((shape[0] - 1, 0, 0), shape),
+            )[0]  # the loss rank, live
             is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if is_rank0 and history:
         first = next(r for r in history if "val_loss" in r)
-        print(f"{f'resumed at step {start}: ' if start else ''}val loss {first['val_loss']:.3f} (step {first['step']}) -> "
-              f"{history[-1]['val_loss']:.3f} (step {history[-1]['step']})" + (f"; outputs in {cfg.out}/" if cfg.out else ""))
+        print(
+            f"{f'resumed at step {start}: ' if start else ''}val loss {first['val_loss']:.3f} (step {first['step']}) -> "
+            f"{history[-1]['val_loss']:.3f} (step {history[-1]['step']})"
+            + (f"; outputs in {cfg.out}/" if cfg.out else "")
+        )
     return 0
 
 

@@ -18,6 +18,7 @@ the bound does not hold, so a stored ``False`` cannot happen. How to choose the 
   operation; AdamW divides by sqrt(v) so a gradient difference δ can move a parameter by up to
   lr per step in the worst case (δ ≫ sqrt(v)), typically lr·δ/sqrt(v). State the bound as that.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -37,8 +38,10 @@ def max_abs_diff(got, want) -> float:
     """
     if isinstance(got, Mapping):
         if set(got) != set(want):
-            raise ProofError(f"different keys: only in got {sorted(set(got) - set(want))}, "
-                             f"only in want {sorted(set(want) - set(got))}")
+            raise ProofError(
+                f"different keys: only in got {sorted(set(got) - set(want))}, "
+                f"only in want {sorted(set(want) - set(got))}"
+            )
         return max((max_abs_diff(got[k], want[k]) for k in got), default=0.0)
     if isinstance(got, (list, tuple)):
         if len(got) != len(want):
@@ -59,9 +62,10 @@ def verdict(what: str, diff: float, bound: float, why: str = "", hint: str = "")
     ``hint`` is added to the error: what a learner should check when the proof fails.
     """
     tail = f" ({why})" if why else ""
-    if not diff < bound:          # also catches NaN
-        raise ProofError(f"{what}: max|Δ| = {diff:.3g} is not below the bound {bound:g}{tail}"
-                         + (f". {hint}" if hint else ""))
+    if not diff < bound:  # also catches NaN
+        raise ProofError(
+            f"{what}: max|Δ| = {diff:.3g} is not below the bound {bound:g}{tail}" + (f". {hint}" if hint else "")
+        )
     return f"{what}: max|Δ| < {bound:g} ✓{tail}"
 
 

@@ -8,6 +8,7 @@ no port to collide with. Networking is off three ways: DNS resolves nothing
 (``--host-resolver-rules``), the page is emulated offline, and every request is logged
 (``Network.requestWillBeSent``) so a caller can assert that none left the machine.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,10 +24,22 @@ import threading
 import time
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--remote-debugging-pipe",
+]
 WIDTH, HEIGHT = 1280, 800
 
 
@@ -61,10 +74,21 @@ class Chromium:
         to_chrome_r, from_chrome_w = (_dup_high(to_chrome_r), _dup_high(from_chrome_w))
         self.log = open(Path(self.profile) / "stderr.log", "wb")
         self.proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}', exe, *FLAGS,
-             f"--user-data-dir={self.profile}", f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
-            pass_fds=(to_chrome_r, from_chrome_w), stdin=subprocess.DEVNULL,
-            stdout=self.log, stderr=self.log)
+            [
+                "bash",
+                "-c",
+                f'exec "$0" "$@" 3<&{to_chrome_r} 4>&{from_chrome_w}',
+                exe,
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={WIDTH},{HEIGHT}",
+                "about:blank",
+            ],
+            pass_fds=(to_chrome_r, from_chrome_w),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._inbox: queue.Queue = queue.Queue()
@@ -80,7 +104,7 @@ class Chromium:
                 *msgs, buf = buf.split(b"\0")
                 for m in msgs:
                     self._inbox.put(json.loads(m))
-        self._inbox.put(None)                      # Chromium closed the pipe (exited)
+        self._inbox.put(None)  # Chromium closed the pipe (exited)
 
     def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
         """Send one CDP command and return its result; events seen meanwhile go to ``events``."""
@@ -154,17 +178,20 @@ class Page:
         self.s = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Network", "Page", "Runtime"):
             self.call(f"{domain}.enable")
-        self.call("Network.emulateNetworkConditions",
-                  {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False})
+        self.call(
+            "Network.emulateNetworkConditions",
+            {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+        )
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+        )
 
     def call(self, method, params=None):
         return self.b.call(method, params, self.s)
 
     def eval(self, expr: str, await_promise: bool = False):
-        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True,
-                                            "awaitPromise": await_promise})
+        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": await_promise})
         if "exceptionDetails" in r:
             raise RuntimeError(f"{expr[:60]}...: {r['exceptionDetails'].get('exception', {}).get('description')}")
         return r["result"].get("value")
@@ -242,8 +269,11 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
         try:
             page.wait_for(FIND_REVEAL, "reveal.js initialised")
         except TimeoutError as e:
-            failed = [f"{x['request']['url'][:100]}" for x in page.events("Network.requestWillBeSent")
-                      if not x["request"]["url"].startswith(("file:", "data:"))]
+            failed = [
+                f"{x['request']['url'][:100]}"
+                for x in page.events("Network.requestWillBeSent")
+                if not x["request"]["url"].startswith(("file:", "data:"))
+            ]
             raise TimeoutError(f"{e}; requests that left the page's folder: {failed}") from None
         page.wait_for(MATHJAX_READY, "MathJax started")
         page.eval(MATHJAX_DONE, await_promise=True)
@@ -258,18 +288,22 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
             out["shots"].append(shots / f"{deck.stem}-first.png")
             page.screenshot(out["shots"][-1])
             if out["first_figure"] >= 0:
-                page.eval(f"(() => {{ const i = __reveal.getIndices(__reveal.getSlides()[{out['first_figure']}]);"
-                          " __reveal.slide(i.h, i.v); })()")
+                page.eval(
+                    f"(() => {{ const i = __reveal.getIndices(__reveal.getSlides()[{out['first_figure']}]);"
+                    " __reveal.slide(i.h, i.v); })()"
+                )
                 page.eval(MATHJAX_DONE, await_promise=True)
                 out["shots"].append(shots / f"{deck.stem}-figure.png")
                 page.screenshot(out["shots"][-1])
         urls = {e["requestId"]: e["request"]["url"] for e in page.events("Network.requestWillBeSent")}
         out["requests"] = sorted({u[:40] + "..." if u.startswith("data:") else u for u in urls.values()})
-        out["failed"] = [f"{urls.get(e['requestId'], '?')}: {e['errorText']}"
-                         for e in page.events("Network.loadingFailed")]
-        out["exceptions"] = [e["exceptionDetails"].get("exception", {}).get("description")
-                             or e["exceptionDetails"].get("text")
-                             for e in page.events("Runtime.exceptionThrown")]
+        out["failed"] = [
+            f"{urls.get(e['requestId'], '?')}: {e['errorText']}" for e in page.events("Network.loadingFailed")
+        ]
+        out["exceptions"] = [
+            e["exceptionDetails"].get("exception", {}).get("description") or e["exceptionDetails"].get("text")
+            for e in page.events("Runtime.exceptionThrown")
+        ]
         return out
     finally:
         page.close()
@@ -277,6 +311,7 @@ def check_deck(browser: Chromium, deck: Path, shots: Path | None = None) -> dict
 
 def main(argv=None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(description="Check decks in headless Chromium, offline.")
     ap.add_argument("decks", nargs="+", type=Path)
     ap.add_argument("--shots", type=Path, default=None, help="folder for PNG screenshots")
@@ -289,8 +324,11 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             r = check_deck(b, d, args.shots)
             r["seconds"] = round(time.perf_counter() - t, 2)
-            print(json.dumps({"deck": str(d), **{k: v if k != "shots" else list(map(str, v))
-                                                 for k, v in r.items()}}, indent=1))
+            print(
+                json.dumps(
+                    {"deck": str(d), **{k: v if k != "shots" else list(map(str, v)) for k, v in r.items()}}, indent=1
+                )
+            )
     return 0
 
 

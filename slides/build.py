@@ -22,6 +22,7 @@ tests/test_slides.py opens the decks in headless Chromium with networking off.
 Each deck carries ``<meta name="minipar-slides-source" content="sha256:...">``, a digest of the
 lesson's slide cells (:func:`source_digest`), so a test can tell when a deck is out of date.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ LESSONS = ROOT / "lessons"
 SLIDES = ROOT / "slides"
 VENDOR = SLIDES / "vendor"
 TEMPLATES = SLIDES / "template"
-MATHJAX_CONFIG = "TeX-AMS_CHTML-full,Safe"   # the configuration nbconvert's default URL names
+MATHJAX_CONFIG = "TeX-AMS_CHTML-full,Safe"  # the configuration nbconvert's default URL names
 DIGEST_META = "minipar-slides-source"
 
 
@@ -77,8 +78,7 @@ def external_loads(html: str) -> list[str]:
     found += re.findall(r"""<link\b[^>]*\bhref\s*=\s*["']([^"']*)["']""", html)
     found += re.findall(r"""(?:url\(|@import\s+)["']?((?:https?:)?//[^"')\s]+)""", html)
     found += re.findall(r"""\bimport\b[^;'"]*['"]((?:https?:)?//[^'"]+)['"]""", html)
-    return sorted({u for u in found if re.match(r"^(?:[a-z][a-z0-9+.-]*:|//)", u, re.I)
-                   and not u.startswith("data:")})
+    return sorted({u for u in found if re.match(r"^(?:[a-z][a-z0-9+.-]*:|//)", u, re.I) and not u.startswith("data:")})
 
 
 def _linked_css_exporter_class():
@@ -100,6 +100,7 @@ def _linked_css_exporter_class():
 
             def include_css(name: str):
                 import markupsafe
+
                 source = self.environment.loader.get_source(self.environment, name)[0]
                 target = VENDOR / "nbconvert" / Path(name).name
                 if not target.exists() or target.read_text(encoding="utf-8") != source:
@@ -124,7 +125,7 @@ def exporter(out_dir: Path):
     c.SlidesExporter.reveal_url_prefix = f"{vendor}/reveal.js"
     c.SlidesExporter.reveal_theme = "white"
     c.SlidesExporter.reveal_transition = "none"
-    c.SlidesExporter.reveal_number = "c/t"            # "3/12" in the corner
+    c.SlidesExporter.reveal_number = "c/t"  # "3/12" in the corner
     c.HTMLExporter.require_js_url = f"{vendor}/require.js/require.js"
     c.HTMLExporter.mathjax_url = f"{vendor}/mathjax/MathJax.js?config={MATHJAX_CONFIG}"
     c.TemplateExporter.extra_template_basedirs = [str(TEMPLATES)]
@@ -147,8 +148,9 @@ def _prepare(nb):
     for c in nb.cells:
         for o in c.get("outputs", []):
             if "text/vnd.mermaid" in o.get("data", {}):
-                raise ValueError("a Mermaid output would load mermaid.js from a CDN; draw the "
-                                 "picture with matplotlib instead")
+                raise ValueError(
+                    "a Mermaid output would load mermaid.js from a CDN; draw the picture with matplotlib instead"
+                )
     if "title" not in nb.metadata:
         for c in nb.cells:
             m = re.search(r"^#\s+(.+)$", c.source, re.M) if c.cell_type == "markdown" else None
@@ -166,8 +168,10 @@ def build(notebook: Path, out_dir: Path = SLIDES) -> Path:
     notebook, out_dir = Path(notebook), Path(out_dir)
     nb = _prepare(nbformat.read(notebook, as_version=4))
     if count_slides(nb) == 0:
-        raise ValueError(f"{notebook.name} has no cell to show: give its cells "
-                         "metadata.slideshow.slide_type (see lessons/CONVENTIONS.md)")
+        raise ValueError(
+            f"{notebook.name} has no cell to show: give its cells "
+            "metadata.slideshow.slide_type (see lessons/CONVENTIONS.md)"
+        )
     html, _ = exporter(out_dir).from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
     html = html.replace("<head>", f'<head>\n<meta name="{DIGEST_META}" content="{source_digest(nb)}" />', 1)
     bad = external_loads(html)
@@ -191,8 +195,10 @@ def find_lessons(which: list[str]) -> list[Path]:
         hits = sorted(LESSONS.glob(f"{int(w):02d}_*.ipynb")) if w.isdigit() else []
         if not hits:
             have = ", ".join(p.name[:2] for p in sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))) or "none"
-            raise SystemExit(f"no lesson {w!r} in {LESSONS.relative_to(ROOT)}/ (lessons: {have}); "
-                             "use LESSON=NN, e.g. make slides LESSON=04")
+            raise SystemExit(
+                f"no lesson {w!r} in {LESSONS.relative_to(ROOT)}/ (lessons: {have}); "
+                "use LESSON=NN, e.g. make slides LESSON=04"
+            )
         found += hits
     return found
 

@@ -6,6 +6,7 @@ kills itself as it reaches step STEP, on the first attempt only (``TORCHELASTIC_
 The hook wraps ``minipar.train.lr_at``, which the training loop calls once per step, before the step,
 so the job itself carries no test code.
 """
+
 import os
 import signal
 import sys

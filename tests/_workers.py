@@ -1,4 +1,5 @@
 """Functions the tests run on several ranks (importable: child processes find them by name)."""
+
 import os
 import sys
 import time
@@ -14,8 +15,15 @@ def rank_info():
     dist.all_reduce(t)
     print(f"hello from {md.rank()}")
     print(f"stderr line {md.rank()}", file=sys.stderr)
-    return {"rank": md.rank(), "world": md.world_size(), "sum": t.item(), "threads": torch.get_num_threads(),
-            "backend": md.backend(), "device": str(md.device()), "pid": os.getpid()}
+    return {
+        "rank": md.rank(),
+        "world": md.world_size(),
+        "sum": t.item(),
+        "threads": torch.get_num_threads(),
+        "backend": md.backend(),
+        "device": str(md.device()),
+        "pid": os.getpid(),
+    }
 
 
 def fail_on(bad_rank, message="boom"):
@@ -57,7 +65,8 @@ def env_value(name):
 
 
 def accounting_demo():
-    from minipar.accounting import CommLog, label
+    from minipar.comm.comm_log import CommLog, label
+
     n, me = md.world_size(), md.rank()
     t = torch.ones(1000)  # 4000 bytes
     with CommLog() as log:

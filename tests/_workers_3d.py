@@ -1,14 +1,14 @@
 """Functions the 3D tests run on 8 ranks (importable: child processes find them by name)."""
+
 import os
 import shutil
 
 import torch.distributed as dist
 
-from minipar import checkpoint as ckpt
-from minipar.train import TrainConfig, train
-
 # the float64 gradient proof is the lesson's own (lessons/workers_07.py), tested here on more layouts
 from lessons.workers_07 import grads_float64, one_device_grads_float64  # noqa: F401
+from minipar import checkpoint as ckpt
+from minipar.train import TrainConfig, train
 
 
 def equivalence(base: dict) -> dict:
@@ -19,7 +19,7 @@ def equivalence(base: dict) -> dict:
 def save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int) -> dict:
     """Save under dp2·tp2·pp2 (ZeRO-1), then resume the same layout and dp4·tp1·pp2 from step ``every``."""
     full = train(TrainConfig(**base, dp=2, tp=2, pp=2, zero=1, ckpt_dir=ckpt_dir, ckpt_every=every), progress="none")
-    if dist.get_rank() == 0:                       # as if the job had died after the first checkpoint
+    if dist.get_rank() == 0:  # as if the job had died after the first checkpoint
         for s in range(2 * every, steps + 1, every):
             shutil.rmtree(ckpt.step_dir(ckpt_dir, s), ignore_errors=True)
     dist.barrier()

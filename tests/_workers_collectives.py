@@ -1,4 +1,5 @@
 """Functions the collectives tests run on several ranks (importable by the child processes)."""
+
 import time
 
 import torch
@@ -6,12 +7,17 @@ import torch.distributed as dist
 
 import minipar.dist as md
 from minipar import ConfigError
-from minipar.accounting import CommLog, label
-from minipar.collectives import (ReduceOp, chunk_bounds, naive_all_reduce, ring_all_gather, ring_all_reduce,
-                                 ring_reduce_scatter)
+from minipar.comm.collectives import (
+    ReduceOp,
+    chunk_bounds,
+    naive_all_reduce,
+    ring_all_gather,
+    ring_all_reduce,
+    ring_reduce_scatter,
+)
+from minipar.comm.comm_log import CommLog, label
 
-OPS = {"SUM": ReduceOp.SUM, "AVG": ReduceOp.AVG, "MAX": ReduceOp.MAX, "MIN": ReduceOp.MIN,
-       "PRODUCT": ReduceOp.PRODUCT}
+OPS = {"SUM": ReduceOp.SUM, "AVG": ReduceOp.AVG, "MAX": ReduceOp.MAX, "MIN": ReduceOp.MIN, "PRODUCT": ReduceOp.PRODUCT}
 
 
 def _data(shape, kind, seed, dtype=torch.float32):
@@ -106,8 +112,9 @@ def record_bytes(numel):
             ring_all_reduce(x)
         naive_all_reduce(x)
         dist.all_reduce(x)
-    return [(r.op, r.bytes, r.sent, r.recv, r.label, [(p.op, p.peer, p.sent, p.recv) for p in r.parts])
-            for r in log.records]
+    return [
+        (r.op, r.bytes, r.sent, r.recv, r.label, [(p.op, p.peer, p.sent, p.recv) for p in r.parts]) for r in log.records
+    ]
 
 
 def bad_input(case):

@@ -1,14 +1,14 @@
 """Rank functions for tests/test_compression.py, test_param_server.py, test_overlap.py (lesson 09)."""
+
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 import minipar.dist as md
-from minipar.accounting import CommLog
-from minipar.compression import BF16Compression, make_compressor
-from minipar.param_server import flat_params, gather_model, run_async, run_sync
+from minipar.comm.comm_log import CommLog
+from minipar.dp.compression import BF16Compression, make_compressor
+from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
 from minipar.tp.overlap import allgather_matmul
 
 SHAPES = [(5, 7), (7,), (3, 4, 2)]
@@ -40,8 +40,10 @@ def compress_errors(method: str, steps: int = 3, **kw):
         grads = rank_grads(md.rank(), step)
         comp.all_reduce_(grads)
         out.append(grads)
-    errs = [comp.errors.get(i, torch.zeros(1)).reshape(s) if i in comp.errors else torch.zeros(s, dtype=torch.float64)
-            for i, s in enumerate(SHAPES)]
+    errs = [
+        comp.errors.get(i, torch.zeros(1)).reshape(s) if i in comp.errors else torch.zeros(s, dtype=torch.float64)
+        for i, s in enumerate(SHAPES)
+    ]
     return out, errs
 
 
@@ -87,6 +89,7 @@ def ddp_fp16_vs_manual(steps: int = 3):
     """
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
+
     r = md.rank()
     out = []
     for native in (True, False):
@@ -112,7 +115,7 @@ def overlap_matmul(T_local: int = 3, d_in: int = 8, d_out: int = 5):
     g = torch.Generator().manual_seed(7)
     full = torch.randn(2, n * T_local, d_in, generator=g, dtype=torch.float64)
     w = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
-    x = full[:, me * T_local:(me + 1) * T_local]
+    x = full[:, me * T_local : (me + 1) * T_local]
     trace = []
     a = allgather_matmul(x, w, overlap=True, trace=trace)
     b = allgather_matmul(x, w, overlap=False)
@@ -121,4 +124,5 @@ def overlap_matmul(T_local: int = 3, d_in: int = 8, d_out: int = 5):
 
 def train_losses(cfg):
     from minipar.train import train
+
     return [r["loss"] for r in train(cfg, progress="none") if "loss" in r]

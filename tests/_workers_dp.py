@@ -4,29 +4,44 @@ The training loop itself is the lesson's driver, ``lessons/workers_02.train`` (o
 minipar DDP, naive DP or PyTorch DDP, with micro-batches), so the tests check what the notebook
 shows.
 """
+
 import torch
 import torch.distributed as dist
 
 import minipar.dist as md
 from lessons.workers_02 import LOSS_BOUND, PARAM_BOUND, SMALL, build, corpus, train
-from minipar.data_parallel import DistributedDataParallel
+from minipar.dp.ddp import DistributedDataParallel
 
-__all__ = ["LOSS_BOUND", "PARAM_BOUND", "SMALL", "build", "corpus", "train", "train_variants", "one_step_trace", "start_unequal",
-           "step_inside_no_sync", "unused_parameter"]
+__all__ = [
+    "LOSS_BOUND",
+    "PARAM_BOUND",
+    "SMALL",
+    "build",
+    "corpus",
+    "train",
+    "train_variants",
+    "one_step_trace",
+    "start_unequal",
+    "step_inside_no_sync",
+    "unused_parameter",
+]
 
 
 def train_variants(steps=4, global_batch=8):
     """The DP variants the equivalence test compares, in one launch: ``{name: train(...)}``."""
-    return {"ddp": train("ddp", steps, global_batch),
-            "ddp_accum": train("ddp", steps, global_batch, micro=2),
-            "ddp_no_overlap": train("ddp", steps, global_batch, overlap=False),
-            "naive": train("naive", steps, global_batch),
-            "torch": train("torch", steps, global_batch, micro=2)}
+    return {
+        "ddp": train("ddp", steps, global_batch),
+        "ddp_accum": train("ddp", steps, global_batch, micro=2),
+        "ddp_no_overlap": train("ddp", steps, global_batch, overlap=False),
+        "naive": train("naive", steps, global_batch),
+        "torch": train("torch", steps, global_batch, micro=2),
+    }
 
 
 def one_step_trace(bucket_cap_mb=0.02, overlap=True):
     """One DDP training step (after a warm-up step) under a CommLog: what was sent, and when."""
-    from minipar.accounting import CommLog
+    from minipar.comm.comm_log import CommLog
+
     model, opt = build()
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
     x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
@@ -36,9 +51,13 @@ def one_step_trace(bucket_cap_mb=0.02, overlap=True):
             loss.backward()
         opt.step()
         opt.zero_grad()
-    return {"records": [(r.op, r.bytes, r.sent, r.label) for r in log.records],
-            "buckets": [b.nbytes for b in net.buckets], "step": net.last_step, "times": net.last_times,
-            "numel": sum(p.numel() for p in model.parameters())}
+    return {
+        "records": [(r.op, r.bytes, r.sent, r.label) for r in log.records],
+        "buckets": [b.nbytes for b in net.buckets],
+        "step": net.last_step,
+        "times": net.last_times,
+        "numel": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def start_unequal(init_sync):

@@ -1,4 +1,5 @@
 """Functions the pipeline tests run on several ranks (importable: child processes find them by name)."""
+
 import torch
 
 import minipar.dist as md
@@ -20,8 +21,8 @@ def batches(steps, B, T, seed=0):
     out = []
     for _ in range(steps):
         i = torch.randint(0, len(data) - T - 1, (B,), generator=g)
-        x = torch.stack([data[j:j + T] for j in i.tolist()])
-        y = torch.stack([data[j + 1:j + T + 1] for j in i.tolist()])
+        x = torch.stack([data[j : j + T] for j in i.tolist()])
+        y = torch.stack([data[j + 1 : j + T + 1] for j in i.tolist()])
         out.append((x, y))
     return out
 
@@ -72,8 +73,12 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64
         ex = PipelineExecutor(stages, sched)
         losses = [ex.step(x, y, opt).loss for x, y in batches(steps, m * mb_size, T)]
         mine = {id(q) for q in params}
-        out.append((losses if me == p - 1 else None,
-                    {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}))
+        out.append(
+            (
+                losses if me == p - 1 else None,
+                {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine},
+            )
+        )
     return out
 
 
@@ -81,6 +86,7 @@ def against_native(cases, steps=2, T=16, mb_size=2, lr=1e-3):
     """minipar's executor vs ``torch.distributed.pipelining`` on the same model and batches.
     Returns per case (max |loss diff| or None, max |param diff| on this rank's stages)."""
     from minipar.pp.native import native_schedule, native_step
+
     p, me = md.world_size(), md.rank()
     torch.set_default_dtype(torch.float64)  # exactness proof: see tests/test_pipeline.py for the bound
     out = []
@@ -106,6 +112,7 @@ def against_native(cases, steps=2, T=16, mb_size=2, lr=1e-3):
 def shape_mismatch():
     """Stage 0 returns width 16 while the pipeline carries width 32: rank 0 must raise, not hang."""
     import torch.nn as nn
+
     model = small_gpt(2)
     sched = make_schedule("gpipe", 2, 2)
     stages = build_stages(model, 2, [md.rank()])
@@ -123,21 +130,23 @@ def mismatched_schedules(timeout):
     model = small_gpt(2)
     m = 2 if md.rank() == 0 else 4
     sched = make_schedule("gpipe", 2, m)
-    ex = PipelineExecutor(build_stages(model, 2, [md.rank()]), sched,
-                          timeout=timeout if md.rank() == 1 else timeout + 30)
+    ex = PipelineExecutor(
+        build_stages(model, 2, [md.rank()]), sched, timeout=timeout if md.rank() == 1 else timeout + 30
+    )
     x, y = batches(1, 4, 16)[0]
     if md.rank() == 1:
-        ex.step(x, y)            # raises after `timeout` s
+        ex.step(x, y)  # raises after `timeout` s
     try:
         ex.step(x, y)
-    except RuntimeError:         # "Connection closed by peer" once rank 1 has failed
+    except RuntimeError:  # "Connection closed by peer" once rank 1 has failed
         return None
 
 
 def strict_sweep(cases, lookaheads=(0, 1, 2, 3), T=8):
     """One step of every (schedule, m, v) in ``cases`` at every lookahead, under whatever
     ``MINIPAR_P2P_ORDER`` the environment sets (strict in the tests). Returns the number of steps run."""
-    from minipar import p2p
+    from minipar.comm import p2p
+
     p, me = md.world_size(), md.rank()
     assert p2p.strict(), "the tests run with MINIPAR_P2P_ORDER=strict (tests/conftest.py)"
     runs = 0
@@ -157,6 +166,7 @@ def reordered_gpipe(timeout=10):
     learner might write; valid as data flow, and gloo would deliver it by tag). Rank 0 sends 1F0
     then 1F1, so NCCL would hand 1F0's activation to 1F1: strict mode raises on rank 1."""
     from minipar.pp.schedules import gpipe, parse
+
     sched = gpipe(2, 2)
     sched[1] = [parse(a) for a in ("1F1", "1F0", "1B1", "1B0")]
     model = small_gpt(2, d_model=16, T=8)
@@ -166,7 +176,7 @@ def reordered_gpipe(timeout=10):
         return ex.step(x, y).loss
     except RuntimeError as exc:
         if md.rank() == 0 and "P2POrderError" not in type(exc).__name__:
-            return None       # rank 0 only sees rank 1 go away
+            return None  # rank 0 only sees rank 1 go away
         raise
 
 
@@ -174,7 +184,8 @@ def swapped_labels():
     """Rank 0 sends a then b (tags 1, 2); rank 1 posts its receives b then a. gloo matches by tag,
     so with strict mode off both arrive right; strict mode raises at rank 1's first wait.
     Returns what rank 1 received (strict off)."""
-    from minipar import p2p
+    from minipar.comm import p2p
+
     a, b = torch.tensor([1.0]), torch.tensor([2.0])
     if md.rank() == 0:
         works = [p2p.isend(a, 1, tag=1, label="a"), p2p.isend(b, 1, tag=2, label="b")]
@@ -196,10 +207,12 @@ def missing_send(timeout=3.0):
     mode turns the wait into a RuntimeError after ``timeout`` s with both sequences (no hang)."""
     import time
     from datetime import timedelta
-    from minipar import p2p
+
+    from minipar.comm import p2p
+
     if md.rank() == 0:
         p2p.isend(torch.tensor([1.0]), 1, tag=1, label="a").wait()
-        time.sleep(timeout + 3)   # stay alive: rank 1's error is its own timeout
+        time.sleep(timeout + 3)  # stay alive: rank 1's error is its own timeout
         return None
     ra, rb = torch.zeros(1), torch.zeros(1)
     works = [p2p.irecv(ra, 0, tag=1, label="a"), p2p.irecv(rb, 0, tag=2, label="b")]

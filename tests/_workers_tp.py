@@ -1,4 +1,5 @@
 """Functions the tensor-parallel tests run on several ranks (importable by child processes)."""
+
 from __future__ import annotations
 
 import torch
@@ -6,8 +7,8 @@ import torch
 import minipar.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
-from minipar.tp.mappings import new_tp_group
 from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads
+from minipar.tp.mappings import new_tp_group
 
 
 def small_cfg(vocab_size: int, **kw) -> GPTConfig:
@@ -23,12 +24,19 @@ def batches(steps: int, batch_size: int = 4, T: int = 32, seed: int = 0):
 def _opt(model):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=3e-3, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-3, betas=(0.9, 0.95)
+    )
 
 
-def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool = False, seed: int = 0,
-                tie_weights: bool = False, dtype=torch.float64) -> dict:
+def train_steps(
+    steps: int = 3,
+    tp: int | None = None,
+    sequence_parallel: bool = False,
+    seed: int = 0,
+    tie_weights: bool = False,
+    dtype=torch.float64,
+) -> dict:
     """Train K AdamW steps on the same batches; single device when ``tp`` is None.
 
     Returns losses per step, the gradients of the last step and the final parameters, both as
@@ -43,7 +51,7 @@ def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool =
     else:
         group = new_tp_group(tp)
         model = TensorParallelGPT(cfg, group=group, sequence_parallel=sequence_parallel)
-    model.to(dtype)     # float64 by default: see the tolerances in tests/test_tensor_parallel.py
+    model.to(dtype)  # float64 by default: see the tolerances in tests/test_tensor_parallel.py
     opt = _opt(model)
     losses, grads = [], None
     for x, y in data:
@@ -51,8 +59,11 @@ def train_steps(steps: int = 3, tp: int | None = None, sequence_parallel: bool =
         loss.backward()
         if tp is not None:
             allreduce_sequence_parallel_grads(model, group)
-        grads = (model.full_state_dict(grads=True) if tp is not None
-                 else {k: p.grad.clone() for k, p in model.named_parameters(remove_duplicate=False)})
+        grads = (
+            model.full_state_dict(grads=True)
+            if tp is not None
+            else {k: p.grad.clone() for k, p in model.named_parameters(remove_duplicate=False)}
+        )
         opt.step()
         opt.zero_grad(set_to_none=False)
         losses.append(loss.item())
@@ -73,8 +84,9 @@ def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int 
 
     vocab, data = batches(steps)
     torch.manual_seed(seed)
-    model = parallelize_gpt_dtensor(GPT(small_cfg(vocab)).to(dtype), init_device_mesh("cpu", (md.world_size(),)),
-                                    vocab_parallel=vocab_parallel)
+    model = parallelize_gpt_dtensor(
+        GPT(small_cfg(vocab)).to(dtype), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=vocab_parallel
+    )
     opt = _opt(model)
     losses, grads = [], None
     for x, y in data:
@@ -100,7 +112,7 @@ def equivalence_suite(steps: int = 3) -> dict:
 
 def block_comm_counts(B: int = 2, T: int = 8) -> dict:
     """Collectives of one ParallelBlock's forward and backward, counted by ``CommLog``, per op."""
-    from minipar.accounting import CommLog, label
+    from minipar.comm.comm_log import CommLog, label
     from minipar.tp.gpt import ParallelBlock
 
     cfg = small_cfg(103)
@@ -127,10 +139,15 @@ def operator_semantics() -> dict:
 
     r = md.rank()
     res = {}
-    for name in ("copy_to_tensor_parallel_region", "reduce_from_tensor_parallel_region",
-                 "scatter_to_tensor_parallel_region", "gather_from_tensor_parallel_region",
-                 "scatter_to_sequence_parallel_region", "gather_from_sequence_parallel_region",
-                 "reduce_scatter_to_sequence_parallel_region"):
+    for name in (
+        "copy_to_tensor_parallel_region",
+        "reduce_from_tensor_parallel_region",
+        "scatter_to_tensor_parallel_region",
+        "gather_from_tensor_parallel_region",
+        "scatter_to_sequence_parallel_region",
+        "gather_from_sequence_parallel_region",
+        "reduce_scatter_to_sequence_parallel_region",
+    ):
         x = (torch.arange(8.0).view(1, 4, 2) + 10 * r).requires_grad_(True)
         y = getattr(T, name)(x)
         (y * (1 + torch.arange(y.numel(), dtype=y.dtype).view_as(y))).sum().backward()
@@ -144,7 +161,7 @@ def layer_options() -> dict:
     from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear
 
     torch.manual_seed(0)
-    full = torch.nn.Linear(8, 6).double()          # float64: the test's bound is float64 rounding
+    full = torch.nn.Linear(8, 6).double()  # float64: the test's bound is float64 rounding
     x = torch.randn(2, 3, 8, dtype=torch.float64)
     out = {}
     for layer in (ColumnParallelLinear(8, 6, gather_output=True), RowParallelLinear(8, 6, input_is_parallel=False)):

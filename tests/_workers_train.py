@@ -5,6 +5,7 @@ weights, AdamW's moments, pipeline buffers) float64, with no change to the libra
 summing the same numbers in another order (ranks, micro-batches, another CPU's kernels) moves a
 result by ~1e-16 relative, so the tests' bounds can be derived rather than fitted to one CPU.
 """
+
 import contextlib
 
 import torch

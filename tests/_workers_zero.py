@@ -1,5 +1,6 @@
 """Rank functions for the ZeRO tests. The training driver is the lesson's own (lessons/workers_03.py),
 so the tests check exactly what the notebook shows."""
+
 import os
 import sys
 
@@ -10,7 +11,6 @@ from minipar.models import GPT, GPTConfig
 from minipar.zero import zero
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons"))
-import workers_03  # noqa: E402  (child processes inherit this sys.path from launch)
 
 CFG = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, d_model=32)
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)

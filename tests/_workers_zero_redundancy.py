@@ -5,6 +5,7 @@ global batches of 6 sequences (divisible by 2 and 3 ranks, so the mean of the pe
 global mean) with one optimizer three ways: minipar's ZeroRedundancyOptimizer, PyTorch's
 ``torch.distributed.optim.ZeroRedundancyOptimizer``, and the plain optimizer on one device.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,10 @@ from minipar.models import GPT, GPTConfig
 from minipar.zero.redundancy import ZeroRedundancyOptimizer
 
 CFG = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, d_model=32, tie_weights=True)
-OPTS = {"sgd": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
-        "adamw": (torch.optim.AdamW, dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1))}
+OPTS = {
+    "sgd": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+    "adamw": (torch.optim.AdamW, dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)),
+}
 STEPS = 3
 
 
@@ -33,7 +36,7 @@ def model64() -> GPT:
 
 def decay_split(model) -> tuple[list, list]:
     """AdamW's usual rule: weight decay on matrices, not on vectors (two param groups)."""
-    ps = list(model.parameters())                     # tied weights appear once
+    ps = list(model.parameters())  # tied weights appear once
     return [p for p in ps if p.dim() >= 2], [p for p in ps if p.dim() < 2]
 
 
@@ -54,7 +57,7 @@ def train(model, o, data, steps=None) -> None:
         model(xy[:, :-1], xy[:, 1:])[1].backward()
         if n > 1:
             for p in model.parameters():
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)   # what DDP does before step()
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)  # what DDP does before step()
         o.step()
         o.zero_grad()
 
@@ -87,11 +90,15 @@ def compare(opt: str) -> dict:
         out[impl] = params_of(model)
         if impl == "minipar":
             out["owned"] = [o.owned_numel(r) for r in range(md.world_size())]
-            out["state_numel"] = sum(v.numel() for st in (o.optim.state.values() if o.optim else [])
-                                     for v in st.values() if torch.is_tensor(v) and v.dim() > 0)
+            out["state_numel"] = sum(
+                v.numel()
+                for st in (o.optim.state.values() if o.optim else [])
+                for v in st.values()
+                if torch.is_tensor(v) and v.dim() > 0
+            )
             out["groups"] = [len(g["params"]) for g in o.param_groups]
     model = model64()
-    o = make("minipar", opt, (p for p in model.parameters()))        # a generator: consumed once
+    o = make("minipar", opt, (p for p in model.parameters()))  # a generator: consumed once
     train(model, o, batches())
     out["generator"] = params_of(model)
     for impl in ("minipar", "torch"):
@@ -117,12 +124,12 @@ def round_trip(opt: str) -> dict:
     try:
         o.state_dict() if md.rank() != 0 else None
         not_consolidated = None
-    except Exception as e:                            # noqa: BLE001 (the test checks the type and text)
+    except Exception as e:  # noqa: BLE001 (the test checks the type and text)
         not_consolidated = (type(e).__name__, str(e))
     box = [(sd, params_of(model))]
     dist.broadcast_object_list(box, src=0)
     sd0, weights = box[0]
-    train(model, o, data[2:])                         # uninterrupted: step 3
+    train(model, o, data[2:])  # uninterrupted: step 3
     resumed = model64()
     with torch.no_grad():
         for k, p in resumed.named_parameters():
@@ -130,8 +137,12 @@ def round_trip(opt: str) -> dict:
     o2 = make("minipar", opt, list(resumed.parameters()))
     o2.load_state_dict(sd0)
     train(resumed, o2, data[2:])
-    return {"uninterrupted": params_of(model), "resumed": params_of(resumed), "state_dict": sd,
-            "not_consolidated": not_consolidated}
+    return {
+        "uninterrupted": params_of(model),
+        "resumed": params_of(resumed),
+        "state_dict": sd,
+        "not_consolidated": not_consolidated,
+    }
 
 
 def single_state_dict(opt: str) -> dict:

@@ -17,6 +17,7 @@ Two kinds of bound, each derived, none fitted to one CPU:
   MKL or not), while a real bug moves it by 1e-3 or more after one step. These runs use fp32
   because the trainer does (ZeRO-1's start check hashes fp32 bits).
 """
+
 import json
 import os
 import socket
@@ -29,8 +30,20 @@ from minipar import ConfigError, launch
 from minipar.train import TrainConfig, main, train
 from tests import _workers_3d as w
 
-TINY = dict(steps=4, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=4, log_every=1,
-            eval_batches=1, sample_chars=10, microbatches=2, out=None)
+TINY = dict(
+    steps=4,
+    batch_size=8,
+    block_size=16,
+    n_layer=2,
+    n_head=2,
+    d_model=32,
+    eval_every=4,
+    log_every=1,
+    eval_batches=1,
+    sample_chars=10,
+    microbatches=2,
+    out=None,
+)
 TOL = 1e-5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,10 +69,17 @@ def test_3d_gradients_equal_one_device_float64(layout, microbatches):
     """float64, before the optimizer: the dp-averaged gradients of a (pp, dp, tp) layout, assembled as
     the single-device GPT's tensors, equal one device's to 1e-12 (bound derived in the module doc)."""
     from minipar.verify import check_close
+
     got = launch(w.grads_float64, world_size=8, args=(CFG64, 8, microbatches, layout))[0]
     want = w.one_device_grads_float64(CFG64, 8)
-    check_close(f"pp{layout[0]}·dp{layout[1]}·tp{layout[2]} m={microbatches} gradients vs one device",
-                {k: got[k] for k in want}, want, bound=1e-12, why="float64", show=False)
+    check_close(
+        f"pp{layout[0]}·dp{layout[1]}·tp{layout[2]} m={microbatches} gradients vs one device",
+        {k: got[k] for k in want},
+        want,
+        bound=1e-12,
+        why="float64",
+        show=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +104,7 @@ def test_checkpoint_resumes_same_and_other_layout(tmp_path, one_device):
     (b) under dp4·tp1·pp2 without ZeRO, (c) on one device: steps 2-3 equal the uninterrupted run's."""
     d = str(tmp_path / "ck")
     out = launch(w.save_and_resume, world_size=8, args=(TINY, d, 4, 2))[0]
-    assert out["files"] == ["step_00000002"]           # no .partial left behind
+    assert out["files"] == ["step_00000002"]  # no .partial left behind
     ref = losses(out["full"], 2)
     assert close(losses(out["full"]), losses(one_device)) < TOL
     assert close(losses(out["same"]), ref) < TOL
@@ -104,19 +124,79 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "mn"
-    args = ["--steps", "4", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
-            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
-            "--dp", "2", "--tp", "2", "--pp", "2", "--schedule", "1f1b", "--out", str(out),
-            "--ckpt-every", "2", "--resume"]
+    args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--block-size",
+        "16",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--d-model",
+        "32",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "1",
+        "--eval-batches",
+        "1",
+        "--microbatches",
+        "2",
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--schedule",
+        "1f1b",
+        "--out",
+        str(out),
+        "--ckpt-every",
+        "2",
+        "--resume",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60")}
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
-                               "--nproc-per-node", "4", "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-id", "minipar-3d",
-                               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "tests._fault_train", "5:3"] + args,
-                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(n),
+                "--nproc-per-node",
+                "4",
+                "--max-restarts",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-id",
+                "minipar-3d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "-m",
+                "tests._fault_train",
+                "5:3",
+            ]
+            + args,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     try:
         results = [p.communicate(timeout=240) for p in procs]
     finally:
-        for p in procs:   # SIGTERM first: torchrun then stops its workers (each in its own session)
+        for p in procs:  # SIGTERM first: torchrun then stops its workers (each in its own session)
             p.terminate()
         for p in procs:
             try:
@@ -124,7 +204,7 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
             except subprocess.TimeoutExpired:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
-    assert "resumed from step_00000002" in results[0][0] + results[1][0]   # c10d may give node 0 ranks 4-7
+    assert "resumed from step_00000002" in results[0][0] + results[1][0]  # c10d may give node 0 ranks 4-7
     got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in got] == [0, 1, 2, 3, 4]
     assert close(losses(got), losses(one_device)) < TOL
@@ -136,13 +216,54 @@ def test_torchrun_restarts_a_killed_3d_rank_and_resumes(tmp_path, one_device):
     attempt only). ``--max-restarts 1`` restarts the job, which resumes from the step-2 checkpoint
     without manual action: every step logged once, losses equal to the uninterrupted run's."""
     out = tmp_path / "run"
-    args = ["--steps", "4", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
-            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
-            "--tp", "2", "--pp", "2", "--out", str(out), "--ckpt-every", "2", "--resume"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--max-restarts", "1",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "-m", "tests._fault_train", "1:3"] + args
+    args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--block-size",
+        "16",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--d-model",
+        "32",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "1",
+        "--eval-batches",
+        "1",
+        "--microbatches",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--out",
+        str(out),
+        "--ckpt-every",
+        "2",
+        "--resume",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MINIPAR_TIMEOUT": os.environ.get("MINIPAR_TIMEOUT", "60")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "4",
+        "--max-restarts",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        "-m",
+        "tests._fault_train",
+        "1:3",
+    ] + args
     p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "resumed from step_00000002" in p.stdout
@@ -154,25 +275,56 @@ def test_torchrun_restarts_a_killed_3d_rank_and_resumes(tmp_path, one_device):
 def test_cli_starts_its_own_ranks(tmp_path, one_device):
     """``python -m minipar.train --tp 2`` outside torchrun: minipar's launcher starts the 2 ranks."""
     out = tmp_path / "cli"
-    args = ["--steps", "2", "--batch-size", "8", "--block-size", "16", "--n-layer", "2", "--n-head", "2",
-            "--d-model", "32", "--eval-every", "4", "--log-every", "1", "--eval-batches", "1", "--microbatches", "2",
-            "--tp", "2", "--out", str(out)]
-    p = subprocess.run([sys.executable, "-m", "minipar.train"] + args, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        "--steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--block-size",
+        "16",
+        "--n-layer",
+        "2",
+        "--n-head",
+        "2",
+        "--d-model",
+        "32",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "1",
+        "--eval-batches",
+        "1",
+        "--microbatches",
+        "2",
+        "--tp",
+        "2",
+        "--out",
+        str(out),
+    ]
+    p = subprocess.run(
+        [sys.executable, "-m", "minipar.train"] + args,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert close(losses(got), {k: v for k, v in losses(one_device).items() if k < 2}) < TOL
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
-    (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
-    (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
-    (["--zero", "2"], "--zero 2"),
-    (["--grad-clip", "-1"], "--grad-clip -1"),
-    (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
-    (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
+        (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
+        (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
+        (["--zero", "2"], "--zero 2"),
+        (["--grad-clip", "-1"], "--grad-clip -1"),
+        (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
+        (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
+    ],
+)
 def test_cli_bad_layout_is_one_line(capsys, args, text):
     assert main(args + ["--out", ""]) == 2
     err = capsys.readouterr().err.strip()
@@ -185,4 +337,5 @@ def test_layout_errors_name_the_fix():
         from minipar.mesh import Mesh
         from minipar.models import GPTConfig
         from minipar.parallel3d import build_piece
+
         build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh((3, 1, 1), 0, {"pp": 0, "dp": 0, "tp": 0}))

@@ -1,14 +1,18 @@
+import torch
+
 from minipar.amp import DynamicLossScaler, bytes_per_param
 from minipar.offload import device_bytes, transfer_bytes_per_step
-import torch
 
 
 def test_scaler_skips_halves_and_grows():
     s = DynamicLossScaler(init_scale=8.0, growth_interval=2)
-    assert not s.unscale_and_check([torch.tensor([float("inf")])]); s.update(False)
+    assert not s.unscale_and_check([torch.tensor([float("inf")])])
+    s.update(False)
     assert s.scale == 4.0
-    g = torch.tensor([8.0]); assert s.unscale_and_check([g]) and g.item() == 2.0
-    s.update(True); s.update(True)
+    g = torch.tensor([8.0])
+    assert s.unscale_and_check([g]) and g.item() == 2.0
+    s.update(True)
+    s.update(True)
     assert s.scale == 8.0
 
 
@@ -35,29 +39,33 @@ def _steps(opt, model, n=3, x=None):
 def test_offloaded_equals_on_device_and_counts_bytes():
     from minipar.amp import MixedPrecisionAdamW
     from minipar.offload import OffloadedAdamW
+
     a, b = _tiny(), _tiny()
     pa, pb = MixedPrecisionAdamW(a, lr=1e-2), OffloadedAdamW(b, lr=1e-2)
-    _steps(pa, a); _steps(pb, b)
+    _steps(pa, a)
+    _steps(pb, b)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
     n = sum(p.numel() for p in b.parameters())
     assert pb.transferred == {"to_host": 3 * 2 * n, "to_device": 3 * 2 * n}
-    assert pb.host_bytes() == 12 * n and pb.device_bytes() == 2 * n   # grads freed by zero_grad
+    assert pb.host_bytes() == 12 * n and pb.device_bytes() == 2 * n  # grads freed by zero_grad
     assert all(p.dtype == torch.bfloat16 for p in b.parameters()) and all(m.dtype == torch.float32 for m in pb.master)
 
 
 def test_fp16_overflow_skips_and_halves():
     from minipar.amp import MixedPrecisionAdamW
+
     m = _tiny()
-    s = DynamicLossScaler(init_scale=2.0 ** 40, growth_interval=100)
+    s = DynamicLossScaler(init_scale=2.0**40, growth_interval=100)
     opt = MixedPrecisionAdamW(m, torch.float16, scaler=s, lr=1e-2)
     before = [p.detach().clone() for p in m.parameters()]
     _steps(opt, m, n=1)
-    assert opt.skipped == 1 and s.scale == 2.0 ** 39
-    assert all(torch.equal(x, y) for x, y in zip(before, m.parameters()))   # a skipped step changes nothing
+    assert opt.skipped == 1 and s.scale == 2.0**39
+    assert all(torch.equal(x, y) for x, y in zip(before, m.parameters()))  # a skipped step changes nothing
 
 
 def test_saved_tensor_meter_live_returns_to_zero():
     from minipar.memory import SavedTensorMeter, saved_activation_bytes
+
     m = _tiny()
     x = torch.randn(4, 6)
     with SavedTensorMeter(exclude=m) as meter:
@@ -80,6 +88,8 @@ def test_scaler_equals_torch_grad_scaler():
         opt.zero_grad()
         native.scale((p * g).sum()).backward()
         before = p.detach().clone()
-        native.step(opt); native.update()
-        ok = mine.unscale_and_check([g * mine.scale]); mine.update(ok)
+        native.step(opt)
+        native.update()
+        ok = mine.unscale_and_check([g * mine.scale])
+        mine.update(ok)
         assert (native.get_scale(), not torch.equal(before, p.detach())) == (mine.scale, ok)

@@ -1,4 +1,5 @@
 """#17.3: when one rank skips an all_reduce, the error names it and gives the advice."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -26,8 +27,9 @@ def test_rank_that_skipped_a_collective_is_named():
 
 def _late_on_rank1():
     import time
+
     if dist.get_rank() == 1:
-        time.sleep(30)          # busy elsewhere: never joins the all_reduce within the timeout
+        time.sleep(30)  # busy elsewhere: never joins the all_reduce within the timeout
         return "late"
     t = torch.ones(4)
     dist.all_reduce(t)
@@ -45,18 +47,21 @@ def test_rank_that_never_joined_within_the_timeout_is_named():
 def test_debug_detail_set_after_an_earlier_launch_takes_effect(monkeypatch):
     """The fork server imported torch.distributed before TORCH_DISTRIBUTED_DEBUG was set: ranks re-read it."""
     from lessons import workers_10 as w10
-    launch(w10.skip_all_reduce, world_size=1)                 # the fork server now runs, without DETAIL
+
+    launch(w10.skip_all_reduce, world_size=1)  # the fork server now runs, without DETAIL
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     got = launch(w10.mismatched, world_size=3, timeout=10, args=(True,))
-    assert got[1] == ("I (rank 1) run collective #0 BROADCAST [4], rank 0 runs #0 ALLREDUCE [4] "
-                      "-> differ in: Op type: BROADCAST vs ALLREDUCE")
+    assert got[1] == (
+        "I (rank 1) run collective #0 BROADCAST [4], rank 0 runs #0 ALLREDUCE [4] "
+        "-> differ in: Op type: BROADCAST vs ALLREDUCE"
+    )
 
 
 def _extra_on_rank2():
     t = torch.ones(4)
     dist.all_reduce(t)
     if dist.get_rank() == 2:
-        dist.all_reduce(t)      # one collective more than the others
+        dist.all_reduce(t)  # one collective more than the others
     return "returned"
 
 

@@ -1,10 +1,21 @@
 """Checkpoints: resume continues the same trajectory, across layouts, and after a killed rank."""
+
 from minipar import checkpoint as ckpt
 from minipar import launch
 from minipar.train import TrainConfig, train
 
-SMALL = dict(steps=12, batch_size=8, block_size=32, n_layer=2, n_head=2, d_model=32, eval_every=6,
-             log_every=1, eval_batches=2, sample_chars=10)
+SMALL = dict(
+    steps=12,
+    batch_size=8,
+    block_size=32,
+    n_layer=2,
+    n_head=2,
+    d_model=32,
+    eval_every=6,
+    log_every=1,
+    eval_batches=2,
+    sample_chars=10,
+)
 # Bound on fp32 losses (~4.6 nats) over <= 12 AdamW steps: a resumed run repeats the same arithmetic
 # (exactly, on one device), and 2 data-parallel ranks only reorder sums (~1e-7 relative per operation,
 # < 1e-6 on the loss on any CPU); a lost optimizer state or a wrong step counter moves the loss by
@@ -23,6 +34,7 @@ def test_resume_equals_uninterrupted(tmp_path):
     train(TrainConfig(**{**SMALL, "steps": 12}, out=None, ckpt_dir=d, ckpt_every=6), progress="none")
     # keep only the step-6 checkpoint, as if the job had died at step 9
     import shutil
+
     shutil.rmtree(ckpt.step_dir(d, 12))
     resumed = train(TrainConfig(**SMALL, out=None, ckpt_dir=d, resume=True), progress="none")
     a, b = losses(full, 6), losses(resumed)
@@ -35,6 +47,7 @@ def test_saved_on_two_ranks_resumed_on_one(tmp_path):
     d = str(tmp_path / "ck")
     two = launch(train, world_size=2, args=(TrainConfig(**SMALL, out=None, ckpt_dir=d, ckpt_every=6), "none"))[0]
     import shutil
+
     shutil.rmtree(ckpt.step_dir(d, 12))
     one = train(TrainConfig(**SMALL, out=None, ckpt_dir=d, resume=True), progress="none")
     a, b = losses(two, 6), losses(one)

@@ -1,10 +1,11 @@
-"""minipar.collectives: ring reduce-scatter / all-gather / all-reduce and the naive all-reduce,
+"""minipar.comm.collectives: ring reduce-scatter / all-gather / all-reduce and the naive all-reduce,
 against torch.distributed on real gloo ranks; byte accounting; bad input fails loudly."""
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.collectives import chunk_bounds, ring_all_reduce
+from minipar.comm.collectives import chunk_bounds, ring_all_reduce
 from tests import _workers_collectives as w
 
 SHAPES = [(0,), (1,), (3,), (7,), (1000,), (4099,), (3, 5, 7)]
@@ -107,18 +108,22 @@ def test_world_of_one_without_process_group():
     assert ring_all_reduce(t) is t and torch.equal(t, torch.arange(5.0))
 
 
-@pytest.mark.parametrize("case, match", [
-    ("shape", r"same shape and dtype, got rank 0: shape \(4,\) float32; rank 1: shape \(5,\) float32"),
-    ("dtype", r"rank 2: shape \(4,\) float64"),
-    ("noncontiguous", r"rank 1 has shape \(6, 4\) float32 non-contiguous; pass t.contiguous"),
-    ("avg_int", r"AVG needs a floating-point tensor"),
-    ("op", r"op=.*BAND.* is not supported"),
-])
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("shape", r"same shape and dtype, got rank 0: shape \(4,\) float32; rank 1: shape \(5,\) float32"),
+        ("dtype", r"rank 2: shape \(4,\) float64"),
+        ("noncontiguous", r"rank 1 has shape \(6, 4\) float32 non-contiguous; pass t.contiguous"),
+        ("avg_int", r"AVG needs a floating-point tensor"),
+        ("op", r"op=.*BAND.* is not supported"),
+    ],
+)
 def test_bad_input_raises_the_same_clear_error_on_every_rank(case, match):
     out = launch(w.bad_input, world_size=3, args=(case,), timeout=10)
     assert all(o is not None and o[0] == "ConfigError" for o in out), out
     assert len({o[1] for o in out}) == 1  # every rank says the same thing
     import re
+
     assert re.search(match, out[0][1]), out[0][1]
 
 

@@ -1,14 +1,15 @@
-"""Gradient compressors (minipar.compression) on real gloo ranks.
+"""Gradient compressors (minipar.dp.compression) on real gloo ranks.
 
 Bounds: float64 throughout. A different summation order moves a mean of a few N(0,1) numbers by
 < 1e-15; orthogonalisation (Gram–Schmidt of a well-conditioned 5×5) by < 1e-12. A real bug
 (missing 1/N, wrong chunk, dropped error feedback) moves values by O(1).
 """
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.compression import compressed_bytes_formula, make_compressor, orthogonalize_
+from minipar.dp.compression import compressed_bytes_formula, make_compressor, orthogonalize_
 from tests._workers_comm import SHAPES, compress, compress_errors, ddp_fp16_vs_manual, rank_grads
 
 TOL = 1e-12
@@ -75,7 +76,7 @@ def test_compression_saves_bytes_as_the_formula_says():
     for m, kw in [("none", {}), ("bf16", {}), ("powersgd", {"rank": 4}), ("topk", {"ratio": 0.01})]:
         comp = make_compressor(m, **kw)
         if m == "powersgd":
-            assert comp.all_reduce_([g.clone() for g in grads]) == full   # warm-up step: exact
+            assert comp.all_reduce_([g.clone() for g in grads]) == full  # warm-up step: exact
             comp.start_iter = 0
         assert comp.all_reduce_([g.clone() for g in grads]) == compressed_bytes_formula(shapes, m, **kw)
 
@@ -97,14 +98,16 @@ def test_main_job_grad_compression_flag():
     and bad combinations fail before any rank starts."""
     from minipar.train import TrainConfig, parse_args
     from tests._workers_comm import train_losses
-    base = dict(steps=3, batch_size=4, block_size=16, n_layer=1, d_model=32, n_head=2, out=None, log_every=1,
-                eval_every=100)
+
+    base = dict(
+        steps=3, batch_size=4, block_size=16, n_layer=1, d_model=32, n_head=2, out=None, log_every=1, eval_every=100
+    )
     ref = launch(train_losses, world_size=2, args=(TrainConfig(**base),))[0]
     for method in ("bf16", "powersgd"):
         got = launch(train_losses, world_size=2, args=(TrainConfig(**base, grad_compression=method),))[0]
-        assert got[0] == ref[0]                         # step 0's loss is computed before any update
-        assert all(abs(a - b) < 0.05 for a, b in zip(got, ref))   # a 3-step run stays close
+        assert got[0] == ref[0]  # step 0's loss is computed before any update
+        assert all(abs(a - b) < 0.05 for a, b in zip(got, ref))  # a 3-step run stays close
     with pytest.raises(ConfigError, match="--zero 0"):
         TrainConfig(grad_compression="powersgd", zero=1).validate()
-    with pytest.raises(ConfigError, match="invalid choice: 'gzip'"):   # one line, as every bad setting
+    with pytest.raises(ConfigError, match="invalid choice: 'gzip'"):  # one line, as every bad setting
         parse_args(["--grad-compression", "gzip"])

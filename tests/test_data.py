@@ -1,4 +1,5 @@
 """minipar.data: the corpus, the split, batch shapes, sharding that adds up to the global batch."""
+
 import pytest
 import torch
 

@@ -1,10 +1,11 @@
-"""minipar.data_parallel: N-rank data parallelism equals one device; buckets, bytes, overlap; bad input."""
+"""minipar.dp.ddp: N-rank data parallelism equals one device; buckets, bytes, overlap; bad input."""
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
 from minipar.data import CharWindows, make_loader
-from minipar.data_parallel import DistributedDataParallel, check_dataset, make_buckets
+from minipar.dp.ddp import DistributedDataParallel, check_dataset, make_buckets
 from minipar.verify import max_abs_diff
 from tests import _workers_dp as w
 
@@ -51,13 +52,13 @@ def test_equivalence_bound_catches_a_bug(reference):
 def test_buckets_reverse_order_and_cap():
     model, _ = w.build()
     named = list(model.named_parameters())[::-1]
-    buckets = make_buckets(named, bucket_cap_mb=0.02)           # 20 KiB
+    buckets = make_buckets(named, bucket_cap_mb=0.02)  # 20 KiB
     flat = [n for b in buckets for n in b.names]
-    assert flat == [n for n, _ in named]                        # every parameter once, last layer first
+    assert flat == [n for n, _ in named]  # every parameter once, last layer first
     assert buckets[0].names[0] == "lm_head.weight"
-    cap = 0.02 * 2 ** 20
+    cap = 0.02 * 2**20
     for b in buckets:
-        assert b.nbytes <= cap or len(b.params) == 1            # only a lone big parameter exceeds the cap
+        assert b.nbytes <= cap or len(b.params) == 1  # only a lone big parameter exceeds the cap
     assert len(make_buckets(named, bucket_cap_mb=1000)) == 1
 
 
@@ -114,8 +115,11 @@ def test_bad_bucket_size(cap):
 
 
 def test_parameters_that_differ_across_ranks():
-    with pytest.raises(ConfigError, match=r"parameters differ across ranks at start: '.*' by up to .*"
-                                          r"torch.manual_seed"):
+    with pytest.raises(
+        ConfigError,
+        match=r"parameters differ across ranks at start: '.*' by up to .*"
+        r"torch.manual_seed",
+    ):
         launch(w.start_unequal, world_size=2, args=(False,))
     out = launch(w.start_unequal, world_size=2, args=(True,))  # default: rank 0's weights are copied
     assert "wte.weight" in out[1]["differed"] and out[1]["equal_now"]

@@ -1,4 +1,5 @@
 """minipar.dist without a launcher: one-process world, backend choice, bad configuration."""
+
 import pytest
 import torch
 import torch.distributed as dist

@@ -6,6 +6,7 @@ Wrong solutions live in ``tests/exercise_mutants/`` (one mistake each; child pro
 by name). The group timeout is short here (``MINIPAR_TIMEOUT=6``) so the two mutants that hang
 end in seconds.
 """
+
 import ast
 import inspect
 import os
@@ -124,14 +125,32 @@ def test_every_mutant_file_is_used():
 
 def test_command_line_exit_status_and_output():
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    ok = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "05", "--solutions"], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "exercises.check", "--lesson", "05", "--solutions"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0 and "2 exercises: 2 pass" in ok.stdout and ok.stderr == "", ok.stdout + ok.stderr
-    todo = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "5"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    todo = subprocess.run(
+        [sys.executable, "-m", "exercises.check", "--lesson", "5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert todo.returncode == 1 and "2 not implemented yet" in todo.stdout, todo.stdout
-    bad = subprocess.run([sys.executable, "-m", "exercises.check", "--lesson", "77"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "exercises.check", "--lesson", "77"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no checks for lesson" in bad.stdout
 
 
@@ -144,13 +163,25 @@ def test_solution_output_is_the_same_twice():
 
 # ----------------------------------------------------------------------------- homework checkers
 def test_homework_a_checker_accepts_a_full_report_and_names_what_is_missing(tmp_path):
-    from homework.a_train_your_text import check as hw_a, job
+    from homework.a_train_your_text import check as hw_a
+    from homework.a_train_your_text import job
+
     text = tmp_path / "my.txt"
     text.write_text("to be or not to be\n" * 50)
-    good = {"data": str(text), "layout": {"pp": 2, "dp": 1, "tp": 2, "microbatches": 2}, "world_size": 4,
-            "steps": 100, "loss_first": 3.5, "loss_last": 1.2, "val_loss_last": 1.4,
-            "mem_measured_bytes": [9e7, 9e7, 8e7, 8e7], "mem_predicted_bytes": 5e6, "step_s_predicted": 0.1,
-            "hardware": "measured: 2 cores", "notes": "RSS also counts the CPU allocator's caches and torch itself."}
+    good = {
+        "data": str(text),
+        "layout": {"pp": 2, "dp": 1, "tp": 2, "microbatches": 2},
+        "world_size": 4,
+        "steps": 100,
+        "loss_first": 3.5,
+        "loss_last": 1.2,
+        "val_loss_last": 1.4,
+        "mem_measured_bytes": [9e7, 9e7, 8e7, 8e7],
+        "mem_predicted_bytes": 5e6,
+        "step_s_predicted": 0.1,
+        "hardware": "measured: 2 cores",
+        "notes": "RSS also counts the CPU allocator's caches and torch itself.",
+    }
     assert all(ok for ok, _ in hw_a.check_report(good))
     bad = dict(good, layout={"pp": 1, "dp": 4, "tp": 1, "microbatches": 1}, loss_last=4.0, mem_measured_bytes=[1])
     failed = [what for ok, what in hw_a.check_report(bad) if not ok]
@@ -160,13 +191,23 @@ def test_homework_a_checker_accepts_a_full_report_and_names_what_is_missing(tmp_
     assert hw_a.main([str(tmp_path / "missing.json")]) == 1
 
 
-@pytest.mark.parametrize("module,expect", [
-    ("homework.b_accumulate_zero2.accumulate", "· accumulation_step: not implemented yet: accumulation_step"),
-    ("tests.homework_refs.hw_b_solution", "✓ accumulation_step"),
-    ("tests.homework_refs.hw_b_no_scale", "|got|/|want| = 2.000")])
+@pytest.mark.parametrize(
+    "module,expect",
+    [
+        ("homework.b_accumulate_zero2.accumulate", "· accumulation_step: not implemented yet: accumulation_step"),
+        ("tests.homework_refs.hw_b_solution", "✓ accumulation_step"),
+        ("tests.homework_refs.hw_b_no_scale", "|got|/|want| = 2.000"),
+    ],
+)
 def test_homework_b_checker(module, expect):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "homework.b_accumulate_zero2.check", "--module", module], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "homework.b_accumulate_zero2.check", "--module", module],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert expect in r.stdout, r.stdout + r.stderr
     assert r.returncode == (0 if expect.startswith("✓") else 1)

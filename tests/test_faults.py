@@ -3,6 +3,7 @@ bad settings fail before anything is started or overwritten, resume edge cases, 
 
 Every wait is bounded and generous (the machine may be loaded); nothing asserts a speed.
 """
+
 import json
 import os
 import signal
@@ -17,8 +18,24 @@ from minipar import ConfigError
 from minipar.train import TrainConfig, main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--d-model", "16",
-        "--eval-every", "1000", "--log-every", "1", "--eval-batches", "1"]
+TINY = [
+    "--batch-size",
+    "4",
+    "--block-size",
+    "16",
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--d-model",
+    "16",
+    "--eval-every",
+    "1000",
+    "--log-every",
+    "1",
+    "--eval-batches",
+    "1",
+]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
@@ -26,8 +43,14 @@ class Job:
     """``python -m minipar.train ARGS`` in its own session, its output read as it comes."""
 
     def __init__(self, args, cwd=ROOT):
-        self.p = subprocess.Popen([sys.executable, "-m", "minipar.train"] + args, cwd=cwd, env=ENV,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "minipar.train"] + args,
+            cwd=cwd,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.out = b""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -75,19 +98,21 @@ def test_killed_launcher_takes_every_rank_with_it_and_output_is_live(tmp_path, s
     """A dp2 run that would train for hours: its loss rank's lines reach the terminal while it runs
     ("resumed from ..." and the progress bar), and once the launcher is killed, ``ps`` shows no
     process of the job left within a bounded wait (before: ranks trained on, writing into --out)."""
-    job = Job(TINY + ["--dp", "2", "--steps", "100000", "--resume", "--ckpt-dir", str(step2_ckpt),
-                      "--out", str(tmp_path / "run")])
+    job = Job(
+        TINY
+        + ["--dp", "2", "--steps", "100000", "--resume", "--ckpt-dir", str(step2_ckpt), "--out", str(tmp_path / "run")]
+    )
     try:
         assert job.wait_for("resumed from step_00000002 (step 2)"), job.text()[-3000:]
-        assert job.wait_for("train:"), job.text()[-3000:]       # the progress bar, live
-        assert len(job.session()) >= 3, job.session()          # launcher + 2 ranks (+ fork server ...)
+        assert job.wait_for("train:"), job.text()[-3000:]  # the progress bar, live
+        assert len(job.session()) >= 3, job.session()  # launcher + 2 ranks (+ fork server ...)
         os.kill(job.p.pid, sig)
         job.p.wait(timeout=60)
         end = time.time() + 60
         while job.session() and time.time() < end:
             time.sleep(0.5)
         assert job.session() == [], job.session()
-        assert "resumed from step_00000002" in job.text()       # not lost with the job
+        assert "resumed from step_00000002" in job.text()  # not lost with the job
     finally:
         job.stop()
 
@@ -104,15 +129,21 @@ def _previous_run(d):
     return _outputs(d)
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--dtype", "fp16"], "--dtype fp16 needs a GPU"),
-    (["--block-size", "60"], "the validation split"),     # val split of the 500-char text: 50 characters
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--dtype", "fp16"], "--dtype fp16 needs a GPU"),
+        (["--block-size", "60"], "the validation split"),  # val split of the 500-char text: 50 characters
+    ],
+)
 def test_late_config_error_leaves_the_previous_run_alone(tmp_path, capsys, args, text):
     data = tmp_path / "text.txt"
     data.write_text("".join(chr(97 + i % 26) for i in range(500)))
     before = _previous_run(tmp_path / "run")
-    assert main(TINY + ["--steps", "2", "--batch-size", "1", "--data", str(data), "--out", str(tmp_path / "run")] + args) == 2
+    assert (
+        main(TINY + ["--steps", "2", "--batch-size", "1", "--data", str(data), "--out", str(tmp_path / "run")] + args)
+        == 2
+    )
     assert text in capsys.readouterr().err
     assert _outputs(tmp_path / "run") == before
 
@@ -123,6 +154,7 @@ def test_bad_batch_for_the_layout_starts_no_rank(monkeypatch, capsys):
 
     def no_launch(*a, **k):
         raise AssertionError("ranks were started for an invalid setting")
+
     monkeypatch.setattr(importlib.import_module("minipar.launch"), "launch", no_launch)
     assert main(["--dp", "2", "--tp", "2", "--pp", "2", "--batch-size", "3", "--out", ""]) == 2
     assert "--batch-size 3 is not divisible by the 2 data-parallel ranks; use 2 or 4" in capsys.readouterr().err
@@ -130,6 +162,7 @@ def test_bad_batch_for_the_layout_starts_no_rank(monkeypatch, capsys):
 
 def _advice(cfg) -> str:
     from minipar.train import check
+
     with pytest.raises(ConfigError) as e:
         check(cfg)
     return str(e.value)
@@ -138,10 +171,12 @@ def _advice(cfg) -> str:
 def test_block_size_advice_fits_both_splits():
     """Following the advice works at once (before: --batch-size 4, then --block-size 46512, then ...)."""
     import re
+
     from minipar.train import check
+
     msg = _advice(TrainConfig(block_size=100000, out=None))
     t = int(re.search(r"use --block-size (\d+) or less", msg).group(1))
-    check(TrainConfig(block_size=t, out=None))                     # fits train and validation
+    check(TrainConfig(block_size=t, out=None))  # fits train and validation
     msg = _advice(TrainConfig(block_size=1000, batch_size=100000, out=None))
     b = int(re.search(r"--batch-size (\d+) or less", msg).group(1))
     t = int(re.search(r"--block-size (\d+) or less", msg).group(1))
@@ -151,10 +186,12 @@ def test_block_size_advice_fits_both_splits():
 
 def test_a_tiny_text_asks_for_a_longer_one(tmp_path):
     import re
+
     from minipar.train import check
+
     f = tmp_path / "ten.txt"
     f.write_text("0123456789")
-    for block in (128, 1):       # before: "use --block-size 8", then "--batch-size 1", then "--block-size 1 or less"
+    for block in (128, 1):  # before: "use --block-size 8", then "--batch-size 1", then "--block-size 1 or less"
         msg = _advice(TrainConfig(data=str(f), block_size=block, out=None))
         n = int(re.search(r"at least (\d+) characters", msg).group(1))
         f2 = tmp_path / "long.txt"
@@ -168,8 +205,10 @@ def test_layout_error_lists_only_layouts_this_model_accepts(monkeypatch, capsys)
     monkeypatch.setenv("RANK", "0")
     assert main(["--tp", "2", "--out", ""]) == 2
     err = capsys.readouterr().err
-    assert err.rstrip().endswith("valid layouts for 3 ranks that fit this model (--n-layer 4, --n-head 4, "
-                                 "--d-model 128) and --batch-size 16: pp3·dp1·tp1"), err
+    assert err.rstrip().endswith(
+        "valid layouts for 3 ranks that fit this model (--n-layer 4, --n-head 4, "
+        "--d-model 128) and --batch-size 16: pp3·dp1·tp1"
+    ), err
 
 
 def test_microbatches_error_suggests_a_fix(capsys):
@@ -185,11 +224,14 @@ def test_resume_past_steps_is_one_line(step2_ckpt, tmp_path, capsys):
     assert _outputs(tmp_path / "run") == before
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--d-model", "32"], "was saved with --d-model 16, this run has --d-model 32; resume with --d-model 16"),
-    (["--block-size", "8"], "was saved with --block-size 16, this run has --block-size 8"),
-    (["--data", "OTHER"], "was trained on another corpus"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--d-model", "32"], "was saved with --d-model 16, this run has --d-model 32; resume with --d-model 16"),
+        (["--block-size", "8"], "was saved with --block-size 16, this run has --block-size 8"),
+        (["--data", "OTHER"], "was trained on another corpus"),
+    ],
+)
 def test_resume_from_another_model_or_corpus_is_one_line(step2_ckpt, tmp_path, capsys, args, text):
     other = tmp_path / "other.txt"
     other.write_text("abc " * 2000)
@@ -218,6 +260,7 @@ def test_resume_with_an_empty_or_no_checkpoint_dir_says_so(tmp_path, capsys):
 
 def test_help_every_flag_once():
     from minipar.train import parser
+
     p = parser()
     for action in p._actions:
         if action.option_strings and action.dest != "help":
@@ -229,23 +272,36 @@ def test_help_every_flag_once():
 
 
 def test_make_train_takes_args():
-    out = subprocess.run(["make", "-n", "train", 'ARGS=--steps 50', f"VENV={os.path.dirname(os.path.dirname(sys.executable))}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        ["make", "-n", "train", "ARGS=--steps 50", f"VENV={os.path.dirname(os.path.dirname(sys.executable))}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "-m minipar.train --steps 50" in out
 
 
 def test_script_without_main_guard_is_told_what_to_add(tmp_path):
     script = tmp_path / "job.py"
     script.write_text("from minipar import launch\n\ndef work():\n    return 1\n\nprint(launch(work, world_size=2))\n")
-    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=180
+    )
     assert p.returncode != 0
-    assert 'job.py calls minipar.launch when it is imported' in p.stderr
+    assert "job.py calls minipar.launch when it is imported" in p.stderr
     assert 'if __name__ == "__main__":' in p.stderr.splitlines()[-1]
 
 
 def test_no_leaked_semaphore_warning_after_a_dp2_run(tmp_path):
     """tqdm's default lock is a multiprocessing semaphore; a rank ending with os._exit leaked it."""
-    p = subprocess.run([sys.executable, "-m", "minipar.train"] + TINY + ["--dp", "2", "--steps", "2", "--out", str(tmp_path)],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "minipar.train"] + TINY + ["--dp", "2", "--steps", "2", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "leaked" not in p.stderr, p.stderr

@@ -1,11 +1,13 @@
 """#14.3: ``make gpu-check`` — what can be checked without a GPU: the no-CUDA path, the table, the plumbing."""
+
 import os
 import subprocess
 import sys
 
 import pytest
 
-from minipar import ConfigError, gpu_check as g, launch
+from minipar import ConfigError, launch
+from minipar import gpu_check as g
 from tests import test_3d
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,22 +15,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _rank():
     import minipar.dist as md
+
     return md.backend()
 
 
 @pytest.mark.skipif(g.cuda_devices()[0] > 0, reason="this machine has a GPU")
 def test_without_cuda_it_says_so_and_exits_3():
-    p = subprocess.run([sys.executable, "-m", "minipar.gpu_check", "--out", ""], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    p = subprocess.run(
+        [sys.executable, "-m", "minipar.gpu_check", "--out", ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     assert p.returncode == g.EXIT_NO_CUDA == 3
     assert p.stdout.strip() == "no CUDA device: gpu-check needs a GPU" and p.stderr == ""
 
 
 def test_table_from_a_fake_result_list():
-    checks = [g.Check("unit, 2 ranks: test_a[2]", True, "nccl"),
-              g.Check("main job, 1 GPU, bf16", True, "finite losses", step_ms=12.345, mfu=0.01234),
-              g.Check("3D pp2·dp2·tp2 = 1 GPU (fp32, torchrun)", False, "max|Δloss| 3.0e-03 (bound 1e-05)"),
-              g.Check("main job under torchrun, every layout", None, "needs >= 2 GPUs")]
+    checks = [
+        g.Check("unit, 2 ranks: test_a[2]", True, "nccl"),
+        g.Check("main job, 1 GPU, bf16", True, "finite losses", step_ms=12.345, mfu=0.01234),
+        g.Check("3D pp2·dp2·tp2 = 1 GPU (fp32, torchrun)", False, "max|Δloss| 3.0e-03 (bound 1e-05)"),
+        g.Check("main job under torchrun, every layout", None, "needs >= 2 GPUs"),
+    ]
     peak = g.peak_bf16("NVIDIA H100 80GB HBM3")
     assert g.format_table("NVIDIA H100 80GB HBM3", 8, peak, checks).splitlines() == [
         "GPU: 8 × NVIDIA H100 80GB HBM3; bf16 dense peak 989 TFLOP/s per GPU",
@@ -40,14 +51,23 @@ def test_table_from_a_fake_result_list():
         r"| 3D pp2·dp2·tp2 = 1 GPU (fp32, torchrun) | FAIL |  |  | max\|Δloss\| 3.0e-03 (bound 1e-05) |",
         "| main job under torchrun, every layout | skipped |  |  | needs >= 2 GPUs |",
         "",
-        "2 passed, 1 failed, 1 skipped"]
+        "2 passed, 1 failed, 1 skipped",
+    ]
     assert "unknown (MFU not computed)" in g.format_table("Tesla T4", 1, None, [])
 
 
-@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12),
-                                        ("NVIDIA H100 NVL", 835e12), ("NVIDIA H200", 989e12),
-                                        ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A100-PCIE-40GB", 312e12),
-                                        ("Tesla T4", None)])
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", 835e12),
+        ("NVIDIA H200", 989e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA A100-PCIE-40GB", 312e12),
+        ("Tesla T4", None),
+    ],
+)
 def test_peak_table(name, peak):
     assert g.peak_bf16(name) == peak
 
@@ -55,7 +75,7 @@ def test_peak_table(name, peak):
 def test_step_time_and_mfu_from_records():
     recs = [{"step": 0, "tokens_per_s": 1.0}, {"step": 5, "tokens_per_s": 2048.0}, {"step": 10, "tokens_per_s": 2048.0}]
     ms, mfu = g.timing(recs, g.TIMED, 1, 1e12)
-    assert ms == pytest.approx(1e3 * 16 * 128 / 2048)          # the warm-up record (step 0) is left out
+    assert ms == pytest.approx(1e3 * 16 * 128 / 2048)  # the warm-up record (step 0) is left out
     assert 0 < mfu < 1
     assert g.timing(recs, g.TIMED, 1, None)[1] is None
 
@@ -72,14 +92,20 @@ def test_layouts():
 
 
 def test_selected_unit_tests_exist():
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *g.GPU_TESTS],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *g.GPU_TESTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     assert p.returncode == 0, p.stdout[-2000:]
     assert f"{len(g.GPU_TESTS)} tests collected" in p.stdout
 
 
 def test_minipar_backend_env_reaches_launch(monkeypatch):
-    monkeypatch.setenv("MINIPAR_BACKEND", "auto")          # on a CPU machine: auto = gloo
+    monkeypatch.setenv("MINIPAR_BACKEND", "auto")  # on a CPU machine: auto = gloo
     assert launch(_rank, world_size=2) == ["gloo", "gloo"]
     monkeypatch.setenv("MINIPAR_BACKEND", "mpi")
     with pytest.raises(ConfigError, match="MINIPAR_BACKEND"):
@@ -97,9 +123,14 @@ def test_run_job_one_process_and_torchrun_pipeline_agree(tmp_path):
 
 def test_unit_test_results_are_read_per_test(monkeypatch, tmp_path):
     """The junit plumbing, on two fast CPU tests: one row each, passed, the backend named."""
-    monkeypatch.setattr(g, "GPU_TESTS", ["tests/test_dist.py::test_single_process_world",
-                                         "tests/test_dist.py::test_auto_backend_on_cpu_is_gloo"])
+    monkeypatch.setattr(
+        g,
+        "GPU_TESTS",
+        ["tests/test_dist.py::test_single_process_world", "tests/test_dist.py::test_auto_backend_on_cpu_is_gloo"],
+    )
     rows = g.check_unit_tests(1, str(tmp_path))
-    assert [(c.name, c.ok) for c in rows] == [("unit, 2 ranks: test_single_process_world", True),
-                                              ("unit, 2 ranks: test_auto_backend_on_cpu_is_gloo", True)]
+    assert [(c.name, c.ok) for c in rows] == [
+        ("unit, 2 ranks: test_single_process_world", True),
+        ("unit, 2 ranks: test_auto_backend_on_cpu_is_gloo", True),
+    ]
     assert all(c.detail.startswith("gloo") for c in rows)

@@ -1,4 +1,5 @@
 """minipar.launch and minipar.dist on real gloo process groups (bounded timeouts: nothing can hang)."""
+
 import os
 import socket
 import time
@@ -13,9 +14,9 @@ def test_results_are_ordered_by_rank_and_group_is_ready():
     out = launch(w.rank_info, world_size=4)
     assert [r["rank"] for r in out] == [0, 1, 2, 3]
     assert all(r["world"] == 4 and r["sum"] == 6.0 for r in out)
-    assert all(r["threads"] == 1 for r in out)              # one intra-op thread per rank
+    assert all(r["threads"] == 1 for r in out)  # one intra-op thread per rank
     assert all(r["backend"] == "gloo" and r["device"] == "cpu" for r in out)
-    assert len({r["pid"] for r in out}) == 4                # real, separate processes
+    assert len({r["pid"] for r in out}) == 4  # real, separate processes
 
 
 def test_output_is_replayed_in_rank_order(capsys):

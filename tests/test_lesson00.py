@@ -1,4 +1,5 @@
 """Lesson 00: the activation formula is exact for our GPT, and the measured peak matches the count."""
+
 import pathlib
 import sys
 
@@ -14,8 +15,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lessons"))
 import workers_00  # noqa: E402  (lessons/workers_00.py, the notebook's experiment drivers)
 
 
-@pytest.mark.parametrize("b, s, layers, d, heads, vocab", [
-    (2, 32, 1, 32, 2, 100), (4, 32, 3, 32, 4, 65), (3, 17, 2, 48, 3, 50), (1, 64, 2, 64, 8, 103)])
+@pytest.mark.parametrize(
+    "b, s, layers, d, heads, vocab",
+    [(2, 32, 1, 32, 2, 100), (4, 32, 3, 32, 4, 65), (3, 17, 2, 48, 3, 50), (1, 64, 2, 64, 8, 103)],
+)
 def test_activation_formula_equals_saved_tensors(b, s, layers, d, heads, vocab):
     """Exact equality (integer bytes): the formula lists every tensor autograd saves in fp32."""
     torch.manual_seed(0)
@@ -41,7 +44,8 @@ def test_autograd_graph_of_linear_cross_entropy():
     loss = F.cross_entropy(F.linear(torch.randn(4, 3), W, b), torch.tensor([0, 1, 1, 0]))
     nodes, edges = workers_00.autograd_graph(loss, {id(W): "W", id(b): "b"})
     assert sorted(label for label, _ in nodes.values()) == sorted(
-        ["NllLossBackward0", "LogSoftmaxBackward0", "AddmmBackward0", "TBackward0", "W.grad", "b.grad"])
+        ["NllLossBackward0", "LogSoftmaxBackward0", "AddmmBackward0", "TBackward0", "W.grad", "b.grad"]
+    )
     assert len(edges) == 5
     assert workers_00.graph_text(nodes, edges).splitlines()[0] == "NllLossBackward0"
 
@@ -59,7 +63,6 @@ def test_measured_peak_matches_counted_bytes():
     assert r["act_formula"] == r["activations"]
     assert 4 * r["params"] == 4 * r["grads"] == 2 * r["optimizer"] == 16 * r["num_params"]
     assert 0.7 < r["peak"] / counted < 1.3, (r["peak"], counted)
-
 
 
 def test_release_freed_memory_keeps_later_step_peaks_visible():

@@ -1,4 +1,5 @@
 """minipar.memory: counted bytes equal the ZeRO-paper formula; the measured peak is real."""
+
 import torch
 
 from minipar.memory import adam_bytes_formula, measure_peak, saved_activation_bytes, state_bytes

@@ -1,4 +1,5 @@
 """minipar.mesh: Megatron's rank order, equal to torch's init_device_mesh, and clear layout errors."""
+
 import pytest
 
 from minipar import ConfigError, launch

@@ -1,4 +1,5 @@
 """minipar.models: shapes, causality, the pieces a pipeline stage is made of."""
+
 import pytest
 import torch
 
@@ -42,8 +43,10 @@ def test_pieces_compose_to_forward(gpt):
 
 def test_same_seed_same_weights():
     cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=1, d_model=8)
-    torch.manual_seed(1); a = GPT(cfg)
-    torch.manual_seed(1); b = GPT(cfg)
+    torch.manual_seed(1)
+    a = GPT(cfg)
+    torch.manual_seed(1)
+    b = GPT(cfg)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 

@@ -1,4 +1,5 @@
 """Overlapped all-gather + GEMM (minipar.tp.overlap) and the two-stream model (minipar.overlap)."""
+
 import pytest
 
 from minipar import ConfigError, launch

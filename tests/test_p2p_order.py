@@ -1,4 +1,4 @@
-"""NCCL's point-to-point matching rule, checked on CPU (issue #14): ``minipar.p2p`` strict mode.
+"""NCCL's point-to-point matching rule, checked on CPU (issue #14): ``minipar.comm.p2p`` strict mode.
 
 NCCL matches the messages between two ranks in the order they are posted (no tags); gloo matches
 by tag and hides a wrong order. ``tests/conftest.py`` sets ``MINIPAR_P2P_ORDER=strict`` for the
@@ -7,17 +7,18 @@ whole suite, so every pipeline/3D/collective test also runs under the check; thi
 every schedule generator matches, (3) a deliberately reordered schedule is caught, with both
 sequences in the message and without hanging (the executor's receive timeout bounds it).
 """
+
 import os
 
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.p2p import P2POrderError
+from minipar.comm.p2p import P2POrderError
 from minipar.pp.schedules import check_p2p_order, gpipe, make_schedule, p2p_order, parse
 from tests import _workers_pp as W
 
 
-def _cases(p):   # every (schedule, m, v) of tests/test_pipeline.py
+def _cases(p):  # every (schedule, m, v) of tests/test_pipeline.py
     out = [(name, m, 1) for name in ("gpipe", "1f1b") for m in range(1, 9)]
     return out + [("interleaved", m, 2) for m in range(p, 9, p)]
 
@@ -54,8 +55,11 @@ def test_generators_are_nccl_safe_by_construction():
 def test_reordered_schedule_is_caught_statically():
     sched = gpipe(2, 2)
     sched[1] = [parse(a) for a in ("1F1", "1F0", "1B1", "1B0")]
-    with pytest.raises(ConfigError, match=r"\['1F0', '1F1'\] but rank 1 posts its receives from rank 0 "
-                                          r"in the order \['1F1', '1F0'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\['1F0', '1F1'\] but rank 1 posts its receives from rank 0 "
+        r"in the order \['1F1', '1F0'\]",
+    ):
         check_p2p_order(sched)
 
 
@@ -88,4 +92,6 @@ def test_a_send_that_never_comes_times_out_with_both_sequences():
         launch(W.missing_send, world_size=2, args=(3.0,))
     tb = str(info.value.__cause__)
     assert "receive #1 from rank 0 (b) got no message: rank 0 never posted its send #1" in tb, tb
-    assert "sends    posted by rank 0 to rank 1:   [a]" in tb and "receives posted by rank 1 from rank 0: [a, b]" in tb, tb
+    assert (
+        "sends    posted by rank 0 to rank 1:   [a]" in tb and "receives posted by rank 1 from rank 0: [a, b]" in tb
+    ), tb

@@ -1,15 +1,16 @@
-"""The parameter server (minipar.param_server) against one-device references, float64.
+"""The parameter server (minipar.dp.param_server) against one-device references, float64.
 
 Bound 1e-12: the server averages W gradients in rank order where the reference sums a
 concatenated batch's mean, a reordering worth ~1e-16 relative after a few SGD steps; a wrong
 average (1/N), a stale or missing gradient changes parameters by ~lr·|g| ≈ 1e-2.
 """
+
 import pytest
 import torch
 import torch.nn as nn
 
 from minipar import ConfigError, launch
-from minipar.param_server import flat_params, load_flat_, roles, server_bytes_formula
+from minipar.dp.param_server import flat_params, load_flat_, roles, server_bytes_formula
 from tests._workers_comm import batch, ps_async, ps_sync, sgd, tiny_model
 
 TOL = 1e-12
@@ -57,7 +58,7 @@ def test_server_bytes_are_the_formula():
     numel = flat_params(tiny_model()).numel()
     f = server_bytes_formula(numel, workers=2, servers=1, element_size=8)
     assert res[0]["recv"] == 2 * f["server_in"] and res[0]["sent"] == 2 * f["server_out"]
-    assert res[1]["sent"] == 2 * numel * 8        # a worker pushes Ψ per step
+    assert res[1]["sent"] == 2 * numel * 8  # a worker pushes Ψ per step
 
 
 @pytest.mark.parametrize("tau", [0, 1, 3])

@@ -7,12 +7,26 @@ runs by ~10 %, so 15 % is the bound it can defend on every row. Worst rows today
 (1.7B–18B, −6 … −13 %), where the model's un-overlapped fp32 gradient all-reduce and constant GEMM
 efficiency make it pessimistic, and MegaScale's Megatron-LM baseline (+9 %).
 """
+
 import pytest
 
 from minipar import ConfigError
-from minipar.perf_model import (GPUS, MEGASCALE_175B, MODELS, NARAYANAN_TABLE1, Layout, ModelShape,
-                                _simulated, activation_bytes_per_layer, estimate, megascale_estimates,
-                                memory_per_gpu, narayanan_row, pipeline_makespan, stage_params)
+from minipar.perf_model import (
+    GPUS,
+    MEGASCALE_175B,
+    MODELS,
+    NARAYANAN_TABLE1,
+    Layout,
+    ModelShape,
+    _simulated,
+    activation_bytes_per_layer,
+    estimate,
+    megascale_estimates,
+    memory_per_gpu,
+    narayanan_row,
+    pipeline_makespan,
+    stage_params,
+)
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, one_f_one_b, simulate
 from minipar.zero.flat import zero_bytes_formula
@@ -59,11 +73,13 @@ def test_memory_uses_the_course_formulas():
     # Korthikanti et al. 2022, §4.2.2 and §5: sequence parallel + selective = 34·s·b·h/t per layer
     s, h = model.seq, model.hidden
     assert activation_bytes_per_layer(model, 1, 8, "selective", True) == pytest.approx(34 * s * h / 8)
-    assert mem["activations"] == pytest.approx(96 // 8 * 8 * 34 * s * h / 8)   # l/p layers × p micro-batches
+    assert mem["activations"] == pytest.approx(96 // 8 * 8 * 34 * s * h / 8)  # l/p layers × p micro-batches
     off = memory_per_gpu(model, dev, Layout(dp=4, tp=8, pp=8, offload=True), 32)
     assert off["optimizer"] == 0
-    acts = [memory_per_gpu(model, dev, Layout(dp=4, tp=8, pp=8, recompute=rc), 32)["activations"]
-            for rc in ("none", "selective", "full")]
+    acts = [
+        memory_per_gpu(model, dev, Layout(dp=4, tp=8, pp=8, recompute=rc), 32)["activations"]
+        for rc in ("none", "selective", "full")
+    ]
     assert acts[0] > acts[1] > acts[2]
 
 
@@ -79,8 +95,12 @@ def test_bad_layouts_raise_config_error():
 
 
 def test_plan_cli_prints_top_layouts_and_rejections(capsys):
-    assert main(["--model", "70b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024",
-                 "--top", "3"]) == 0
+    assert (
+        main(
+            ["--model", "70b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024", "--top", "3"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "MFU" in out and "mem/GPU GB" in out and "rejected:" in out
     assert "does not fit" in out and "TP across nodes" in out
@@ -90,5 +110,6 @@ def test_plan_cli_prints_top_layouts_and_rejections(capsys):
 def test_plan_cli_names_the_bubble():
     """A small global batch leaves few micro-batches per pipeline: deep pipelines are rejected for their bubble."""
     from minipar.perf_model import plan
+
     rows = plan(MODELS["175b"], GPUS["a100"], 64, 16)
     assert any(why.startswith("bubble") for _, why in rows)

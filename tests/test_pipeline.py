@@ -3,6 +3,7 @@
 p = 2 and 4 pipeline ranks, m = 1..8 micro-batches, GPipe, 1F1B and interleaved 1F1B (v = 2),
 2 AdamW steps of a small GPT on real text; the single-device reference runs in this process.
 """
+
 import functools
 import re
 

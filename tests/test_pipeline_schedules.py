@@ -1,14 +1,30 @@
 """minipar.pp.schedules: every generated schedule is valid, and the SIMULATION predicts the
 bubble and the activation memory the papers give. Pure Python, no ranks."""
+
 import pytest
 
 from minipar import ConfigError
 from minipar.pp.executor import partition_layers
-from minipar.pp.schedules import (Action, DeadlockError, bubble_formula, gpipe, interleaved_1f1b,
-                                        make_schedule, one_f_one_b, parse, simulate)
+from minipar.pp.schedules import (
+    Action,
+    DeadlockError,
+    bubble_formula,
+    gpipe,
+    interleaved_1f1b,
+    make_schedule,
+    one_f_one_b,
+    parse,
+    simulate,
+)
 
-CASES = [(name, p, m, v) for name, vs in (("gpipe", [1]), ("1f1b", [1]), ("interleaved", [2, 3]))
-         for p in (1, 2, 3, 4, 8) for m in range(1, 17) for v in vs if name != "interleaved" or m % p == 0]
+CASES = [
+    (name, p, m, v)
+    for name, vs in (("gpipe", [1]), ("1f1b", [1]), ("interleaved", [2, 3]))
+    for p in (1, 2, 3, 4, 8)
+    for m in range(1, 17)
+    for v in vs
+    if name != "interleaved" or m % p == 0
+]
 
 
 def test_notation_is_pytorchs():
@@ -25,7 +41,7 @@ def test_schedule_is_valid_and_matches_bubble_formula(name, p, m, v):
     equals (p-1)/(v·m + p-1) exactly (arXiv:2104.04473 §2.2)."""
     sim = simulate(make_schedule(name, p, m, v), t_f=1, t_b=2)
     assert sim.bubble == pytest.approx(bubble_formula(p, m, v), abs=1e-12)
-    for what, src, dst, t_send, t_recv in sim.messages:   # every receive happens after its send
+    for what, src, dst, t_send, t_recv in sim.messages:  # every receive happens after its send
         assert t_recv >= t_send and src != dst
 
 
@@ -66,15 +82,18 @@ def test_simulator_finds_bad_schedules():
         simulate(s)
 
 
-@pytest.mark.parametrize("call, text", [
-    (lambda: interleaved_1f1b(4, 6, 2), "multiple of p=4, got m=6; use m=4 or m=8"),
-    (lambda: make_schedule("zb", 2, 4), "unknown"),
-    (lambda: make_schedule("1f1b", 2, 4, v=2), "use 'interleaved'"),
-    (lambda: gpipe(0, 4), "p=0"),
-    (lambda: partition_layers(2, 4), "only n_layer=2 blocks; use at most 2 stages"),
-    (lambda: partition_layers(4, 2, [1, 2]), "summing to n_layer=4"),
-    (lambda: partition_layers(4, 2, [4]), "1 entries for 2 stages"),
-])
+@pytest.mark.parametrize(
+    "call, text",
+    [
+        (lambda: interleaved_1f1b(4, 6, 2), "multiple of p=4, got m=6; use m=4 or m=8"),
+        (lambda: make_schedule("zb", 2, 4), "unknown"),
+        (lambda: make_schedule("1f1b", 2, 4, v=2), "use 'interleaved'"),
+        (lambda: gpipe(0, 4), "p=0"),
+        (lambda: partition_layers(2, 4), "only n_layer=2 blocks; use at most 2 stages"),
+        (lambda: partition_layers(4, 2, [1, 2]), "summing to n_layer=4"),
+        (lambda: partition_layers(4, 2, [4]), "1 entries for 2 stages"),
+    ],
+)
 def test_bad_input_names_value_and_fix(call, text):
     with pytest.raises(ConfigError, match=text.replace("(", r"\(").replace(")", r"\)")):
         call()
@@ -90,6 +109,7 @@ def test_trace_analysis_agrees_with_the_simulation():
     """The measurement code (pipeline_trace) applied to a simulated timeline gives the simulator's
     own bubble, and feeding durations back reproduces the timeline."""
     from minipar.pp.trace import from_simulation, measured_bubble, measured_durations
+
     sim = simulate(interleaved_1f1b(4, 8, 2), t_f=lambda a: 1 + a.stage % 3, t_b=2)
     tr = from_simulation(sim)
     assert measured_bubble(tr) == pytest.approx(sim.bubble, abs=1e-12)
@@ -103,6 +123,7 @@ def test_cpu_time_bubble_and_stage_medians():
     with per-stage medians of a balanced run gives exactly the formula, and never less (GPipe)."""
     from minipar.pp.schedules import bubble_formula
     from minipar.pp.trace import from_simulation, measured_bubble, stage_durations
+
     for m in (1, 2, 4, 8):
         sim = simulate(gpipe(3, m), t_f=1, t_b=2)
         tr = from_simulation(sim)

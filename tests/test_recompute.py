@@ -31,7 +31,8 @@ def test_checkpoint_matches_torch_utils_checkpoint():
     lin = torch.nn.Linear(8, 8).double()
     x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
     checkpoint(lin, x).sum().backward()
-    g_ours = lin.weight.grad.clone(); lin.weight.grad = None
+    g_ours = lin.weight.grad.clone()
+    lin.weight.grad = None
     torch.utils.checkpoint.checkpoint(lin, x, use_reentrant=False).sum().backward()
     assert torch.equal(g_ours, lin.weight.grad)
 

@@ -1,4 +1,5 @@
 """The main job's ``--recompute {none,selective,full}`` (lesson 08): same losses on every layout, clear errors."""
+
 import pytest
 import torch
 
@@ -10,8 +11,19 @@ from minipar.recompute import set_recompute
 from minipar.train import TrainConfig, parse_args
 from tests import _workers_train as wt
 
-SMALL = dict(steps=6, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=16, eval_every=3,
-             log_every=1, eval_batches=1, sample_chars=0, out=None)
+SMALL = dict(
+    steps=6,
+    batch_size=8,
+    block_size=16,
+    n_layer=2,
+    n_head=2,
+    d_model=16,
+    eval_every=3,
+    log_every=1,
+    eval_batches=1,
+    sample_chars=0,
+    out=None,
+)
 
 
 def _losses(hist):
@@ -59,6 +71,7 @@ def test_planner_accounts_for_recompute_and_offload():
     """The planner's kept activations with full recompute equal the count on the real blocks; selective
     drops exactly the attention-core term; offload moves AdamW's 8Φ to the host."""
     from minipar import planner
+
     cfg = GPTConfig(vocab_size=16, block_size=16, n_layer=3, n_head=2, d_model=16)
     torch.manual_seed(0)
     m = GPT(cfg)
@@ -86,6 +99,7 @@ def test_full_recompute_peak_is_inputs_plus_one_layer():
     """Lesson 08's "predict" answer: with full recompute the step's peak of saved bytes is the L block
     inputs, plus one block recomputed in full (its input counted once), plus the embedding's tensors."""
     from minipar.memory import saved_activation_bytes
+
     cfg = GPTConfig(vocab_size=50, block_size=32, n_layer=3, n_head=4, d_model=32, dropout=0.1, attention="explicit")
     torch.manual_seed(0)
     m = GPT(cfg)

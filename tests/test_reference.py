@@ -11,12 +11,24 @@ lr 3e-3) a weight by at most lr·δ/eps ≈ 3e-8 per step, and the losses ~4.6 b
 (``minipar.tp``'s vocab-parallel loss is a float32 scalar, so the dp2·tp2 losses carry fp32
 rounding of a number ~4.6: a few ulps, ~1e-7 measured, still two orders below the bound.)
 """
+
 from minipar import launch
 from minipar.train import TrainConfig
 from tests import _workers_train as wt
 
-CFG = dict(steps=5, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=5, log_every=1,
-           eval_batches=1, microbatches=2, out=None)
+CFG = dict(
+    steps=5,
+    batch_size=8,
+    block_size=16,
+    n_layer=2,
+    n_head=2,
+    d_model=32,
+    eval_every=5,
+    log_every=1,
+    eval_batches=1,
+    microbatches=2,
+    out=None,
+)
 
 
 def _losses(hist):

@@ -5,6 +5,7 @@ The browser tests are skipped, with the reason, where Chromium is absent (.ci/ru
 Debian package `chromium`). Screenshots of each deck's first slide and first figure slide go to
 runs/test-output/slides/ for a person to look at.
 """
+
 import base64
 import io
 from pathlib import Path
@@ -19,15 +20,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "runs" / "test-output" / "slides"
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))
 LESSON_PARAMS = [pytest.param(p, id=p.stem) for p in LESSONS] or [
-    pytest.param(None, marks=pytest.mark.skip(reason="no lessons/NN_*.ipynb yet: no deck to check"))]
+    pytest.param(None, marks=pytest.mark.skip(reason="no lessons/NN_*.ipynb yet: no deck to check"))
+]
 
 
 @pytest.fixture(scope="module")
 def chromium():
     exe = browser.find_chromium()
     if exe is None:
-        pytest.skip("Chromium not found, so decks are not checked in a browser: install it "
-                    "(Debian: apt-get install chromium; .ci/run does) or set CHROMIUM=/path/to/chrome")
+        pytest.skip(
+            "Chromium not found, so decks are not checked in a browser: install it "
+            "(Debian: apt-get install chromium; .ci/run does) or set CHROMIUM=/path/to/chrome"
+        )
     with browser.Chromium(exe) as b:
         yield b
 
@@ -43,7 +47,8 @@ def assert_works_offline(r: dict, nb, allowed: list[Path]):
     assert r["ready"]
     assert r["total"] == slide_cells(nb), (
         f"deck shows {r['total']} slides, notebook marks {slide_cells(nb)} slide/subslide cells "
-        "(is the first cell, the title, marked 'slide'? is the deck stale? run make slides)")
+        "(is the first cell, the title, marked 'slide'? is the deck stale? run make slides)"
+    )
     assert r["images_broken"] == [], f"images that did not load: {r['images_broken']}"
     assert r["math_errors"] == 0, f"{r['math_errors']} formulas MathJax could not typeset"
     assert r["math_raw"] == 0, f"{r['math_raw']} slides still show TeX delimiters"
@@ -62,6 +67,7 @@ def demo_notebook() -> nbformat.NotebookNode:
     formula, a matplotlib figure with a printed result, and a set-up cell marked skip.
     4 slide cells."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -83,8 +89,16 @@ def demo_notebook() -> nbformat.NotebookNode:
         cell("code", "import torch", "skip"),
         cell("md", "## The idea\n\nAdam keeps $2$ extra floats per parameter: $16\\Psi$ bytes.", "slide"),
         cell("md", "$$M = (2 + 2 + 12)\\,\\Psi$$", "subslide"),
-        cell("code", "plot()", "subslide", outputs=[nbformat.v4.new_output(
-            "display_data", {"image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"})]),
+        cell(
+            "code",
+            "plot()",
+            "subslide",
+            outputs=[
+                nbformat.v4.new_output(
+                    "display_data", {"image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"}
+                )
+            ],
+        ),
         cell("code", "print(16)", "-", outputs=[nbformat.v4.new_output("stream", name="stdout", text="16\n")]),
     ]
     return nb
@@ -97,15 +111,21 @@ def test_build_writes_an_offline_deck_with_its_source_digest(tmp_path):
     html = deck.read_text(encoding="utf-8")
     assert build.external_loads(html) == []
     assert f'content="{build.source_digest(nbformat.read(nb_path, as_version=4))}"' in html
-    assert "import torch" not in html and "plot()" not in html      # code inputs left out
+    assert "import torch" not in html and "plot()" not in html  # code inputs left out
     assert "<title>99 · Demo: memory of one replica slides</title>" in html
 
 
 def test_external_loads_finds_cdn_scripts_but_not_links():
-    html = ('<script src="https://unpkg.com/reveal.js"></script><a href="https://arxiv.org/abs/1910.02054">'
-            '<link rel="stylesheet" href="//cdn.example/x.css"><img src="data:image/png;base64,AA">'
-            "<script type=module>import m from 'https://cdn/mermaid.mjs';</script>")
-    assert build.external_loads(html) == ["//cdn.example/x.css", "https://cdn/mermaid.mjs", "https://unpkg.com/reveal.js"]
+    html = (
+        '<script src="https://unpkg.com/reveal.js"></script><a href="https://arxiv.org/abs/1910.02054">'
+        '<link rel="stylesheet" href="//cdn.example/x.css"><img src="data:image/png;base64,AA">'
+        "<script type=module>import m from 'https://cdn/mermaid.mjs';</script>"
+    )
+    assert build.external_loads(html) == [
+        "//cdn.example/x.css",
+        "https://cdn/mermaid.mjs",
+        "https://unpkg.com/reveal.js",
+    ]
 
 
 def test_unknown_lesson_number_names_the_lessons_there():
@@ -144,7 +164,8 @@ def test_deck_is_in_step_with_its_lesson(lesson):
     html = deck.read_text(encoding="utf-8")
     digest = build.source_digest(nbformat.read(lesson, as_version=4))
     assert f'name="{build.DIGEST_META}" content="{digest}"' in html, (
-        f"{deck.name} is out of date with {lesson.name}: run make slides LESSON={lesson.name[:2]}")
+        f"{deck.name} is out of date with {lesson.name}: run make slides LESSON={lesson.name[:2]}"
+    )
     assert build.external_loads(html) == []
 
 
@@ -169,9 +190,15 @@ OVERFLOW_TODO: set[str] = set()
 
 def _overflow_param(p):
     if p.stem in OVERFLOW_TODO:
-        return pytest.param(p, id=p.stem, marks=pytest.mark.xfail(
-            reason="slides taller than the viewport: move detail into speaker notes (issue 13), then rebuild the deck "
-                   "and drop the lesson from OVERFLOW_TODO", strict=False))
+        return pytest.param(
+            p,
+            id=p.stem,
+            marks=pytest.mark.xfail(
+                reason="slides taller than the viewport: move detail into speaker notes (issue 13), then rebuild the deck "
+                "and drop the lesson from OVERFLOW_TODO",
+                strict=False,
+            ),
+        )
     return pytest.param(p, id=p.stem)
 
 
@@ -182,6 +209,10 @@ def test_no_slide_is_taller_than_the_viewport(lesson, chromium):
     if not deck.exists():
         pytest.fail(f"no deck for {lesson.name}: run make slides LESSON={lesson.name[:2]}")
     r = browser.check_deck(chromium, deck)
-    detail = "; ".join(f"slide {i} {title!r}: {sh} px of content in {ch} px" for i, sh, ch, title in r["overflow_detail"])
-    assert r["overflow"] == [], (f"{deck.name}: {len(r['overflow'])} of {r['total']} slides scroll ({detail}); move "
-                                 "detail into speaker notes (a cell with slide_type 'notes') or split the slide")
+    detail = "; ".join(
+        f"slide {i} {title!r}: {sh} px of content in {ch} px" for i, sh, ch, title in r["overflow_detail"]
+    )
+    assert r["overflow"] == [], (
+        f"{deck.name}: {len(r['overflow'])} of {r['total']} slides scroll ({detail}); move "
+        "detail into speaker notes (a cell with slide_type 'notes') or split the slide"
+    )

@@ -4,13 +4,14 @@ The core claim: TP = 1, 2, 4 training — with and without sequence parallelism,
 DTensor TP — equals single-device training of ``minipar.models.GPT`` from the same seed on the
 same batches of the built-in corpus (vocabulary 103, padded to 104 on 2 and 4 ranks).
 """
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
 from minipar.models import GPTConfig
-from minipar.tp.mappings import check_divisible, new_tp_group
 from minipar.tp.gpt import TensorParallelGPT, check_tp_config
+from minipar.tp.mappings import check_divisible, new_tp_group
 from tests import _workers_tp as w
 
 STEPS = 3
@@ -58,10 +59,10 @@ def test_tp_training_equals_one_device(reference, tp):
             assert out[r][sp]["losses"] == out[0][sp]["losses"]
             assert _max_diff(out[0][sp]["grads"], out[r][sp]["grads"]) == 0.0
     shapes, d = out[0]["shapes"], 32
-    assert shapes["blocks.0.attn.qkv.weight"] == (3 * d // tp, d)       # column-parallel: rows split
-    assert shapes["blocks.0.mlp.proj.weight"] == (d, 4 * d // tp)       # row-parallel: columns split
-    assert shapes["blocks.0.mlp.proj.bias"] == (d,)                     # replicated
-    assert shapes["wte.weight"] == (104 // tp, d)                       # vocabulary 103 padded to 104
+    assert shapes["blocks.0.attn.qkv.weight"] == (3 * d // tp, d)  # column-parallel: rows split
+    assert shapes["blocks.0.mlp.proj.weight"] == (d, 4 * d // tp)  # row-parallel: columns split
+    assert shapes["blocks.0.mlp.proj.bias"] == (d,)  # replicated
+    assert shapes["wte.weight"] == (104 // tp, d)  # vocabulary 103 padded to 104
 
 
 def test_dtensor_tp_equals_one_device(reference):
@@ -85,8 +86,12 @@ def test_comm_counts_per_block():
         for lab, op, nbytes, _ in recs[True]:
             sp[(lab, op)] = sp.get((lab, op), 0) + 1
             assert nbytes == S
-        assert sp == {("forward", "all_gather_single"): 2, ("forward", "reduce_scatter_single"): 2,
-                      ("backward", "reduce_scatter_single"): 2, ("backward", "all_gather_single"): 4}
+        assert sp == {
+            ("forward", "all_gather_single"): 2,
+            ("forward", "reduce_scatter_single"): 2,
+            ("backward", "reduce_scatter_single"): 2,
+            ("backward", "all_gather_single"): 4,
+        }
 
 
 def test_conjugate_operators_on_2_ranks():
@@ -99,12 +104,14 @@ def test_conjugate_operators_on_2_ranks():
         exp = {
             "copy_to_tensor_parallel_region": (x[r], 2 * wt((1, 4, 2))),
             "reduce_from_tensor_parallel_region": (x[0] + x[1], wt((1, 4, 2))),
-            "scatter_to_tensor_parallel_region": (x[r][..., r:r + 1], wt((1, 4, 1)).expand(1, 4, 2)),
-            "gather_from_tensor_parallel_region": (torch.cat(x, -1), wt((1, 4, 4))[..., 2 * r:2 * r + 2]),
-            "scatter_to_sequence_parallel_region": (x[r][:, 2 * r:2 * r + 2], torch.cat([wt((1, 2, 2))] * 2, 1)),
-            "gather_from_sequence_parallel_region": (torch.cat(x, 1), 2 * wt((1, 8, 2))[:, 4 * r:4 * r + 4]),
-            "reduce_scatter_to_sequence_parallel_region": ((x[0] + x[1])[:, 2 * r:2 * r + 2],
-                                                           torch.cat([wt((1, 2, 2))] * 2, 1)),
+            "scatter_to_tensor_parallel_region": (x[r][..., r : r + 1], wt((1, 4, 1)).expand(1, 4, 2)),
+            "gather_from_tensor_parallel_region": (torch.cat(x, -1), wt((1, 4, 4))[..., 2 * r : 2 * r + 2]),
+            "scatter_to_sequence_parallel_region": (x[r][:, 2 * r : 2 * r + 2], torch.cat([wt((1, 2, 2))] * 2, 1)),
+            "gather_from_sequence_parallel_region": (torch.cat(x, 1), 2 * wt((1, 8, 2))[:, 4 * r : 4 * r + 4]),
+            "reduce_scatter_to_sequence_parallel_region": (
+                (x[0] + x[1])[:, 2 * r : 2 * r + 2],
+                torch.cat([wt((1, 2, 2))] * 2, 1),
+            ),
         }
         for name, (y, g) in exp.items():
             assert torch.equal(res[name][0], y), (r, name, "forward")
@@ -119,11 +126,14 @@ def test_layer_options_equal_full_linear():
             assert dy < 1e-12 and dx < 1e-12, (name, dy, dx)
 
 
-@pytest.mark.parametrize("kw, text", [
-    (dict(d_model=30, n_head=6), "hidden size d_model=30 is not divisible by tp=4; use tp in [1, 2, 3, 6]"),
-    (dict(d_model=32, n_head=2), "number of heads n_head=2 is not divisible by tp=4; use tp in [1, 2]"),
-    (dict(d_model=36, n_head=12), "hidden size d_model=36 is not divisible by tp=8; use tp in [1, 2, 3, 4, 6, 12]"),
-])
+@pytest.mark.parametrize(
+    "kw, text",
+    [
+        (dict(d_model=30, n_head=6), "hidden size d_model=30 is not divisible by tp=4; use tp in [1, 2, 3, 6]"),
+        (dict(d_model=32, n_head=2), "number of heads n_head=2 is not divisible by tp=4; use tp in [1, 2]"),
+        (dict(d_model=36, n_head=12), "hidden size d_model=36 is not divisible by tp=8; use tp in [1, 2, 3, 4, 6, 12]"),
+    ],
+)
 def test_bad_sizes_name_the_value_and_the_choices(kw, text):
     tp = int(text.split("tp=")[1].split(";")[0])
     with pytest.raises(ConfigError) as e:
@@ -132,7 +142,9 @@ def test_bad_sizes_name_the_value_and_the_choices(kw, text):
 
 
 def test_bad_ffn_and_group_sizes():
-    with pytest.raises(ConfigError, match=r"FFN size 4\*d_model=20 is not divisible by tp=8; use tp in \[1, 2, 4, 5, 10\]"):
+    with pytest.raises(
+        ConfigError, match=r"FFN size 4\*d_model=20 is not divisible by tp=8; use tp in \[1, 2, 4, 5, 10\]"
+    ):
         check_divisible("FFN size 4*d_model", 20, 8)
     with pytest.raises(ConfigError, match=r"tp=3 is not a divisor of world_size=1; use tp in \[1\]"):
         new_tp_group(3)
@@ -141,7 +153,9 @@ def test_bad_ffn_and_group_sizes():
 
 
 def test_sequence_parallel_needs_T_divisible():
-    with pytest.raises(ConfigError, match=r"sequence length T=7 is not divisible by tp=2 \(sequence parallelism\); use T=6 or 8"):
+    with pytest.raises(
+        ConfigError, match=r"sequence length T=7 is not divisible by tp=2 \(sequence parallelism\); use T=6 or 8"
+    ):
         launch(w.sp_bad_length, world_size=2)
 
 

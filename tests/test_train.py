@@ -1,4 +1,5 @@
 """minipar.train: the main job learns, writes its outputs, and gives the same losses on 1 and 2 ranks."""
+
 import json
 
 import pytest
@@ -9,8 +10,18 @@ from tests import _workers_train as wt
 
 LOSS_BOUND = 1e-5  # float64 runs; derived in test_two_data_parallel_ranks_equal_one_device
 
-SMALL = dict(steps=30, batch_size=8, block_size=32, n_layer=2, n_head=2, d_model=32, eval_every=15,
-             log_every=5, eval_batches=2, sample_chars=40)
+SMALL = dict(
+    steps=30,
+    batch_size=8,
+    block_size=32,
+    n_layer=2,
+    n_head=2,
+    d_model=32,
+    eval_every=15,
+    log_every=5,
+    eval_batches=2,
+    sample_chars=40,
+)
 
 
 def test_learns_and_writes_outputs(tmp_path):
@@ -51,12 +62,15 @@ def test_microbatches_equal_one_big_batch():
     assert abs(a[-1]["val_loss"] - b[-1]["val_loss"]) < LOSS_BOUND
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--batch-size", "0"], "--batch-size 0"),
-    (["--data", "/no/such/file.txt"], "no such file"),
-    (["--steps", "-3"], "--steps -3"),
-    (["--nproc", "0"], "--nproc 0"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--batch-size", "0"], "--batch-size 0"),
+        (["--data", "/no/such/file.txt"], "no such file"),
+        (["--steps", "-3"], "--steps -3"),
+        (["--nproc", "0"], "--nproc 0"),
+    ],
+)
 def test_cli_bad_input_is_one_line(capsys, args, text):
     assert main(args + ["--out", ""]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,13 +1,14 @@
 """minipar.zero / minipar.zero.stage3: ZeRO stages 1-3 equal single-device AdamW, hold the bytes the
 paper's formulas say, and move the bytes §7 says (Rajbhandari et al. 2020, arXiv:1910.02054)."""
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
 from minipar.data import CharCorpus, make_loader
 from minipar.models import GPT, GPTConfig, num_params
-from minipar.zero.flat import default_units, zero_bytes_formula
 from minipar.zero import zero
+from minipar.zero.flat import default_units, zero_bytes_formula
 from minipar.zero.stage3 import ShardedUnit
 from tests import _workers_zero as w
 
@@ -23,7 +24,7 @@ F64 = torch.float64
 # same reordering reached 2e-5, and a tolerance fitted to one CPU is not portable.)
 LOSS_TOL = 1e-9
 PARAM_TOL = 1e-9
-BYTES = 8          # float64 element: the fp32 formulas' bytes scale by BYTES / 4
+BYTES = 8  # float64 element: the fp32 formulas' bytes scale by BYTES / 4
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -46,8 +47,12 @@ def test_stages_equal_single_device_and_measure_formulas(n, reference):
     three ZeRO stages the arithmetic is the same operations in the same order: bit for bit equal.
     Bytes: the fp32 formulas times BYTES / 4 (every state tensor is float64 here).
     """
-    out = launch(w.workers_03.run, world_size=n, args=(ZERO + ("dp", "fsdp2"), w.CFG, w.ADAMW, w.batches(STEPS)),
-                 kwargs=dict(dtype=F64))
+    out = launch(
+        w.workers_03.run,
+        world_size=n,
+        args=(ZERO + ("dp", "fsdp2"), w.CFG, w.ADAMW, w.batches(STEPS)),
+        kwargs=dict(dtype=F64),
+    )
     r0 = out[0]
     for s, o in r0.items():
         assert max(abs(a - b) for a, b in zip(o["losses"], reference["losses"])) < LOSS_TOL, s
@@ -80,8 +85,12 @@ def test_clipping_equals_clip_grad_norm():
     an all-reduce of shard norms must equal ``torch.nn.utils.clip_grad_norm_``. float64, tolerances as above."""
     adamw = dict(w.ADAMW, max_norm=0.05)
     ref = w.workers_03.single_device(w.CFG, adamw, w.batches(STEPS), dtype=F64)
-    out = launch(w.workers_03.run, world_size=2, args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)),
-                 kwargs=dict(dtype=F64))[0]
+    out = launch(
+        w.workers_03.run,
+        world_size=2,
+        args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)),
+        kwargs=dict(dtype=F64),
+    )[0]
     for s, o in out.items():
         assert max(abs(a - b) for a, b in zip(o["losses"], ref["losses"])) < LOSS_TOL
         assert max_diff(o["params"], ref["params"]) < PARAM_TOL
@@ -120,6 +129,7 @@ def test_one_rank_is_plain_adamw(reference):
 
 
 # -- bad input: one clear ConfigError naming the value and the fix ---------------------------
+
 
 def test_parameters_that_differ_across_ranks_are_detected():
     with pytest.raises(ConfigError, match=r"unit 'wte' differ between rank 0 and rank\(s\) \[1\].*manual_seed"):

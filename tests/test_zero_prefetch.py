@@ -3,6 +3,7 @@
 Prefetch changes *when* unit k+1's all-gather is issued, not what it gathers: every rank receives
 the same shards, so the run equals the one without prefetch bit for bit (float64, bound 0).
 """
+
 import torch
 
 from minipar import launch
@@ -14,6 +15,7 @@ CFG = GPTConfig(vocab_size=17, block_size=8, n_layer=3, n_head=2, d_model=16, ti
 def worker(prefetch: bool, steps: int = 3):
     from minipar import dist as mdist
     from minipar.zero import zero
+
     torch.manual_seed(0)
     model = GPT(CFG).double()
     timeline: list = []

@@ -16,12 +16,13 @@ Bounds (absolute, every run in float64, derived rather than fitted to one CPU):
   only for near-zero gradients (measured ~1e-14 on parameters); 1e-9 is five orders above that
   and seven below a real bug (~lr = 1e-2).
 """
+
 import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.zero.redundancy import ZeroRedundancyOptimizer, partition_by_size
 from minipar.verify import max_abs_diff
+from minipar.zero.redundancy import ZeroRedundancyOptimizer, partition_by_size
 from tests import _workers_zero_redundancy as w
 
 EXACT = 1e-12
@@ -39,17 +40,17 @@ def single():
 def test_equals_one_device_and_torch_zero(n, opt, single):
     out = launch(w.compare, world_size=n, args=(opt,))
     ref, ref_groups = single[(opt, False)], single[(opt, True)]
-    psi = sum(v.numel() for v in ref.values())                     # named_parameters: the tied weight once
+    psi = sum(v.numel() for v in ref.values())  # named_parameters: the tied weight once
     for r, o in enumerate(out):
         assert max_abs_diff(o["minipar"], ref) < VS_ONE_DEVICE[opt], (r, "vs one device")
         assert max_abs_diff(o["minipar"], o["torch"]) < EXACT, (r, "vs torch ZeroRedundancyOptimizer")
         assert max_abs_diff(o["generator"], o["minipar"]) < EXACT, (r, "generator params")
         assert max_abs_diff(o["minipar_groups"], ref_groups) < VS_ONE_DEVICE[opt], (r, "add_param_group vs one device")
         assert max_abs_diff(o["minipar_groups"], o["torch_groups"]) < EXACT, (r, "add_param_group vs torch")
-        assert o["groups"] == [len(ref)]                           # one group, the tied weight once
+        assert o["groups"] == [len(ref)]  # one group, the tied weight once
         # every element owned by exactly one rank; this rank's state covers only its own elements
         assert sum(o["owned"]) == psi
-        per_param_states = 1 if opt == "sgd" else 2                 # momentum; exp_avg and exp_avg_sq
+        per_param_states = 1 if opt == "sgd" else 2  # momentum; exp_avg and exp_avg_sq
         assert o["state_numel"] == per_param_states * o["owned"][r]
     assert out[0]["owned"] == out[-1]["owned"]
 
@@ -67,11 +68,15 @@ def test_state_dict_round_trip(opt):
     assert sd["state"].keys() == plain["state"].keys()
     for i, st in plain["state"].items():
         assert st.keys() == sd["state"][i].keys()
-        assert max_abs_diff({k: v for k, v in st.items() if v.dim() > 0},
-                            {k: v for k, v in sd["state"][i].items() if v.dim() > 0}) < VS_ONE_DEVICE[opt]
+        assert (
+            max_abs_diff(
+                {k: v for k, v in st.items() if v.dim() > 0}, {k: v for k, v in sd["state"][i].items() if v.dim() > 0}
+            )
+            < VS_ONE_DEVICE[opt]
+        )
     kind, text = out[1]["not_consolidated"]
     assert kind == "ConfigError" and "consolidate_state_dict(to=1)" in text
-    model = w.model64()                                # and the plain optimizer loads it
+    model = w.model64()  # and the plain optimizer loads it
     o = w.make("single", opt, list(model.parameters()))
     o.load_state_dict(sd)
 
@@ -86,12 +91,12 @@ def test_partition_is_torchs_greedy_rule():
 def test_world_of_one_and_bad_input():
     model = w.model64()
     o = ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD, lr=0.1)
-    assert o.state_dict()["param_groups"][0]["lr"] == 0.1            # world of 1: nothing to consolidate
-    o.param_groups[0]["lr"] = 0.0                                      # a schedule sets lr on the wrapper:
+    assert o.state_dict()["param_groups"][0]["lr"] == 0.1  # world of 1: nothing to consolidate
+    o.param_groups[0]["lr"] = 0.0  # a schedule sets lr on the wrapper:
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     xy = w.batches(1)[0]
     model(xy[:, :-1], xy[:, 1:])[1].backward()
-    o.step()                                                           # it reaches the local optimizer
+    o.step()  # it reaches the local optimizer
     assert max_abs_diff({k: v.detach() for k, v in model.named_parameters()}, before) == 0.0
     assert o.optim.param_groups[0]["lr"] == 0.0 and o.param_groups[0]["dampening"] == 0  # all SGD's keys
     with pytest.raises(ConfigError, match="not a torch.optim.Optimizer subclass.*torch.optim.SGD"):

@@ -11,6 +11,7 @@ Workers run on real ranks through :func:`minipar.launch` under a short group tim
 (``MINIPAR_TIMEOUT``, default :data:`TIMEOUT_S` here), so a send without its matching receive
 ends in seconds, and :func:`run_ranks` names the ranks that waited.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,8 @@ import traceback
 
 import torch
 
-TIMEOUT_S = 10.0   # the checker's process-group timeout (seconds) unless MINIPAR_TIMEOUT is set
-EXACT = 1e-12      # float64 bound for results that are the same arithmetic reordered (see minipar.verify)
+TIMEOUT_S = 10.0  # the checker's process-group timeout (seconds) unless MINIPAR_TIMEOUT is set
+EXACT = 1e-12  # float64 bound for results that are the same arithmetic reordered (see minipar.verify)
 
 
 class NotDone(Exception):
@@ -81,8 +82,18 @@ def _guard(worker, args):
         return ("todo", str(exc))
     except Exception as exc:  # noqa: BLE001
         text = re.sub(r"\[/[^\]]*\] ?", "", f"{type(exc).__name__}: {exc}")  # gloo's source paths
-        timed_out = any(s in text for s in ("imed out", "Timeout", "timeout", "closed by peer",
-                                             "reset by peer", "got no message", "could not deliver"))
+        timed_out = any(
+            s in text
+            for s in (
+                "imed out",
+                "Timeout",
+                "timeout",
+                "closed by peer",
+                "reset by peer",
+                "got no message",
+                "could not deliver",
+            )
+        )
         return ("timeout" if timed_out else "error", text.splitlines()[0][:300], _where(traceback.format_exc()))
 
 
@@ -98,23 +109,25 @@ def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
     from minipar.errors import RankFailedError
 
     t = timeout_s()
-    os.environ["MINIPAR_TIMEOUT"] = f"{t:g}"   # sub-groups (minipar.dist.new_group) get the same short timeout
+    os.environ["MINIPAR_TIMEOUT"] = f"{t:g}"  # sub-groups (minipar.dist.new_group) get the same short timeout
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            results = launch(_guard, world_size=world_size, args=(worker, tuple(args)), timeout=t,
-                             job_timeout=3 * t + 60)
+            results = launch(
+                _guard, world_size=world_size, args=(worker, tuple(args)), timeout=t, job_timeout=3 * t + 60
+            )
     except RankFailedError as exc:
-        raise CheckFailed(f"{what}: the ranks did not end ({exc}); a rank that never returns is waiting "
-                          "for a message or a collective its peers never issue") from None
+        raise CheckFailed(
+            f"{what}: the ranks did not end ({exc}); a rank that never returns is waiting "
+            "for a message or a collective its peers never issue"
+        ) from None
     todo = [r for r, v in enumerate(results) if v[0] == "todo"]
     if todo:
         raise NotDone(results[todo[0]][1])
     errors = [(r, v) for r, v in enumerate(results) if v[0] == "error"]
     if errors:
         r, v = errors[0]
-        raise CheckFailed(f"{what}: rank {r} raised {v[1]}" + (f" (at {v[2]})" if v[2] else "")
-                          + _tail(out.getvalue()))
+        raise CheckFailed(f"{what}: rank {r} raised {v[1]}" + (f" (at {v[2]})" if v[2] else "") + _tail(out.getvalue()))
     waited = [r for r, v in enumerate(results) if v[0] == "timeout"]
     if waited:
         done = [r for r in range(world_size) if r not in waited]
@@ -122,7 +135,8 @@ def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
             f"{what}: rank(s) {waited} waited {t:g} s for a message or collective that never came"
             + (f" (rank(s) {done} had already returned)" if done else "")
             + f": every send needs the matching recv on the peer, and every rank of a group must make the same "
-              f"calls in the same order. First message: rank {waited[0]}: {results[waited[0]][1]}")
+            f"calls in the same order. First message: rank {waited[0]}: {results[waited[0]][1]}"
+        )
     return [v[1] for v in results]
 
 
@@ -151,9 +165,13 @@ def expect_close(what: str, got, want, bound: float = EXACT, hint: str = "") -> 
     """Raise CheckFailed naming the first wrong element: shape first, then values (float64 bound)."""
     got, want = torch.as_tensor(got), torch.as_tensor(want)
     if tuple(got.shape) != tuple(want.shape):
-        raise CheckFailed(f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}" + (f". {hint}" if hint else ""))
+        raise CheckFailed(
+            f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}" + (f". {hint}" if hint else "")
+        )
     i = first_wrong(got, want, bound)
     if i is not None:
         pos = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), want.shape)) if want.dim() > 1 else i
-        raise CheckFailed(f"{what}: element {pos} is {got.reshape(-1)[i].item():.6g}, expected "
-                          f"{want.reshape(-1)[i].item():.6g} (bound {bound:g}, float64)" + (f". {hint}" if hint else ""))
+        raise CheckFailed(
+            f"{what}: element {pos} is {got.reshape(-1)[i].item():.6g}, expected "
+            f"{want.reshape(-1)[i].item():.6g} (bound {bound:g}, float64)" + (f". {hint}" if hint else "")
+        )

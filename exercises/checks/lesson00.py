@@ -1,5 +1,6 @@
 """Checks for lesson 00 (one device): LayerNorm and cross-entropy backward against autograd, AdamW
 against ``torch.optim.AdamW``. Float64, bound 1e-12 (relative to the values' size ~1)."""
+
 from __future__ import annotations
 
 import torch
@@ -28,10 +29,20 @@ def check_layer_norm(mod) -> str:
         gx, gw, gb = got
         what = f"layer_norm_backward, x of shape {shape}"
         expect_close(f"{what}: grad_bias", gb, b.grad, hint="sum grad_out over every leading dimension")
-        expect_close(f"{what}: grad_weight", gw, w.grad, hint="sum grad_out · xhat over every leading dimension (xhat = (x − mean)·rstd with the biased variance, ÷D)")
-        expect_close(f"{what}: grad_x", gx, x.grad, bound=1e-10,
-                     hint="grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat)) with g = grad_out · weight, biased "
-                          "variance (÷D), means over the last dimension")
+        expect_close(
+            f"{what}: grad_weight",
+            gw,
+            w.grad,
+            hint="sum grad_out · xhat over every leading dimension (xhat = (x − mean)·rstd with the biased variance, ÷D)",
+        )
+        expect_close(
+            f"{what}: grad_x",
+            gx,
+            x.grad,
+            bound=1e-10,
+            hint="grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat)) with g = grad_out · weight, biased "
+            "variance (÷D), means over the last dimension",
+        )
     return "shapes (4, 7), (2, 3, 16), (5, 1): grad_x, grad_weight, grad_bias = autograd (float64)"
 
 
@@ -61,11 +72,18 @@ def check_adamw(mod) -> str:
         p_ref.grad = g.clone()
         opt.step()
         call("adamw_step", mod.adamw_step, p, g.clone(), m, v, step, **hyper)
-        expect_close(f"adamw_step, parameter after step {step}", p, p_ref.detach(),
-                     hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step count; "
-                          "eps after sqrt(v̂); all in place (the moments too)")
+        expect_close(
+            f"adamw_step, parameter after step {step}",
+            p,
+            p_ref.detach(),
+            hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step count; "
+            "eps after sqrt(v̂); all in place (the moments too)",
+        )
     return "3 steps = torch.optim.AdamW (float64, < 1e-12), moments and bias correction"
 
 
-CHECKS = [("layer_norm_backward", check_layer_norm), ("cross_entropy_backward", check_cross_entropy),
-          ("adamw_step", check_adamw)]
+CHECKS = [
+    ("layer_norm_backward", check_layer_norm),
+    ("cross_entropy_backward", check_cross_entropy),
+    ("adamw_step", check_adamw),
+]

@@ -4,6 +4,7 @@ Float64, bound 1e-12: output, input gradient, and each rank's slice of the weigh
 Sizes d = 6, hidden = 12 (divisible by 1, 2, 3, 4). Layouts: N = 1, 3, 4 over the world, and
 4 ranks as two tensor-parallel groups [0, 1] and [2, 3] (the operators must use their group).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,11 +17,12 @@ from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
 TITLE = "tensor parallel"
 MODULE = "ex04_tensor_parallel"
 D, H = 6, 12
-LAYOUTS = [(1, 1), (3, 3), (4, 4), (4, 2)]   # (world size, tensor-parallel group size)
+LAYOUTS = [(1, 1), (3, 3), (4, 4), (4, 2)]  # (world size, tensor-parallel group size)
 
 
 def _group(tp):
     from minipar import dist as mdist
+
     world, me = mdist.world_size(), mdist.rank()
     if tp == world:
         return None, list(range(world))
@@ -34,18 +36,25 @@ def _group(tp):
 
 def fg_worker(module, tp):
     from minipar import dist as mdist
+
     mod = importlib.import_module(module)
     group, ranks = _group(tp)
     r = mdist.rank()
-    w = torch.arange(4, dtype=torch.float64) + 10.0 ** r   # this rank's loss weights
+    w = torch.arange(4, dtype=torch.float64) + 10.0**r  # this rank's loss weights
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
     y = mod.CopyToTP.apply(x, group)
     (y * w).sum().backward()
     x2 = (torch.arange(4, dtype=torch.float64) * (r + 1)).requires_grad_()
     z = mod.ReduceFromTP.apply(x2, group)
     (z * w).sum().backward()
-    return {"f_out": y.detach(), "f_grad": x.grad, "g_out": z.detach(), "g_grad": x2.grad,
-            "x2": x2.detach(), "ranks": ranks}
+    return {
+        "f_out": y.detach(),
+        "f_grad": x.grad,
+        "g_out": z.detach(),
+        "g_grad": x2.grad,
+        "x2": x2.detach(),
+        "ranks": ranks,
+    }
 
 
 def full():
@@ -61,12 +70,22 @@ def mlp_worker(module, tp):
     col, row = mod.ColumnParallelLinear(D, H, group), mod.RowParallelLinear(H, D, group)
     col.load_full_(t["w1"], t["b1"])
     row.load_full_(t["w2"], t["b2"])
-    loaded = [col.weight.detach().clone(), col.bias.detach().clone(), row.weight.detach().clone(), row.bias.detach().clone()]
+    loaded = [
+        col.weight.detach().clone(),
+        col.bias.detach().clone(),
+        row.weight.detach().clone(),
+        row.bias.detach().clone(),
+    ]
     x = t["x"].clone().requires_grad_()
     y = row(F.gelu(col(x)))
     (y * t["c"]).sum().backward()
-    return {"loaded": loaded, "y": y.detach(), "x_grad": x.grad,
-            "grads": [col.weight.grad, col.bias.grad, row.weight.grad, row.bias.grad], "ranks": ranks}
+    return {
+        "loaded": loaded,
+        "y": y.detach(),
+        "x_grad": x.grad,
+        "grads": [col.weight.grad, col.bias.grad, row.weight.grad, row.bias.grad],
+        "ranks": ranks,
+    }
 
 
 def check_f_g(mod) -> str:
@@ -75,25 +94,34 @@ def check_f_g(mod) -> str:
         got = run_ranks(fg_worker, world, (mod.__name__, tp), what)
         for r, v in enumerate(got):
             ranks = v["ranks"]
-            ws = [torch.arange(4, dtype=torch.float64) + 10.0 ** q for q in ranks]
+            ws = [torch.arange(4, dtype=torch.float64) + 10.0**q for q in ranks]
             if max_diff(v["f_out"], torch.ones(4)) > 0:
                 raise CheckFailed(f"{what}: rank {r}: f's forward must be the identity, got {v['f_out'].tolist()}")
             want = sum(ws)
             if v["f_grad"] is None or max_diff(v["f_grad"], want) > 0:
                 own = v["f_grad"] is not None and max_diff(v["f_grad"], ws[ranks.index(r)]) == 0
-                raise CheckFailed(f"{what}: rank {r}: f's backward gave {None if v['f_grad'] is None else v['f_grad'].tolist()}, "
-                                  f"expected the sum over the group {ranks}: {want.tolist()}"
-                                  + (": it is this rank's own gradient — all-reduce it" if own else
-                                     ": all-reduce (sum) over ctx.group, the group given to forward"))
+                raise CheckFailed(
+                    f"{what}: rank {r}: f's backward gave {None if v['f_grad'] is None else v['f_grad'].tolist()}, "
+                    f"expected the sum over the group {ranks}: {want.tolist()}"
+                    + (
+                        ": it is this rank's own gradient — all-reduce it"
+                        if own
+                        else ": all-reduce (sum) over ctx.group, the group given to forward"
+                    )
+                )
             gsum = sum(torch.arange(4, dtype=torch.float64) * (q + 1) for q in ranks)
             if max_diff(v["g_out"], gsum) > 0:
-                raise CheckFailed(f"{what}: rank {r}: g's forward gave {v['g_out'].tolist()}, expected the sum over the "
-                                  f"group {ranks}: {gsum.tolist()}")
+                raise CheckFailed(
+                    f"{what}: rank {r}: g's forward gave {v['g_out'].tolist()}, expected the sum over the "
+                    f"group {ranks}: {gsum.tolist()}"
+                )
             if max_diff(v["x2"], torch.arange(4, dtype=torch.float64) * (r + 1)) > 0:
                 raise CheckFailed(f"{what}: rank {r}: g changed its input in place; all-reduce a copy")
             if v["g_grad"] is None or max_diff(v["g_grad"], ws[ranks.index(r)]) > 0:
-                raise CheckFailed(f"{what}: rank {r}: g's backward gave {None if v['g_grad'] is None else v['g_grad'].tolist()}, "
-                                  f"expected the identity {ws[ranks.index(r)].tolist()} (no communication backward)")
+                raise CheckFailed(
+                    f"{what}: rank {r}: g's backward gave {None if v['g_grad'] is None else v['g_grad'].tolist()}, "
+                    f"expected the identity {ws[ranks.index(r)].tolist()} (no communication backward)"
+                )
     return "N = 1, 3, 4 and two groups of 2: f = identity / all-reduce, g = all-reduce / identity, exact"
 
 
@@ -110,27 +138,48 @@ def check_layers(mod) -> str:
         for r, v in enumerate(got):
             i = v["ranks"].index(r)
             k = H // tp
-            slices = [lambda a: a[i * k:(i + 1) * k], lambda a: a[i * k:(i + 1) * k],
-                      lambda a: a[:, i * k:(i + 1) * k], lambda a: a]
+            slices = [
+                lambda a: a[i * k : (i + 1) * k],
+                lambda a: a[i * k : (i + 1) * k],
+                lambda a: a[:, i * k : (i + 1) * k],
+                lambda a: a,
+            ]
             for name, sl, got_p, full_p in zip(names, slices, v["loaded"], (t["w1"], t["b1"], t["w2"], t["b2"])):
                 if max_diff(got_p, sl(full_p)) > 0:
-                    raise CheckFailed(f"{what}: rank {r} (index {i} in its group) loaded the wrong slice of the {name}: "
-                                      + ("keep rows [i·out/N, (i+1)·out/N)" if "column" in name else
-                                         "keep columns [i·in/N, (i+1)·in/N) of the weight and the whole bias"))
+                    raise CheckFailed(
+                        f"{what}: rank {r} (index {i} in its group) loaded the wrong slice of the {name}: "
+                        + (
+                            "keep rows [i·out/N, (i+1)·out/N)"
+                            if "column" in name
+                            else "keep columns [i·in/N, (i+1)·in/N) of the weight and the whole bias"
+                        )
+                    )
             if max_diff(v["y"], y) >= EXACT:
                 extra = max_diff(v["y"], y.detach() + (tp - 1) * t["b2"]) < EXACT
-                raise CheckFailed(f"{what}: rank {r}'s output differs from one device"
-                                  + (f": the row bias was added {tp} times — add it after g, once" if extra else
-                                     ": the row layer's partial sums must go through g (all-reduce over the group)"))
+                raise CheckFailed(
+                    f"{what}: rank {r}'s output differs from one device"
+                    + (
+                        f": the row bias was added {tp} times — add it after g, once"
+                        if extra
+                        else ": the row layer's partial sums must go through g (all-reduce over the group)"
+                    )
+                )
             if max_diff(v["x_grad"], x.grad) >= EXACT:
                 scaled = tp > 1 and max_diff(v["x_grad"], tp * x.grad) < EXACT
-                raise CheckFailed(f"{what}: rank {r}'s input gradient differs from one device"
-                                  + (f" by a factor {tp}: g's backward must be the identity" if scaled else
-                                     ": f must sit on the column layer's input (its backward sums the ranks' parts)"))
+                raise CheckFailed(
+                    f"{what}: rank {r}'s input gradient differs from one device"
+                    + (
+                        f" by a factor {tp}: g's backward must be the identity"
+                        if scaled
+                        else ": f must sit on the column layer's input (its backward sums the ranks' parts)"
+                    )
+                )
             for name, sl, g, p in zip(names, slices, v["grads"], ps):
                 if g is None or max_diff(g, sl(p.grad)) >= EXACT:
-                    raise CheckFailed(f"{what}: rank {r}'s {name} gradient differs from its slice of one device's "
-                                      "(float64, bound 1e-12): check f/g's backward and where the bias is added")
+                    raise CheckFailed(
+                        f"{what}: rank {r}'s {name} gradient differs from its slice of one device's "
+                        "(float64, bound 1e-12): check f/g's backward and where the bias is added"
+                    )
     return "N = 1, 3, 4 and two groups of 2: output, input and weight gradients = one device (float64, < 1e-12)"
 
 

@@ -1,4 +1,5 @@
 """Checks for lesson 06: 1F1B (and, stretch, interleaved 1F1B) against minipar's reference order."""
+
 from __future__ import annotations
 
 import importlib
@@ -14,6 +15,7 @@ MODULE = "ex06_1f1b"
 
 def _tiny_gpt():
     from minipar.models import GPT, GPTConfig
+
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=17, block_size=8, n_layer=3, n_head=2, d_model=8))
 
@@ -27,7 +29,8 @@ def run_worker(module, m):
     """Run the learner's schedule with minipar's executor (float64); return this rank's gradients."""
     from minipar import dist as mdist
     from minipar.pp.executor import PipelineExecutor, build_stages
-    torch.set_default_dtype(torch.float64)       # the executor's receive buffers follow the default dtype
+
+    torch.set_default_dtype(torch.float64)  # the executor's receive buffers follow the default dtype
     mod = importlib.import_module(module)
     p, me = mdist.world_size(), mdist.rank()
     sched = mod.one_f_one_b(p, m)
@@ -52,19 +55,24 @@ def one_device(m):
 
 def check_1f1b(mod) -> str:
     from minipar.pp.schedules import one_f_one_b
+
     for p, m in CASES:
         what = f"one_f_one_b({p}, {m})"
         sched = call(what, mod.one_f_one_b, p, m)
         sim = validate(what, sched, p, m)
         for r in range(p):
             if sim.peak_inflight[r] > min(p - r, m):
-                raise CheckFailed(f"{what}: rank {r} holds {sim.peak_inflight[r]:g} micro-batches at once, 1F1B at most "
-                                  f"min(p − r, m) = {min(p - r, m)}: after the warm-up, run a backward after each forward")
+                raise CheckFailed(
+                    f"{what}: rank {r} holds {sim.peak_inflight[r]:g} micro-batches at once, 1F1B at most "
+                    f"min(p − r, m) = {min(p - r, m)}: after the warm-up, run a backward after each forward"
+                )
         diff = first_difference(sched, one_f_one_b(p, m))
         if diff:
             r, i, a, b = diff
-            raise CheckFailed(f"{what}: rank {r}, action {i} is {a}, expected {b}. Rank r runs min(p − r − 1, m) = "
-                              f"{min(p - r - 1, m)} warm-up forwards, then F, B pairs, then the remaining backwards")
+            raise CheckFailed(
+                f"{what}: rank {r}, action {i} is {a}, expected {b}. Rank r runs min(p − r − 1, m) = "
+                f"{min(p - r - 1, m)} warm-up forwards, then F, B pairs, then the remaining backwards"
+            )
     for p, m in ((3, 2), (3, 4)):
         what = f"one_f_one_b({p}, {m}) run by minipar's executor on {p} ranks"
         got = run_ranks(run_worker, p, (mod.__name__, m), what)
@@ -72,14 +80,19 @@ def check_1f1b(mod) -> str:
         for r, grads in enumerate(got):
             for k, g in grads.items():
                 if not max_diff(g, want[k]) < EXACT:
-                    raise CheckFailed(f"{what}: rank {r}'s gradient of {k} differs from one device (float64, bound "
-                                      f"{EXACT:g}): every micro-batch's forward and backward must run exactly once")
-    return ("p = 1, 3, 4; m = 1, 2, 4, 8 (m < p too): valid (simulated), ≤ p − r in flight, the reference order; "
-            "run on 3 real ranks = one device's gradients (float64)")
+                    raise CheckFailed(
+                        f"{what}: rank {r}'s gradient of {k} differs from one device (float64, bound "
+                        f"{EXACT:g}): every micro-batch's forward and backward must run exactly once"
+                    )
+    return (
+        "p = 1, 3, 4; m = 1, 2, 4, 8 (m < p too): valid (simulated), ≤ p − r in flight, the reference order; "
+        "run on 3 real ranks = one device's gradients (float64)"
+    )
 
 
 def check_interleaved(mod) -> str:
     from minipar.pp.schedules import interleaved_1f1b
+
     cases = [(1, 2, 2), (2, 2, 2), (2, 4, 2), (4, 4, 2), (4, 8, 2), (3, 6, 3)]
     for p, m, v in cases:
         what = f"interleaved_1f1b({p}, {m}, v={v}) (stretch goal)"
@@ -88,9 +101,11 @@ def check_interleaved(mod) -> str:
         diff = first_difference(sched, interleaved_1f1b(p, m, v))
         if diff:
             r, i, a, b = diff
-            raise CheckFailed(f"{what}: rank {r}, action {i} is {a}, expected {b}: check the chunk of the k-th forward, "
-                              "(k mod p·v) // p, the reversed chunk order of backwards, and the warm-up "
-                              "min((p − r − 1)·2 + (v − 1)·p, m·v)")
+            raise CheckFailed(
+                f"{what}: rank {r}, action {i} is {a}, expected {b}: check the chunk of the k-th forward, "
+                "(k mod p·v) // p, the reversed chunk order of backwards, and the warm-up "
+                "min((p − r − 1)·2 + (v − 1)·p, m·v)"
+            )
     return "p = 1, 2, 3, 4; v = 2, 3: valid (simulated) and Megatron-LM's order"
 
 

@@ -1,4 +1,5 @@
 """Checks for lesson 07: mesh coordinates and groups against ``minipar.mesh``, then real groups on 4 ranks."""
+
 from __future__ import annotations
 
 import importlib
@@ -14,49 +15,59 @@ DIMS = ("pp", "dp", "tp")
 
 def shapes():
     from minipar.mesh import factorizations
+
     return [s for w in (1, 4, 8, 12) for s in factorizations(w)]
 
 
 def check_coords(mod) -> str:
     from minipar.mesh import coords_of
+
     for shape in shapes():
         for r in range(shape[0] * shape[1] * shape[2]):
             got = call(f"coords_of({r}, {shape})", mod.coords_of, r, shape)
             want = coords_of(r, shape)
             if dict(got) != want:
-                raise CheckFailed(f"coords_of({r}, shape (pp, dp, tp) = {shape}) = {dict(got)}, expected {want}: "
-                                  "rank = pp·(dp·tp) + dp·tp + tp — tp varies fastest, pp slowest")
+                raise CheckFailed(
+                    f"coords_of({r}, shape (pp, dp, tp) = {shape}) = {dict(got)}, expected {want}: "
+                    "rank = pp·(dp·tp) + dp·tp + tp — tp varies fastest, pp slowest"
+                )
     return f"{len(shapes())} shapes of 1, 4, 8, 12 ranks: every rank's (pp, dp, tp) = minipar.mesh"
 
 
 def check_group_ranks(mod) -> str:
     from minipar.mesh import group_ranks
+
     for shape in shapes():
         for dim in DIMS:
             got = call(f"group_ranks({shape}, {dim!r})", mod.group_ranks, shape, dim)
             want = group_ranks(shape, dim)
             if [list(g) for g in got] != want:
-                raise CheckFailed(f"group_ranks({shape}, {dim!r}) = {got}, expected {want}: a {dim} group holds the "
-                                  f"ranks whose other two coordinates are equal (sorted)")
+                raise CheckFailed(
+                    f"group_ranks({shape}, {dim!r}) = {got}, expected {want}: a {dim} group holds the "
+                    f"ranks whose other two coordinates are equal (sorted)"
+                )
     return f"{len(shapes())} shapes × pp, dp, tp: = minipar.mesh.group_ranks"
 
 
 def groups_worker(module, shape):
     import torch.distributed as dist
+
     from minipar import dist as mdist
+
     mod = importlib.import_module(module)
     out = mod.build_groups(*shape)
     res = {}
     for dim in DIMS:
         g, ranks = out[dim]
         t = torch.tensor([float(mdist.rank())])
-        dist.all_reduce(t, group=g)       # sum of the global ranks in my group
+        dist.all_reduce(t, group=g)  # sum of the global ranks in my group
         res[dim] = (list(ranks), t.item(), dist.get_world_size(g))
     return res
 
 
 def check_build_groups(mod) -> str:
     from minipar.mesh import coords_of, group_ranks
+
     layouts = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (2, 1, 2), (4, 1, 1)]
     for shape in layouts:
         world = shape[0] * shape[1] * shape[2]
@@ -70,8 +81,12 @@ def check_build_groups(mod) -> str:
                     raise CheckFailed(
                         f"{what}: rank {r} (coords {coords_of(r, shape)}) has a {dim} group of size {size} whose "
                         f"all-reduce summed the ranks to {total:g}, expected the group {want} (sum {sum(want)})"
-                        + (": a size-1 dimension still needs a real one-rank group (group=None is the whole world)"
-                           if size != len(want) else ""))
+                        + (
+                            ": a size-1 dimension still needs a real one-rank group (group=None is the whole world)"
+                            if size != len(want)
+                            else ""
+                        )
+                    )
     return "layouts (1,1,1), (1,2,2), (2,2,1), (2,1,2), (4,1,1): every rank's groups all-reduce over the right ranks"
 
 

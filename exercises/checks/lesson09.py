@@ -1,4 +1,5 @@
 """Checks for lesson 09: top-k with error feedback (in this process), PowerSGD on 1, 2 and 3 ranks."""
+
 from __future__ import annotations
 
 import importlib
@@ -22,22 +23,32 @@ def check_topk(mod) -> str:
             vals, idx, new_err = call(what, mod.topk_with_error_feedback, grad.clone(), error.clone(), k)
             a = grad + error
             if tuple(vals.shape) != (k,) or tuple(idx.shape) != (k,):
-                raise CheckFailed(f"{what}: values {tuple(vals.shape)} and indices {tuple(idx.shape)}, expected ({k},) each")
+                raise CheckFailed(
+                    f"{what}: values {tuple(vals.shape)} and indices {tuple(idx.shape)}, expected ({k},) each"
+                )
             want_idx = set(a.abs().topk(k).indices.tolist())
             if set(idx.tolist()) != want_idx:
-                raise CheckFailed(f"{what}: sent indices {sorted(idx.tolist())[:8]}..., expected the {k} largest |grad + error| "
-                                  f"{sorted(want_idx)[:8]}...: choose on grad + error (the error of earlier steps), by magnitude")
+                raise CheckFailed(
+                    f"{what}: sent indices {sorted(idx.tolist())[:8]}..., expected the {k} largest |grad + error| "
+                    f"{sorted(want_idx)[:8]}...: choose on grad + error (the error of earlier steps), by magnitude"
+                )
             expect_close(f"{what}: values", vals, a[idx], EXACT, "values = (grad + error)[indices]")
             rebuilt = new_err.clone()
             rebuilt[idx] += vals
-            expect_close(f"{what}: new_error + sent", rebuilt, a, EXACT,
-                         "error feedback: new_error = grad + error with the sent entries zeroed (nothing is lost)")
+            expect_close(
+                f"{what}: new_error + sent",
+                rebuilt,
+                a,
+                EXACT,
+                "error feedback: new_error = grad + error with the sent entries zeroed (nothing is lost)",
+            )
             error = new_err
     return "n = 7, 257, 1000; k = 1 .. n; 3 steps each: the k largest |g + e| sent, the rest kept exactly"
 
 
 def powersgd_worker(module, n, k, r, seed):
     from minipar import dist as mdist
+
     mod = importlib.import_module(module)
     gen = torch.Generator().manual_seed(seed + mdist.rank())
     m = torch.randn(n, k, generator=gen, dtype=torch.float64)
@@ -58,16 +69,29 @@ def check_powersgd(mod) -> str:
     for world, n, k, r in cases:
         what = f"powersgd_round on {world} rank(s), m ({n}, {k}), rank {r}"
         got = run_ranks(powersgd_worker, world, (mod.__name__, n, k, r, 90), what)
-        ms = [torch.randn(n, k, generator=torch.Generator().manual_seed(90 + i), dtype=torch.float64) for i in range(world)]
+        ms = [
+            torch.randn(n, k, generator=torch.Generator().manual_seed(90 + i), dtype=torch.float64)
+            for i in range(world)
+        ]
         q = torch.randn(k, r, generator=torch.Generator().manual_seed(90), dtype=torch.float64)
         want_approx, want_q = one_device(ms, q)
         for rank, (approx, new_q) in enumerate(got):
-            expect_close(f"{what}: rank {rank}'s approx", approx, want_approx, 1e-9,
-                         "it must equal one device's round on the MEAN matrix: all-reduce P, divide by N, and only "
-                         "then orthogonalize (every rank the same P̂), then the same for Q")
-            signs = torch.where((new_q * want_q).sum(0) < 0, -1.0, 1.0).to(new_q.dtype)   # QR may flip a column
-            expect_close(f"{what}: rank {rank}'s new Q (up to each column's sign)", new_q * signs, want_q, 1e-9,
-                         "new_q = the all-reduced mean of mᵀ·P̂")
+            expect_close(
+                f"{what}: rank {rank}'s approx",
+                approx,
+                want_approx,
+                1e-9,
+                "it must equal one device's round on the MEAN matrix: all-reduce P, divide by N, and only "
+                "then orthogonalize (every rank the same P̂), then the same for Q",
+            )
+            signs = torch.where((new_q * want_q).sum(0) < 0, -1.0, 1.0).to(new_q.dtype)  # QR may flip a column
+            expect_close(
+                f"{what}: rank {rank}'s new Q (up to each column's sign)",
+                new_q * signs,
+                want_q,
+                1e-9,
+                "new_q = the all-reduced mean of mᵀ·P̂",
+            )
     return "1, 2 and 3 ranks: every rank's estimate = one device's PowerSGD round on the mean matrix"
 
 

@@ -8,16 +8,17 @@ Exercises (run ``make check LESSON=01``):
 Together they are the ring all-reduce (Patarasuk & Yuan 2009, J. Parallel Distrib. Comput.
 69(2), §3). Use only point-to-point messages: ``dist.isend`` / ``dist.irecv`` (or ``send`` /
 ``recv``), never ``dist.reduce_scatter`` or ``dist.all_gather``. The chunks are
-:func:`minipar.collectives.chunk_bounds` (sizes differ by at most one, some are empty when the
+:func:`minipar.comm.collectives.chunk_bounds` (sizes differ by at most one, some are empty when the
 tensor has fewer elements than ranks). The checker runs N = 1, 3 and 4 ranks, sizes that do not
 divide by N, and a sub-group.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.collectives import chunk_bounds
+from minipar.comm.collectives import chunk_bounds
 
 
 def ring_neighbours(group=None) -> tuple[list[int], int]:

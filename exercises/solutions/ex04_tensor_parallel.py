@@ -11,6 +11,7 @@ Exercises (run ``make check LESSON=04``):
 The checker runs an MLP ``Row(gelu(Column(x)))`` on N = 1, 3, 4 ranks and on two sub-groups of 2,
 in float64, against one device: output, input gradient and every weight gradient.
 """
+
 from __future__ import annotations
 
 import torch
@@ -95,8 +96,8 @@ class ColumnParallelLinear(nn.Module):
         Hint: lesson 04, "Build it" (Megatron's ``_initialize_affine_weight_cpu``).
         """
         k, r = self.weight.shape[0], tp_rank(self.group)
-        self.weight.copy_(weight[r * k:(r + 1) * k])
-        self.bias.copy_(bias[r * k:(r + 1) * k])
+        self.weight.copy_(weight[r * k : (r + 1) * k])
+        self.bias.copy_(bias[r * k : (r + 1) * k])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(…, in) -> (…, out/N): f on the input, then the local linear layer.
@@ -128,7 +129,7 @@ class RowParallelLinear(nn.Module):
         Hint: lesson 04, "Build it".
         """
         k, r = self.weight.shape[1], tp_rank(self.group)
-        self.weight.copy_(weight[:, r * k:(r + 1) * k])
+        self.weight.copy_(weight[:, r * k : (r + 1) * k])
         self.bias.copy_(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ micro-batch 3), one stage per rank here (stage r on rank r). The checker validat
 with ``minipar.pp.schedules.simulate`` (which catches deadlocks and missing actions) for
 p = 1, 3, 4 ranks and m = 1, 2, 4, 8 micro-batches (m < p included).
 """
+
 from __future__ import annotations
 
 from minipar.pp.schedules import Action

@@ -11,6 +11,7 @@ Megatron-LM's order (``megatron/core/parallel_state.py``; Narayanan et al. 2021,
 ``rank = pp_rank·(dp·tp) + dp_rank·tp + tp_rank`` — the row-major order of a (pp, dp, tp) array,
 as ``minipar.mesh`` and ``init_device_mesh(..., (pp, dp, tp))``.
 """
+
 from __future__ import annotations
 
 DIMS = ("pp", "dp", "tp")
@@ -57,6 +58,7 @@ def build_groups(pp: int, dp: int, tp: int) -> dict[str, tuple[object, list[int]
     Hint: lesson 07, "The idea" (``minipar.mesh.init_mesh``). Use :func:`group_ranks`.
     """
     from minipar import dist as mdist
+
     me, out = mdist.rank(), {}
     for dim in DIMS:
         for ranks in group_ranks((pp, dp, tp), dim):

@@ -12,6 +12,7 @@ Both are checked in one process: the first against a plain transformer block in 
 dropout on (same outputs and gradients, and only the inputs kept), the second against
 ``minipar.amp.DynamicLossScaler`` on a sequence of clean and overflowing steps.
 """
+
 from __future__ import annotations
 
 import torch
@@ -67,8 +68,14 @@ def checkpoint(fn, *inputs):
     return Checkpoint.apply(fn, *inputs)
 
 
-def loss_scale_step(grads: list[torch.Tensor], scale: float, clean: int, growth_interval: int = 2000,
-                    growth: float = 2.0, backoff: float = 0.5) -> tuple[bool, float, int]:
+def loss_scale_step(
+    grads: list[torch.Tensor],
+    scale: float,
+    clean: int,
+    growth_interval: int = 2000,
+    growth: float = 2.0,
+    backoff: float = 0.5,
+) -> tuple[bool, float, int]:
     """One step of dynamic loss scaling, after ``(loss · scale).backward()`` filled ``grads``.
 
     Args:

@@ -8,9 +8,10 @@ Exercises (run ``make check LESSON=09``):
 2. :func:`powersgd_round` — one rank-r PowerSGD round on real ranks: two small all-reduces instead
    of one of the whole matrix (Vogels et al. 2019, arXiv:1905.13727, Algorithm 1).
 
-Both are what ``minipar.compression`` does inside ``TopKCompression`` and ``PowerSGDCompression``;
+Both are what ``minipar.dp.compression`` does inside ``TopKCompression`` and ``PowerSGDCompression``;
 the checker compares yours with one device in float64.
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ is yours, the loss fell, memory was measured on every rank and set against the p
 prediction, and the notes explain the gap. One line per item: ✓, or ✗ with what to fix.
 Exit status 0 when all pass.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,23 @@ def check_report(rep: dict) -> list[tuple[bool, str]]:
     nums = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lf, ll, vl))
     out.append((nums and ll < lf, f"the training loss fell (first {lf}, last {ll}; validation {vl})"))
     mem = rep.get("mem_measured_bytes")
-    out.append((isinstance(mem, list) and len(mem) == world and all(isinstance(v, (int, float)) and v > 0 for v in mem),
-                "memory measured on every rank (mem_measured_bytes: one positive number per rank)"))
+    out.append(
+        (
+            isinstance(mem, list) and len(mem) == world and all(isinstance(v, (int, float)) and v > 0 for v in mem),
+            "memory measured on every rank (mem_measured_bytes: one positive number per rank)",
+        )
+    )
     pred = rep.get("mem_predicted_bytes")
     out.append((isinstance(pred, (int, float)) and pred > 0, "the planner's memory per rank (mem_predicted_bytes)"))
-    out.append((isinstance(rep.get("step_s_predicted"), (int, float)) and bool(rep.get("hardware")),
-                "the planner's step time and the hardware it assumed (step_s_predicted, hardware)"))
-    out.append((len(str(rep.get("notes", ""))) >= 40, "notes: why measurement and prediction differ (a sentence or two)"))
+    out.append(
+        (
+            isinstance(rep.get("step_s_predicted"), (int, float)) and bool(rep.get("hardware")),
+            "the planner's step time and the hardware it assumed (step_s_predicted, hardware)",
+        )
+    )
+    out.append(
+        (len(str(rep.get("notes", ""))) >= 40, "notes: why measurement and prediction differ (a sentence or two)")
+    )
     return out
 
 

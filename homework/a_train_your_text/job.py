@@ -11,6 +11,7 @@ Given: the training itself (``minipar.train.train``, the main job, on a (pp, dp,
    (``minipar.planner.estimate`` with a ``Hardware`` you measured or assumed: say which).
 3. :func:`report` — the JSON the checker reads (fields in its docstring).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,10 @@ def run_rank(cfg: TrainConfig) -> dict:
     from minipar import dist as mdist
     from minipar.memory import rss_bytes
     from minipar.train import train
-    rss_idle = rss_bytes()                       # torch imported, nothing built yet
+
+    rss_idle = rss_bytes()  # torch imported, nothing built yet
     history = train(cfg, progress="none")
-    with open("/proc/self/status") as f:         # Linux: the process's peak resident set
+    with open("/proc/self/status") as f:  # Linux: the process's peak resident set
         hwm = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:")), 0)
     return {"rank": mdist.rank(), "history": history, "rss_idle_bytes": rss_idle, "peak_rss_bytes": hwm}
 
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cfg = TrainConfig(steps=a.steps, data=a.data, out=a.out, eval_every=max(1, a.steps // 4))
     from minipar.data import CharCorpus, load_text
+
     vocab = CharCorpus(load_text(a.data)).vocab_size
     layout = choose_layout(a.world, cfg)
     cfg.pp, cfg.dp, cfg.tp, cfg.microbatches = layout

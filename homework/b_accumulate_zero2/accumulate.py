@@ -15,6 +15,7 @@ the mean loss over the whole global batch (float32, bound derived in ``check.py`
 None after every backward (ZeRO-2 keeps no full gradient), and the step matches one device's AdamW.
 Then wire it into a training loop (:func:`main`, given) and report tokens/s and held bytes for k = 1, 2, 4.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,9 @@ def train_worker(steps: int, k: int, global_batch: int, block: int) -> dict:
     from minipar.zero.stage12 import ZeroOptimizer
 
     corpus = CharCorpus(load_text())
-    loader = make_loader(corpus.split("train", block), global_batch, dp_rank=mdist.rank(),
-                         dp_size=mdist.world_size(), seed=0)
+    loader = make_loader(
+        corpus.split("train", block), global_batch, dp_rank=mdist.rank(), dp_size=mdist.world_size(), seed=0
+    )
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=block, n_layer=2, n_head=2, d_model=64))
     opt = ZeroOptimizer(model, stage=2, lr=3e-3)
@@ -70,6 +72,7 @@ def train_worker(steps: int, k: int, global_batch: int, block: int) -> dict:
 
 def main(argv=None) -> int:
     from minipar import launch
+
     ap = argparse.ArgumentParser(description="ZeRO-2 + gradient accumulation on a small GPT")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--accum", type=int, default=2)
@@ -78,8 +81,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     out = launch(train_worker, world_size=a.world, args=(a.steps, a.accum, a.batch, 64))
     r0 = out[0]
-    print(f"loss {r0['losses'][0]:.3f} -> {r0['losses'][-1]:.3f}; held bytes per rank {r0['held']}; "
-          f"tokens/s ⏱ {r0['tokens_per_s']:.0f}")
+    print(
+        f"loss {r0['losses'][0]:.3f} -> {r0['losses'][-1]:.3f}; held bytes per rank {r0['held']}; "
+        f"tokens/s ⏱ {r0['tokens_per_s']:.0f}"
+    )
     return 0
 
 

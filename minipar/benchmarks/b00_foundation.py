@@ -1,4 +1,5 @@
 """Lesson 00 / foundation: launcher start-up cost and bf16 autocast on CPU."""
+
 from __future__ import annotations
 
 import socket
@@ -6,9 +7,9 @@ import socket
 import torch
 
 from minipar.bench import Row, median_time
+from minipar.benchmarks import _jobs
 from minipar.launch import launch
 from minipar.models import GPT, GPTConfig
-from minipar.benchmarks import _jobs
 
 
 def _free_port() -> int:
@@ -24,8 +25,16 @@ def rows(quick: bool) -> list[Row]:
     reps = 2 if quick else 5
     t_launch = median_time(lambda: launch(_jobs.noop, world_size=n, prefix=False), repeats=reps)
     t_spawn = median_time(lambda: tmp.spawn(_jobs.spawn_noop, args=(n, _free_port()), nprocs=n), repeats=reps, warmup=0)
-    out = [Row("00", f"minipar.launch vs torch.multiprocessing.spawn, {n} ranks, one all_reduce", t_launch / t_spawn,
-               target="<= 1.0", ok=t_launch <= t_spawn, note=f"{t_launch:.2f} s vs {t_spawn:.2f} s")]
+    out = [
+        Row(
+            "00",
+            f"minipar.launch vs torch.multiprocessing.spawn, {n} ranks, one all_reduce",
+            t_launch / t_spawn,
+            target="<= 1.0",
+            ok=t_launch <= t_spawn,
+            note=f"{t_launch:.2f} s vs {t_spawn:.2f} s",
+        )
+    ]
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
@@ -42,6 +51,12 @@ def rows(quick: bool) -> list[Row]:
     t32 = median_time(lambda: step("fp32"), repeats=reps)
     t16 = median_time(lambda: step("bf16"), repeats=reps)
     torch.set_num_threads(threads)
-    out.append(Row("00", "GPT fwd+bwd step, bf16 autocast vs fp32 (CPU, 1 thread)", t16 / t32,
-                   note=f"{t16 * 1e3:.0f} ms vs {t32 * 1e3:.0f} ms; CPUs without bf16 units gain nothing"))
+    out.append(
+        Row(
+            "00",
+            "GPT fwd+bwd step, bf16 autocast vs fp32 (CPU, 1 thread)",
+            t16 / t32,
+            note=f"{t16 * 1e3:.0f} ms vs {t32 * 1e3:.0f} ms; CPUs without bf16 units gain nothing",
+        )
+    )
     return out

@@ -9,6 +9,7 @@ data and the shape check), each paying interpreter and scheduler latency, which 
 machine is loaded; and no overlap *across* steps (gloo and NCCL forward a segment as soon as it
 is reduced).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,9 +18,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from minipar.bench import Row
 from minipar import dist as md
-from minipar.collectives import ring_all_reduce
+from minipar.bench import Row
+from minipar.comm.collectives import ring_all_reduce
 from minipar.launch import launch
 
 
@@ -27,14 +28,17 @@ def time_all_reduce(numels: list[int], algos=("torch", "ring"), repeats: int = 5
     """Worker: median seconds of each all-reduce algorithm for float32 tensors of each size.
 
     ``algos``: ``"torch"`` (``torch.distributed.all_reduce``: gloo's C++ on CPU, NCCL on GPUs),
-    ``"ring"`` (:func:`minipar.collectives.ring_all_reduce`), ``"ring (no check)"``.
+    ``"ring"`` (:func:`minipar.comm.collectives.ring_all_reduce`), ``"ring (no check)"``.
     Each repeat starts after a barrier; a repeat's time is the slowest rank's (an all-reduce is
     done when every rank is done). One warm-up run per size is not timed. Algorithms alternate
     within a repeat so that they see the same load. Returns ``{algo: [median seconds per size]}``.
     Works under ``torchrun`` on GPUs too (tensors on ``minipar.dist.device()``, CUDA synchronised).
     """
-    fns = {"torch": dist.all_reduce, "ring": ring_all_reduce,
-           "ring (no check)": lambda t: ring_all_reduce(t, check=False)}
+    fns = {
+        "torch": dist.all_reduce,
+        "ring": ring_all_reduce,
+        "ring (no check)": lambda t: ring_all_reduce(t, check=False),
+    }
     device = md.device()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     out = {a: [] for a in algos}
@@ -61,12 +65,23 @@ def rows(quick: bool) -> list[Row]:
     gloo's ``all_reduce`` does not make either) carries the target; the default ``check=True`` call,
     whose check costs N−1 more small ring steps, is reported beside it."""
     n, numel, reps = 4, 4 * 2**20, 5 if quick else 31  # 16 MB of float32
-    res = launch(time_all_reduce, world_size=n, args=([numel], ("torch", "ring (no check)", "ring"), reps),
-                 prefix=False)[0]
+    res = launch(
+        time_all_reduce, world_size=n, args=([numel], ("torch", "ring (no check)", "ring"), reps), prefix=False
+    )[0]
     t_gloo, t_ring, t_checked = res["torch"][0], res["ring (no check)"][0], res["ring"][0]
-    return [Row("01", f"ring_all_reduce(check=False) vs dist.all_reduce (gloo), 16 MB fp32, {n} ranks", t_ring / t_gloo,
-                target="<= 1.2", ok=t_ring / t_gloo <= 1.2,
-                note=f"{t_ring * 1e3:.1f} ms vs {t_gloo * 1e3:.1f} ms (median of {reps})"),
-            Row("01", f"ring_all_reduce (default check=True) vs dist.all_reduce (gloo), 16 MB fp32, {n} ranks",
-                t_checked / t_gloo, note=f"{t_checked * 1e3:.1f} ms vs {t_gloo * 1e3:.1f} ms; the shape check "
-                "is N-1 extra small ring steps")]
+    return [
+        Row(
+            "01",
+            f"ring_all_reduce(check=False) vs dist.all_reduce (gloo), 16 MB fp32, {n} ranks",
+            t_ring / t_gloo,
+            target="<= 1.2",
+            ok=t_ring / t_gloo <= 1.2,
+            note=f"{t_ring * 1e3:.1f} ms vs {t_gloo * 1e3:.1f} ms (median of {reps})",
+        ),
+        Row(
+            "01",
+            f"ring_all_reduce (default check=True) vs dist.all_reduce (gloo), 16 MB fp32, {n} ranks",
+            t_checked / t_gloo,
+            note=f"{t_checked * 1e3:.1f} ms vs {t_gloo * 1e3:.1f} ms; the shape check is N-1 extra small ring steps",
+        ),
+    ]

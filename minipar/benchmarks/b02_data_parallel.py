@@ -4,6 +4,7 @@ Same GPT, same per-rank batch, same bucket size, same gloo ranks. Both wrappers 
 launched job (two model copies), and their timing blocks alternate, so a slow moment of the
 shared machine hits both alike. Ratio = minipar median step / PyTorch median step.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -14,7 +15,7 @@ import torch.distributed as dist
 
 from minipar import dist as md
 from minipar.bench import Row
-from minipar.data_parallel import DistributedDataParallel
+from minipar.dp.ddp import DistributedDataParallel
 from minipar.launch import launch
 from minipar.models import GPT, GPTConfig
 
@@ -29,16 +30,21 @@ def step_times(repeats: int, steps: int, local_batch: int = 4) -> dict:
     """
     dev = md.device()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    x = torch.randint(0, CFG["vocab_size"], (local_batch, CFG["block_size"]),
-                      generator=torch.Generator().manual_seed(dist.get_rank())).to(dev)
+    x = torch.randint(
+        0, CFG["vocab_size"], (local_batch, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank())
+    ).to(dev)
     nets = {}
     for kind in ("minipar", "torch"):
         torch.manual_seed(0)
         model = GPT(GPTConfig(**CFG)).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        net = (DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB) if kind == "minipar"
-               else torch.nn.parallel.DistributedDataParallel(
-                   model, bucket_cap_mb=BUCKET_MB, device_ids=[dev.index] if dev.type == "cuda" else None))
+        net = (
+            DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB)
+            if kind == "minipar"
+            else torch.nn.parallel.DistributedDataParallel(
+                model, bucket_cap_mb=BUCKET_MB, device_ids=[dev.index] if dev.type == "cuda" else None
+            )
+        )
         nets[kind] = (net, opt)
 
     def block(kind: str) -> float:
@@ -57,7 +63,7 @@ def step_times(repeats: int, steps: int, local_batch: int = 4) -> dict:
     block("minipar"), block("torch")  # warm-up
     times = {"minipar": [], "torch": []}
     for r in range(repeats):
-        for kind in (("minipar", "torch") if r % 2 == 0 else ("torch", "minipar")):
+        for kind in ("minipar", "torch") if r % 2 == 0 else ("torch", "minipar"):
             times[kind].append(block(kind))
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -68,7 +74,14 @@ def rows(quick: bool) -> list[Row]:
     for n in (2, 4):
         t = launch(step_times, world_size=n, args=(repeats, steps), prefix=False)[0]
         ratio = t["minipar"] / t["torch"]
-        out.append(Row("02", f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, "
-                             f"{n} gloo ranks", ratio, target="<= 1.10", ok=ratio <= 1.10,
-                       note=f"{t['minipar'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms per step"))
+        out.append(
+            Row(
+                "02",
+                f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, {n} gloo ranks",
+                ratio,
+                target="<= 1.10",
+                ok=ratio <= 1.10,
+                note=f"{t['minipar'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms per step",
+            )
+        )
     return out

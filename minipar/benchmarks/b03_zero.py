@@ -5,6 +5,7 @@ against PyTorch's, and ZeRO-1/2/3 bytes per rank against the formulas of Rajbhan
 Both timed strategies run in the same launch, one step of each in turn, so a busy machine slows them
 alike; a step's time is the slowest rank's (barriers around it), and the ratio is of the medians.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -30,6 +31,7 @@ def _build(strategy: str):
     if strategy == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
+
         mesh = init_device_mesh("cpu", (md.world_size(),))
         for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:  # ZeRO-3's units
             fully_shard(m, mesh=mesh)
@@ -51,7 +53,9 @@ def _timed_step(model, opt, xy) -> float:
 def job(steps: int) -> dict:
     """On every rank: held bytes of ZeRO-1/2/3 after backward; then ZeRO-3 and FSDP2 steps, interleaved."""
     g = torch.Generator().manual_seed(0)
-    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(md.world_size())[md.rank()]
+    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(
+        md.world_size()
+    )[md.rank()]
     import warnings
 
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -88,7 +92,9 @@ def zero_redundancy_job(steps: int) -> dict:
     from minipar.zero.redundancy import ZeroRedundancyOptimizer
 
     g = torch.Generator().manual_seed(0)
-    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(md.world_size())[md.rank()]
+    xy = torch.randint(0, CFG["vocab_size"], (8, CFG["block_size"] + 1), generator=g, device="cpu").chunk(
+        md.world_size()
+    )[md.rank()]
     runs = {}
     for name, cls in (("minipar", ZeroRedundancyOptimizer), ("torch", TorchZeRO)):
         torch.manual_seed(0)
@@ -116,21 +122,43 @@ def rows(quick: bool) -> list[Row]:
     zratio = zstep["minipar"] / zstep["torch"]
     out = launch(job, world_size=N, args=(3 if quick else 15,), prefix=False)
     psi = num_params(GPT(GPTConfig(**CFG)))
-    step = {s: statistics.median(max(r["times"][s][i] for r in out) for i in range(len(out[0]["times"][s])))
-            for s in ("zero3", "fsdp2")}
+    step = {
+        s: statistics.median(max(r["times"][s][i] for r in out) for i in range(len(out[0]["times"][s])))
+        for s in ("zero3", "fsdp2")
+    }
     ratio = step["zero3"] / step["fsdp2"]
-    res = [Row("03", f"ZeRO-3 step vs FSDP2 fully_shard (GPT 4x{CFG['d_model']}, T={CFG['block_size']}, {N} ranks)",
-               ratio, target="<= 1.3", ok=ratio <= 1.3,
-               note=f"{step['zero3'] * 1e3:.0f} ms vs {step['fsdp2'] * 1e3:.0f} ms per step"),
-           Row("03", f"ZeroRedundancyOptimizer(AdamW).step() vs torch.distributed.optim's (GPT 4x{CFG['d_model']}, "
-                     f"{N} ranks)", zratio, target="<= 1.5", ok=zratio <= 1.5,
-               note=f"{zstep['minipar'] * 1e3:.1f} ms vs {zstep['torch'] * 1e3:.1f} ms per step() (median, slowest rank)")]
+    res = [
+        Row(
+            "03",
+            f"ZeRO-3 step vs FSDP2 fully_shard (GPT 4x{CFG['d_model']}, T={CFG['block_size']}, {N} ranks)",
+            ratio,
+            target="<= 1.3",
+            ok=ratio <= 1.3,
+            note=f"{step['zero3'] * 1e3:.0f} ms vs {step['fsdp2'] * 1e3:.0f} ms per step",
+        ),
+        Row(
+            "03",
+            f"ZeroRedundancyOptimizer(AdamW).step() vs torch.distributed.optim's (GPT 4x{CFG['d_model']}, {N} ranks)",
+            zratio,
+            target="<= 1.5",
+            ok=zratio <= 1.5,
+            note=f"{zstep['minipar'] * 1e3:.1f} ms vs {zstep['torch'] * 1e3:.1f} ms per step() (median, slowest rank)",
+        ),
+    ]
     formulas = {1: "8Ψ+8Ψ/N", 2: "4Ψ+12Ψ/N", 3: "16Ψ/N"}
     for stage in (1, 2, 3):
         f = zero_bytes_formula(psi, stage, N)["total"]
         worst = max(r["held"][f"zero{stage}"] for r in out)
-        res.append(Row("03", f"ZeRO-{stage} model-state bytes per rank / formula {formulas[stage]} (fp32 AdamW)",
-                       worst / f, unit="", target="0.9 to 1.1", ok=0.9 <= worst / f <= 1.1,
-                       note=f"{worst:,} B held vs {f:,.0f} B (Ψ = {psi:,}, N = {N}); peak of all tensors in a "
-                            f"step (MemTracker, activations included) {max(r['peak'][f'zero{stage}'] for r in out) / f:.2f}× formula"))
+        res.append(
+            Row(
+                "03",
+                f"ZeRO-{stage} model-state bytes per rank / formula {formulas[stage]} (fp32 AdamW)",
+                worst / f,
+                unit="",
+                target="0.9 to 1.1",
+                ok=0.9 <= worst / f <= 1.1,
+                note=f"{worst:,} B held vs {f:,.0f} B (Ψ = {psi:,}, N = {N}); peak of all tensors in a "
+                f"step (MemTracker, activations included) {max(r['peak'][f'zero{stage}'] for r in out) / f:.2f}× formula",
+            )
+        )
     return res

@@ -11,6 +11,7 @@ Python functions, so only the minipar side is split). The 1-rank row has no comm
 all (a mesh of one): its ratio is DTensor's per-operator cost (sharding propagation, dispatch)
 alone, which is what both implementations differ by — they issue the same collectives.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,6 +41,7 @@ def _collective_timer(spent: list):
                 return fn(*a, **k)
             finally:
                 spent[0] += time.perf_counter() - t
+
         return timed
 
     for n in names:
@@ -82,10 +84,12 @@ def job(repeats: int) -> dict:
     mine = TensorParallelGPT(cfg)
     torch.manual_seed(0)
     theirs = parallelize_gpt_dtensor(GPT(cfg), init_device_mesh("cpu", (dist.get_world_size(),)), vocab_parallel=True)
-    runs = {"minipar": (mine, torch.optim.AdamW(mine.parameters(), lr=1e-3), contextlib.nullcontext),
-            "dtensor": (theirs, torch.optim.AdamW(theirs.parameters(), lr=1e-3), lambda: loss_context(theirs))}
+    runs = {
+        "minipar": (mine, torch.optim.AdamW(mine.parameters(), lr=1e-3), contextlib.nullcontext),
+        "dtensor": (theirs, torch.optim.AdamW(theirs.parameters(), lr=1e-3), lambda: loss_context(theirs)),
+    }
     times = {k: [] for k in runs}
-    for i in range(repeats + 1):                       # first round = warm-up
+    for i in range(repeats + 1):  # first round = warm-up
         for name, (model, opt, ctx) in runs.items():
             t = _timed_step(model, opt, x, y, ctx)
             if i:
@@ -102,10 +106,19 @@ def rows(quick: bool) -> list[Row]:
         df, db = (max(r["dtensor"][i] for r in res) for i in range(2))
         comm = max(r["minipar"][2] for r in res)
         ratio = (mf + mb) / (df + db)
-        out.append(Row("04", f"TP GPT step (4 layers, d 128, T 128, B 8), minipar vs DTensor TP, {n} gloo rank{'s' * (n > 1)}"
-                       + (" (no communication: per-operator overhead only)" if n == 1 else ""),
-                       ratio, target="<= 1.0", ok=ratio <= 1.0,
-                       note=(f"{(mf + mb) * 1e3:.0f} ms vs {(df + db) * 1e3:.0f} ms; forward {mf * 1e3:.0f} vs "
-                             f"{df * 1e3:.0f} ms, backward+step {mb * 1e3:.0f} vs {db * 1e3:.0f} ms; "
-                             f"minipar inside collectives (incl. waiting for peers) {comm * 1e3:.0f} ms")))
+        out.append(
+            Row(
+                "04",
+                f"TP GPT step (4 layers, d 128, T 128, B 8), minipar vs DTensor TP, {n} gloo rank{'s' * (n > 1)}"
+                + (" (no communication: per-operator overhead only)" if n == 1 else ""),
+                ratio,
+                target="<= 1.0",
+                ok=ratio <= 1.0,
+                note=(
+                    f"{(mf + mb) * 1e3:.0f} ms vs {(df + db) * 1e3:.0f} ms; forward {mf * 1e3:.0f} vs "
+                    f"{df * 1e3:.0f} ms, backward+step {mb * 1e3:.0f} vs {db * 1e3:.0f} ms; "
+                    f"minipar inside collectives (incl. waiting for peers) {comm * 1e3:.0f} ms"
+                ),
+            )
+        )
     return out

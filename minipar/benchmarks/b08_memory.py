@@ -9,6 +9,7 @@
   and minipar full / torch reentrant checkpoint (must be 1.00: the same tensors kept).
 Timing blocks alternate between the sides, medians of repeats, one process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,9 @@ def _model(mode: str) -> GPT:
     m = GPT(GPTConfig(**CFG))
     if mode.startswith("torch"):
         for blk in m.blocks:
-            blk.forward = functools.partial(torch.utils.checkpoint.checkpoint, blk._forward,
-                                            use_reentrant=mode == "torch-reentrant")
+            blk.forward = functools.partial(
+                torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=mode == "torch-reentrant"
+            )
     else:
         set_recompute(m, mode)
     return m
@@ -41,7 +43,9 @@ def _model(mode: str) -> GPT:
 def rows(quick: bool) -> list[Row]:
     repeats = 3 if quick else 9
     torch.set_num_threads(1)
-    x = torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(0), device="cpu")
+    x = torch.randint(
+        0, CFG["vocab_size"], (4, CFG["block_size"]), generator=torch.Generator().manual_seed(0), device="cpu"
+    )
     models = {k: _model(k) for k in ("none", "full", "torch", "torch-reentrant")}
     peaks = {}
     for k in ("none", "full", "torch-reentrant"):
@@ -53,21 +57,43 @@ def rows(quick: bool) -> list[Row]:
         f()
     times = {k: [] for k in step}
     for r in range(repeats):
-        for k in (list(step) if r % 2 == 0 else list(step)[::-1]):
+        for k in list(step) if r % 2 == 0 else list(step)[::-1]:
             t = time.perf_counter()
             step[k]()
             times[k].append(time.perf_counter() - t)
     t = {k: statistics.median(v) for k, v in times.items()}
     ratio = t["full"] / t["torch"]
     return [
-        Row("08", "minipar full recompute vs torch.utils.checkpoint, GPT 4x128 T=128 b=4, step time", ratio,
-            target="<= 1.20", ok=ratio <= 1.2, note=f"{t['full'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms"),
-        Row("08", "full recompute vs none, step time (one extra forward: ~1.33)", t["full"] / t["none"],
-            note=f"{t['full'] * 1e3:.1f} ms vs {t['none'] * 1e3:.1f} ms (reported only)"),
-        Row("08", "peak saved activation bytes, full / none (counted)", peaks["full"] / peaks["none"],
-            unit="", target="<= 0.50", ok=peaks["full"] <= 0.5 * peaks["none"],
-            note=f"{peaks['full']:,} vs {peaks['none']:,} bytes"),
-        Row("08", "peak saved bytes, minipar full / torch checkpoint (reentrant)", peaks["full"] / peaks["torch-reentrant"],
-            unit="", target="== 1.00", ok=peaks["full"] == peaks["torch-reentrant"],
-            note=f"{peaks['full']:,} bytes both"),
+        Row(
+            "08",
+            "minipar full recompute vs torch.utils.checkpoint, GPT 4x128 T=128 b=4, step time",
+            ratio,
+            target="<= 1.20",
+            ok=ratio <= 1.2,
+            note=f"{t['full'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms",
+        ),
+        Row(
+            "08",
+            "full recompute vs none, step time (one extra forward: ~1.33)",
+            t["full"] / t["none"],
+            note=f"{t['full'] * 1e3:.1f} ms vs {t['none'] * 1e3:.1f} ms (reported only)",
+        ),
+        Row(
+            "08",
+            "peak saved activation bytes, full / none (counted)",
+            peaks["full"] / peaks["none"],
+            unit="",
+            target="<= 0.50",
+            ok=peaks["full"] <= 0.5 * peaks["none"],
+            note=f"{peaks['full']:,} vs {peaks['none']:,} bytes",
+        ),
+        Row(
+            "08",
+            "peak saved bytes, minipar full / torch checkpoint (reentrant)",
+            peaks["full"] / peaks["torch-reentrant"],
+            unit="",
+            target="== 1.00",
+            ok=peaks["full"] == peaks["torch-reentrant"],
+            note=f"{peaks['full']:,} bytes both",
+        ),
     ]

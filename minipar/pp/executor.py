@@ -24,9 +24,9 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
   strictly in the order they are posted (it has no tags), so the sends from rank a to rank b
   must be posted in the same order as b posts its receives from a. Each message's tag (kind,
   stage, micro-batch) only *labels* it (gloo would match by tag and hide a wrong order). Every
-  message goes through :mod:`minipar.p2p`, labelled with the action it feeds (``"1F3"``); with
+  message goes through :mod:`minipar.comm.p2p`, labelled with the action it feeds (``"1F3"``); with
   ``MINIPAR_P2P_ORDER=strict`` (on in the tests) a receive whose position in its pair's sequence
-  differs from the peer's send raises :class:`~minipar.p2p.P2POrderError` with both sequences
+  differs from the peer's send raises :class:`~minipar.comm.p2p.P2POrderError` with both sequences
   before the tensor is used. GPipe, 1F1B and interleaved 1F1B at every (p, m, v) and lookahead
   of the tests pass it: a rank posts its receives from a peer in its own action order, and the
   peer sends in its action order, which the generators keep consistent
@@ -39,6 +39,7 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
 Gradients accumulate over the m micro-batches: each micro-batch loss is divided by m, so the
 sum of gradients equals the gradient of the mean loss over the global batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -50,7 +51,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
-from minipar import p2p
+from minipar.comm import p2p
 from minipar.errors import ConfigError
 from minipar.memory import saved_activation_bytes
 from minipar.models import GPT
@@ -72,17 +73,22 @@ def partition_layers(n_layer: int, n_stages: int, layers_per_stage: list[int] | 
         raise ConfigError(f"n_stages={n_stages!r} must be an integer >= 1")
     if layers_per_stage is None:
         if n_stages > n_layer:
-            raise ConfigError(f"{n_stages} pipeline stages but the model has only n_layer={n_layer} blocks; "
-                              f"use at most {n_layer} stages (p·v <= n_layer) or a model with n_layer >= {n_stages}")
+            raise ConfigError(
+                f"{n_stages} pipeline stages but the model has only n_layer={n_layer} blocks; "
+                f"use at most {n_layer} stages (p·v <= n_layer) or a model with n_layer >= {n_stages}"
+            )
         q, r = divmod(n_layer, n_stages)
         layers_per_stage = [q + (1 if s < r else 0) for s in range(n_stages)]
     counts = list(layers_per_stage)
     if len(counts) != n_stages:
-        raise ConfigError(f"layers_per_stage={counts} has {len(counts)} entries for {n_stages} stages; "
-                          f"give one count per stage")
+        raise ConfigError(
+            f"layers_per_stage={counts} has {len(counts)} entries for {n_stages} stages; give one count per stage"
+        )
     if sum(counts) != n_layer or min(counts) < 1:
-        raise ConfigError(f"layers_per_stage={counts} must be counts >= 1 summing to n_layer={n_layer}; "
-                          f"e.g. {partition_layers(n_layer, n_stages) if n_stages <= n_layer else 'fewer stages'}")
+        raise ConfigError(
+            f"layers_per_stage={counts} must be counts >= 1 summing to n_layer={n_layer}; "
+            f"e.g. {partition_layers(n_layer, n_stages) if n_stages <= n_layer else 'fewer stages'}"
+        )
     bounds, lo = [], 0
     for c in counts:
         bounds.append((lo, lo + c))
@@ -110,17 +116,22 @@ class GPTStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.is_first:
-            x = GPT.embed(self, x)   # the same code as the unsplit model
+            x = GPT.embed(self, x)  # the same code as the unsplit model
         for block in self.blocks:
             x = block(x)
         return GPT.head(self, x) if self.is_last else x
 
     def extra_repr(self) -> str:
-        return f"stage {self.index}/{self.n_stages}: blocks[{self.lo}:{self.hi}]" + \
-            (" + embed" if self.is_first else "") + (" + head" if self.is_last else "")
+        return (
+            f"stage {self.index}/{self.n_stages}: blocks[{self.lo}:{self.hi}]"
+            + (" + embed" if self.is_first else "")
+            + (" + head" if self.is_last else "")
+        )
 
 
-def build_stages(model: GPT, n_stages: int, stage_ids, layers_per_stage: list[int] | None = None) -> dict[int, GPTStage]:
+def build_stages(
+    model: GPT, n_stages: int, stage_ids, layers_per_stage: list[int] | None = None
+) -> dict[int, GPTStage]:
     """``{stage index: GPTStage}`` for the stages in ``stage_ids`` (the ones this rank runs).
 
     Raises:
@@ -128,8 +139,10 @@ def build_stages(model: GPT, n_stages: int, stage_ids, layers_per_stage: list[in
     """
     bounds = partition_layers(model.cfg.n_layer, n_stages, layers_per_stage)
     if model.cfg.tie_weights and n_stages > 1:
-        raise ConfigError("tie_weights=True ties the head (last stage) to the embedding (stage 0); this "
-                          "pipeline does not synchronise their gradients: build the GPT with tie_weights=False")
+        raise ConfigError(
+            "tie_weights=True ties the head (last stage) to the embedding (stage 0); this "
+            "pipeline does not synchronise their gradients: build the GPT with tie_weights=False"
+        )
     return {s: GPTStage(model, s, n_stages, *bounds[s]) for s in stage_ids}
 
 
@@ -141,6 +154,7 @@ class TraceEvent:
     seconds (one clock per machine). ``cpu``: CPU seconds this rank's thread used inside the span
     (``time.thread_time()``; less than ``t1 − t0`` when the OS gave the core to another process;
     0 for "W")."""
+
     rank: int
     kind: str
     stage: int
@@ -156,10 +170,10 @@ class TraceEvent:
 
 @dataclass
 class StepResult:
-    loss: float | None                 # mean loss over the global batch (last-stage rank only)
+    loss: float | None  # mean loss over the global batch (last-stage rank only)
     trace: list[TraceEvent] = field(default_factory=list)
-    peak_act_bytes: int = 0            # most activation bytes held for pending backwards at once
-    act_bytes: dict = field(default_factory=dict)   # {(stage, mb): saved bytes of that forward}
+    peak_act_bytes: int = 0  # most activation bytes held for pending backwards at once
+    act_bytes: dict = field(default_factory=dict)  # {(stage, mb): saved bytes of that forward}
 
 
 class PipelineExecutor:
@@ -182,25 +196,42 @@ class PipelineExecutor:
             this rank; a bad schedule (see :func:`~minipar.pp.schedules.simulate`).
     """
 
-    def __init__(self, stages: dict[int, nn.Module], schedule: list[list[Action]], loss_fn=GPT.loss, group=None,
-                 pipe_ranks: list[int] | None = None, hidden_size: int | None = None, lookahead: int = 1,
-                 timeout: float | None = None, count_memory: bool = True):
+    def __init__(
+        self,
+        stages: dict[int, nn.Module],
+        schedule: list[list[Action]],
+        loss_fn=GPT.loss,
+        group=None,
+        pipe_ranks: list[int] | None = None,
+        hidden_size: int | None = None,
+        lookahead: int = 1,
+        timeout: float | None = None,
+        count_memory: bool = True,
+    ):
         self.p = len(schedule)
         self.group = group
         n = mdist.world_size(group)
         if n != self.p:
-            raise ConfigError(f"the schedule has {self.p} ranks but the pipeline group has {n}; "
-                              f"make the schedule for p={n}")
+            raise ConfigError(
+                f"the schedule has {self.p} ranks but the pipeline group has {n}; make the schedule for p={n}"
+            )
         self.me = mdist.rank(group)
-        self.pipe_ranks = list(pipe_ranks) if pipe_ranks is not None else (
-            dist.get_process_group_ranks(group) if dist.is_initialized() and group is not None else list(range(n)))
+        self.pipe_ranks = (
+            list(pipe_ranks)
+            if pipe_ranks is not None
+            else (
+                dist.get_process_group_ranks(group) if dist.is_initialized() and group is not None else list(range(n))
+            )
+        )
         simulate(schedule)  # raises on a schedule that is incomplete or would deadlock
         self.schedule, self.actions = schedule, schedule[self.me]
         self.S, self.m = num_stages(schedule), num_microbatches(schedule)
         mine = {a.stage for a in self.actions}
         if set(stages) != mine:
-            raise ConfigError(f"pipeline rank {self.me} runs stages {sorted(mine)} in this schedule but was given "
-                              f"stages {sorted(stages)}; build them with build_stages(model, {self.S}, {sorted(mine)})")
+            raise ConfigError(
+                f"pipeline rank {self.me} runs stages {sorted(mine)} in this schedule but was given "
+                f"stages {sorted(stages)}; build them with build_stages(model, {self.S}, {sorted(mine)})"
+            )
         self.stages, self.loss_fn, self.lookahead, self.count_memory = stages, loss_fn, lookahead, count_memory
         if hidden_size is None:
             cfg = getattr(next(iter(stages.values())), "cfg", None)
@@ -234,8 +265,9 @@ class PipelineExecutor:
             self._local[a] = t
         else:
             t = t.contiguous()
-            self._sends.append((t, p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a),
-                                             label=str(a))))
+            self._sends.append(
+                (t, p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a), label=str(a)))
+            )
 
     def _get(self, a: Action, shape) -> torch.Tensor:
         if a in self._local:
@@ -248,9 +280,11 @@ class PipelineExecutor:
         except p2p.P2POrderError:
             raise
         except Exception as exc:
-            raise RuntimeError(f"pipeline rank {self.me}: receiving the input of {a} from pipeline rank "
-                               f"{self._src(a)} failed after at most {self.timeout.total_seconds():.0f} s ({exc}); "
-                               "check that every rank runs the same schedule and that no peer died") from exc
+            raise RuntimeError(
+                f"pipeline rank {self.me}: receiving the input of {a} from pipeline rank "
+                f"{self._src(a)} failed after at most {self.timeout.total_seconds():.0f} s ({exc}); "
+                "check that every rank runs the same schedule and that no peer died"
+            ) from exc
         t1 = time.perf_counter()
         if t1 - t0 > 20e-6:
             self._trace.append(TraceEvent(self.me, "W", a.stage, a.mb, t0, t1))
@@ -272,8 +306,10 @@ class PipelineExecutor:
         """
         B, T = x.shape
         if B % self.m:
-            raise ConfigError(f"global batch B={B} is not divisible by m={self.m} micro-batches; "
-                              f"use B={(B // self.m or 1) * self.m} or m in {[d for d in range(1, B + 1) if B % d == 0]}")
+            raise ConfigError(
+                f"global batch B={B} is not divisible by m={self.m} micro-batches; "
+                f"use B={(B // self.m or 1) * self.m} or m in {[d for d in range(1, B + 1) if B % d == 0]}"
+            )
         shape = (B // self.m, T, self.hidden)
         xs, ys = x.chunk(self.m), y.chunk(self.m)
         dev = mdist.device()
@@ -291,7 +327,7 @@ class PipelineExecutor:
             else:
                 grad = None if last else self._get(a, shape)
             t0, c0 = time.perf_counter(), time.thread_time()  # the action's span: its own work, to its sends
-            for nxt in self.actions[k + 1: k + 1 + self.lookahead]:
+            for nxt in self.actions[k + 1 : k + 1 + self.lookahead]:
                 self._post_recv(nxt, shape)  # the next inputs travel while this action computes
             if a.kind == "F":
                 res = {}
@@ -299,6 +335,7 @@ class PipelineExecutor:
                 def fwd():
                     out = stage(inp)
                     res["out"] = self.loss_fn(out, ys[a.mb].to(dev)) / self.m if last else out
+
                 if self.count_memory:
                     act_bytes[(a.stage, a.mb)] = saved_activation_bytes(fwd, exclude=stage)
                 else:
@@ -311,9 +348,11 @@ class PipelineExecutor:
                     loss_sum += out.detach()
                 else:
                     if tuple(out.shape) != shape:
-                        raise ConfigError(f"stage {a.stage} produced an activation of shape {tuple(out.shape)} but "
-                                          f"stage {a.stage + 1} expects (B/m, T, hidden_size)={shape}; make every "
-                                          f"stage return (batch, T, {self.hidden}) or pass hidden_size=")
+                        raise ConfigError(
+                            f"stage {a.stage} produced an activation of shape {tuple(out.shape)} but "
+                            f"stage {a.stage + 1} expects (B/m, T, hidden_size)={shape}; make every "
+                            f"stage return (batch, T, {self.hidden}) or pass hidden_size="
+                        )
                     self._send(Action(a.stage + 1, "F", a.mb), out.detach())
             else:
                 inp, out = held.pop((a.stage, a.mb))
@@ -321,9 +360,10 @@ class PipelineExecutor:
                 live -= act_bytes.get((a.stage, a.mb), 0)
                 if a.stage > 0:
                     self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
-            self._trace.append(TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(),
-                                          time.thread_time() - c0))
-        for _, work in self._sends:   # sends complete once their receivers have them
+            self._trace.append(
+                TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(), time.thread_time() - c0)
+            )
+        for _, work in self._sends:  # sends complete once their receivers have them
             work.wait(self.timeout)
         if self._inbox:
             raise RuntimeError(f"pipeline rank {self.me}: receives posted but never used: {list(self._inbox)}")

@@ -10,6 +10,7 @@ micro-batch by a metadata exchange); ``ScheduleGPipe`` / ``Schedule1F1B`` /
 gradient of the mean loss — the same number minipar's :class:`~minipar.pp.executor.PipelineExecutor`
 computes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,14 @@ def native_schedule(name: str, stages: dict[int, nn.Module], n_stages: int, m: i
     return classes[name](pstages[0], n_microbatches=m, loss_fn=loss_fn)
 
 
-def native_step(sched, stages: dict[int, nn.Module], n_stages: int, x: torch.Tensor, y: torch.Tensor,
-                optimizer: torch.optim.Optimizer | None = None) -> float | None:
+def native_step(
+    sched,
+    stages: dict[int, nn.Module],
+    n_stages: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> float | None:
     """One training step with a ``torch.distributed.pipelining`` schedule; returns the mean loss on
     the rank of the last stage (None elsewhere). ``x``, ``y``: the global batch (B, T) int64."""
     if optimizer is not None:

@@ -31,6 +31,7 @@ once, on the right rank, no backward before its forward, every receive after its
 deadlock) and predicts the makespan, the bubble fraction and the peak number of micro-batches
 whose activations a rank holds. Sends are non-blocking in this model (as in minipar's executor).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from minipar.errors import ConfigError
 
 class Action(NamedTuple):
     """One unit of pipeline work: ``stage`` runs ``kind`` ("F" or "B") on micro-batch ``mb``."""
+
     stage: int
     kind: str
     mb: int
@@ -74,8 +76,7 @@ def gpipe(p: int, m: int) -> list[list[Action]]:
     """GPipe: rank r runs ``rF0 .. rF(m-1)`` then ``rB(m-1) .. rB0`` (backward in reverse, as
     autograd would over one big batch; any order is valid). Holds all m micro-batches at once."""
     _check_pm(p, m)
-    return [[Action(r, "F", i) for i in range(m)] + [Action(r, "B", i) for i in reversed(range(m))]
-            for r in range(p)]
+    return [[Action(r, "F", i) for i in range(m)] + [Action(r, "B", i) for i in reversed(range(m))] for r in range(p)]
 
 
 def one_f_one_b(p: int, m: int) -> list[list[Action]]:
@@ -90,7 +91,7 @@ def one_f_one_b(p: int, m: int) -> list[list[Action]]:
     for r in range(p):
         w = min(p - r - 1, m)
         acts = [Action(r, "F", i) for i in range(w)]
-        for i in range(m - w):            # steady state: one forward, one backward
+        for i in range(m - w):  # steady state: one forward, one backward
             acts += [Action(r, "F", w + i), Action(r, "B", i)]
         acts += [Action(r, "B", i) for i in range(m - w, m)]  # cool-down
         out.append(acts)
@@ -113,8 +114,10 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
     _check_pm(p, m, v)
     if m % p:
         lo = m // p * p
-        raise ConfigError(f"interleaved 1F1B needs m (micro-batches) to be a multiple of p={p}, got m={m}; "
-                          f"use m={lo or p} or m={lo + p}")
+        raise ConfigError(
+            f"interleaved 1F1B needs m (micro-batches) to be a multiple of p={p}, got m={m}; "
+            f"use m={lo or p} or m={lo + p}"
+        )
     total = m * v
 
     def act(r: int, k: int, kind: str) -> Action:
@@ -136,7 +139,10 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
 
 
 SCHEDULES: dict[str, Callable[..., list[list[Action]]]] = {
-    "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved_1f1b,
+}
 
 
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
@@ -171,6 +177,7 @@ class Simulation:
         peak_inflight: per rank, the most micro-batches whose forward ran and backward has not,
             counted in whole stages: each of the v chunks of a rank counts 1/v.
     """
+
     p: int
     timeline: list[list[tuple]]
     messages: list[tuple] = field(default_factory=list)
@@ -237,18 +244,21 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
             if a.kind not in ("F", "B"):
                 raise ConfigError(f"action {a} has kind {a.kind!r}; use 'F' or 'B'")
             if a.stage % p != r:
-                raise ConfigError(f"action {a} is listed on rank {r} but stage {a.stage} lives on rank "
-                                  f"{a.stage % p} (stage s on rank s % p)")
+                raise ConfigError(
+                    f"action {a} is listed on rank {r} but stage {a.stage} lives on rank "
+                    f"{a.stage % p} (stage s on rank s % p)"
+                )
             if a in seen:
                 raise ConfigError(f"action {a} appears twice on rank {r}")
             if a.kind == "B" and Action(a.stage, "F", a.mb) not in seen:
-                raise ConfigError(f"rank {r}: backward {a} is listed before its forward "
-                                  f"{Action(a.stage, 'F', a.mb)}")
+                raise ConfigError(f"rank {r}: backward {a} is listed before its forward {Action(a.stage, 'F', a.mb)}")
             seen[a] = i
     missing = [Action(s, k, i) for s in range(S) for k in "FB" for i in range(m) if Action(s, k, i) not in seen]
     if missing:
-        raise ConfigError(f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]}; "
-                          f"every stage 0..{S - 1} needs F and B of every micro-batch 0..{m - 1}")
+        raise ConfigError(
+            f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]}; "
+            f"every stage 0..{S - 1} needs F and B of every micro-batch 0..{m - 1}"
+        )
 
     done: dict[Action, float] = {}
     free = [0.0] * p
@@ -280,8 +290,9 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                     src = d.stage % p
                     # decoupled: the message left when d ended; coupled: its transfer starts only
                     # once this rank is ready for a (the receive is posted when needed)
-                    t_arr = (done[d] if decoupled or src == r else max(done[d], free[r])) + \
-                        (t_comm if src != r else 0.0)
+                    t_arr = (done[d] if decoupled or src == r else max(done[d], free[r])) + (
+                        t_comm if src != r else 0.0
+                    )
                     if src != r:
                         messages.append((str(a), src, r, done[d], t_arr))
                     ready = max(ready, t_arr)
@@ -290,7 +301,7 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 done[a] = end
                 nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
                 sends = 0 <= nxt.stage < S and nxt.stage % p != r
-                free[r] = end + (t_comm if sends and not decoupled else 0.0)   # coupled: the send blocks
+                free[r] = end + (t_comm if sends and not decoupled else 0.0)  # coupled: the send blocks
                 pos[r] += 1
                 remaining -= 1
                 progressed = True
@@ -298,13 +309,16 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 peak[r] = max(peak[r], inflight[r])
         if not progressed:
             stuck = {r: str(schedule[r][pos[r]]) for r in range(p) if pos[r] < len(schedule[r])}
-            raise DeadlockError(f"deadlock: every unfinished rank waits for an input that is never produced; "
-                                f"next actions {stuck}. Reorder the schedule so that each rank's next action "
-                                f"depends only on actions other ranks can reach")
+            raise DeadlockError(
+                f"deadlock: every unfinished rank waits for an input that is never produced; "
+                f"next actions {stuck}. Reorder the schedule so that each rank's next action "
+                f"depends only on actions other ranks can reach"
+            )
     makespan = max(free)
     busy = sum(t1 - t0 for tl in timeline for _, t0, t1 in tl)
-    return Simulation(p, timeline, messages, makespan, 1 - busy / (p * makespan) if makespan else 0.0,
-                      [x / v for x in peak])
+    return Simulation(
+        p, timeline, messages, makespan, 1 - busy / (p * makespan) if makespan else 0.0, [x / v for x in peak]
+    )
 
 
 def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[str], list[str]]]:
@@ -321,9 +335,9 @@ def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[
     pairs: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
     for r, acts in enumerate(schedule):
         for a in acts:
-            if a.kind == "F" and a.stage > 0 and (a.stage - 1) % p != r:        # input from stage s-1
+            if a.kind == "F" and a.stage > 0 and (a.stage - 1) % p != r:  # input from stage s-1
                 pairs.setdefault(((a.stage - 1) % p, r), ([], []))[1].append(str(a))
-            if a.kind == "B" and a.stage < S - 1 and (a.stage + 1) % p != r:    # grad from stage s+1
+            if a.kind == "B" and a.stage < S - 1 and (a.stage + 1) % p != r:  # grad from stage s+1
                 pairs.setdefault(((a.stage + 1) % p, r), ([], []))[1].append(str(a))
             nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
             if 0 <= nxt.stage < S and nxt.stage % p != r:
@@ -334,13 +348,15 @@ def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[
 def check_p2p_order(schedule: list[list[Action]]) -> None:
     """Raise :class:`ConfigError` naming the pair and both sequences if, for some ordered rank
     pair, the sends and the receives of :func:`p2p_order` come in different orders (a schedule
-    that NCCL would run wrongly or not at all; ``minipar.p2p``'s strict mode catches the same at
+    that NCCL would run wrongly or not at all; ``minipar.comm.p2p``'s strict mode catches the same at
     run time)."""
     for (a, b), (sends, recvs) in sorted(p2p_order(schedule).items()):
         if sends != recvs:
-            raise ConfigError(f"rank {a} posts its sends to rank {b} in the order {sends} but rank {b} posts its "
-                              f"receives from rank {a} in the order {recvs}: NCCL matches them in posting order. "
-                              "Reorder one side so both follow the same order")
+            raise ConfigError(
+                f"rank {a} posts its sends to rank {b} in the order {sends} but rank {b} posts its "
+                f"receives from rank {a} in the order {recvs}: NCCL matches them in posting order. "
+                "Reorder one side so both follow the same order"
+            )
 
 
 def bubble_formula(p: int, m: int, v: int = 1) -> float:

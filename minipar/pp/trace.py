@@ -19,6 +19,7 @@ the wall-clock bubble can then fall BELOW the formula's minimum (an artefact). W
 time taken away by the OS counts as idle, as it is: the measured bubble is then at or above the
 ideal machine's, never below it by more than the spread of the action durations.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,28 +37,36 @@ from minipar.pp.schedules import Action, Simulation, make_schedule
 @dataclass
 class RunSpec:
     """What :func:`traced_run` trains: a GPT cut into ``p·v`` stages, ``steps`` timed steps after one warm-up."""
-    schedule: str = "gpipe"      # gpipe | 1f1b | interleaved
-    m: int = 4                   # micro-batches per step
-    v: int = 1                   # virtual stages per rank (interleaved)
+
+    schedule: str = "gpipe"  # gpipe | 1f1b | interleaved
+    m: int = 4  # micro-batches per step
+    v: int = 1  # virtual stages per rank (interleaved)
     n_layer: int = 4
     d_model: int = 64
     n_head: int = 4
-    T: int = 64                  # sequence length
-    B: int = 16                  # global batch (sequences per optimizer step)
+    T: int = 64  # sequence length
+    B: int = 16  # global batch (sequences per optimizer step)
     steps: int = 3
     lr: float = 1e-3
-    lookahead: int = 1           # receives posted this many actions early
-    native: bool = False         # run torch.distributed.pipelining instead of minipar's executor
+    lookahead: int = 1  # receives posted this many actions early
+    native: bool = False  # run torch.distributed.pipelining instead of minipar's executor
     return_params: bool = False
     seed: int = 0
-    dtype: str = "float32"       # "float64" for equivalence proofs (rounding ~1e-16, see minipar.verify)
+    dtype: str = "float32"  # "float64" for equivalence proofs (rounding ~1e-16, see minipar.verify)
 
 
 def _model_and_data(spec: RunSpec):
     corpus = CharCorpus(load_text())
     torch.manual_seed(spec.seed)
-    model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=spec.T, n_layer=spec.n_layer,
-                          n_head=spec.n_head, d_model=spec.d_model))
+    model = GPT(
+        GPTConfig(
+            vocab_size=corpus.vocab_size,
+            block_size=spec.T,
+            n_layer=spec.n_layer,
+            n_head=spec.n_head,
+            d_model=spec.d_model,
+        )
+    )
     loader = make_loader(corpus.split("train", spec.T), batch_size=spec.B, seed=spec.seed)
     return model, [next(loader) for _ in range(spec.steps + 1)]
 
@@ -69,7 +78,7 @@ def traced_run(spec: RunSpec) -> dict:
     timed step, seconds, as the slowest rank saw it: every step starts after a barrier; the
     minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``."""
     p, me = mdist.world_size(), mdist.rank()
-    torch.set_default_dtype(getattr(torch, spec.dtype))   # this rank's process only
+    torch.set_default_dtype(getattr(torch, spec.dtype))  # this rank's process only
     model, batches = _model_and_data(spec)
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
     ids = sorted({a.stage for a in sched[me]})
@@ -78,6 +87,7 @@ def traced_run(spec: RunSpec) -> dict:
     opt = torch.optim.AdamW([q for s in stages.values() for q in s.parameters()], lr=spec.lr)
     if spec.native:
         from minipar.pp.native import native_schedule, native_step
+
         nat = native_schedule(spec.schedule, stages, S, spec.m)
     else:
         ex = PipelineExecutor(stages, sched, lookahead=spec.lookahead)
@@ -98,9 +108,16 @@ def traced_run(spec: RunSpec) -> dict:
                 trace = res.trace  # keep the fastest step's trace: the least disturbed by other processes
             times.append(t.item())
         losses.append(loss)
-    out = dict(rank=me, stages=ids, losses=losses if loss is not None else None,
-               trace=[asdict(e) for e in trace], peak_act_bytes=peak, act_bytes_per_mb=per_mb,
-               step_s=min(times) if times else 0.0, step_times=times)
+    out = dict(
+        rank=me,
+        stages=ids,
+        losses=losses if loss is not None else None,
+        trace=[asdict(e) for e in trace],
+        peak_act_bytes=peak,
+        act_bytes_per_mb=per_mb,
+        step_s=min(times) if times else 0.0,
+        step_times=times,
+    )
     if spec.return_params:
         mine = {id(q) for s in stages.values() for q in s.parameters()}
         out["params"] = {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}
@@ -133,8 +150,9 @@ def _events(traces) -> list[list[TraceEvent]]:
 
 def from_simulation(sim: Simulation) -> list[list[TraceEvent]]:
     """A simulation's timeline as trace events (so :func:`gantt` draws both the same way)."""
-    return [[TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, t1 - t0) for a, t0, t1 in tl]
-            for r, tl in enumerate(sim.timeline)]
+    return [
+        [TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, t1 - t0) for a, t0, t1 in tl] for r, tl in enumerate(sim.timeline)
+    ]
 
 
 def window(traces) -> tuple[float, float]:
@@ -216,6 +234,7 @@ def step_time_vs_native(spec: RunSpec) -> dict:
     alternating step by step (so a busy machine slows both alike). Returns ``{"minipar": s,
     "native": s}``: the fastest of ``spec.steps`` steps each, as the slowest rank saw it."""
     from minipar.pp.native import native_schedule, native_step
+
     p, me = mdist.world_size(), mdist.rank()
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
     ids = sorted({a.stage for a in sched[me]})

@@ -14,14 +14,14 @@ fused ``qkv`` (rows ``[q; k; v]``) we first permute the rows to ``[q_0; k_0; v_0
 rank r's contiguous block is its heads of q, k and v (what ``stride=3`` does in minipar), and tell
 the attention it now has ``n_head / N`` heads (torchtitan does the same with ``n_heads``).
 """
+
 from __future__ import annotations
 
 import contextlib
 
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, loss_parallel,
-                                               parallelize_module)
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
 
 from minipar.models import GPT
 from minipar.tp.gpt import check_tp_config
@@ -49,12 +49,25 @@ def parallelize_gpt_dtensor(model: GPT, mesh, vocab_parallel: bool = False) -> G
                 if p is not None:
                     p.copy_(_interleave_qkv(p, n))
         block.attn.n_head //= n
-        parallelize_module(block, mesh, {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
-                                         "mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()})
+        parallelize_module(
+            block,
+            mesh,
+            {
+                "attn.qkv": ColwiseParallel(),
+                "attn.proj": RowwiseParallel(),
+                "mlp.fc": ColwiseParallel(),
+                "mlp.proj": RowwiseParallel(),
+            },
+        )
     if vocab_parallel:
-        parallelize_module(model, mesh, {
-            "wte": RowwiseParallel(input_layouts=Replicate()),
-            "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
+        parallelize_module(
+            model,
+            mesh,
+            {
+                "wte": RowwiseParallel(input_layouts=Replicate()),
+                "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+            },
+        )
     model.tp_degree = n
     return model
 

@@ -26,6 +26,7 @@ draws its masks from the same seeded stream — right for replicated regions, bu
 and sequence-split regions then reuse one mask pattern on every rank; Megatron forks a per-rank
 RNG there (``get_cuda_rng_tracker``), which minipar does not.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,14 @@ import torch.nn.functional as F
 from minipar.errors import ConfigError
 from minipar.models import GPT, Block, GPTConfig, attention_core
 from minipar.recompute import checkpoint
+from minipar.tp.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    _mark_sequence_parallel,
+    vocab_parallel_cross_entropy,
+)
 from minipar.tp.mappings import check_divisible, scatter_to_sequence_parallel_region, tp_size
-from minipar.tp.layers import (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, _mark_sequence_parallel,
-                        vocab_parallel_cross_entropy)
 
 _TP_LAYERS = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
 
@@ -62,10 +68,18 @@ class ParallelMLP(nn.Module):
     def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
         super().__init__()
         d = cfg.d_model
-        self.fc = ColumnParallelLinear(d, 4 * d, cfg.bias, group=group, sequence_parallel=sequence_parallel,
-                                       what="FFN size 4*d_model")
-        self.proj = RowParallelLinear(4 * d, d, cfg.bias, input_is_parallel=True, group=group,
-                                      sequence_parallel=sequence_parallel, what="FFN size 4*d_model")
+        self.fc = ColumnParallelLinear(
+            d, 4 * d, cfg.bias, group=group, sequence_parallel=sequence_parallel, what="FFN size 4*d_model"
+        )
+        self.proj = RowParallelLinear(
+            4 * d,
+            d,
+            cfg.bias,
+            input_is_parallel=True,
+            group=group,
+            sequence_parallel=sequence_parallel,
+            what="FFN size 4*d_model",
+        )
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -81,12 +95,26 @@ class ParallelCausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
         super().__init__()
         n = tp_size(group)
-        self.n_head = check_divisible("number of heads n_head", cfg.n_head, n)   # heads on this rank
+        self.n_head = check_divisible("number of heads n_head", cfg.n_head, n)  # heads on this rank
         self.head_dim = cfg.head_dim
-        self.qkv = ColumnParallelLinear(cfg.d_model, 3 * cfg.d_model, cfg.bias, group=group, stride=3,
-                                        sequence_parallel=sequence_parallel, what="hidden size d_model")
-        self.proj = RowParallelLinear(cfg.d_model, cfg.d_model, cfg.bias, input_is_parallel=True, group=group,
-                                      sequence_parallel=sequence_parallel, what="hidden size d_model")
+        self.qkv = ColumnParallelLinear(
+            cfg.d_model,
+            3 * cfg.d_model,
+            cfg.bias,
+            group=group,
+            stride=3,
+            sequence_parallel=sequence_parallel,
+            what="hidden size d_model",
+        )
+        self.proj = RowParallelLinear(
+            cfg.d_model,
+            cfg.d_model,
+            cfg.bias,
+            input_is_parallel=True,
+            group=group,
+            sequence_parallel=sequence_parallel,
+            what="hidden size d_model",
+        )
         self.dropout, self.explicit, self.recompute_core = cfg.dropout, cfg.attention == "explicit", False
         self.resid_drop = nn.Dropout(cfg.dropout) if self.explicit else nn.Identity()
 
@@ -95,12 +123,12 @@ class ParallelCausalSelfAttention(nn.Module):
         return attention_core(q, k, v, self.dropout if self.training else 0.0, self.explicit)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        qkv = self.qkv(x)                                   # (B, T, 3·d/N): [q_r; k_r; v_r]
+        qkv = self.qkv(x)  # (B, T, 3·d/N): [q_r; k_r; v_r]
         B, T, _ = qkv.shape
         q, k, v = qkv.split(self.n_head * self.head_dim, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(self.core, q, k, v)              # selective recomputation (lesson 08)
+            y = checkpoint(self.core, q, k, v)  # selective recomputation (lesson 08)
         else:
             y = self.core(q, k, v)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, -1)))
@@ -117,7 +145,7 @@ class ParallelBlock(nn.Module):
         self.mlp = ParallelMLP(cfg, group, sequence_parallel)
         if sequence_parallel:
             _mark_sequence_parallel(*self.ln_1.parameters(), *self.ln_2.parameters())
-        self.recompute = "none"        # "full": keep only x, re-run the block in backward (lesson 08)
+        self.recompute = "none"  # "full": keep only x, re-run the block in backward (lesson 08)
 
     # the single-device block's forward, recomputation included: only the layers differ
     _forward = Block._forward
@@ -145,17 +173,23 @@ class TensorParallelGPT(nn.Module):
         super().__init__()
         n = tp_size(group)
         check_tp_config(cfg, n)
-        full = GPT(cfg) if full is None else full   # first: the same random draws as on one device
+        full = GPT(cfg) if full is None else full  # first: the same random draws as on one device
         self.cfg, self.group, self.sequence_parallel = cfg, group, sequence_parallel
         self.wte = VocabParallelEmbedding(cfg.vocab_size, cfg.d_model, group)
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(ParallelBlock(cfg, group, sequence_parallel) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.lm_head = ColumnParallelLinear(cfg.d_model, self.wte.padded, bias=False, group=group,
-                                            sequence_parallel=sequence_parallel, what="padded vocabulary")
+        self.lm_head = ColumnParallelLinear(
+            cfg.d_model,
+            self.wte.padded,
+            bias=False,
+            group=group,
+            sequence_parallel=sequence_parallel,
+            what="padded vocabulary",
+        )
         if cfg.tie_weights:
-            self.lm_head.weight = self.wte.weight             # both hold vocabulary rows r·V'/N ...
+            self.lm_head.weight = self.wte.weight  # both hold vocabulary rows r·V'/N ...
         if sequence_parallel:
             _mark_sequence_parallel(*self.ln_f.parameters())
         self.load_full_(full)
@@ -182,7 +216,7 @@ class TensorParallelGPT(nn.Module):
             if isinstance(m, _TP_LAYERS):
                 kw = {"true_out": self.cfg.vocab_size} if m is self.lm_head else {}
                 w, b = m.full_parameters(grads=grads, **kw)
-                out[f"{name}.weight"] = w.clone()          # a copy, even when tp = 1
+                out[f"{name}.weight"] = w.clone()  # a copy, even when tp = 1
                 if b is not None:
                     out[f"{name}.bias"] = b.clone()
                 owned |= {f"{name}.weight", f"{name}.bias"}
@@ -196,11 +230,15 @@ class TensorParallelGPT(nn.Module):
         """(B, T) ids → (B, T, d) hidden; (B, T/N, d) this rank's sequence slice with SP."""
         T, n = idx.shape[1], tp_size(self.group)
         if T > self.cfg.block_size:
-            raise ConfigError(f"sequence length {T} > block_size={self.cfg.block_size}; "
-                              f"crop the input or build the model with block_size >= {T}")
+            raise ConfigError(
+                f"sequence length {T} > block_size={self.cfg.block_size}; "
+                f"crop the input or build the model with block_size >= {T}"
+            )
         if self.sequence_parallel and T % n:
-            raise ConfigError(f"sequence length T={T} is not divisible by tp={n} (sequence parallelism); "
-                              f"use T={T // n * n or n} or {(T // n + 1) * n}")
+            raise ConfigError(
+                f"sequence length T={T} is not divisible by tp={n} (sequence parallelism); "
+                f"use T={T // n * n or n} or {(T // n + 1) * n}"
+            )
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         if self.sequence_parallel:
             x = scatter_to_sequence_parallel_region(x, self.group)

@@ -19,6 +19,7 @@ Every layer can be loaded from the full single-device weight (``load_full_``: ea
 its slice — the same thing Megatron's ``_initialize_affine_weight_cpu`` does) and gathered back
 (``full_parameters``), which is how a TP model is proven equal to the single-device one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,10 +27,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar import dist as mdist
-from minipar.tp.mappings import (SEQ_DIM, _all_gather, _all_reduce, _reduce_scatter, check_divisible,
-                              copy_to_tensor_parallel_region, gather_from_tensor_parallel_region,
-                              reduce_from_tensor_parallel_region, reduce_scatter_to_sequence_parallel_region,
-                              scatter_to_tensor_parallel_region, tp_rank, tp_size)
+from minipar.tp.mappings import (
+    SEQ_DIM,
+    _all_gather,
+    _all_reduce,
+    _reduce_scatter,
+    check_divisible,
+    copy_to_tensor_parallel_region,
+    gather_from_tensor_parallel_region,
+    reduce_from_tensor_parallel_region,
+    reduce_scatter_to_sequence_parallel_region,
+    scatter_to_tensor_parallel_region,
+    tp_rank,
+    tp_size,
+)
 
 
 class _SequenceParallelLinear(torch.autograd.Function):
@@ -49,7 +60,7 @@ class _SequenceParallelLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        total = _all_gather(x, SEQ_DIM, ctx.group)              # the recomputed all-gather
+        total = _all_gather(x, SEQ_DIM, ctx.group)  # the recomputed all-gather
         grad_x = _reduce_scatter(grad @ weight, SEQ_DIM, ctx.group)
         g2 = grad.reshape(-1, grad.shape[-1])
         grad_w = g2.t() @ total.reshape(-1, total.shape[-1])
@@ -82,15 +93,29 @@ class ColumnParallelLinear(nn.Module):
         ConfigError: ``out_features`` not divisible by N·stride.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = False,
-                 group=None, sequence_parallel: bool = False, stride: int = 1, what: str = "output features",
-                 device: torch.device | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        gather_output: bool = False,
+        group=None,
+        sequence_parallel: bool = False,
+        stride: int = 1,
+        what: str = "output features",
+        device: torch.device | None = None,
+    ):
         super().__init__()
-        self.group, self.gather_output, self.sequence_parallel, self.stride = group, gather_output, sequence_parallel, stride
+        self.group, self.gather_output, self.sequence_parallel, self.stride = (
+            group,
+            gather_output,
+            sequence_parallel,
+            stride,
+        )
         self.in_features, self.out_features = in_features, out_features
         n = tp_size(group)
         check_divisible(what, out_features // stride, n)
-        dev = mdist.device() if device is None else device   # cuda:LOCAL_RANK under NCCL, as Megatron-LM
+        dev = mdist.device() if device is None else device  # cuda:LOCAL_RANK under NCCL, as Megatron-LM
         self.weight = nn.Parameter(torch.empty(out_features // n, in_features, device=dev))
         self.bias = nn.Parameter(torch.zeros(out_features // n, device=dev)) if bias else None
 
@@ -118,7 +143,7 @@ class ColumnParallelLinear(nn.Module):
 
     def _unrows(self, local: torch.Tensor, true_out: int) -> torch.Tensor:
         n, s = tp_size(self.group), self.stride
-        g = _all_gather(local.contiguous(), 0, self.group)                    # (n·out/n, ...) rank-major
+        g = _all_gather(local.contiguous(), 0, self.group)  # (n·out/n, ...) rank-major
         g = g.reshape(n, s, -1, *local.shape[1:]).transpose(0, 1).reshape(-1, *local.shape[1:])
         return g[:true_out]
 
@@ -127,8 +152,10 @@ class ColumnParallelLinear(nn.Module):
         """All-gather ``(weight, bias)`` (or their ``.grad``) back to full size. Collective."""
         true_out = true_out or self.out_features
         pick = (lambda p: p.grad) if grads else (lambda p: p)
-        return (self._unrows(pick(self.weight), true_out),
-                None if self.bias is None else self._unrows(pick(self.bias), true_out))
+        return (
+            self._unrows(pick(self.weight), true_out),
+            None if self.bias is None else self._unrows(pick(self.bias), true_out),
+        )
 
 
 class RowParallelLinear(nn.Module):
@@ -150,9 +177,17 @@ class RowParallelLinear(nn.Module):
         ConfigError: ``in_features`` not divisible by N.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = False,
-                 group=None, sequence_parallel: bool = False, what: str = "input features",
-                 device: torch.device | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        input_is_parallel: bool = False,
+        group=None,
+        sequence_parallel: bool = False,
+        what: str = "input features",
+        device: torch.device | None = None,
+    ):
         super().__init__()
         self.group, self.input_is_parallel, self.sequence_parallel = group, input_is_parallel, sequence_parallel
         self.in_features, self.out_features = in_features, out_features
@@ -166,7 +201,7 @@ class RowParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel:
             x = scatter_to_tensor_parallel_region(x, self.group)
-        y = F.linear(x, self.weight)                                          # a partial sum
+        y = F.linear(x, self.weight)  # a partial sum
         if self.sequence_parallel:
             y = reduce_scatter_to_sequence_parallel_region(y, self.group)
         else:
@@ -176,7 +211,7 @@ class RowParallelLinear(nn.Module):
     @torch.no_grad()
     def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         k = self.weight.shape[1]
-        self.weight.copy_(weight[:, tp_rank(self.group) * k:(tp_rank(self.group) + 1) * k])
+        self.weight.copy_(weight[:, tp_rank(self.group) * k : (tp_rank(self.group) + 1) * k])
         if self.bias is not None:
             self.bias.copy_(bias)
 
@@ -204,7 +239,9 @@ class VocabParallelEmbedding(nn.Module):
         self.padded = -(-num_embeddings // n) * n
         self.per_rank = self.padded // n
         self.start = tp_rank(group) * self.per_rank
-        self.weight = nn.Parameter(torch.zeros(self.per_rank, embedding_dim, device=mdist.device() if device is None else device))
+        self.weight = nn.Parameter(
+            torch.zeros(self.per_rank, embedding_dim, device=mdist.device() if device is None else device)
+        )
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         outside = (idx < self.start) | (idx >= self.start + self.per_rank)
@@ -213,14 +250,14 @@ class VocabParallelEmbedding(nn.Module):
 
     @torch.no_grad()
     def load_full_(self, weight: torch.Tensor, bias=None) -> None:
-        rows = weight[self.start:self.start + self.per_rank]
+        rows = weight[self.start : self.start + self.per_rank]
         self.weight.zero_()
-        self.weight[:rows.shape[0]].copy_(rows)
+        self.weight[: rows.shape[0]].copy_(rows)
 
     @torch.no_grad()
     def full_parameters(self, grads: bool = False) -> tuple:
         w = self.weight.grad if grads else self.weight
-        return _all_gather(w.contiguous(), 0, self.group)[:self.num_embeddings], None
+        return _all_gather(w.contiguous(), 0, self.group)[: self.num_embeddings], None
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -229,8 +266,9 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         per = logits.shape[-1]
         start = tp_rank(group) * per
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 at least; float64 stays
-        logits = logits.masked_fill(torch.arange(start, start + per, device=logits.device) >= vocab_size,
-                                    float("-inf"))                         # padding never wins
+        logits = logits.masked_fill(
+            torch.arange(start, start + per, device=logits.device) >= vocab_size, float("-inf")
+        )  # padding never wins
         m = logits.max(dim=-1).values
         if tp_size(group) > 1:
             torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
@@ -243,20 +281,21 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         if tp_size(group) > 1:
             _all_reduce(picked, group)
             _all_reduce(sum_exp, group)
-        loss = sum_exp.log() - picked                                          # per position
+        loss = sum_exp.log() - picked  # per position
         ctx.save_for_backward(exp.div_(sum_exp.unsqueeze(-1)), local_t, outside)
         return loss.mean()
 
     @staticmethod
     def backward(ctx, grad):
         softmax, local_t, outside = ctx.saved_tensors
-        g = softmax.clone()                                                    # d loss / d logits
+        g = softmax.clone()  # d loss / d logits
         g.scatter_add_(-1, local_t.unsqueeze(-1), -(~outside).to(g.dtype).unsqueeze(-1))
         return g.mul_(grad / local_t.numel()), None, None, None
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                                 group=None) -> torch.Tensor:
+def vocab_parallel_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, group=None
+) -> torch.Tensor:
     """Mean cross-entropy over B·T positions from vocabulary-split logits, without gathering them.
 
     Three all-reduces of (B, T) numbers — the max (for a stable softmax), the target's logit, the

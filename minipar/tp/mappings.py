@@ -27,9 +27,10 @@ all-gather of the same total volume:
 
 Every function takes ``group`` (default: the whole world) and is a no-op on a group of one.
 Collectives are torch 2.13's ``all_reduce``, ``all_gather_single`` and ``reduce_scatter_single``
-(so ``minipar.accounting.CommLog`` sees every call). Group set-up and the divisibility checks
+(so ``minipar.comm.comm_log.CommLog`` sees every call). Group set-up and the divisibility checks
 that turn bad settings into a :class:`minipar.ConfigError` live here too.
 """
+
 from __future__ import annotations
 
 import torch

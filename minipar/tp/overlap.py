@@ -18,6 +18,7 @@ the NIC/NVLink while the SMs multiply; on 2 CPU cores both compete for the same 
 why lesson 09 draws the simulated timeline (:mod:`minipar.overlap`) beside the measured one.
 Forward only: a teaching kernel, not wired into :class:`~minipar.tp.layers.ColumnParallelLinear`.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,13 +26,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from minipar import p2p
+from minipar.comm import p2p
 from minipar.tp.mappings import _all_gather, tp_rank, tp_size
 
 
 @torch.no_grad()
-def allgather_matmul(x_shard: torch.Tensor, weight: torch.Tensor, group=None, overlap: bool = True,
-                     trace: list | None = None) -> torch.Tensor:
+def allgather_matmul(
+    x_shard: torch.Tensor, weight: torch.Tensor, group=None, overlap: bool = True, trace: list | None = None
+) -> torch.Tensor:
     """``all_gather(x_shard, dim=1) @ weight.T``, optionally decomposed so communication overlaps the GEMM.
 
     Args:
@@ -60,14 +62,18 @@ def allgather_matmul(x_shard: torch.Tensor, weight: torch.Tensor, group=None, ov
     out = torch.empty(B, n * Tl, weight.shape[0], dtype=x_shard.dtype, device=x_shard.device)
     cur = x_shard.contiguous()
     for k in range(n):
-        src = (me - k) % n                        # whose chunk `cur` is
+        src = (me - k) % n  # whose chunk `cur` is
         reqs, t0 = [], clock()
         if k < n - 1:
             nxt = torch.empty_like(cur)
-            reqs = p2p.batch_isend_irecv([p2p.P2P("send", cur, right, group, label=f"chunk {src}"),
-                                          p2p.P2P("recv", nxt, left, group, label=f"chunk {(src - 1) % n}")])
+            reqs = p2p.batch_isend_irecv(
+                [
+                    p2p.P2P("send", cur, right, group, label=f"chunk {src}"),
+                    p2p.P2P("recv", nxt, left, group, label=f"chunk {(src - 1) % n}"),
+                ]
+            )
         g0 = clock()
-        out[:, src * Tl:(src + 1) * Tl] = cur @ weight.t()
+        out[:, src * Tl : (src + 1) * Tl] = cur @ weight.t()
         g1 = clock()
         for r in reqs:
             r.wait()

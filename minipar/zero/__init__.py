@@ -12,12 +12,13 @@ Rajbhandari et al. 2020, arXiv:1910.02054. Read in this order:
     opt = zero(model, stage=2, lr=3e-3, weight_decay=0.1)    # like torch.optim.AdamW(...)
     loss.backward(); opt.step(); opt.zero_grad()
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
 
 from minipar.errors import ConfigError
-from minipar.zero import stage12, stage3
+from minipar.zero import stage3, stage12
 from minipar.zero.flat import STAGES
 
 

@@ -17,6 +17,7 @@ that belong to each original parameter (matrices with weight decay, vectors with
 :func:`minipar.models.adamw_groups`), so a step is elementwise the same arithmetic as
 single-device AdamW. :func:`zero_bytes_formula` is the paper's bytes per rank for each stage.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,11 @@ def zero_bytes_formula(num_params: int, stage: int, world_size: int, mixed_preci
         raise ConfigError(f"stage={stage!r}: use 0 (data parallel), 1, 2 or 3")
     p, g, k = (2, 2, 12) if mixed_precision else (4, 4, 8)
     n = world_size
-    d = dict(params=p * num_params / (n if stage >= 3 else 1), grads=g * num_params / (n if stage >= 2 else 1),
-             optimizer=k * num_params / (n if stage >= 1 else 1))
+    d = dict(
+        params=p * num_params / (n if stage >= 3 else 1),
+        grads=g * num_params / (n if stage >= 2 else 1),
+        optimizer=k * num_params / (n if stage >= 1 else 1),
+    )
     d["total"] = d["params"] + d["grads"] + d["optimizer"]
     return d
 
@@ -64,13 +68,17 @@ def default_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     for uname, m in units:
         for pname, p in m.named_parameters():
             if id(p) in seen:
-                raise ConfigError(f"parameter {uname}.{pname} is also in unit {seen[id(p)]} (tied weights); ZeRO "
-                                  "here shards each parameter once: build the model untied (tie_weights=False)")
+                raise ConfigError(
+                    f"parameter {uname}.{pname} is also in unit {seen[id(p)]} (tied weights); ZeRO "
+                    "here shards each parameter once: build the model untied (tie_weights=False)"
+                )
             seen[id(p)] = uname
     missing = [n for n, p in model.named_parameters() if id(p) not in seen]
     if missing:
-        raise ConfigError(f"parameters {missing} belong to no unit (they sit on the root module); "
-                          "move them into a child module, or pass units=[(name, module), ...]")
+        raise ConfigError(
+            f"parameters {missing} belong to no unit (they sit on the root module); "
+            "move them into a child module, or pass units=[(name, module), ...]"
+        )
     return units
 
 
@@ -102,8 +110,10 @@ class FlatUnit:
         """
         dev = next((t.device for t in tensors if t is not None), None)
         dt = next((t.dtype for t in tensors if t is not None), torch.get_default_dtype())
-        parts = [torch.zeros(n, device=dev, dtype=dt) if t is None else t.detach().reshape(-1).to(dt)
-                 for t, n in zip(tensors, self.numels)]
+        parts = [
+            torch.zeros(n, device=dev, dtype=dt) if t is None else t.detach().reshape(-1).to(dt)
+            for t, n in zip(tensors, self.numels)
+        ]
         return torch.cat(parts + [torch.zeros(self.padded - self.numel, device=dev, dtype=dt)])
 
     def segments(self):
@@ -148,9 +158,11 @@ def check_same_start(units: list[FlatUnit], flats: list[torch.Tensor], group=Non
     for j, u in enumerate(units):
         bad = [r for r in range(n) if every[r, j] != every[0, j]]
         if bad:
-            raise ConfigError(f"parameters of unit {u.name!r} differ between rank 0 and rank(s) {bad} at the start; "
-                              "every rank must start from the same weights: seed before building the model "
-                              "(torch.manual_seed) or call minipar.data_parallel.broadcast_parameters(model) first")
+            raise ConfigError(
+                f"parameters of unit {u.name!r} differ between rank 0 and rank(s) {bad} at the start; "
+                "every rank must start from the same weights: seed before building the model "
+                "(torch.manual_seed) or call minipar.dp.ddp.broadcast_parameters(model) first"
+            )
 
 
 class ShardOptimizer:
@@ -173,8 +185,11 @@ class ShardOptimizer:
                 v = shard.detach()[a:b]
                 self.pieces.append((j, a, b, v))
                 (decay if len(u.shapes[i]) >= 2 else no_decay).append(v)
-        groups = [g for g in ({"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+        groups = [
+            g
+            for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+            if g["params"]
+        ]
         # a rank whose shards hold only padding still needs an optimizer object
         dummy = [{"params": [torch.zeros(0, device=self.shards[0].device)]}]
         self.optimizer = torch.optim.AdamW(groups or dummy, lr=lr, betas=betas, eps=eps)

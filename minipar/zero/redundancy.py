@@ -23,6 +23,7 @@ unsharded optimizer's state dict. A usage sketch::
     opt = ZeroRedundancyOptimizer(model.parameters(), torch.optim.SGD, lr=0.1, momentum=0.9)
     loss.backward(); all_reduce_gradients(model); opt.step(); opt.zero_grad()
 """
+
 from __future__ import annotations
 
 import torch
@@ -75,17 +76,21 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, optimizer_class, group=None, **defaults):
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
-            raise ConfigError(f"optimizer_class={optimizer_class!r} is not a torch.optim.Optimizer subclass; "
-                              "pass the class itself, e.g. ZeroRedundancyOptimizer(params, torch.optim.SGD, lr=0.1)")
+            raise ConfigError(
+                f"optimizer_class={optimizer_class!r} is not a torch.optim.Optimizer subclass; "
+                "pass the class itself, e.g. ZeroRedundancyOptimizer(params, torch.optim.SGD, lr=0.1)"
+            )
         self._ready = False
         self.optimizer_class, self.group = optimizer_class, group
         self.rank, self.world_size = mdist.rank(group), mdist.world_size(group)
         self.optim = None
         self._consolidated = None
-        self._kwargs = dict(defaults)          # what optimizer_class(...) accepts
+        self._kwargs = dict(defaults)  # what optimizer_class(...) accepts
         # the groups carry every hyperparameter of optimizer_class (SGD's dampening...), not just those given
-        defaults = optimizer_class([torch.nn.Parameter(torch.zeros(0))], **defaults).defaults  # device-ok: a throwaway, only to read the class's defaults
-        super().__init__(params, defaults)     # a generator is consumed here, once; groups get the defaults
+        defaults = optimizer_class(
+            [torch.nn.Parameter(torch.zeros(0))], **defaults
+        ).defaults  # device-ok: a throwaway, only to read the class's defaults
+        super().__init__(params, defaults)  # a generator is consumed here, once; groups get the defaults
         self._ready = True
         self._repartition()
         self.optim = self._new_local([{**self._hyper(g), "params": ps} for g, ps in zip(self.param_groups, self._mine)])
@@ -103,7 +108,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
 
     def _new_local(self, groups: list[dict]):
         if not any(g["params"] for g in groups):
-            return None                        # this rank owns nothing (more ranks than parameters)
+            return None  # this rank owns nothing (more ranks than parameters)
         return self.optimizer_class(groups, **self._kwargs)
 
     def owned_numel(self, rank: int | None = None) -> int:
@@ -115,7 +120,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         (the older groups keep their owners) and this rank's share joins the local optimizer."""
         super().add_param_group(param_group)
         if not self._ready:
-            return                              # called by Optimizer.__init__: partitioned at its end
+            return  # called by Optimizer.__init__: partitioned at its end
         self._repartition()
         mine = {**self._hyper(self.param_groups[-1]), "params": self._mine[-1]}
         if self.optim is None:
@@ -131,15 +136,18 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         its owner (one broadcast per parameter, all in flight at once). Returns the closure's loss."""
         loss = None
         if self.optim is not None:
-            for g, local in zip(self.param_groups, self.optim.param_groups):   # lr schedules set on self
+            for g, local in zip(self.param_groups, self.optim.param_groups):  # lr schedules set on self
                 local.update(self._hyper(g))
             loss = self.optim.step(closure)
         elif closure is not None:
             with torch.enable_grad():
                 loss = closure()
         if self.world_size > 1:
-            works = [dist.broadcast(p.data, src=self._src[self._owner[p]], group=self.group, async_op=True)
-                     for g in self.param_groups for p in g["params"]]
+            works = [
+                dist.broadcast(p.data, src=self._src[self._owner[p]], group=self.group, async_op=True)
+                for g in self.param_groups
+                for p in g["params"]
+            ]
             for w in works:
                 w.wait()
         return loss
@@ -154,8 +162,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         if self.optim is None:
             return {}
         index = self._global_index()
-        return {index[p]: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
-                for p, st in self.optim.state.items()}
+        return {
+            index[p]: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in st.items()}
+            for p, st in self.optim.state.items()
+        }
 
     def consolidate_state_dict(self, to: int = 0) -> None:
         """Gather every rank's optimizer state on rank ``to`` (a collective: call it on every rank).
@@ -186,9 +196,11 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         if self.world_size == 1 and self._consolidated is None:
             self.consolidate_state_dict(to=self.rank)
         if self._consolidated is None:
-            raise ConfigError(f"state_dict() on rank {self.rank}: the state is sharded; call "
-                              f"consolidate_state_dict(to={self.rank}) on every rank first "
-                              "(torch.distributed.optim.ZeroRedundancyOptimizer has the same rule)")
+            raise ConfigError(
+                f"state_dict() on rank {self.rank}: the state is sharded; call "
+                f"consolidate_state_dict(to={self.rank}) on every rank first "
+                "(torch.distributed.optim.ZeroRedundancyOptimizer has the same rule)"
+            )
         return self._consolidated
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -196,8 +208,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         of its own parameters. Raises ConfigError if the groups' sizes differ."""
         groups = state_dict["param_groups"]
         if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
-            raise ConfigError(f"state_dict has groups of {[len(g['params']) for g in groups]} parameters, this "
-                              f"optimizer {[len(g['params']) for g in self.param_groups]}: build it over the same params")
+            raise ConfigError(
+                f"state_dict has groups of {[len(g['params']) for g in groups]} parameters, this "
+                f"optimizer {[len(g['params']) for g in self.param_groups]}: build it over the same params"
+            )
         for g, saved in zip(self.param_groups, groups):
             g.update(self._hyper(saved))
         self._consolidated = None
@@ -210,8 +224,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             ids = []
             for p in ps:
                 if index[p] in state:
-                    local_state[j] = {k: (v.clone() if torch.is_tensor(v) else v)   # never alias the caller's dict
-                                      for k, v in state[index[p]].items()}
+                    local_state[j] = {
+                        k: (v.clone() if torch.is_tensor(v) else v)  # never alias the caller's dict
+                        for k, v in state[index[p]].items()
+                    }
                 ids.append(j)
                 j += 1
             local_groups.append({**self._hyper(g), "params": ids})

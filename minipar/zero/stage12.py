@@ -25,6 +25,7 @@ The flat shards, their collectives and the sharded AdamW live in :mod:`minipar.z
     opt = ZeroOptimizer(model, stage=2, lr=3e-3, weight_decay=0.1)    # like torch.optim.AdamW(...)
     loss.backward(); opt.step(); opt.zero_grad()
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,7 +34,14 @@ import torch.nn as nn
 from minipar import dist as mdist
 from minipar.errors import ConfigError
 from minipar.memory import state_bytes
-from minipar.zero.flat import FlatUnit, ShardOptimizer, all_gather_flat, check_same_start, default_units, reduce_scatter_mean
+from minipar.zero.flat import (
+    FlatUnit,
+    ShardOptimizer,
+    all_gather_flat,
+    check_same_start,
+    default_units,
+    reduce_scatter_mean,
+)
 
 
 class ZeroOptimizer(ShardOptimizer):
@@ -51,11 +59,23 @@ class ZeroOptimizer(ShardOptimizer):
         from different weights.
     """
 
-    def __init__(self, model: nn.Module, stage: int = 1, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, max_norm: float | None = None, group=None, units=None):
+    def __init__(
+        self,
+        model: nn.Module,
+        stage: int = 1,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        max_norm: float | None = None,
+        group=None,
+        units=None,
+    ):
         if stage not in (1, 2):
-            raise ConfigError(f"ZeroOptimizer(stage={stage!r}): use stage 1 or 2 here; stage 3 shards the "
-                              "parameters too: minipar.zero.zero(model, stage=3) or minipar.zero.stage3.Zero3")
+            raise ConfigError(
+                f"ZeroOptimizer(stage={stage!r}): use stage 1 or 2 here; stage 3 shards the "
+                "parameters too: minipar.zero.zero(model, stage=3) or minipar.zero.stage3.Zero3"
+            )
         self.model, self.stage, self.group = model, stage, group
         rank, n = mdist.rank(group), mdist.world_size(group)
         units = units or default_units(model)
@@ -65,8 +85,8 @@ class ZeroOptimizer(ShardOptimizer):
         check_same_start(self.units, self.flats, group)
         for u, ps, flat in zip(self.units, self.params, self.flats):  # the weights become views of the flat buffer
             for p, off, k, shape in zip(ps, u.offsets, u.numels, u.shapes):
-                p.data = flat[off:off + k].view(shape)
-        self.shards = [flat[u.lo:u.hi] for u, flat in zip(self.units, self.flats)]
+                p.data = flat[off : off + k].view(shape)
+        self.shards = [flat[u.lo : u.hi] for u, flat in zip(self.units, self.flats)]
         self._build_adamw(lr, betas, eps, weight_decay, max_norm)
         self.grad_shards: list[torch.Tensor | None] = [None] * len(self.units)
         self._ready = [0] * len(self.units)
@@ -85,17 +105,17 @@ class ZeroOptimizer(ShardOptimizer):
     @torch.no_grad()
     def _reduce_scatter_unit(self, j: int) -> None:
         u, ps = self.units[j], self.params[j]
-        full = u.flatten([p.grad for p in ps])                      # (padded,) this rank's gradient
+        full = u.flatten([p.grad for p in ps])  # (padded,) this rank's gradient
         shard = reduce_scatter_mean(full.new_empty(u.shard_size), full, self.group)  # (S,) mean over ranks
         self.grad_shards[j] = shard if self.grad_shards[j] is None else self.grad_shards[j].add_(shard)
         self._ready[j] = 0
         if self.stage == 2:
             for p in ps:
-                p.grad = None                                       # the full gradient is gone
+                p.grad = None  # the full gradient is gone
 
     def _grad_shards(self) -> list[torch.Tensor]:
         for j in range(len(self.units)):
-            if self.stage == 1 or self._ready[j]:   # stage 1; or stage 2 units with unused parameters
+            if self.stage == 1 or self._ready[j]:  # stage 1; or stage 2 units with unused parameters
                 self._reduce_scatter_unit(j)
         return [g if g is not None else torch.zeros_like(s) for g, s in zip(self.grad_shards, self.shards)]
 
@@ -123,7 +143,7 @@ class ZeroOptimizer(ShardOptimizer):
         shards; compare with :func:`zero_bytes_formula`.
         """
         d = state_bytes(self.model, self.optimizer)
-        d["params"] = sum(f.numel() * f.element_size() for f in self.flats)   # includes the few padding bytes
+        d["params"] = sum(f.numel() * f.element_size() for f in self.flats)  # includes the few padding bytes
         d["grads"] += sum(g.numel() * g.element_size() for g in self.grad_shards if g is not None)
         d["total"] = d["params"] + d["grads"] + d["optimizer"]
         return d

@@ -32,19 +32,26 @@ same values, one more unit's weights alive at a time. Lesson 09 draws the real t
 (``timeline=[]`` collects ``(row, unit, t_start, t_end)`` in seconds of ``time.perf_counter``).
 Backward gathers stay just in time (no backward prefetch here).
 """
+
 from __future__ import annotations
 
 import time
 import weakref
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.func import functional_call
 
-import torch.distributed as dist
-
 from minipar import dist as mdist
-from minipar.zero.flat import FlatUnit, ShardOptimizer, all_gather_flat, check_same_start, default_units, reduce_scatter_mean
+from minipar.zero.flat import (
+    FlatUnit,
+    ShardOptimizer,
+    all_gather_flat,
+    check_same_start,
+    default_units,
+    reduce_scatter_mean,
+)
 
 
 class _GatherShard(torch.autograd.Function):
@@ -76,13 +83,13 @@ class ShardedUnit(nn.Module):
     def __init__(self, name: str, module: nn.Module, group=None, trace: list | None = None):
         super().__init__()
         self.name, self.group, self.trace = name, group, trace
-        self.next: ShardedUnit | None = None      # the unit to prefetch during this one's forward (Zero3)
-        self.timeline: list | None = None         # (row, unit, t0, t1) records, set by Zero3(timeline=...)
-        self._prefetched = None                   # (buffer, work) of an all-gather in flight
+        self.next: ShardedUnit | None = None  # the unit to prefetch during this one's forward (Zero3)
+        self.timeline: list | None = None  # (row, unit, t0, t1) records, set by Zero3(timeline=...)
+        self._prefetched = None  # (buffer, work) of an all-gather in flight
         self.flat = FlatUnit(name, module, mdist.rank(group), mdist.world_size(group))
         full = self.flat.flatten([p for p in module.parameters()])
         self.start_flat = full  # only until Zero3 has checked that every rank starts the same
-        self.shard = nn.Parameter(full[self.flat.lo:self.flat.hi].clone())
+        self.shard = nn.Parameter(full[self.flat.lo : self.flat.hi].clone())
         for pname in self.flat.names:  # the module keeps empty placeholders, filled in each forward
             owner = module.get_submodule(pname.rpartition(".")[0])
             attr = pname.rpartition(".")[2]
@@ -109,8 +116,9 @@ class ShardedUnit(nn.Module):
         full = all_gather_flat(self.shard.new_empty(self.flat.padded), self.shard.detach(), self.group)
         nbytes = full.numel() * full.element_size()
         if self.timeline is not None:
-            self.timeline.append(("all-gather", self.name + ("" if why == "forward" else " (bwd)"), t0,
-                                  time.perf_counter()))
+            self.timeline.append(
+                ("all-gather", self.name + ("" if why == "forward" else " (bwd)"), t0, time.perf_counter())
+            )
         self._log(f"gather ({why})", nbytes)
         weakref.finalize(full, self._log, f"free ({why})", -nbytes)
         return full
@@ -125,7 +133,7 @@ class ShardedUnit(nn.Module):
         buf = self.shard.new_empty(self.flat.padded)
         t0 = time.perf_counter()
         work = dist.all_gather_single(buf, self.shard.detach(), group=self.group, async_op=True)
-        if self.timeline is not None:   # the comm row ends when gloo/NCCL completes the gather
+        if self.timeline is not None:  # the comm row ends when gloo/NCCL completes the gather
             tl, name = self.timeline, self.name
             work.get_future().then(lambda _: tl.append(("all-gather", name, t0, time.perf_counter())))
         self._prefetched = (buf, work)
@@ -147,21 +155,21 @@ class ShardedUnit(nn.Module):
         ptr = {}
 
         def pack(t: torch.Tensor):
-            if t.untyped_storage().data_ptr() == ptr["full"]:   # a view of the gathered weights:
+            if t.untyped_storage().data_ptr() == ptr["full"]:  # a view of the gathered weights:
                 return ("weights", t.storage_offset(), t.size(), t.stride())  # keep a note, not the tensor
             return t
 
         def unpack(x):
             if isinstance(x, tuple) and x and x[0] == "weights":
                 if self._bwd_full is None:
-                    self._bwd_full = self.gather("backward")     # just in time for this unit's backward
+                    self._bwd_full = self.gather("backward")  # just in time for this unit's backward
                 return self._bwd_full.as_strided(x[2], x[3], x[1])
             return x
 
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             full = _GatherShard.apply(self.shard, self)
             if self.next is not None:
-                self.next.prefetch()                    # k+1's gather runs while k computes
+                self.next.prefetch()  # k+1's gather runs while k computes
             ptr["full"] = full.untyped_storage().data_ptr()
             pieces = full.split(f.numels + [f.padded - f.numel])
             weights = {n: piece.view(s) for n, piece, s in zip(f.names, pieces, f.shapes)}
@@ -174,8 +182,10 @@ class ShardedUnit(nn.Module):
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """All-gather and return ``{name: full weight}`` (a collective: every rank must call it)."""
         full = all_gather_flat(self.shard.new_empty(self.flat.padded), self.shard.detach(), self.group)
-        return {n: full[o:o + k].view(s).clone()
-                for n, o, k, s in zip(self.flat.names, self.flat.offsets, self.flat.numels, self.flat.shapes)}
+        return {
+            n: full[o : o + k].view(s).clone()
+            for n, o, k, s in zip(self.flat.names, self.flat.offsets, self.flat.numels, self.flat.shapes)
+        }
 
 
 class Zero3(ShardOptimizer):
@@ -190,9 +200,20 @@ class Zero3(ShardOptimizer):
 
     stage = 3
 
-    def __init__(self, model: nn.Module, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, max_norm: float | None = None, group=None, units=None,
-                 trace: list | None = None, prefetch: bool = False, timeline: list | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float = 1e-3,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        max_norm: float | None = None,
+        group=None,
+        units=None,
+        trace: list | None = None,
+        prefetch: bool = False,
+        timeline: list | None = None,
+    ):
         self.model, self.group = model, group
         units = units or default_units(model)
         self.sharded = []
@@ -207,7 +228,7 @@ class Zero3(ShardOptimizer):
             su.timeline = timeline
         check_same_start(self.units, [su.start_flat for su in self.sharded], group)
         for su in self.sharded:
-            del su.start_flat                      # the full weights are gone: only the shard stays
+            del su.start_flat  # the full weights are gone: only the shard stays
         self.shards = [su.shard for su in self.sharded]
         self._build_adamw(lr, betas, eps, weight_decay, max_norm)
 
@@ -215,7 +236,7 @@ class Zero3(ShardOptimizer):
     def step(self) -> None:
         """AdamW on this rank's shards (gradients were reduce-scattered during backward). No all-gather:
         the next forward gathers each unit when it needs it."""
-        for su in self.sharded:                    # a prefetch no forward consumed would hold old weights
+        for su in self.sharded:  # a prefetch no forward consumed would hold old weights
             su.take_prefetched()
         self._adamw_step([s.grad if s.grad is not None else torch.zeros_like(s) for s in self.shards])
 
@@ -226,6 +247,7 @@ class Zero3(ShardOptimizer):
     def held_bytes(self) -> dict:
         """Bytes this rank holds now: the shards, their gradients, AdamW state, plus any gathered weights."""
         from minipar.memory import state_bytes
+
         d = state_bytes(self.model, self.optimizer)
         d["params"] += ShardedUnit.live_bytes
         d["total"] = d["params"] + d["grads"] + d["optimizer"]

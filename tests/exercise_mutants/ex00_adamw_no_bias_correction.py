@@ -1,4 +1,5 @@
 """AdamW without bias correction."""
+
 import torch
 
 from exercises.solutions.ex00_single_device import *  # noqa: F401,F403

@@ -1,4 +1,5 @@
 """Cross-entropy gradient without the 1/N of the mean."""
+
 import torch
 
 from exercises.solutions.ex00_single_device import *  # noqa: F401,F403

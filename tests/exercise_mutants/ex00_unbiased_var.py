@@ -1,4 +1,5 @@
 """LayerNorm backward with the unbiased variance (÷(D−1)): wrong grad_x."""
+
 from exercises.solutions.ex00_single_device import *  # noqa: F401,F403
 
 

@@ -1,4 +1,5 @@
 """Chunks of numel // N elements: the remainder is never reduced (wrong on odd sizes)."""
+
 import torch
 import torch.distributed as dist
 

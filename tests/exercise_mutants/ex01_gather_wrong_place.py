@@ -1,10 +1,11 @@
 """All-gather that writes what it receives into the chunk it sent."""
+
 import torch
 import torch.distributed as dist
 
 from exercises.solutions.ex01_collectives import *  # noqa: F401,F403
 from exercises.solutions.ex01_collectives import ring_neighbours
-from minipar.collectives import chunk_bounds
+from minipar.comm.collectives import chunk_bounds
 
 
 def ring_all_gather(tensor, group=None):

@@ -1,10 +1,11 @@
 """Reduce-scatter that sends chunk (i − s) instead of (i − s − 1): every rank ends with its right neighbour's chunk."""
+
 import torch
 import torch.distributed as dist
 
 from exercises.solutions.ex01_collectives import *  # noqa: F401,F403
 from exercises.solutions.ex01_collectives import ring_neighbours
-from minipar.collectives import chunk_bounds
+from minipar.comm.collectives import chunk_bounds
 
 
 def ring_reduce_scatter(tensor, group=None):
@@ -19,5 +20,5 @@ def ring_reduce_scatter(tensor, group=None):
         for r in reqs:
             r.wait()
         flat[c:d] += buf
-    a, b = chunk_bounds(flat.numel(), n, (i + 1) % n)   # the chunk that ends up complete here
+    a, b = chunk_bounds(flat.numel(), n, (i + 1) % n)  # the chunk that ends up complete here
     return flat[a:b]

@@ -1,4 +1,5 @@
 """Cap checked after adding: a parameter larger than the cap shares its bucket with the next one."""
+
 from exercises.solutions.ex02_data_parallel import *  # noqa: F401,F403
 
 

@@ -1,4 +1,5 @@
 """Blocking all_reduce (async_op=False) in the hook."""
+
 import torch.distributed as dist
 
 from exercises.solutions import ex02_data_parallel as _sol
@@ -13,7 +14,7 @@ class _Done:
 class BucketedDDP(_sol.BucketedDDP):
     def grad_ready(self, p):
         k, off = self.where[id(p)]
-        self.buffers[k][off:off + p.numel()].copy_(p.grad.reshape(-1))
+        self.buffers[k][off : off + p.numel()].copy_(p.grad.reshape(-1))
         self.ready[k].add(id(p))
         while self.next < len(self.buckets) and len(self.ready[self.next]) == len(self.buckets[self.next]):
             dist.all_reduce(self.buffers[self.next], group=self.group)

@@ -1,6 +1,7 @@
 """Buckets filled in model order instead of reverse."""
-from exercises.solutions.ex02_data_parallel import *  # noqa: F401,F403
+
 from exercises.solutions import ex02_data_parallel as _sol
+from exercises.solutions.ex02_data_parallel import *  # noqa: F401,F403
 
 
 def make_buckets(params, cap_bytes):

@@ -1,4 +1,5 @@
 """Frozen parameters (requires_grad=False) put into buckets."""
+
 from exercises.solutions.ex02_data_parallel import *  # noqa: F401,F403
 
 

@@ -1,4 +1,5 @@
 """finish() forgets to divide by the world size: steps with N times the gradient."""
+
 from exercises.solutions import ex02_data_parallel as _sol
 from exercises.solutions.ex02_data_parallel import *  # noqa: F401,F403
 

@@ -1,4 +1,5 @@
 """Every rank keeps full-size moments (plain AdamW, no sharding): correct numbers, no memory saved."""
+
 import torch
 import torch.distributed as dist
 

@@ -1,4 +1,5 @@
 """Steps its shard but never all-gathers: the other ranks' shards stay stale."""
+
 import torch
 import torch.distributed as dist
 

@@ -1,4 +1,5 @@
 """RowParallelLinear adds the bias before g: the bias is counted N times."""
+
 import torch.nn.functional as F
 
 from exercises.solutions import ex04_tensor_parallel as _sol

@@ -1,4 +1,5 @@
 """g all-reduces over the whole world instead of its tensor-parallel group."""
+
 import torch.distributed as dist
 
 from exercises.solutions import ex04_tensor_parallel as _sol

@@ -1,7 +1,7 @@
 """Warm-up on the wrong end (rank r warms up r forwards): rank 0 waits for a backward that rank p−1 runs late."""
-from minipar.pp.schedules import Action
 
 from exercises.solutions.ex06_1f1b import *  # noqa: F401,F403
+from minipar.pp.schedules import Action
 
 
 def one_f_one_b(p, m):

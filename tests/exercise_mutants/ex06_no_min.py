@@ -1,7 +1,7 @@
 """1F1B with warm-up p − r − 1 and no min with m: forwards of micro-batches that do not exist when m < p."""
-from minipar.pp.schedules import Action
 
 from exercises.solutions.ex06_1f1b import *  # noqa: F401,F403
+from minipar.pp.schedules import Action
 
 
 def one_f_one_b(p, m):

@@ -1,4 +1,5 @@
 """Returns group=None for a dimension of size 1: None is the whole world."""
+
 from exercises.solutions import ex07_3d_parallel as _sol
 from exercises.solutions.ex07_3d_parallel import *  # noqa: F401,F403
 

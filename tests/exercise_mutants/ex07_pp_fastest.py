@@ -1,4 +1,5 @@
 """Coordinates with pp varying fastest (the wrong order)."""
+
 from exercises.solutions.ex07_3d_parallel import *  # noqa: F401,F403
 
 

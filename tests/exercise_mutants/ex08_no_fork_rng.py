@@ -1,4 +1,5 @@
 """Restores the RNG state for the re-run but never gives the caller's stream back."""
+
 import torch
 
 from exercises.solutions.ex08_memory import *  # noqa: F401,F403

@@ -1,4 +1,5 @@
 """Recompute without restoring the RNG state: the re-run draws new dropout masks."""
+
 import torch
 
 from exercises.solutions.ex08_memory import *  # noqa: F401,F403

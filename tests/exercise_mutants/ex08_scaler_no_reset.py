@@ -1,4 +1,5 @@
 """Halves the scale on overflow but keeps counting clean steps: the scale grows back too soon."""
+
 import torch
 
 from exercises.solutions.ex08_memory import *  # noqa: F401,F403

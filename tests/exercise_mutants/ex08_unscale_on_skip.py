@@ -1,4 +1,5 @@
 """Unscales before checking: a skipped step's gradients are changed."""
+
 import torch
 
 from exercises.solutions.ex08_memory import *  # noqa: F401,F403

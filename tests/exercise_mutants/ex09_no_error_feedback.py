@@ -1,6 +1,6 @@
 """Top-k that forgets the error: selects on the gradient alone."""
+
 from exercises.solutions.ex09_communication import *  # noqa: F401,F403
-import torch
 
 
 def topk_with_error_feedback(grad, error, k):

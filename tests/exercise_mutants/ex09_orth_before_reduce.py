@@ -1,7 +1,9 @@
 """PowerSGD that orthogonalizes P before the all-reduce: ranks end up with different P̂."""
+
+import torch.distributed as dist
+
 from exercises.solutions.ex09_communication import *  # noqa: F401,F403
 from exercises.solutions.ex09_communication import orthogonalize
-import torch.distributed as dist
 
 
 def powersgd_round(m, q, group=None):

@@ -1,5 +1,5 @@
 """A working homework (a) (choose_layout, predict, report), to prove the starter runs end to end."""
-import math
+
 import sys
 
 from homework.a_train_your_text import job
@@ -22,13 +22,21 @@ def report(cfg, layout, prediction, results):
     losses = [h["loss"] for h in hist if "loss" in h]
     val = [h["val_loss"] for h in hist if "val_loss" in h]
     pp, dp, tp, m = layout
-    return {"data": cfg.data, "layout": {"pp": pp, "dp": dp, "tp": tp, "microbatches": m}, "world_size": len(results),
-            "steps": cfg.steps, "loss_first": losses[0], "loss_last": losses[-1], "val_loss_last": val[-1],
-            "mem_measured_bytes": [r["peak_rss_bytes"] - r["rss_idle_bytes"] for r in results],
-            "mem_predicted_bytes": prediction["mem_bytes"], "step_s_predicted": prediction["step_s"],
-            "hardware": prediction["hardware"],
-            "notes": "the planner counts model state and activations only; RSS adds the allocator's caches, "
-                     "communication buffers, the data loader and autograd's temporaries"}
+    return {
+        "data": cfg.data,
+        "layout": {"pp": pp, "dp": dp, "tp": tp, "microbatches": m},
+        "world_size": len(results),
+        "steps": cfg.steps,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "val_loss_last": val[-1],
+        "mem_measured_bytes": [r["peak_rss_bytes"] - r["rss_idle_bytes"] for r in results],
+        "mem_predicted_bytes": prediction["mem_bytes"],
+        "step_s_predicted": prediction["step_s"],
+        "hardware": prediction["hardware"],
+        "notes": "the planner counts model state and activations only; RSS adds the allocator's caches, "
+        "communication buffers, the data loader and autograd's temporaries",
+    }
 
 
 job.choose_layout, job.predict, job.report = choose_layout, predict, report

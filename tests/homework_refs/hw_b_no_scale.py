@@ -1,4 +1,5 @@
 """Homework (b) without dividing the loss by k: the accumulated gradient is k times too large."""
+
 from homework.b_accumulate_zero2.accumulate import *  # noqa: F401,F403
 
 

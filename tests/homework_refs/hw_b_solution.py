@@ -1,4 +1,5 @@
 """A working homework (b), for the checker's own test (not shipped to learners as the starter)."""
+
 from homework.b_accumulate_zero2.accumulate import *  # noqa: F401,F403
 
 

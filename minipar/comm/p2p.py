@@ -1,6 +1,6 @@
 """Point-to-point messages, with NCCL's matching rule checked on CPU (strict order mode).
 
-    from minipar import p2p
+    from minipar.comm import p2p
     work = p2p.isend(t, dst=1, tag=3, label="1F3")    # label: what this message is, for errors
     work = p2p.irecv(buf, src=0, tag=3, label="1F3")
     work.wait()                                        # strict mode: raises P2POrderError here
@@ -17,7 +17,7 @@ a stage the wrong tensor of the right shape. Tags only *label* messages; the ord
 
 Strict mode (``MINIPAR_P2P_ORDER=strict`` in the environment; ``tests/conftest.py`` turns it on
 for every test). Every message is preceded by a header — its position in the sender's per-pair
-sequence and its label (33 int64 = 264 bytes, not counted by ``minipar.accounting``) — sent
+sequence and its label (33 int64 = 264 bytes, not counted by ``minipar.comm.comm_log``) — sent
 under ONE reserved tag, so gloo matches the headers exactly as NCCL matches messages: in posting
 order. ``work.wait()`` on a receive first waits for its header, then compares the label of the
 sender's n-th send with the label of this rank's n-th receive from that sender, and raises
@@ -27,6 +27,7 @@ differ — before the data is handed to the caller. An order that NCCL could not
 ``timeout`` given to ``wait`` (default: the group's timeout), instead of hanging. Off by default
 (one more small message per message); labels are truncated to 32 bytes.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,12 +38,12 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from minipar.accounting import unrecorded
+from minipar.comm.comm_log import unrecorded
 
-HEADER_TAG = 0x7FFF_0001   # reserved: no minipar message uses it (the executor's tags are < 2·S·m)
+HEADER_TAG = 0x7FFF_0001  # reserved: no minipar message uses it (the executor's tags are < 2·S·m)
 _LABEL_BYTES = 32
-_SHOW = 12                 # labels shown per sequence in an error
-_KEEP = 64                 # labels remembered per pair (the positions are counted exactly)
+_SHOW = 12  # labels shown per sequence in an error
+_KEEP = 64  # labels remembered per pair (the positions are counted exactly)
 
 
 class P2POrderError(RuntimeError):
@@ -62,8 +63,8 @@ class _Pair:
 
     def __init__(self):
         self.count = 0
-        self.posted: deque[str] = deque(maxlen=_KEEP)   # my sends to the peer, or my receives from it
-        self.peer_sends: dict[int, str] = {}             # receive side: position -> label (recent ones)
+        self.posted: deque[str] = deque(maxlen=_KEEP)  # my sends to the peer, or my receives from it
+        self.peer_sends: dict[int, str] = {}  # receive side: position -> label (recent ones)
 
     def post(self, label: str) -> int:
         n, self.count = self.count, self.count + 1
@@ -122,8 +123,10 @@ class _CheckedRecv:
     def _sequences(self, upto: int) -> str:
         lo = max(0, upto + 1 - _SHOW)
         sends = (["..."] if lo else []) + [self.pair.peer_sends.get(i, "?") for i in range(lo, upto + 1)]
-        return (f"  sends    posted by rank {self.src} to rank {self.dst}:   {_show(sends)}\n"
-                f"  receives posted by rank {self.dst} from rank {self.src}: {_show(self.pair.posted)}\n")
+        return (
+            f"  sends    posted by rank {self.src} to rank {self.dst}:   {_show(sends)}\n"
+            f"  receives posted by rank {self.dst} from rank {self.src}: {_show(self.pair.posted)}\n"
+        )
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         if not self.checked:
@@ -135,7 +138,8 @@ class _CheckedRecv:
                     f"({self.label}) got no message: rank {self.src} never posted its send #{self.n} to rank "
                     f"{self.dst} (or died).\n{self._sequences(self.n - 1)}"
                     "NCCL matches the messages of a rank pair in posting order, so it would hang here: post the "
-                    f"receives in the order the peer posts its sends. ({exc})") from exc
+                    f"receives in the order the peer posts its sends. ({exc})"
+                ) from exc
             n, got = _decode(self.buf)
             self.pair.saw(n, got)
             self.checked = True
@@ -146,7 +150,8 @@ class _CheckedRecv:
                     f"{self._sequences(self.n)}"
                     f"NCCL matches the messages of a rank pair in posting order (tags are ignored), so it would "
                     f"deliver {got} where {self.label} is expected, without an error. Post the receives from rank "
-                    f"{self.src} in the order it posts its sends (or pair them with batch_isend_irecv).")
+                    f"{self.src} in the order it posts its sends (or pair them with batch_isend_irecv)."
+                )
         return self.data.wait(timeout) if timeout is not None else self.data.wait()
 
     def is_completed(self) -> bool:
@@ -177,10 +182,11 @@ def _default_label(tensor: torch.Tensor, tag: int) -> str:
 
 
 def _post_header(kind: str, peer: int, group, n: int, label: str, device):
-    buf = _encode(n, label, device) if kind == "send" else torch.empty(1 + _LABEL_BYTES, dtype=torch.int64,
-                                                                        device=device)
+    buf = (
+        _encode(n, label, device) if kind == "send" else torch.empty(1 + _LABEL_BYTES, dtype=torch.int64, device=device)
+    )
     fn = dist.distributed_c10d.isend if kind == "send" else dist.distributed_c10d.irecv
-    with unrecorded():   # headers are strict mode's overhead, not the program's traffic
+    with unrecorded():  # headers are strict mode's overhead, not the program's traffic
         return fn(buf, peer, group=group, tag=HEADER_TAG), buf
 
 
@@ -226,6 +232,7 @@ def recv(tensor: torch.Tensor, src: int, group=None, tag: int = 0, label: str | 
 
 class P2P(NamedTuple):
     """One operation of :func:`batch_isend_irecv`: ``kind`` "send" or "recv", ``peer`` a global rank."""
+
     kind: str
     tensor: torch.Tensor
     peer: int
@@ -242,6 +249,7 @@ def batch_isend_irecv(ops: list[P2P]) -> list:
     one by one, in list order, each after its header, and each receive's ``wait`` checks it.
     """
     if not strict():
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend if o.kind == "send" else dist.irecv,
-                                                  o.tensor, o.peer, o.group, o.tag) for o in ops])
+        return dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend if o.kind == "send" else dist.irecv, o.tensor, o.peer, o.group, o.tag) for o in ops]
+        )
     return [(isend if o.kind == "send" else irecv)(o.tensor, o.peer, o.group, o.tag, o.label) for o in ops]

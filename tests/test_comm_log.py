@@ -1,4 +1,5 @@
-"""minipar.accounting: bytes recorded per call match the ring/direct formulas."""
+"""minipar.comm.comm_log: bytes recorded per call match the ring/direct formulas."""
+
 from minipar import launch
 from tests import _workers as w
 
@@ -8,9 +9,17 @@ def test_records_on_4_ranks():
     S, n = 4000, 4
     for rank, recs in enumerate(out):
         ops = [r[0] for r in recs]
-        assert ops == ["all_reduce", "all_gather_single", "reduce_scatter_single", "broadcast", "isend", "irecv", "barrier"]
+        assert ops == [
+            "all_reduce",
+            "all_gather_single",
+            "reduce_scatter_single",
+            "broadcast",
+            "isend",
+            "irecv",
+            "barrier",
+        ]
         ar, ag, rs, bc, snd, rcv, _ = recs
-        assert ar[2] == ar[3] == 2 * (n - 1) / n * S          # ring all-reduce: 2(N-1)/N·S
+        assert ar[2] == ar[3] == 2 * (n - 1) / n * S  # ring all-reduce: 2(N-1)/N·S
         assert ag[1] == n * S and ag[2] == (n - 1) * S and ag[5] == "gather"
         assert rs[1] == n * S and rs[2] == (n - 1) * S
         assert bc[2:4] == ((n - 1) * S, 0) if rank == 0 else bc[2:4] == (0, S)

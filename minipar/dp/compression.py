@@ -30,6 +30,7 @@ All three are *biased* estimators of the mean gradient except the baseline; erro
 the bias of the sparse/low-rank ones vanish over steps (what was not sent is sent later).
 Sums of bf16 values are rounded, so BF16Compression equals the baseline only to ~2⁻⁸ relative.
 """
+
 from __future__ import annotations
 
 import torch
@@ -78,7 +79,7 @@ class BF16Compression(AllReduce):
         if _world(group) > 1:
             dist.all_reduce(flat, group=group)
         for g, f in zip(grads, flat.split([g.numel() for g in grads])):
-            g.copy_(f.view_as(g))              # cast back to the gradient's dtype
+            g.copy_(f.view_as(g))  # cast back to the gradient's dtype
         return flat.numel() * flat.element_size()
 
 
@@ -101,7 +102,7 @@ class TopKCompression:
         if not 0 < ratio <= 1:
             raise ConfigError(f"TopKCompression(ratio={ratio!r}): keep a fraction in (0, 1], e.g. ratio=0.01")
         self.ratio = ratio
-        self.errors: dict[int, torch.Tensor] = {}   # one buffer per gradient position
+        self.errors: dict[int, torch.Tensor] = {}  # one buffer per gradient position
 
     def all_reduce_(self, grads: list[torch.Tensor], group=None) -> int:
         n_ranks, sent = _world(group), 0
@@ -119,7 +120,7 @@ class TopKCompression:
                 all_idx = [torch.empty_like(idx) for _ in range(n_ranks)]
                 dist.all_gather(all_vals, vals, group=group)
                 dist.all_gather(all_idx, idx, group=group)
-                for v, j in zip(all_vals, all_idx):      # rank order: the same sum on every rank
+                for v, j in zip(all_vals, all_idx):  # rank order: the same sum on every rank
                     dense.index_add_(0, j, v)
             else:
                 dense.index_add_(0, idx, vals)
@@ -182,20 +183,22 @@ class PowerSGDCompression:
     def _q(self, i: int, n: int, m: int, like: torch.Tensor) -> torch.Tensor:
         if i not in self.qs:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-            q = torch.randn(m, min(self.rank, n, m), generator=gen, dtype=torch.float64)   # rank <= min(n, m); device-ok: CPU seed, same Q everywhere, moved below
+            q = torch.randn(
+                m, min(self.rank, n, m), generator=gen, dtype=torch.float64
+            )  # rank <= min(n, m); device-ok: CPU seed, same Q everywhere, moved below
             self.qs[i] = q.to(device=like.device, dtype=like.dtype)
         return self.qs[i]
 
     def all_reduce_(self, grads: list[torch.Tensor], group=None) -> int:
         self.iter += 1
-        if self.iter <= self.start_iter:                 # warm-up steps: exact all-reduce
+        if self.iter <= self.start_iter:  # warm-up steps: exact all-reduce
             return AllReduce().all_reduce_(grads, group)
         vectors = [g for g in grads if g.dim() < 2]
         sent = AllReduce().all_reduce_(vectors, group) if vectors else 0
         idx = [i for i, g in enumerate(grads) if g.dim() >= 2]
         ms = [grads[i].reshape(grads[i].shape[0], -1) + self.errors.get(i, 0) for i in idx]
         # every P in one flat all-reduce, then every Q in another (3 collectives per step, not 2 per matrix)
-        ps = [m @ orthogonalize_(self._q(i, *m.shape, m)) for i, m in zip(idx, ms)]   # Q re-orthonormalised
+        ps = [m @ orthogonalize_(self._q(i, *m.shape, m)) for i, m in zip(idx, ms)]  # Q re-orthonormalised
         sent += AllReduce().all_reduce_(ps, group)
         for p in ps:
             orthogonalize_(p)
@@ -203,8 +206,8 @@ class PowerSGDCompression:
         sent += AllReduce().all_reduce_(qs, group)
         for i, m, p, q in zip(idx, ms, ps, qs):
             self.qs[i] = q
-            approx = p @ q.t()                         # the same on every rank
-            self.errors[i] = m - approx                # what this rank did not send, sent next step
+            approx = p @ q.t()  # the same on every rank
+            self.errors[i] = m - approx  # what this rank did not send, sent next step
             grads[i].copy_(approx.view_as(grads[i]))
         return sent
 
@@ -221,8 +224,9 @@ def make_compressor(method: str, **kwargs):
     return table[method](**kwargs)
 
 
-def compressed_bytes_formula(shapes: list[tuple[int, ...]], method: str, element_size: int = 4, ratio: float = 0.01,
-                             rank: int = 4) -> int:
+def compressed_bytes_formula(
+    shapes: list[tuple[int, ...]], method: str, element_size: int = 4, ratio: float = 0.01, rank: int = 4
+) -> int:
     """Bytes each rank hands to the collectives per step for gradients of ``shapes`` (what the compressors return).
 
     none: Ψ·s; bf16: 2Ψ; topk: Σ k(s + 8) with k = max(1, ⌈ratio·n⌉); powersgd: Σ_matrices

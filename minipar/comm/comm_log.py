@@ -1,6 +1,6 @@
 """Communication accounting: record every collective and point-to-point call a rank makes.
 
-    from minipar.accounting import CommLog
+    from minipar.comm.comm_log import CommLog
     with CommLog() as log:
         ...                                    # any torch.distributed calls, minipar's or yours
     log.total("sent"), log.by_op(), log.records
@@ -25,11 +25,12 @@ What a record counts, per rank, for a message of ``S`` bytes in a group of ``N``
 So the numbers are the *algorithmic* volume of the bandwidth-optimal algorithm, a property of
 the call, not a sniff of the wire (gloo may pick another algorithm for small messages).
 
-minipar's own collectives (``minipar.collectives.ring_all_reduce``, ...) open a
+minipar's own collectives (``minipar.comm.collectives.ring_all_reduce``, ...) open a
 :func:`collective` scope: the call is one record (``op="ring_all_reduce"``) whose ``sent`` and
 ``recv`` are the *measured* sums of the point-to-point calls made inside it, which are kept, in
 order, in ``record.parts`` (so ``total()`` counts every byte once).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,9 +43,26 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-_WRAPPED = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
-            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
-            "scatter", "gather", "send", "recv", "isend", "irecv", "barrier"]
+_WRAPPED = [
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "all_to_all",
+    "all_to_all_single",
+    "scatter",
+    "gather",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "barrier",
+]
 _active: list["CommLog"] = []
 _originals: dict[str, object] = {}
 _state = threading.local()
@@ -53,13 +71,13 @@ _labels: list[str] = []
 
 @dataclass
 class Record:
-    op: str                # e.g. "all_reduce", "isend"
-    group_size: int        # N
-    bytes: int             # S: the tensor payload the call is about (see module doc)
-    sent: float            # bytes this rank sends (model above)
-    recv: float            # bytes this rank receives
-    peer: int | None = None    # global rank of the other side, for point-to-point
-    label: str = ""        # innermost active :func:`label`, e.g. "bucket 3" or "forward"
+    op: str  # e.g. "all_reduce", "isend"
+    group_size: int  # N
+    bytes: int  # S: the tensor payload the call is about (see module doc)
+    sent: float  # bytes this rank sends (model above)
+    recv: float  # bytes this rank receives
+    peer: int | None = None  # global rank of the other side, for point-to-point
+    label: str = ""  # innermost active :func:`label`, e.g. "bucket 3" or "forward"
     dtype: str = ""
     group_ranks: tuple = field(default_factory=tuple)
     parts: list = field(default_factory=list)  # calls made inside a minipar collective (see collective())
@@ -76,10 +94,26 @@ def _arg(args, kwargs, i, name, default=None):
 
 
 def _group_of(op, args, kwargs):
-    pos = {"all_reduce": 2, "broadcast": 2, "reduce": 3, "all_gather": 2, "all_gather_into_tensor": 2,
-           "all_gather_single": 2, "reduce_scatter": 3, "reduce_scatter_tensor": 3, "reduce_scatter_single": 3,
-           "all_to_all": 2, "all_to_all_single": 4, "scatter": 3, "gather": 3, "send": 2, "recv": 2,
-           "isend": 2, "irecv": 2, "barrier": 0}[op]
+    pos = {
+        "all_reduce": 2,
+        "broadcast": 2,
+        "reduce": 3,
+        "all_gather": 2,
+        "all_gather_into_tensor": 2,
+        "all_gather_single": 2,
+        "reduce_scatter": 3,
+        "reduce_scatter_tensor": 3,
+        "reduce_scatter_single": 3,
+        "all_to_all": 2,
+        "all_to_all_single": 4,
+        "scatter": 3,
+        "gather": 3,
+        "send": 2,
+        "recv": 2,
+        "isend": 2,
+        "irecv": 2,
+        "barrier": 0,
+    }[op]
     return _arg(args, kwargs, pos, "group")
 
 
@@ -146,6 +180,7 @@ def _wrap(op: str, fn):
             return fn(*args, **kwargs)
         finally:
             _state.inside = False
+
     return wrapper
 
 
@@ -188,8 +223,9 @@ class CommLog:
 
     def total(self, what: str = "sent", op: str | None = None, label: str | None = None) -> float:
         """Sum of ``what`` (``"sent"``, ``"recv"`` or ``"bytes"``) over records, optionally one op/label."""
-        return sum(getattr(r, what) for r in self.records
-                   if (op is None or r.op == op) and (label is None or r.label == label))
+        return sum(
+            getattr(r, what) for r in self.records if (op is None or r.op == op) and (label is None or r.label == label)
+        )
 
     def by_op(self) -> dict[str, dict[str, float]]:
         """``{op: {"calls", "bytes", "sent", "recv"}}`` summed over records."""
@@ -219,14 +255,19 @@ def collective(op: str, tensor=None, group=None):
     record, or None when no log is open or the block runs inside another recorded call (then the
     outer record gets the parts).
     """
-    if not _active or not dist.is_initialized() or getattr(_state, "parent", None) is not None \
-            or getattr(_state, "inside", False):
+    if (
+        not _active
+        or not dist.is_initialized()
+        or getattr(_state, "parent", None) is not None
+        or getattr(_state, "inside", False)
+    ):
         yield None
         return
     n = dist.get_world_size(group)
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(n))
-    rec = Record(op, n, _nbytes(tensor), 0.0, 0.0, None, _labels[-1] if _labels else "",
-                 str(getattr(tensor, "dtype", "")), ranks)
+    rec = Record(
+        op, n, _nbytes(tensor), 0.0, 0.0, None, _labels[-1] if _labels else "", str(getattr(tensor, "dtype", "")), ranks
+    )
     for log in _active:
         log.records.append(rec)
     _state.parent = rec
@@ -248,7 +289,7 @@ def label(name: str):
 
 @contextlib.contextmanager
 def unrecorded():
-    """Calls made inside the block are not recorded (e.g. ``minipar.p2p``'s strict-mode headers,
+    """Calls made inside the block are not recorded (e.g. ``minipar.comm.p2p``'s strict-mode headers,
     a checking overhead that is not the program's traffic)."""
     before = getattr(_state, "inside", False)
     _state.inside = True

@@ -32,22 +32,35 @@ so unchecked mismatches would give wrong numbers. A rank outside ``group`` raise
 peer that never arrives makes the others raise a RuntimeError naming the rank they waited for
 after the process-group timeout (``minipar.dist.default_timeout``), never hang.
 
-Communication accounting: each call is one ``minipar.accounting`` record (``op`` =
+Communication accounting: each call is one ``minipar.comm.comm_log`` record (``op`` =
 ``"ring_all_reduce"``, ...) whose bytes are the measured sums of its sends and receives, listed
 in ``record.parts``.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar import p2p
-from minipar.accounting import collective, label
+from minipar.comm import p2p
+from minipar.comm.comm_log import collective, label
 from minipar.errors import ConfigError
 
 ReduceOp = dist.ReduceOp
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+]
 _MAX_DIMS = 8
 SEGMENT_BYTES = 1 << 20  # a ring step's chunk travels in segments of this size (pipelining, see _exchange)
 
@@ -77,7 +90,7 @@ def _reducer(op, name: str = "ring_all_reduce"):
 
 def _describe(meta: list[int]) -> str:
     problem, numel, dtype_id, ndim = meta[:4]
-    shape = tuple(meta[4:4 + min(ndim, _MAX_DIMS)])
+    shape = tuple(meta[4 : 4 + min(ndim, _MAX_DIMS)])
     dtype = str(_DTYPES[dtype_id]).replace("torch.", "") if 0 <= dtype_id < len(_DTYPES) else "other dtype"
     return f"shape {shape} {dtype}" + (" non-contiguous" if problem == 1 else "")
 
@@ -89,19 +102,25 @@ def _ring(name: str, tensor: torch.Tensor, group, op=None, check: bool = True) -
     if op is not None:
         _reducer(op, name)
         if op == ReduceOp.AVG and not (tensor.is_floating_point() or tensor.is_complex()):
-            raise ConfigError(f"{name}: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}; "
-                              "use SUM and divide, or convert with .float()")
+            raise ConfigError(
+                f"{name}: ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}; "
+                "use SUM and divide, or convert with .float()"
+            )
     if not dist.is_initialized() or not check:  # no process group = a world of one
         if not tensor.is_contiguous():
-            raise ConfigError(f"{name}: the tensor of shape {tuple(tensor.shape)} is not contiguous; "
-                              "pass t.contiguous() (and copy the result back if you need it in t)")
+            raise ConfigError(
+                f"{name}: the tensor of shape {tuple(tensor.shape)} is not contiguous; "
+                "pass t.contiguous() (and copy the result back if you need it in t)"
+            )
         if not dist.is_initialized():
             return [0], 0
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
     me = dist.get_rank(group)
     if me < 0:
-        raise ConfigError(f"{name}: global rank {dist.get_rank()} is not in the group of ranks {ranks}; "
-                          f"call it only on those ranks (if minipar.dist.rank() in {ranks}: ...)")
+        raise ConfigError(
+            f"{name}: global rank {dist.get_rank()} is not in the group of ranks {ranks}; "
+            f"call it only on those ranks (if minipar.dist.rank() in {ranks}: ...)"
+        )
     if not check:
         return ranks, me
     shape = list(tensor.shape)[:_MAX_DIMS]
@@ -146,25 +165,39 @@ def _wait(reqs: list, name: str, ranks: list[int], group) -> None:
             raise RuntimeError(
                 f"{name}: rank {dist.get_rank()} {what} rank {peer} within {_timeout_s(group)} "
                 f"(group {ranks}): rank {peer}, or a rank it waits for, did not make this call or died. "
-                f"Every rank of the group must make the same calls in the same order. gloo said: {exc}") from exc
+                f"Every rank of the group must make the same calls in the same order. gloo said: {exc}"
+            ) from exc
 
 
-def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group, name: str, ranks: list[int],
-              reduce_=None, into: torch.Tensor | None = None) -> None:
+def _exchange(
+    send: torch.Tensor,
+    recv: torch.Tensor,
+    right: int,
+    left: int,
+    group,
+    name: str,
+    ranks: list[int],
+    reduce_=None,
+    into: torch.Tensor | None = None,
+) -> None:
     """One ring step: send ``send`` to global rank ``right`` while receiving ``recv`` from ``left``.
 
     Both go in segments of ``SEGMENT_BYTES``, all posted at once; with ``reduce_``, each received
     segment is reduced into ``into`` as soon as it arrives, while later segments are still in flight.
     """
     seg = max(1, SEGMENT_BYTES // max(1, send.element_size()))
-    recvs = [(i, p2p.irecv(recv[i:i + seg], src=left, group=group, label=f"{name}@{i}"))
-             for i in range(0, recv.numel(), seg)]
-    sends = [(p2p.isend(send[i:i + seg], dst=right, group=group, label=f"{name}@{i}"), "to", right)
-             for i in range(0, send.numel(), seg)]
+    recvs = [
+        (i, p2p.irecv(recv[i : i + seg], src=left, group=group, label=f"{name}@{i}"))
+        for i in range(0, recv.numel(), seg)
+    ]
+    sends = [
+        (p2p.isend(send[i : i + seg], dst=right, group=group, label=f"{name}@{i}"), "to", right)
+        for i in range(0, send.numel(), seg)
+    ]
     for i, req in recvs:
         _wait([(req, "from", left)], name, ranks, group)
         if reduce_ is not None:
-            reduce_(into[i:i + seg], recv[i:i + seg])
+            reduce_(into[i : i + seg], recv[i : i + seg])
     _wait(sends, name, ranks, group)
 
 
@@ -176,7 +209,7 @@ def _reduce_scatter_steps(flat, ranks, me, op, group, trace, name):
         cs, cr = (me - s - 1) % n, (me - s - 2) % n
         a, b = chunk_bounds(flat.numel(), n, cs)
         c, d = chunk_bounds(flat.numel(), n, cr)
-        _exchange(flat[a:b], tmp[:d - c], right, left, group, name, ranks, _reducer(op), flat[c:d])
+        _exchange(flat[a:b], tmp[: d - c], right, left, group, name, ranks, _reducer(op), flat[c:d])
         if trace is not None:
             trace.append(dict(phase="reduce-scatter", step=s, send=cs, recv=cr, after=flat.clone()))
     a, b = chunk_bounds(flat.numel(), n, me)
@@ -197,8 +230,9 @@ def _all_gather_steps(flat, ranks, me, group, trace, name):
             trace.append(dict(phase="all-gather", step=s, send=cs, recv=cr, after=flat.clone()))
 
 
-def ring_reduce_scatter(tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check: bool = True,
-                        trace: list | None = None) -> torch.Tensor:
+def ring_reduce_scatter(
+    tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check: bool = True, trace: list | None = None
+) -> torch.Tensor:
     """Ring reduce-scatter over ``group``, using ``tensor`` itself as the workspace.
 
     Args:
@@ -227,8 +261,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, ch
         return _reduce_scatter_steps(flat, ranks, me, op, group, trace, "ring_reduce_scatter")
 
 
-def ring_all_gather(tensor: torch.Tensor, group=None, *, check: bool = True,
-                    trace: list | None = None) -> torch.Tensor:
+def ring_all_gather(tensor: torch.Tensor, group=None, *, check: bool = True, trace: list | None = None) -> torch.Tensor:
     """Ring all-gather over ``group``, in place.
 
     Args:
@@ -251,8 +284,9 @@ def ring_all_gather(tensor: torch.Tensor, group=None, *, check: bool = True,
     return tensor
 
 
-def ring_all_reduce(tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check: bool = True,
-                    trace: list | None = None) -> torch.Tensor:
+def ring_all_reduce(
+    tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check: bool = True, trace: list | None = None
+) -> torch.Tensor:
     """Ring all-reduce = reduce-scatter then all-gather over N chunks, in place (Patarasuk & Yuan 2009).
 
     Args:
@@ -295,8 +329,12 @@ def naive_all_reduce(tensor: torch.Tensor, op=ReduceOp.SUM, group=None, *, check
                 reduce_(tensor, tmp)
             if op == ReduceOp.AVG:
                 tensor.div_(n)
-            _wait([(p2p.isend(tensor, dst=d, group=group, label=f"{name} out"), "to", d) for d in ranks[1:]],
-                  name, ranks, group)
+            _wait(
+                [(p2p.isend(tensor, dst=d, group=group, label=f"{name} out"), "to", d) for d in ranks[1:]],
+                name,
+                ranks,
+                group,
+            )
         elif n > 1:
             _wait([(p2p.isend(tensor, dst=root, group=group, label=f"{name} in"), "to", root)], name, ranks, group)
             _wait([(p2p.irecv(tensor, src=root, group=group, label=f"{name} out"), "from", root)], name, ranks, group)

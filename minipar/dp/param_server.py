@@ -27,6 +27,7 @@ the server's link carries W²/(W−1) ≈ W times a ring rank's — why the ring
 Every message between a server and a worker is posted in the same order on both sides
 (increasing update number), so the exchange is also valid for NCCL's in-order matching.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minipar import p2p
+from minipar.comm import p2p
 from minipar.errors import ConfigError
 
 
@@ -44,6 +45,7 @@ from minipar.errors import ConfigError
 class Roles:
     """Who is who: ``servers`` = ranks 0..S−1, ``workers`` = ranks S..S+W−1; ``bounds[s]`` = server s's
     slice ``[lo, hi)`` of the flat parameter vector (Ψ split as evenly as possible)."""
+
     servers: list[int]
     workers: list[int]
     bounds: list[tuple[int, int]] = field(default_factory=list)
@@ -56,8 +58,10 @@ def roles(world_size: int, n_servers: int, numel: int) -> Roles:
         ConfigError: fewer than one server or one worker, or more servers than parameters.
     """
     if not 1 <= n_servers < world_size:
-        raise ConfigError(f"n_servers={n_servers} with world_size={world_size}: need 1 <= n_servers < world_size "
-                          f"(at least one worker); e.g. n_servers=1 and world_size={max(2, n_servers + 1)}")
+        raise ConfigError(
+            f"n_servers={n_servers} with world_size={world_size}: need 1 <= n_servers < world_size "
+            f"(at least one worker); e.g. n_servers=1 and world_size={max(2, n_servers + 1)}"
+        )
     if n_servers > numel:
         raise ConfigError(f"n_servers={n_servers} but the model has only {numel} parameters; use fewer servers")
     q, r = divmod(numel, n_servers)
@@ -88,8 +92,14 @@ def flat_grads(model: nn.Module) -> torch.Tensor:
 
 # ---- synchronous -----------------------------------------------------------------------------
 
-def run_sync(model: nn.Module, grad_fn: Callable[[nn.Module, int, int], torch.Tensor], steps: int,
-             make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer], n_servers: int = 1) -> dict:
+
+def run_sync(
+    model: nn.Module,
+    grad_fn: Callable[[nn.Module, int, int], torch.Tensor],
+    steps: int,
+    make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    n_servers: int = 1,
+) -> dict:
     """Synchronous parameter-server training. Collective: call on every rank.
 
     Args:
@@ -114,7 +124,7 @@ def run_sync(model: nn.Module, grad_fn: Callable[[nn.Module, int, int], torch.Te
         opt = make_optimizer([shard])
         for _ in range(steps):
             total, buf = torch.zeros_like(shard), torch.empty_like(shard)
-            for w in r.workers:                       # in rank order: a fixed summation order
+            for w in r.workers:  # in rank order: a fixed summation order
                 p2p.recv(buf, src=w, label="grad")
                 total += buf
             shard.grad = total.div_(W)
@@ -139,9 +149,15 @@ def run_sync(model: nn.Module, grad_fn: Callable[[nn.Module, int, int], torch.Te
 
 # ---- asynchronous, bounded staleness ---------------------------------------------------------
 
-def run_async(model: nn.Module, grad_fn: Callable[[nn.Module, int, int], torch.Tensor], updates: int,
-              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer], staleness: int,
-              n_servers: int = 1) -> dict:
+
+def run_async(
+    model: nn.Module,
+    grad_fn: Callable[[nn.Module, int, int], torch.Tensor],
+    updates: int,
+    make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    staleness: int,
+    n_servers: int = 1,
+) -> dict:
     """Asynchronous parameter-server training with staleness exactly ``min(t, τ)`` for update t.
 
     Update t is computed by worker ``t mod W`` on parameters of version ``max(0, t − τ)``
@@ -168,19 +184,21 @@ def run_async(model: nn.Module, grad_fn: Callable[[nn.Module, int, int], torch.T
         lo, hi = r.bounds[me]
         shard = flat[lo:hi].clone()
         opt = make_optimizer([shard])
-        versions = {0: shard.clone()}                 # version -> shard, kept while still needed
+        versions = {0: shard.clone()}  # version -> shard, kept while still needed
         sends, next_send = [], 0
         buf = torch.empty_like(shard)
         for t in range(updates):
-            while next_send < updates and max(0, next_send - tau) <= t:   # that version exists
+            while next_send < updates and max(0, next_send - tau) <= t:  # that version exists
                 v = max(0, next_send - tau)
-                sends.append((p2p.isend(versions[v], dst=r.workers[next_send % W], label="params"), versions[v]))  # keep the buffer alive
+                sends.append(
+                    (p2p.isend(versions[v], dst=r.workers[next_send % W], label="params"), versions[v])
+                )  # keep the buffer alive
                 next_send += 1
             p2p.recv(buf, src=r.workers[t % W], label="grad")
             shard.grad = buf.clone()
             opt.step()
             versions[t + 1] = shard.clone()
-            for v in [v for v in versions if v < t + 1 - tau]:           # no later update needs it
+            for v in [v for v in versions if v < t + 1 - tau]:  # no later update needs it
                 versions.pop(v)
         for work, _ in sends:
             work.wait()

@@ -34,6 +34,7 @@ Stepping inside ``no_sync()`` is caught: a global optimizer step pre-hook
 an optimizer that owns this model's parameters steps while gradients from a ``no_sync()``
 backward are still un-averaged (they differ across ranks, so the replicas would drift apart).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minipar.accounting import label
+from minipar.comm.comm_log import label
 from minipar.errors import ConfigError
 
 
@@ -92,16 +93,24 @@ def check_dataset(num_samples: int, global_batch: int, world_size: int) -> dict:
         raise ConfigError(
             f"the dataset has {num_samples} samples but world_size={world_size}: DistributedSampler would give "
             f"each rank {num_samples // world_size} samples (drop_last=True) or pad with repeated samples "
-            f"(drop_last=False); use at most {max(1, num_samples)} ranks or a larger dataset")
+            f"(drop_last=False); use at most {max(1, num_samples)} ranks or a larger dataset"
+        )
     if global_batch < 1 or global_batch % world_size:
         lo = global_batch // world_size * world_size
-        raise ConfigError(f"global batch {global_batch} is not divisible by world_size={world_size}; "
-                          f"use {lo or world_size} or {lo + world_size}")
+        raise ConfigError(
+            f"global batch {global_batch} is not divisible by world_size={world_size}; "
+            f"use {lo or world_size} or {lo + world_size}"
+        )
     if global_batch > num_samples:
-        raise ConfigError(f"global batch {global_batch} is larger than the dataset ({num_samples} samples); "
-                          f"use a global batch of at most {num_samples // world_size * world_size}")
-    return {"local_batch": global_batch // world_size, "steps_per_epoch": num_samples // global_batch,
-            "dropped": num_samples % global_batch}
+        raise ConfigError(
+            f"global batch {global_batch} is larger than the dataset ({num_samples} samples); "
+            f"use a global batch of at most {num_samples // world_size * world_size}"
+        )
+    return {
+        "local_batch": global_batch // world_size,
+        "steps_per_epoch": num_samples // global_batch,
+        "dropped": num_samples % global_batch,
+    }
 
 
 def _src(group) -> int:
@@ -134,10 +143,15 @@ def sync_parameters(module: nn.Module, group=None, init_sync: bool = True) -> li
     for r, theirs in enumerate(every):
         if theirs != shapes:
             bad = next(((a, b) for a, b in zip(shapes, theirs) if a != b), None)
-            what = (f"parameter {bad[0][0]!r} has shape {bad[0][1]} here but {bad[1][0]!r} {bad[1][1]} on rank {r}"
-                    if bad else f"{len(shapes)} parameters here but {len(theirs)} on rank {r}")
-            raise ConfigError(f"the model differs across ranks: {what}; build the same model (same config and "
-                              "vocabulary) on every rank before wrapping it in DistributedDataParallel")
+            what = (
+                f"parameter {bad[0][0]!r} has shape {bad[0][1]} here but {bad[1][0]!r} {bad[1][1]} on rank {r}"
+                if bad
+                else f"{len(shapes)} parameters here but {len(theirs)} on rank {r}"
+            )
+            raise ConfigError(
+                f"the model differs across ranks: {what}; build the same model (same config and "
+                "vocabulary) on every rank before wrapping it in DistributedDataParallel"
+            )
     diff = torch.zeros(len(named), dtype=torch.float64, device=named[0][1].device if named else None)
     rank0 = []
     for i, (_, p) in enumerate(named):
@@ -152,7 +166,8 @@ def sync_parameters(module: nn.Module, group=None, init_sync: bool = True) -> li
         raise ConfigError(
             f"parameters differ across ranks at start: {named[i][0]!r} by up to {diff[i].item():.3g} from rank 0's"
             f"{f', and {len(differ) - 1} more' if len(differ) > 1 else ''}; seed every rank the same "
-            "(torch.manual_seed(seed) before building the model) or pass init_sync=True to copy rank 0's parameters")
+            "(torch.manual_seed(seed) before building the model) or pass init_sync=True to copy rank 0's parameters"
+        )
     for (_, p), t in zip(named, rank0):
         p.copy_(t)
     for b in module.buffers():
@@ -186,12 +201,12 @@ class Bucket:
         self.reset()
 
     def reset(self) -> None:
-        self.ready: set[int] = set()   # positions in self.params whose gradient is in the buffer
+        self.ready: set[int] = set()  # positions in self.params whose gradient is in the buffer
         self.work = self.future = None
         self.t_ready = self.t_launch = self.t_done = None
 
     def slice(self, i: int) -> torch.Tensor:
-        return self.buffer[self.offsets[i]: self.offsets[i] + self.params[i].numel()]
+        return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
 
 
 def make_buckets(named: list[tuple[str, nn.Parameter]], bucket_cap_mb: float) -> list[Bucket]:
@@ -200,13 +215,18 @@ def make_buckets(named: list[tuple[str, nn.Parameter]], bucket_cap_mb: float) ->
     A parameter larger than the cap gets a bucket of its own; a dtype or device change starts a
     new bucket (one flat buffer holds one dtype).
     """
-    cap = bucket_cap_mb * 2 ** 20
+    cap = bucket_cap_mb * 2**20
     groups: list[list] = []
     size = 0
     for name, p in named:
         nbytes = p.numel() * p.element_size()
-        new = (not groups or size + nbytes > cap and size > 0
-               or groups[-1][-1][1].dtype != p.dtype or groups[-1][-1][1].device != p.device)
+        new = (
+            not groups
+            or size + nbytes > cap
+            and size > 0
+            or groups[-1][-1][1].dtype != p.dtype
+            or groups[-1][-1][1].device != p.device
+        )
         if new:
             groups.append([])
             size = 0
@@ -248,15 +268,25 @@ class DistributedDataParallel(nn.Module):
             gradients.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, process_group=None,
-                 init_sync: bool = True, overlap: bool = True):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_cap_mb: float = 25.0,
+        process_group=None,
+        init_sync: bool = True,
+        overlap: bool = True,
+    ):
         super().__init__()
         if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb > 0:
-            raise ConfigError(f"bucket_cap_mb={bucket_cap_mb!r} must be a number of MiB > 0; use e.g. "
-                              "bucket_cap_mb=25 (PyTorch's default) or 1 for a small model")
+            raise ConfigError(
+                f"bucket_cap_mb={bucket_cap_mb!r} must be a number of MiB > 0; use e.g. "
+                "bucket_cap_mb=25 (PyTorch's default) or 1 for a small model"
+            )
         if not dist.is_initialized():
-            raise ConfigError("DistributedDataParallel needs a process group; run inside minipar.launch or torchrun "
-                              "(or call minipar.dist.init() for a one-process world)")
+            raise ConfigError(
+                "DistributedDataParallel needs a process group; run inside minipar.launch or torchrun "
+                "(or call minipar.dist.init() for a one-process world)"
+            )
         self.module = module
         self.bucket_cap_mb = float(bucket_cap_mb)
         self.process_group = process_group
@@ -267,9 +297,9 @@ class DistributedDataParallel(nn.Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.buckets = make_buckets(named[::-1], self.bucket_cap_mb)
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
-        self._next = 0                  # next bucket to launch (launch order = index order)
+        self._next = 0  # next bucket to launch (launch order = index order)
         self._callback_queued = False
-        self.unsynced_backwards = 0     # backward passes run under no_sync() since the last sync
+        self.unsynced_backwards = 0  # backward passes run under no_sync() since the last sync
         self.last_step: list[dict] = []
         self.last_times: dict = {}
         self._handles = [p.register_post_accumulate_grad_hook(self._grad_ready) for _, p in named]
@@ -315,8 +345,7 @@ class DistributedDataParallel(nn.Module):
     def _launch(self, bucket: Bucket) -> None:
         bucket.buffer.div_(self.world_size)  # exact for N a power of two; then sum = mean
         with label(f"bucket {bucket.index}"):
-            bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group,
-                                          async_op=True)
+            bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()
         bucket.future = bucket.work.get_future().then(lambda f, b=bucket: setattr(b, "t_done", time.perf_counter()))
         self._next += 1
@@ -333,7 +362,7 @@ class DistributedDataParallel(nn.Module):
         if not self.require_backward_grad_sync:
             self.unsynced_backwards += 1
             return
-        for b in self.buckets[self._next:]:  # no-overlap mode, or parameters that got no gradient
+        for b in self.buckets[self._next :]:  # no-overlap mode, or parameters that got no gradient
             for i in set(range(len(b.params))) - b.ready:
                 b.slice(i).zero_()
             b.t_ready = b.t_ready or t_end
@@ -344,8 +373,17 @@ class DistributedDataParallel(nn.Module):
             for i in b.ready:
                 b.params[i].grad.copy_(b.slice(i).view_as(b.params[i]))
         self.last_times.update(backward_end=t_end, sync_end=time.perf_counter())
-        self.last_step = [{"bucket": b.index, "bytes": b.nbytes, "params": len(b.params), "ready": b.t_ready,
-                           "launch": b.t_launch, "done": b.t_done} for b in self.buckets]
+        self.last_step = [
+            {
+                "bucket": b.index,
+                "bytes": b.nbytes,
+                "params": len(b.params),
+                "ready": b.t_ready,
+                "launch": b.t_launch,
+                "done": b.t_done,
+            }
+            for b in self.buckets
+        ]
         for b in self.buckets:
             b.reset()
         self._next = 0
@@ -359,12 +397,16 @@ class DistributedDataParallel(nn.Module):
         """
         if not self.unsynced_backwards:
             return
-        where = ("inside DistributedDataParallel.no_sync()" if not self.require_backward_grad_sync
-                 else "after no_sync() without a synchronising backward")
+        where = (
+            "inside DistributedDataParallel.no_sync()"
+            if not self.require_backward_grad_sync
+            else "after no_sync() without a synchronising backward"
+        )
         raise ConfigError(
             f"optimizer.step() was called {where}: the gradients of {self.unsynced_backwards} backward pass(es) "
             f"on this rank are not averaged over the {self.world_size} ranks, so the replicas would drift apart; "
-            "run the last micro-batch's backward outside `with model.no_sync():`, then call step()")
+            "run the last micro-batch's backward outside `with model.no_sync():`, then call step()"
+        )
 
     def remove_hooks(self) -> None:
         """Detach from the parameters (the module works on its own again)."""
@@ -389,4 +431,5 @@ def _install_step_check() -> None:
     global _STEP_HOOK
     if _STEP_HOOK is None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
+
         _STEP_HOOK = register_optimizer_step_pre_hook(_check_before_step)

@@ -1,0 +1,1 @@
+"""Performance: one model of step time and memory per layout, with two device descriptions (lesson 07)."""
