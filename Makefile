@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup lab test test-unit test-notebooks test-portability train bench gpu-check execute slides check clean
+.PHONY: setup lab lint test test-unit test-notebooks test-portability train bench gpu-check execute slides check clean
 
 # The stamp holds a hash of requirements.txt + pyproject.toml: install again only when their
 # *contents* change (a newer file time, e.g. in a fresh git worktree, is not a reason).
@@ -27,7 +27,13 @@ setup: $(STAMP)                       ## create .venv with everything the course
 lab: $(STAMP)                         ## open JupyterLab on the lessons
 	$(VENV)/bin/jupyter lab lessons/
 
-test: test-unit test-notebooks        ## unit tests, then every notebook under strict nbval
+test: lint test-unit test-notebooks   ## lint, unit tests, then every notebook under strict nbval
+
+# ruff (pinned in requirements.txt; rules and their reasons in pyproject.toml): formatted and lint-clean,
+# as Megatron-LM and torchtitan check in CI. `ruff format .` then `ruff check --fix .` repairs most of it.
+lint: $(STAMP)                        ## ruff format --check and ruff check over the code (not the notebooks)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/ -q

@@ -31,7 +31,7 @@ def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Par
     Returns:
         ``[[p, ...], ...]``: bucket 0 holds the last parameters of the model.
 
-    Hint: lesson 02, "Build it" (``minipar.dp.ddp.make_buckets``).
+    Hint: lesson 02, "Build it" (``minipar.dp.buckets.make_buckets``).
     """
     raise NotImplementedError("not implemented yet: make_buckets")
 

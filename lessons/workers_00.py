@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from minipar.config import TrainConfig
 from minipar.memory import (
     activation_bytes_formula,
     measure_peak,
@@ -22,7 +23,7 @@ from minipar.memory import (
     state_bytes,
 )
 from minipar.models import GPT, GPTConfig, num_params
-from minipar.train import TrainConfig, train
+from minipar.train import train
 
 
 # ---------------------------------------------------------------- the graph autograd builds
@@ -197,7 +198,7 @@ def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
     times = []
-    for i in range(repeats + 1):
+    for _i in range(repeats + 1):
         t = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
             _, loss = model(x, y)

@@ -11,14 +11,12 @@ import torch.distributed as dist
 
 import minipar.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import CharCorpus, load_text, make_loader
-from minipar.dp.ddp import DistributedDataParallel, all_reduce_gradients, broadcast_parameters
+from minipar.data import builtin_corpus, make_loader
+from minipar.dp.ddp import DistributedDataParallel
+from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
 from minipar.models import GPT, GPTConfig
-
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # for the equivalence proof
-MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # for timelines and throughput
-_CORPUS = []
+from minipar.presets import MEDIUM, SMALL  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
 
 # The bounds of the equivalence proof (float64, lr 3e-3, 5 AdamW steps), derived, not fitted:
 # reordering a float64 sum moves a gradient by δ ≤ n·2⁻⁵³·Σ|terms| ≲ 1e-13 here; AdamW's update
@@ -29,17 +27,11 @@ PARAM_BOUND = 1e-6
 LOSS_BOUND = 1e-6
 
 
-def corpus() -> CharCorpus:
-    if not _CORPUS:
-        _CORPUS.append(CharCorpus(load_text()))
-    return _CORPUS[0]
-
-
 def build(cfg=SMALL, seed=0, dtype=torch.float32):
     """The GPT (parameters in ``dtype``) and its AdamW, seeded: every rank (and the single device) starts
     from the same weights (initialised in fp32, then cast, so fp32 and fp64 models start alike)."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg)).to(dtype)
+    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg)).to(dtype)
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 
 
@@ -63,7 +55,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     the bytes this rank sent in the last step (CommLog; 0 on one device).
     """
     rank, world = (0, 1) if mode == "single" else (md.rank(), md.world_size())
-    loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, rank, world, seed=seed)
+    loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, rank, world, seed=seed)
     model, opt = build(SMALL, seed, dtype)
     net = model
     if mode == "ddp":
@@ -119,7 +111,10 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
     x = torch.randint(
-        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+        0,
+        builtin_corpus().vocab_size,
+        (local_batch, MEDIUM["block_size"]),
+        generator=torch.Generator().manual_seed(md.rank()),
     )
     runs, traces = {}, {False: [], True: []}
     for overlap in (False, True):
@@ -167,7 +162,7 @@ def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
     """
     model, opt = build(MEDIUM)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    x = torch.randint(0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]))
+    x = torch.randint(0, builtin_corpus().vocab_size, (local_batch, MEDIUM["block_size"]))
     for i in range(warmup + steps):
         if i == warmup:
             dist.barrier()
@@ -199,7 +194,7 @@ def bad_inputs():
         msgs["parameters differ, init_sync=False"] = str(e)
     net = DistributedDataParallel(model)  # init_sync=True: rank 0's copy wins
     msgs["init_sync=True fixed"] = f"{len(net.differed_at_start)} parameters differed and were copied from rank 0"
-    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    x = torch.randint(0, builtin_corpus().vocab_size, (2, SMALL["block_size"]))
     try:
         with net.no_sync():
             _, loss = net(x, x)

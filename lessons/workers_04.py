@@ -3,17 +3,16 @@ import them by name, so they live in a module, not in the notebook."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 
 import minipar.dist as md
+from minipar.bench import median_time
 from minipar.comm.comm_log import CommLog, label
-from minipar.data import CharCorpus, load_text, make_loader
+from minipar.data import builtin_corpus, make_loader
 from minipar.memory import saved_activation_bytes, state_bytes
-from minipar.models import GPT, GPTConfig
-from minipar.tp.gpt import ParallelBlock, TensorParallelGPT, allreduce_sequence_parallel_grads
+from minipar.models import GPT, Block, GPTConfig
+from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize_block_
 from minipar.tp.mappings import new_tp_group, tp_rank
 
 CFG = dict(block_size=32, n_layer=2, n_head=4, d_model=32)
@@ -22,7 +21,7 @@ PROOF_DTYPE = torch.float64  # the equivalence proofs: reordered sums then diffe
 
 def data(steps: int, batch_size: int = 4, T: int = 32):
     """The vocabulary size and ``steps`` (x, y) batches of the built-in corpus (seed 0)."""
-    corpus = CharCorpus(load_text())
+    corpus = builtin_corpus()
     loader = make_loader(corpus.split("train", T), batch_size, seed=0)
     return corpus.vocab_size, [next(loader) for _ in range(steps)]
 
@@ -94,13 +93,13 @@ def shards() -> dict:
 
 
 def comm_per_layer(B: int = 4, T: int = 32) -> dict:
-    """CommLog of one ParallelBlock's forward and backward, without and with sequence parallelism."""
+    """CommLog of one tensor-parallel block's forward and backward, without and with sequence parallelism."""
     n = md.world_size()
     cfg = GPTConfig(vocab_size=128, **CFG)
     out = {}
     for sp in (False, True):
         torch.manual_seed(0)
-        block = ParallelBlock(cfg, sequence_parallel=sp)
+        block = parallelize_block_(Block(cfg), sequence_parallel=sp)
         x = torch.randn(B, T // n if sp else T, cfg.d_model, requires_grad=True)
         with CommLog() as log:
             with label("forward"):
@@ -134,14 +133,7 @@ def alpha_beta(sizes=(4, 4 << 10, 64 << 10, 1 << 20, 4 << 20), repeats: int = 5)
     out = []
     for S in sizes:
         t = torch.ones(S // 4)
-        dist.all_reduce(t)
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            s = time.perf_counter()
-            dist.all_reduce(t)
-            times.append(time.perf_counter() - s)
-        out.append((S, sorted(times)[len(times) // 2]))
+        out.append((S, median_time(lambda: dist.all_reduce(t), repeats=repeats, barrier=True)))
     return out
 
 

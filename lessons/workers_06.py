@@ -8,8 +8,9 @@ import torch
 import minipar.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
-from minipar.pp.executor import PipelineExecutor, build_stages
+from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import Action
+from minipar.pp.stages import build_stages
 
 
 def run_schedule(schedule: list[list[Action]], timeout: float = 10.0):

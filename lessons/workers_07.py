@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -13,14 +11,16 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import minipar.dist as md
 from minipar import checkpoint as ckpt
+from minipar.bench import median_time
 from minipar.comm.comm_log import CommLog
+from minipar.config import TrainConfig
 from minipar.data import CharCorpus, load_text
 from minipar.memory import state_bytes
-from minipar.mesh import Mesh, coords_of, group_ranks, init_mesh, validate
+from minipar.mesh import init_mesh
 from minipar.models import GPTConfig
 from minipar.parallel3d import build_piece
 from minipar.perf.hardware import measured_peak_flops
-from minipar.train import TrainConfig, train
+from minipar.train import train
 
 
 def by_dimension(records, mesh) -> dict[str, float]:
@@ -76,22 +76,7 @@ def demo(base: dict, ckpt_dir: str) -> dict:
     return {"same_as_torch": same, "full": full, "other": other, "step": one}
 
 
-_GROUPS: dict[tuple, object] = {}
-
-
-def cached_mesh(pp: int, dp: int, tp: int) -> Mesh:
-    """``init_mesh`` for a sweep over layouts: a group with the same ranks is created once and
-    reused (``new_group`` is a world-wide collective, the slow part of switching layouts)."""
-    shape, me = validate(md.world_size(), pp, dp, tp), md.rank()
-    mesh = Mesh(shape, me, coords_of(me, shape))
-    for dim in ("pp", "dp", "tp"):
-        for ranks in group_ranks(shape, dim):
-            key = tuple(ranks)
-            if key not in _GROUPS:
-                _GROUPS[key] = md.new_group(list(ranks))
-            if me in ranks:
-                mesh.groups[dim], mesh.ranks[dim] = _GROUPS[key], list(ranks)
-    return mesh
+_GROUPS: dict[tuple, object] = {}  # a sweep's process groups by ranks: each made once (init_mesh's group_cache)
 
 
 ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]  # bytes
@@ -108,34 +93,24 @@ def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
     }
     for nbytes in ALL_REDUCE_SIZES:  # lesson 01's α–β sweep, on this world
         t = torch.ones(nbytes // 4)
-        dist.barrier()
-        ts = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            ts.append(time.perf_counter() - t0)
-        hw["times"].append(statistics.median(ts))
+        hw["times"].append(median_time(lambda: dist.all_reduce(t), repeats=5, warmup=0, barrier=True))
     out = {"hw": hw, "runs": {}}
     cfg = GPTConfig(**cfg_kw)
     g = torch.Generator().manual_seed(0)
     for pp, dp, tp in layouts:
-        mesh = cached_mesh(pp, dp, tp)
+        mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
         piece = build_piece(cfg, mesh, microbatches=m)
         x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
-        times = []
-        for _ in range(steps):
-            dist.barrier()
-            t0 = time.perf_counter()
-            piece.step(x, x, 1e-3)
-            times.append(time.perf_counter() - t0)
+        warmup = 1 if steps > 1 else 0  # the first step (buffers, first messages) is not timed
+        step_time = median_time(
+            lambda: piece.step(x, x, 1e-3), repeats=steps - warmup, warmup=warmup, barrier=True, slowest=True
+        )  # a step ends when the slowest rank ends
         piece.executor.count_memory = True
         with CommLog() as log:
             piece.step(x, x, 1e-3)
         mem = state_bytes(piece.stage, piece.optimizer)
         mem["activations"] = piece.last.peak_act_bytes
-        t = torch.tensor([statistics.median(times[1:] or times)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step ends when the slowest rank ends
-        out["runs"][(pp, dp, tp)] = {"time": t.item(), "mem": mem, "sent": by_dimension(log.records, mesh)}
+        out["runs"][(pp, dp, tp)] = {"time": step_time, "mem": mem, "sent": by_dimension(log.records, mesh)}
     return out
 
 
@@ -146,7 +121,6 @@ def cpu_count() -> int:
 def layer_overhead(cfg_kw: dict, micro_batch: int, repeats: int = 20) -> float:
     """Seconds for one transformer block's forward + backward on this process, minus its FLOPs at
     the measured matmul peak: the per-layer cost that does not shrink with the model (planner input)."""
-    from minipar.bench import median_time
     from minipar.models import Block
 
     cfg = GPTConfig(**cfg_kw)
@@ -184,7 +158,7 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     share = batch // dp
     sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
     piece.executor.step(x[sl], y[sl])
-    all_reduce_grads_flat(piece.stage, piece.groups["dp"], mesh.dp_size)
+    all_reduce_grads_flat(piece.stage, mesh.dp_group, mesh.dp_size)
     with torch.no_grad():
         for p in piece.stage.parameters():
             p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))

@@ -14,32 +14,27 @@ import torch
 import torch.utils.checkpoint
 
 from minipar.amp import DynamicLossScaler, MixedPrecisionAdamW
-from minipar.data import CharCorpus, load_text
+from minipar.data import builtin_corpus
 from minipar.memory import SavedTensorMeter, saved_activation_bytes
 from minipar.models import GPT, Block, GPTConfig
 from minipar.offload import OffloadedAdamW
+from minipar.presets import MEDIUM, SMALL
 from minipar.recompute import set_recompute
 
 MODES = ("none", "selective", "full")
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # proofs (float64)
-MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=128)  # timings, memory
-_CORPUS: list[CharCorpus] = []
-
-
-def corpus() -> CharCorpus:
-    if not _CORPUS:
-        _CORPUS.append(CharCorpus(load_text()))
-    return _CORPUS[0]
+# Timings and memory use MEDIUM with a block of 128, not its 64: activations grow with the sequence length
+# (Korthikanti et al.: s·b·h per saved tensor), and this lesson measures them.
+MEDIUM_T128 = {**MEDIUM, "block_size": 128}
 
 
 def gpt(cfg=SMALL, dtype=torch.float64, seed=0, **kw) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg, **kw)).to(dtype)
+    return GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg, **kw)).to(dtype)
 
 
 def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Training windows ``step·B .. step·B + B − 1``: (x, y), each (B, T) int64. Deterministic."""
-    w = corpus().split("train", T)
+    w = builtin_corpus().split("train", T)
     xs, ys = zip(*(w[(step * B + i) % len(w)] for i in range(B)))
     return torch.stack(xs), torch.stack(ys)
 
@@ -92,7 +87,9 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
     return {"losses": torch.tensor(losses, dtype=torch.float64), "params": dict(model.named_parameters())}
 
 
-def step_peak_and_time(modes=("none", "selective", "full", "torch"), cfg=MEDIUM, B: int = 4, repeats: int = 9) -> dict:
+def step_peak_and_time(
+    modes=("none", "selective", "full", "torch"), cfg=MEDIUM_T128, B: int = 4, repeats: int = 9
+) -> dict:
     """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes over one
     forward+backward (counted), and the median step time (seconds, a clock) of ``repeats`` rounds
     that alternate between the modes (so a busy machine slows them alike); "forward": one
@@ -145,7 +142,7 @@ def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     }
 
 
-def peak_for(micro: int, k: int, cfg=MEDIUM) -> int:
+def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
     """Peak saved bytes of k accumulation steps with ``micro`` sequences each (fp32, counted)."""
     model = gpt(cfg, torch.float32)
     with SavedTensorMeter(exclude=model) as m:
@@ -239,7 +236,8 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
-    from minipar.train import TrainConfig, train
+    from minipar.config import TrainConfig
+    from minipar.train import train
 
     cfg = TrainConfig(
         steps=steps,

@@ -15,27 +15,18 @@ import torch.distributed as dist
 
 import minipar.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import CharCorpus, load_text, make_loader
+from minipar.data import builtin_corpus, make_loader
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
 from minipar.models import GPT, GPTConfig
+from minipar.presets import MEDIUM, SMALL  # SMALL: proofs (float64); MEDIUM: timings
 from minipar.tp.overlap import allgather_matmul
-
-SMALL = dict(n_layer=2, n_head=2, d_model=32, block_size=32)  # proofs (float64)
-MEDIUM = dict(n_layer=4, n_head=4, d_model=128, block_size=64)  # timings
-_CORPUS: list[CharCorpus] = []
-
-
-def corpus() -> CharCorpus:
-    if not _CORPUS:
-        _CORPUS.append(CharCorpus(load_text()))
-    return _CORPUS[0]
 
 
 def gpt(cfg=SMALL, dtype=torch.float64, seed=0) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=corpus().vocab_size, **cfg)).to(dtype)
+    return GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg)).to(dtype)
 
 
 # ---- 1. why: compute vs communication, a model and a measurement -------------------------------
@@ -66,7 +57,10 @@ def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
     """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
     model = gpt(MEDIUM, torch.float32)
     x = torch.randint(
-        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+        0,
+        builtin_corpus().vocab_size,
+        (local_batch, MEDIUM["block_size"]),
+        generator=torch.Generator().manual_seed(md.rank()),
     )
     comp, comm = [], []
     for i in range(repeats + 1):
@@ -103,7 +97,10 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
     model = gpt(MEDIUM, torch.float32)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     x = torch.randint(
-        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+        0,
+        builtin_corpus().vocab_size,
+        (local_batch, MEDIUM["block_size"]),
+        generator=torch.Generator().manual_seed(md.rank()),
     )
     for _ in range(steps):
         dist.barrier()
@@ -130,7 +127,10 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     from minipar.zero import zero
 
     x = torch.randint(
-        0, corpus().vocab_size, (local_batch, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+        0,
+        builtin_corpus().vocab_size,
+        (local_batch, MEDIUM["block_size"]),
+        generator=torch.Generator().manual_seed(md.rank()),
     )
     out, results = {}, {}
     for prefetch in (False, True):
@@ -189,7 +189,8 @@ def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: i
 
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
-    from minipar.train import TrainConfig, train
+    from minipar.config import TrainConfig
+    from minipar.train import train
 
     cfg = TrainConfig(
         steps=steps,
@@ -212,7 +213,10 @@ def main_job_losses(method: str, steps: int = 200) -> dict:
 
 def bytes_per_step(ratio: float = 0.01, rank: int = 4) -> dict:
     """Bytes each compressor hands to the collectives for the main job's default GPT (one step), measured."""
-    model = gpt(dict(n_layer=4, n_head=4, d_model=128, block_size=128), torch.float32)
+    from minipar.config import TrainConfig
+
+    torch.manual_seed(0)
+    model = GPT(TrainConfig().gpt(builtin_corpus().vocab_size)).to(torch.float32)  # the main job's defaults
     out = {}
     for method, kw in [("none", {}), ("bf16", {}), ("topk", {"ratio": ratio}), ("powersgd", {"rank": rank})]:
         grads = [torch.randn_like(p) for p in model.parameters()]
@@ -228,7 +232,7 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
     """torch DDP + ``fp16_compress_hook`` vs minipar's BF16Compression(float16) after local backward."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
-    loader = make_loader(corpus().split("train", SMALL["block_size"]), 8, md.rank(), md.world_size())
+    loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), 8, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
     out = []
     for native in (True, False):
@@ -253,9 +257,9 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
     """Losses of the same small GPT trained with torch DDP + ``powerSGD_hook`` and with minipar's PowerSGD."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
-    loader = make_loader(corpus().split("train", 64), 8, md.rank(), md.world_size())
+    cfg = {**SMALL, "d_model": 64, "block_size": 64}  # SMALL, twice as wide and with twice the context
+    loader = make_loader(builtin_corpus().split("train", cfg["block_size"]), 8, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
-    cfg = dict(n_layer=2, n_head=2, d_model=64, block_size=64)
     out = {}
     for kind in ("torch", "minipar", "none"):
         model = gpt(cfg, torch.float32)
@@ -300,7 +304,10 @@ _LOADERS: dict = {}
 def _batch(worker: int, workers: int, k: int, global_batch: int = 8):
     key = (worker, workers, global_batch)
     if key not in _LOADERS:
-        _LOADERS[key] = [make_loader(corpus().split("train", SMALL["block_size"]), global_batch, worker, workers), []]
+        _LOADERS[key] = [
+            make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, worker, workers),
+            [],
+        ]
     loader, seen = _LOADERS[key]
     while len(seen) <= k:
         seen.append(next(loader))
@@ -371,7 +378,7 @@ def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> di
         from minipar.dp.param_server import load_flat_
 
         load_flat_(model, final)
-        vx, vy = make_loader(corpus().split("val", SMALL["block_size"]), 64, shuffle=False).__next__()
+        vx, vy = make_loader(builtin_corpus().split("val", SMALL["block_size"]), 64, shuffle=False).__next__()
         with torch.no_grad():
             val = model(vx, vy)[1].item()
     return {"losses": res.get("losses"), "val": val, "seconds": elapsed}
@@ -436,7 +443,7 @@ def ps_async_single(updates: int = 6) -> torch.Tensor:
 
 def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -> dict:
     """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
-    loader = make_loader(corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())
+    loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
     model = gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)

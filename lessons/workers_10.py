@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from minipar import dist as md
+from minipar.bench import median_time
 from minipar.dp.ddp import DistributedDataParallel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -138,21 +139,10 @@ def env(**values):
 # ----------------------------------------------------------------------------- measure
 def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
     """Median seconds of one fp32 ``all_reduce`` per size, the slowest rank's (what nccl-tests reports as time)."""
-    import statistics
-
     out = {}
     for nbytes in sizes_bytes:
-        t = torch.ones(nbytes // 4, device=md.device())
-        dist.all_reduce(t)  # warm-up (connections, buffers)
-        ts = []
-        for _ in range(reps):
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            ts.append(time.perf_counter() - t0)
-        worst = torch.tensor([statistics.median(ts)], dtype=torch.float64, device=md.device())
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        out[nbytes] = worst.item()
+        t = torch.ones(nbytes // 4, device=md.device())  # one warm-up call first (connections, buffers)
+        out[nbytes] = median_time(lambda: dist.all_reduce(t), repeats=reps, barrier=True, slowest=True)
     return out
 
 

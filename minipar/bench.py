@@ -35,16 +35,46 @@ class Row:
     note: str = ""  # the raw numbers behind the ratio
 
 
-def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+def median_time(
+    fn: Callable[[], object],
+    repeats: int = 5,
+    warmup: int = 1,
+    *,
+    barrier: bool = False,
+    slowest: bool = False,
+    group=None,
+) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+
+    On ranks (every rank of ``group`` calls it, with the same arguments):
+
+    - ``barrier=True``: ``torch.distributed.barrier(group)`` before each timed run, not timed, so
+      every rank starts the run together and no rank's time includes waiting for a late peer;
+    - ``slowest=True``: return the largest median over the ranks (``all_reduce`` MAX): a step
+      that ends with a collective ends when its slowest rank does (what nccl-tests reports).
+    """
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if barrier:
+            import torch.distributed as dist
+
+            dist.barrier(group=group)
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    median = statistics.median(times)
+    if slowest:
+        import torch
+        import torch.distributed as dist
+
+        from minipar import dist as mdist
+
+        t = torch.tensor([median], dtype=torch.float64, device=mdist.device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        median = t.item()
+    return median
 
 
 def discover() -> list[str]:

@@ -46,7 +46,7 @@ import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.tensor import DTensor, Shard
 
-from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from minipar.tp.partition import param_is_tensor_parallel
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -154,38 +154,24 @@ def init_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> None:
 
 
 # ----------------------------------------------------------------------------- 3D layouts
-def _layouts(stage: nn.Module) -> dict[str, tuple]:
-    """``{param name: (dim, stride, true size)}`` for TP-sharded params; replicated ones are absent."""
-    out = {}
-    for mname, m in stage.named_modules():
-        pre = f"{mname}." if mname else ""
-        if isinstance(m, ColumnParallelLinear):
-            true = stage.cfg.vocab_size if mname == "lm_head" else m.out_features
-            for pname in ("weight", "bias"):
-                if getattr(m, pname, None) is not None:
-                    out[pre + pname] = (0, m.stride, true)
-        elif isinstance(m, RowParallelLinear):
-            out[pre + "weight"] = (1, 1, m.in_features)
-        elif isinstance(m, VocabParallelEmbedding):
-            out[pre + "weight"] = (0, 1, m.num_embeddings)
-    return out
-
-
 def logical(stage: nn.Module, tensors: dict[str, torch.Tensor], tp_mesh, tp_rank: int, tp: int) -> dict:
     """This rank's pieces of the single-device GPT's tensors, keyed by logical name.
 
     ``tensors``: ``{param name: tensor shaped like this rank's param}`` (the params, or AdamW
-    moments). Returns views (so :func:`load` writes into them): plain tensors for replicated
-    params (and for everything when tp = 1), ``DTensor`` with ``Shard(dim)`` on ``tp_mesh`` for
-    sharded ones; ``qkv`` split into ``.q``/``.k``/``.v``; padded vocabulary rows dropped.
+    moments). How each is split is read from the parameter's own TP marks
+    (:func:`~minipar.tp.partition.set_tensor_model_parallel_attributes`: ``partition_dim``,
+    ``partition_stride``, ``full_size``). Returns views (so :func:`load` writes into them): plain
+    tensors for replicated params (and for everything when tp = 1), ``DTensor`` with ``Shard(dim)``
+    on ``tp_mesh`` for sharded ones; ``qkv`` split into ``.q``/``.k``/``.v``; padded vocabulary rows dropped.
     """
-    lay = _layouts(stage)
+    params = dict(stage.named_parameters())
     out = {}
     for name, t in tensors.items():
-        if name not in lay:
+        p = params[name]
+        if not param_is_tensor_parallel(p):
             out[name] = t
             continue
-        dim, stride, true = lay[name]
+        dim, stride, true = p.partition_dim, p.partition_stride, p.full_size
         for k, piece in enumerate(t.chunk(stride, dim=0) if stride > 1 else [t]):
             key = f"{name}.{'qkv'[k]}" if stride == 3 else (f"{name}.{k}" if stride > 1 else name)
             per = piece.shape[dim]
@@ -202,17 +188,6 @@ def logical(stage: nn.Module, tensors: dict[str, torch.Tensor], tp_mesh, tp_rank
                 piece, tp_mesh, [Shard(dim)], run_check=False, shape=torch.Size(shape), stride=strides
             )
     return out
-
-
-def _tp_mesh(piece):
-    """A 1-D ``DeviceMesh`` over this rank's tensor-parallel group (built once, from the existing group)."""
-    if piece.mesh.tp_size == 1:
-        return None
-    if getattr(piece, "_tp_mesh", None) is None:
-        from torch.distributed.device_mesh import DeviceMesh
-
-        piece._tp_mesh = DeviceMesh.from_group(piece.groups["tp"], piece.stage_device().type)
-    return piece._tp_mesh
 
 
 MOMENTS = ("exp_avg", "exp_avg_sq")
@@ -258,7 +233,7 @@ def set_zero_moments(piece, moments: dict[str, dict[str, torch.Tensor]]) -> None
 def state_3d(piece, loader, step: int, moments=None) -> dict:
     """What a 3D checkpoint holds, as logical single-device tensors (see the module doc)."""
     m = piece.mesh
-    args = (_tp_mesh(piece), m.tp_rank, m.tp_size)
+    args = (piece.tp_device_mesh, m.tp_rank, m.tp_size)
     moments = moment_tensors(piece) if moments is None else moments
     pos = loader.state_dict()
     return {

@@ -21,6 +21,7 @@ equivalence test in the course relies on.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -127,6 +128,48 @@ def check_fits(n_chars: int, block_size: int, batch_size: int, dp_size: int = 1)
     raise ConfigError(f"{head}; use {', or '.join(fixes)}")
 
 
+def check_dataset(num_samples: int, global_batch: int, world_size: int) -> dict:
+    """Check that ``num_samples`` can be sharded over ``world_size`` ranks in batches of ``global_batch``.
+
+    ``DistributedSampler(drop_last=True)`` gives each rank ``num_samples // world_size`` samples,
+    and the loader keeps whole batches only, so an epoch is ``num_samples // global_batch`` steps
+    and the last ``num_samples % global_batch`` samples of each (shuffled) epoch are dropped on
+    every layout alike: N ranks together see exactly the batches one device sees.
+
+    Returns:
+        ``{"local_batch", "steps_per_epoch", "dropped"}`` (samples per rank per step, optimizer
+        steps per epoch, samples left out per epoch).
+    Raises:
+        ConfigError: fewer samples than ranks (every rank would get 0 samples, or — without
+            ``drop_last`` — repeated padding samples), a global batch not divisible by the ranks,
+            or a global batch larger than the dataset.
+    """
+    if world_size < 1:
+        raise ConfigError(f"world_size={world_size} must be >= 1")
+    if num_samples < world_size:
+        raise ConfigError(
+            f"the dataset has {num_samples} samples but world_size={world_size}: DistributedSampler would give "
+            f"each rank {num_samples // world_size} samples (drop_last=True) or pad with repeated samples "
+            f"(drop_last=False); use at most {max(1, num_samples)} ranks or a larger dataset"
+        )
+    if global_batch < 1 or global_batch % world_size:
+        lo = global_batch // world_size * world_size
+        raise ConfigError(
+            f"global batch {global_batch} is not divisible by world_size={world_size}; "
+            f"use {lo or world_size} or {lo + world_size}"
+        )
+    if global_batch > num_samples:
+        raise ConfigError(
+            f"global batch {global_batch} is larger than the dataset ({num_samples} samples); "
+            f"use a global batch of at most {num_samples // world_size * world_size}"
+        )
+    return {
+        "local_batch": global_batch // world_size,
+        "steps_per_epoch": num_samples // global_batch,
+        "dropped": num_samples % global_batch,
+    }
+
+
 class CharCorpus:
     """A text and its character vocabulary.
 
@@ -171,6 +214,12 @@ class CharCorpus:
         cut, _ = split_sizes(len(self.data))
         part = self.data[:cut] if name == "train" else self.data[cut:]
         return CharWindows(part, block_size, name)
+
+
+@functools.cache
+def builtin_corpus() -> CharCorpus:
+    """The built-in corpus (:func:`builtin_text`) as a :class:`CharCorpus`, built once per process."""
+    return CharCorpus(load_text())
 
 
 class CharWindows(Dataset):

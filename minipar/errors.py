@@ -1,6 +1,6 @@
 """Errors minipar raises for bad input, so a learner sees one clear line instead of a deep stack.
 
-Every message names the offending value and the fix (see DEVELOPERS guide, "No hangs").
+Every message names the offending value and the fix (``tests/test_faults.py`` checks them).
 """
 
 

@@ -154,8 +154,8 @@ def cuda_devices() -> tuple[int, str]:
 
 def layouts(n_gpu: int, cfg: dict) -> list[tuple[int, int, int]]:
     """(pp, dp, tp) layouts of ``n_gpu`` ranks that the model and batch of ``cfg`` accept."""
+    from minipar.config import TrainConfig
     from minipar.mesh import factorizations
-    from minipar.train import TrainConfig
 
     c = TrainConfig(**cfg)
     return [f for f in factorizations(n_gpu) if c.accepts(*f)]
@@ -202,9 +202,9 @@ def timing(records: list[dict], cfg: dict, n_gpu: int, peak: float | None) -> tu
     """(median step time in ms, MFU) from a run's records; the first logged step (warm-up) is left out."""
     import torch
 
+    from minipar.config import TrainConfig
     from minipar.data import CharCorpus, load_text
     from minipar.models import GPT
-    from minipar.train import TrainConfig
 
     toks = [r["tokens_per_s"] for r in records if "tokens_per_s" in r and r["step"] > 0]
     if not toks:

@@ -1,4 +1,12 @@
-"""A 3D device mesh: every rank's (pp, dp, tp) coordinates and its process groups, built once.
+"""The layout of a job: its (pp, dp, tp) degrees, checked once, and every rank's coordinates and groups.
+
+One object, :class:`Mesh` (minipar's torchtitan ``ParallelDims``, ``torchtitan/distributed/
+parallel_dims.py``), holds what every part of a job asks about its layout:
+
+    layout = Mesh(world_size=8, pp=2, tp=2)      # validated here: dp = 8 / (pp·tp) = 2
+    layout.shape, layout.size("dp")              # (2, 2, 2), 2 -- no process group needed
+    mesh = init_mesh(pp=2, tp=2)                 # the same, plus this rank and its groups
+    mesh.tp_group, mesh.dp_rank, mesh.pp_size    # as in Megatron's parallel_state
 
 Layout (Megatron-LM's order, ``megatron/core/parallel_state.py``): tensor-parallel ranks are
 adjacent, then data-parallel, then pipeline —
@@ -20,14 +28,18 @@ It is the row-major order of a (pp, dp, tp) array, the same as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field
 
 import torch.distributed as dist
 
 from minipar import dist as mdist
 from minipar.errors import ConfigError
+from minipar.models import GPTConfig
+from minipar.tp.gpt import check_tp_config
 
-DIMS = ("pp", "dp", "tp")
+DIMS = ("pp", "dp", "tp")  # outermost first: the order of a Mesh's shape and of the rank formula
 
 
 def factorizations(world_size: int) -> list[tuple[int, int, int]]:
@@ -40,114 +52,193 @@ def factorizations(world_size: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def validate(
-    world_size: int, pp: int = 1, dp: int | None = None, tp: int = 1, accepts=None, what: str = ""
-) -> tuple[int, int, int]:
-    """Check (and complete) a layout. ``dp=None`` means "whatever is left": world_size / (pp·tp).
+def rank_of(coords: dict[str, int] | tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """Global rank of (pp_rank, dp_rank, tp_rank) in a (pp, dp, tp) mesh (row-major, tp fastest)."""
+    c = [coords[d] for d in DIMS] if isinstance(coords, dict) else coords
+    rank = 0
+    for k, n in zip(c, shape):
+        rank = rank * n + k
+    return rank
+
+
+def coords_of(rank: int, shape: tuple[int, ...]) -> dict[str, int]:
+    """{"pp", "dp", "tp"} coordinates of a global rank in a (pp, dp, tp) mesh."""
+    out = {}
+    for d, n in reversed(list(zip(DIMS, shape))):
+        rank, out[d] = divmod(rank, n)
+    return {d: out[d] for d in DIMS}
+
+
+def group_ranks(shape: tuple[int, ...], dim: str) -> list[list[int]]:
+    """Every group along ``dim`` (``"pp"``, ``"dp"`` or ``"tp"``): lists of global ranks, sorted."""
+    i = DIMS.index(dim)
+    groups = {}
+    for r in range(math.prod(shape)):
+        c = coords_of(r, shape)
+        groups.setdefault(tuple(c[d] for d in DIMS if d != dim), [None] * shape[i])[c[dim]] = r
+    return sorted(groups.values())
+
+
+def check_model_fits(model: GPTConfig, pp: int, tp: int) -> None:
+    """Raise :class:`ConfigError` unless ``model`` can be split into ``pp`` stages of ``tp`` shards.
+
+    pp <= n_layer (every stage holds at least one block); tp divides d_model, n_head and 4·d_model
+    (:func:`minipar.tp.gpt.check_tp_config`, Megatron's column/row split of heads and the FFN).
+    """
+    if pp > model.n_layer:
+        raise ConfigError(
+            f"--pp {pp} stages but the model has only --n-layer {model.n_layer} blocks; "
+            f"use --pp <= {model.n_layer} or --n-layer >= {pp}"
+        )
+    check_tp_config(model, tp)
+
+
+def model_fits(model: GPTConfig, pp: int, tp: int) -> bool:
+    """True if :func:`check_model_fits` passes (used to list the layouts a model accepts)."""
+    try:
+        check_model_fits(model, pp, tp)
+    except ConfigError:
+        return False
+    return True
+
+
+def _coord(dim: str) -> property:
+    return property(lambda self: self.coords[dim], doc=f"this rank's index along {dim}, 0 .. {dim}_size - 1")
+
+
+def _size(dim: str) -> property:
+    return property(lambda self: self.size(dim), doc=f"the {dim} degree (ranks in a {dim} group)")
+
+
+def _group(dim: str) -> property:
+    return property(
+        lambda self: self.groups[dim], doc=f"this rank's {dim} ProcessGroup (a real one-rank group if size 1)"
+    )
+
+
+@dataclass(eq=False)
+class Mesh:
+    """A (pp, dp, tp) layout of ``world_size`` ranks, validated on construction; with :func:`init_mesh`,
+    also this rank's place in it and its process groups.
 
     Args:
-        accepts: optional ``(pp, dp, tp) -> bool``, True for layouts the job can run (e.g. tp divides
-            the heads); the error message lists only those. ``what`` names that job in the message.
-    Returns:
-        (pp, dp, tp).
-    Raises:
-        ConfigError: a degree < 1, pp·tp not dividing world_size, or pp·dp·tp != world_size;
-        the message lists the valid layouts.
-    """
-    for name, v in (("pp", pp), ("tp", tp)) + ((("dp", dp),) if dp is not None else ()):
-        if not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{name}={v!r} must be an integer >= 1")
-    ok = [f for f in factorizations(world_size) if accepts is None or accepts(*f)]
-    valid = f" that fit {what}" if what else ""
-    valid += ": " + (", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in ok) if ok else "none")
-    if dp is None:
-        if world_size % (pp * tp):
-            raise ConfigError(
-                f"world_size={world_size} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; "
-                f"valid layouts for {world_size} ranks{valid}"
-            )
-        dp = world_size // (pp * tp)
-    if pp * dp * tp != world_size:
-        raise ConfigError(
-            f"pp·dp·tp = {pp}·{dp}·{tp} = {pp * dp * tp} but world_size={world_size}; "
-            f"valid layouts for {world_size} ranks{valid}"
-        )
-    return pp, dp, tp
-
-
-def rank_of(coords: dict[str, int] | tuple[int, int, int], shape: tuple[int, int, int]) -> int:
-    """Global rank of (pp_rank, dp_rank, tp_rank) in a (pp, dp, tp) mesh."""
-    p, d, t = (coords["pp"], coords["dp"], coords["tp"]) if isinstance(coords, dict) else coords
-    _, DP, TP = shape
-    return (p * DP + d) * TP + t
-
-
-def coords_of(rank: int, shape: tuple[int, int, int]) -> dict[str, int]:
-    """{"pp", "dp", "tp"} coordinates of a global rank in a (pp, dp, tp) mesh."""
-    _, DP, TP = shape
-    return {"pp": rank // (DP * TP), "dp": rank // TP % DP, "tp": rank % TP}
-
-
-def group_ranks(shape: tuple[int, int, int], dim: str) -> list[list[int]]:
-    """Every group along ``dim`` (``"pp"``, ``"dp"`` or ``"tp"``): lists of global ranks."""
-    i = DIMS.index(dim)
-    others = [d for d in DIMS if d != dim]
-    groups = []
-    for a in range(shape[DIMS.index(others[0])]):
-        for b in range(shape[DIMS.index(others[1])]):
-            groups.append([rank_of({dim: k, others[0]: a, others[1]: b}, shape) for k in range(shape[i])])
-    return sorted(groups)
-
-
-@dataclass
-class Mesh:
-    """This rank's place in the (pp, dp, tp) mesh and its three process groups.
-
+        world_size: ranks in the job. ``pp``, ``tp``: degrees (integers >= 1). ``dp``: the same, or
+            None for "whatever is left", world_size / (pp·tp) (filled in).
+        model: optional GPTConfig; if given, the layout must fit it (:func:`check_model_fits`).
+        accepts: optional ``(pp, dp, tp) -> bool``, True for layouts the job can run; a world-size
+            error lists only those. ``what`` names that job in the message.
     Attributes:
-        shape: (pp, dp, tp).
-        rank: global rank; ``coords``: {"pp", "dp", "tp"} of this rank.
-        groups: {"pp", "dp", "tp"} -> the ProcessGroup of this rank along that dimension (a real
-            one-rank group for a size-1 dimension: ``group=None`` would mean the whole world).
+        pp, dp, tp: the degrees; ``shape`` = (pp, dp, tp); ``size(dim)``.
+        rank: this process's global rank (0 until :func:`init_mesh`); ``coords``: {"pp", "dp", "tp"}.
+        groups: {"pp", "dp", "tp"} -> this rank's ProcessGroup along that dimension (filled by
+            :func:`init_mesh`; a real one-rank group for a size-1 dimension when world_size > 1, since
+            ``group=None`` would mean the whole world; None without a process group).
         ranks: {"pp", "dp", "tp"} -> the global ranks of that group, in order.
+        {pp,dp,tp}_rank, {pp,dp,tp}_size, {pp,dp,tp}_group: Megatron's ``parallel_state`` names.
+        loss_rank: the rank that owns the loss and logs (last stage, dp 0, tp 0).
+    Raises:
+        ConfigError: a degree < 1, a layout that does not fit the model, pp·tp not dividing
+            world_size, or pp·dp·tp != world_size; each message names the value and the fix.
+
+    Adding a dimension (context parallelism ``cp``, expert parallelism ``ep``): put its name in
+    :data:`DIMS` at its place in the rank order (Megatron: tp fastest, then cp, then dp, then pp,
+    i.e. ``("pp", "dp", "cp", "tp")``), add a degree field ``cp: int = 1`` and its three property
+    lines below; :func:`rank_of`, :func:`coords_of`, :func:`group_ranks`, ``shape``, ``coords``,
+    ``loss_rank``, the degree check and the groups of :func:`init_mesh` follow DIMS by themselves.
+    Then give the world-size check (``pp·dp·tp``) and :func:`factorizations` its factor, and
+    :func:`check_model_fits` its model rule (cp: the sequence length divisible by 2·cp).
+    A dimension that folds others instead of adding ranks (ep inside dp·cp, as Megatron's expert
+    groups) is not in DIMS: a degree field, a divisibility check in ``__post_init__`` and its own
+    group list in :func:`init_mesh`.
     """
 
-    shape: tuple[int, int, int]
-    rank: int
-    coords: dict[str, int] = field(default_factory=dict)
-    groups: dict[str, object] = field(default_factory=dict)
+    world_size: int = 1
+    pp: int = 1
+    dp: int | None = None
+    tp: int = 1
+    rank: int = 0
+    groups: dict[str, object] = field(default_factory=dict, repr=False)
     ranks: dict[str, list[int]] = field(default_factory=dict)
+    model: InitVar[GPTConfig | None] = None
+    accepts: InitVar[Callable[[int, int, int], bool] | None] = None
+    what: InitVar[str] = ""
+
+    pp_rank, pp_size, pp_group = _coord("pp"), _size("pp"), _group("pp")
+    dp_rank, dp_size, dp_group = _coord("dp"), _size("dp"), _group("dp")
+    tp_rank, tp_size, tp_group = _coord("tp"), _size("tp"), _group("tp")
+
+    def __post_init__(self, model, accepts, what) -> None:
+        for d in DIMS:
+            v = getattr(self, d)
+            if not (v is None and d == "dp") and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"--{d} {v!r}: must be an integer >= 1")
+        if model is not None:
+            check_model_fits(model, self.pp, self.tp)
+        world, pp, tp = self.world_size, self.pp, self.tp
+
+        def valid() -> str:  # the fix: every layout of this world (that the job accepts)
+            ok = [f for f in factorizations(world) if accepts is None or accepts(*f)]
+            listed = ", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in ok) if ok else "none"
+            return f"valid layouts for {world} ranks{f' that fit {what}' if what else ''}: {listed}"
+
+        if self.dp is None:
+            if world % (pp * tp):
+                raise ConfigError(f"world_size={world} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; {valid()}")
+            self.dp = world // (pp * tp)
+        if pp * self.dp * tp != world:
+            raise ConfigError(f"pp·dp·tp = {pp}·{self.dp}·{tp} = {pp * self.dp * tp} but world_size={world}; {valid()}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(pp, dp, tp), outermost first (:data:`DIMS`)."""
+        return tuple(getattr(self, d) for d in DIMS)
 
     def size(self, dim: str) -> int:
-        return self.shape[DIMS.index(dim)]
+        """The degree of ``dim`` ("pp", "dp" or "tp")."""
+        return getattr(self, dim)
 
-    def __getattr__(self, name: str):
-        # mesh.tp_rank, mesh.dp_group, mesh.pp_size ... as in Megatron's parallel_state
-        for d in DIMS:
-            if name == f"{d}_rank":
-                return self.coords[d]
-            if name == f"{d}_group":
-                return self.groups[d]
-            if name == f"{d}_size":
-                return self.size(d)
-        raise AttributeError(name)
+    @property
+    def coords(self) -> dict[str, int]:
+        """{"pp", "dp", "tp"} coordinates of :attr:`rank`."""
+        return coords_of(self.rank, self.shape)
+
+    @property
+    def loss_rank(self) -> int:
+        """The one global rank that owns the loss and logs: last pipeline stage, dp rank 0, tp rank 0."""
+        return rank_of({**{d: 0 for d in DIMS}, "pp": self.pp - 1}, self.shape)
+
+    def check_model(self, model: GPTConfig) -> None:
+        """Raise :class:`ConfigError` unless ``model`` fits this layout (:func:`check_model_fits`)."""
+        check_model_fits(model, self.pp, self.tp)
 
 
-def init_mesh(pp: int = 1, dp: int | None = None, tp: int = 1) -> Mesh:
-    """Build every TP, DP and PP group of the world (a collective: every rank calls it, same args).
+def init_mesh(
+    pp: int = 1, dp: int | None = None, tp: int = 1, *, model: GPTConfig | None = None, group_cache: dict | None = None
+) -> Mesh:
+    """The :class:`Mesh` of the current world with this rank's groups (a collective: every rank calls
+    it, with the same arguments).
 
-    Groups are created with minipar's bounded timeout, in the same order on every rank (as
-    ``new_group`` requires). Without a process group, a 1×1×1 mesh is returned.
+    Every TP, DP and PP group is created with minipar's bounded timeout, in the same order on
+    every rank (as ``new_group`` requires), including one-rank groups for size-1 dimensions.
+    Without a process group, a 1×1×1 mesh with ``groups`` all None is returned.
 
+    Args:
+        model: checked against the layout (see :class:`Mesh`).
+        group_cache: a dict, kept by the caller, of groups already made (key: the tuple of ranks); a
+            group with the same ranks is reused instead of created (``new_group`` is a world-wide
+            collective: the slow part of switching layouts in a sweep).
     Raises:
-        ConfigError: see :func:`validate`.
+        ConfigError: see :class:`Mesh`.
     """
-    world = mdist.world_size()
-    shape = validate(world, pp, dp, tp)
-    me = mdist.rank()
-    mesh = Mesh(shape, me, coords_of(me, shape))
+    mesh = Mesh(mdist.world_size(), pp, dp, tp, rank=mdist.rank(), model=model)
     for dim in DIMS:
-        for ranks in group_ranks(shape, dim):
-            g = mdist.new_group(ranks) if dist.is_initialized() else None
-            if me in ranks:
+        for ranks in group_ranks(mesh.shape, dim):
+            if group_cache is not None and tuple(ranks) in group_cache:
+                g = group_cache[tuple(ranks)]
+            else:
+                g = mdist.new_group(ranks) if dist.is_initialized() else None
+                if group_cache is not None:
+                    group_cache[tuple(ranks)] = g
+            if mesh.rank in ranks:
                 mesh.groups[dim], mesh.ranks[dim] = g, ranks
     return mesh

@@ -9,6 +9,7 @@ How later lessons cut it:
 - tensor parallel (lesson 04): attention's fused ``qkv`` weight is laid out ``[q; k; v]``,
   each ``(n_head * head_dim, d_model)``, so a rank takes whole heads from each of the three;
   ``mlp.fc`` splits by output column, ``attn.proj``/``mlp.proj`` by input row (Megatron);
+  :mod:`minipar.tp.gpt` swaps these layers for parallel ones and keeps every forward here;
 - ZeRO/FSDP (lesson 03): every block is one module, the natural unit to gather and free.
 
 Shapes: ``idx`` (B, T) int64 -> hidden ``x`` (B, T, d_model) -> logits (B, T, vocab_size).
@@ -97,8 +98,9 @@ class CausalSelfAttention(nn.Module):
         return attention_core(q, k, v, self.dropout if self.training else 0.0, self.explicit)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).split(self.n_head * self.head_dim, dim=2)
+        qkv = self.qkv(x)  # (B, T, 3·d); tensor parallel: this rank's heads, T gathered under sequence parallelism
+        B, T, _ = qkv.shape
+        q, k, v = qkv.split(self.n_head * self.head_dim, dim=2)
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, h, T, hd)
         if self.recompute_core and torch.is_grad_enabled():
             y = checkpoint(self.core, q, k, v)  # selective recomputation (Korthikanti §5)
@@ -274,7 +276,7 @@ def num_params(model: nn.Module) -> int:
 def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW parameter groups as in GPT-2: decay matrices (dim >= 2), not vectors (biases, LayerNorm).
 
-    The one definition every optimizer in the course uses (``minipar.train.build``, the 3D job,
+    The one definition every optimizer in the course uses (``minipar.config.build``, the 3D job,
     :func:`minipar.zero.zero`), so their updates match exactly.
     """
     ps = list(model.parameters())

@@ -11,8 +11,9 @@ Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473, §2-3; PTD-P):
    slice (:class:`~minipar.tp.gpt.TensorParallelGPT` over the ``tp`` group), so every layout
    starts from the single device's weights.
 2. **PP** (lessons 05-06) — of that TP model it keeps only the layers of its pipeline stage
-   (:class:`Stage3D`: [embed] → blocks[lo:hi] → [ln_f, lm_head]; parameter names stay the full
-   GPT's, e.g. ``blocks.3.mlp.fc.weight``, which is what checkpoints are keyed by). The
+   (:class:`~minipar.pp.stages.GPTStage`, the pipeline lessons' own stage: [embed] → blocks[lo:hi] →
+   [ln_f, lm_head]; parameter names stay the full GPT's, e.g. ``blocks.3.mlp.fc.weight``, which is
+   what checkpoints are keyed by); the rest of the model is dropped, not edited. The
    :class:`~minipar.pp.executor.PipelineExecutor` runs the schedule over the ``pp`` group; each
    forward/backward inside it runs the TP collectives of the ``tp`` group.
 3. **DP** (lessons 01-03) — after the schedule, gradients are averaged over the ``dp`` group: a
@@ -21,15 +22,17 @@ Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473, §2-3; PTD-P):
 
 Gradient clipping needs the norm of the *whole* model's gradient: the sum of squares over the
 TP shards and the PP stages, counting a TP-replicated tensor (LayerNorm, row-parallel bias,
-position embedding) once, not ``tp`` times (:func:`global_grad_norm`; Megatron-LM's
-``clip_grad_norm_fp32`` does the same with its ``param_is_not_tensor_parallel_duplicate``).
+position embedding) once, not ``tp`` times (:func:`minipar.clip_grads.clip_grad_norm_` with
+:func:`~minipar.tp.partition.param_is_not_tensor_parallel_duplicate`, as Megatron-LM's
+``clip_grad_norm_fp32``): :func:`clip_global_` without ZeRO, :class:`Zero1Over3D` with it.
 
-A size-1 dimension still gets a group (of one rank), because minipar's TP layers and the
-executor read ``group=None`` as "the whole world".
+The groups are the mesh's (``mesh.tp_group`` ...): a size-1 dimension has a group of one rank,
+because minipar's TP layers and the executor read ``group=None`` as "the whole world".
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -37,144 +40,59 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
+from minipar.clip_grads import clip_grad_norm_
 from minipar.comm import p2p
 from minipar.dp.compression import make_compressor
 from minipar.errors import ConfigError
-from minipar.mesh import DIMS, Mesh, rank_of
+from minipar.mesh import Mesh
 from minipar.models import GPT, GPTConfig, adamw_groups
-from minipar.pp.executor import PipelineExecutor, partition_layers
+from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import make_schedule
+from minipar.pp.stages import GPTStage, partition_layers
 from minipar.recompute import MODES as RECOMPUTE_MODES
 from minipar.recompute import set_recompute
 from minipar.tp.gpt import TensorParallelGPT
-from minipar.tp.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+from minipar.tp.partition import gather_state_dict, param_is_not_tensor_parallel_duplicate
+from minipar.zero.flat import default_units
 from minipar.zero.stage12 import ZeroOptimizer
 
 SCHEDULES_3D = ("gpipe", "1f1b")
-
-
-def mesh_groups(mesh: Mesh) -> dict[str, object]:
-    """``{"pp", "dp", "tp"}`` -> a process group for every dimension, a 1-rank group where the size is 1.
-
-    Collective when some dimension has size 1 in a world > 1 (every rank creates every 1-rank group).
-    """
-    groups = dict(mesh.groups)
-    if mdist.world_size() > 1 and any(groups.get(d) is None for d in DIMS):
-        singles = [mdist.new_group([r]) for r in range(mdist.world_size())]
-        for d in DIMS:
-            if groups.get(d) is None:
-                groups[d] = singles[mesh.rank]
-    return {d: groups.get(d) for d in DIMS}
-
-
-class Stage3D(nn.Module):
-    """Pipeline stage ``index`` of a :class:`TensorParallelGPT`: [embed] → blocks[lo:hi] → [ln_f, lm_head].
-
-    Parameter names are the full GPT's (``wte.weight``, ``blocks.{i}.…`` with the *global* i,
-    ``lm_head.weight``). Shapes: stage 0 takes ids (B, T) int64, the others hidden (B, T, d); the
-    last returns this TP rank's vocabulary slice of the logits (B, T, V'/tp), the others (B, T, d).
-    """
-
-    def __init__(self, tp_model: TensorParallelGPT, index: int, n_stages: int, lo: int, hi: int):
-        super().__init__()
-        self.cfg, self.index, self.n_stages, self.lo, self.hi = tp_model.cfg, index, n_stages, lo, hi
-        self.is_first, self.is_last = index == 0, index == n_stages - 1
-        self.__dict__["tp"] = tp_model  # not a submodule: only the pieces below are mine
-        if self.is_first:
-            self.wte, self.wpe = tp_model.wte, tp_model.wpe
-        self.blocks = nn.ModuleDict({str(i): tp_model.blocks[i] for i in range(lo, hi)})
-        if self.is_last:
-            self.ln_f, self.lm_head = tp_model.ln_f, tp_model.lm_head
-        for i in range(tp_model.cfg.n_layer):  # free what other stages hold
-            if not lo <= i < hi:
-                tp_model.blocks[i] = nn.Identity()
-        if not self.is_first:
-            tp_model.wte = tp_model.wpe = None
-        if not self.is_last:
-            tp_model.ln_f = tp_model.lm_head = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.is_first:
-            x = self.tp.embed(x)
-        for block in self.blocks.values():
-            x = block(x)
-        return self.tp.head(x) if self.is_last else x
-
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy from vocabulary-split logits (the same scalar on every TP rank)."""
-        return self.tp.loss(logits, targets)
-
-
-def is_tp_sharded(stage: nn.Module) -> dict[str, bool]:
-    """``{param name: True if TP-sharded}``; False = replicated over the TP group (same on every tp rank)."""
-    out = {}
-    for mname, m in stage.named_modules():
-        for pname, _ in m.named_parameters(recurse=False):
-            sharded = isinstance(m, (ColumnParallelLinear, VocabParallelEmbedding)) or (
-                isinstance(m, RowParallelLinear) and pname == "weight"
-            )
-            out[f"{mname}.{pname}" if mname else pname] = sharded
-    return out
-
-
-def global_grad_norm_sq(sq_terms: torch.Tensor) -> torch.Tensor:
-    """Sum this rank's squared-norm contribution over the whole world (one 4-byte all-reduce)."""
-    if mdist.world_size() > 1:
-        dist.all_reduce(sq_terms)
-    return sq_terms
 
 
 class Zero1Over3D(ZeroOptimizer):
     """ZeRO-1 over the ``dp`` group whose gradient clipping uses the *global* 3D norm.
 
     Each rank's gradient shards partition its (pp, tp) piece over dp, so summing squares over the
-    world counts every element once — except TP-replicated tensors, which only tp rank 0 counts.
+    world counts every element once — except TP-replicated tensors, which only tp rank 0 counts
+    (a 0/1 mask per unit shard, from the parameters' own TP marks).
     """
 
-    def __init__(self, stage: Stage3D, tp_rank: int, **kw):
-        super().__init__(stage, stage=1, units=_units(stage), **kw)
-        sharded = is_tp_sharded(stage)
+    def __init__(self, stage: GPTStage, tp_rank: int, **kw):
+        super().__init__(stage, stage=1, units=default_units(stage), **kw)
         self._count = []  # per unit: (S,) 1.0 where this rank counts the element
-        for u, (uname, _) in zip(self.units, _units(stage)):
-            w = torch.zeros(u.shard_size)  # device-ok: CPU mask, moved with w.to(g.device) in clip_
+        for u, ps in zip(self.units, self.params):
+            w = torch.zeros(u.shard_size)  # device-ok: CPU mask, moved with .to(g.device) when clipping
             for i, a, b in u.segments():
-                w[a:b] = float(sharded[f"{uname}.{u.names[i]}"] or tp_rank == 0)
+                w[a:b] = float(param_is_not_tensor_parallel_duplicate(ps[i], tp_rank))
             self._count.append(w)
 
     def clip_(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        sq = torch.stack([(g.pow(2) * w.to(g.device)).sum() for g, w in zip(grads, self._count)]).sum()
-        norm = global_grad_norm_sq(sq).sqrt()
-        coef = torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(coef)
-        return norm
-
-
-def _units(stage: Stage3D) -> list[tuple[str, nn.Module]]:
-    """ZeRO units of a stage: embeddings, each block, ln_f, lm_head (names as in the stage)."""
-    out = []
-    for name, m in stage.named_children():
-        out += [(f"blocks.{k}", b) for k, b in m.items()] if name == "blocks" else [(name, m)]
-    return out
+        return clip_grad_norm_(grads, self.max_norm, count=self._count)
 
 
 @dataclass
 class Piece:
-    """This rank's part of a 3D job: its mesh, groups, stage, executor and optimizer."""
+    """This rank's part of a 3D job: its mesh (and groups), stage, executor and optimizer."""
 
     cfg: GPTConfig
     mesh: Mesh
-    groups: dict
-    stage: Stage3D
+    stage: GPTStage
     executor: PipelineExecutor
     optimizer: object
     zero: int
     grad_clip: float
     last: object = None  # the executor's StepResult of the last step (trace, activation bytes)
     compressor: object = None  # a minipar.dp.compression compressor for the dp all-reduce (None: plain)
-
-    def stage_device(self) -> torch.device:
-        return mdist.device()
 
     @property
     def owns_loss(self) -> bool:
@@ -184,7 +102,17 @@ class Piece:
     @property
     def loss_rank(self) -> int:
         """The one global rank that logs: last pipeline stage, dp rank 0, tp rank 0."""
-        return rank_of((self.mesh.shape[0] - 1, 0, 0), self.mesh.shape)
+        return self.mesh.loss_rank
+
+    @functools.cached_property
+    def tp_device_mesh(self):
+        """A 1-D ``DeviceMesh`` over the tp group, for DTensor checkpoints (None when tp = 1); built
+        from the existing group on first use (every tp rank uses it at the same point: a checkpoint)."""
+        if self.mesh.tp_size == 1:
+            return None
+        from torch.distributed.device_mesh import DeviceMesh
+
+        return DeviceMesh.from_group(self.mesh.tp_group, mdist.device().type)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
         """One optimizer step on this dp rank's share ``x``, ``y`` (B/dp, T) int64.
@@ -201,14 +129,14 @@ class Piece:
             self.optimizer.step()
         else:
             if self.compressor is None:
-                all_reduce_grads_flat(self.stage, self.groups["dp"], self.mesh.dp_size)
+                all_reduce_grads_flat(self.stage, self.mesh.dp_group, self.mesh.dp_size)
             else:  # lesson 09: bf16 / PowerSGD all-reduce
-                compressed_all_reduce_grads(self.stage, self.compressor, self.groups["dp"], self.mesh.dp_size)
+                compressed_all_reduce_grads(self.stage, self.compressor, self.mesh.dp_group, self.mesh.dp_size)
             if self.grad_clip:
                 clip_global_(self.stage, self.grad_clip, self.mesh)
             self.optimizer.step()
         if self.mesh.dp_size > 1 and self.owns_loss:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.groups["dp"])
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
         return broadcast_from(loss, self.loss_rank)
 
     @torch.no_grad()
@@ -218,10 +146,10 @@ class Piece:
         h = x.to(dev)
         if me > 0:
             h = torch.empty(x.shape[0], x.shape[1], self.cfg.d_model, device=dev)
-            p2p.recv(h, self.mesh.ranks["pp"][me - 1], group=self.groups["pp"], label=f"eval {me}")
+            p2p.recv(h, self.mesh.ranks["pp"][me - 1], group=self.mesh.pp_group, label=f"eval {me}")
         out = self.stage(h)
         if me < pp - 1:
-            p2p.send(out.contiguous(), self.mesh.ranks["pp"][me + 1], group=self.groups["pp"], label=f"eval {me + 1}")
+            p2p.send(out.contiguous(), self.mesh.ranks["pp"][me + 1], group=self.mesh.pp_group, label=f"eval {me + 1}")
             loss = torch.zeros((), device=dev)
         else:
             loss = self.stage.loss(out, y.to(dev))
@@ -262,21 +190,15 @@ def broadcast_from(t: torch.Tensor, src: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def clip_global_(stage: Stage3D, max_norm: float, mesh: Mesh) -> torch.Tensor:
+def clip_global_(stage: GPTStage, max_norm: float, mesh: Mesh) -> torch.Tensor:
     """Scale every gradient by ``min(1, max_norm / (‖g‖ + 1e-6))`` with ‖g‖ the whole 3D model's norm.
 
-    Same rule as ``torch.nn.utils.clip_grad_norm_``. Called after the dp all-reduce, so the dp
-    replicas hold equal gradients: the world sum is divided by dp. Returns the norm.
+    Called after the dp all-reduce, so the dp replicas hold equal gradients: the world sum is
+    divided by dp. A TP-replicated tensor counts on tp rank 0 only. Returns the norm.
     """
-    sharded = is_tp_sharded(stage)
-    named = [(n, p) for n, p in stage.named_parameters() if p.grad is not None]
-    terms = [p.grad.pow(2).sum() for n, p in named if sharded[n] or mesh.tp_rank == 0]
-    sq = torch.stack(terms).sum() if terms else torch.zeros((), device=mdist.device())
-    norm = (global_grad_norm_sq(sq) / mesh.dp_size).sqrt()
-    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    for _, p in named:
-        p.grad.mul_(coef)
-    return norm
+    params = [p for p in stage.parameters() if p.grad is not None]
+    count = [param_is_not_tensor_parallel_duplicate(p, mesh.tp_rank) for p in params]
+    return clip_grad_norm_([p.grad for p in params], max_norm, count=count, replicas=mesh.dp_size)
 
 
 GRAD_COMPRESSION = ("none", "bf16", "powersgd")
@@ -313,7 +235,7 @@ def build_piece(
     count_memory: bool = False,
     recompute: str = "none",
 ) -> Piece:
-    """Build this rank's piece of the 3D job. Collective (creates 1-rank groups where needed).
+    """Build this rank's piece of the 3D job on ``mesh`` (from :func:`minipar.mesh.init_mesh`).
 
     The model is ``torch.manual_seed(seed); GPT(cfg)`` sliced for (tp rank, pp stage), so every
     layout starts from the same weights as one device.
@@ -332,23 +254,18 @@ def build_piece(
     if zero not in (0, 1):
         raise ConfigError(f"--zero {zero}: the 3D job supports 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
     check_grad_compression(grad_compression, zero)
+    mesh.check_model(cfg)  # pp <= n_layer; tp divides d_model, n_head, 4·d_model (minipar.mesh)
     pp = mesh.pp_size
-    if pp > cfg.n_layer:
-        raise ConfigError(
-            f"--pp {pp} stages but the model has only --n-layer {cfg.n_layer} blocks; "
-            f"use --pp <= {cfg.n_layer} or --n-layer >= {pp}"
-        )
-    groups = mesh_groups(mesh)
     torch.manual_seed(seed)
-    tp_model = TensorParallelGPT(cfg, group=groups["tp"]).to(mdist.device())
     lo, hi = partition_layers(cfg.n_layer, pp)[mesh.pp_rank]
-    stage = Stage3D(tp_model, mesh.pp_rank, pp, lo, hi)
+    # the whole TP model, of which the stage keeps its layers; the rest is freed on return
+    stage = GPTStage(TensorParallelGPT(cfg, group=mesh.tp_group), mesh.pp_rank, pp, lo, hi).to(mdist.device())
     set_recompute(stage, recompute)
     executor = PipelineExecutor(
         {mesh.pp_rank: stage},
         make_schedule(schedule, pp, microbatches),
         loss_fn=stage.loss,
-        group=groups["pp"],
+        group=mesh.pp_group,
         pipe_ranks=mesh.ranks.get("pp", [mesh.rank]),
         hidden_size=cfg.d_model,
         count_memory=count_memory,
@@ -361,22 +278,22 @@ def build_piece(
             betas=betas,
             weight_decay=weight_decay,
             max_norm=grad_clip or None,
-            group=groups["dp"],
+            group=mesh.dp_group,
         )
     else:
         opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
     comp = make_compressor(grad_compression) if grad_compression != "none" else None
-    return Piece(cfg, mesh, groups, stage, executor, opt, zero, grad_clip, compressor=comp)
+    return Piece(cfg, mesh, stage, executor, opt, zero, grad_clip, compressor=comp)
 
 
 @torch.no_grad()
 def gather_full_state(piece: Piece, dst: int) -> dict[str, torch.Tensor] | None:
     """The single-device ``GPT`` state dict, assembled on global rank ``dst`` (None elsewhere). Collective.
 
-    TP slices are all-gathered inside each tp group (:meth:`TensorParallelGPT.full_state_dict`),
+    TP slices are all-gathered inside each tp group (:func:`~minipar.tp.partition.gather_state_dict`),
     then every stage's tensors are gathered to ``dst`` as Python objects (fine for course-sized models).
     """
-    sd = {k: v.cpu() for k, v in piece.stage.tp.full_state_dict().items()}
+    sd = {k: v.cpu() for k, v in gather_state_dict(piece.stage, piece.mesh.tp_group).items()}
     if mdist.world_size() == 1:
         return sd
     box = [None] * mdist.world_size() if mdist.rank() == dst else None

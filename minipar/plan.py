@@ -1,10 +1,11 @@
-"""``python -m minipar.plan``: which layout for N GPUs and a model? (a MODEL: :mod:`minipar.perf_model`)
+"""``python -m minipar.plan``: which layout for N GPUs and a model? (a MODEL: :mod:`minipar.perf`)
 
     python -m minipar.plan --model 70b --gpus 64 --gpu h100 --seq 4096 --global-batch 1024
 
 prints the best layouts (dp, tp, pp, micro-batch b, interleaving v, ZeRO stage, recompute) with
 their modelled MFU, step time and memory per GPU, then one line per reason the other layouts
-were rejected (does not fit, TP across nodes, bubble) with an example of each.
+were rejected (does not fit, TP across nodes, bubble) with an example of each. Only the command
+line: the model is :mod:`minipar.perf.model`, the search :func:`minipar.perf.search.plan`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections import Counter
 from dataclasses import replace
 
 from minipar.errors import ConfigError
-from minipar.perf_model import GPUS, MODELS, plan
+from minipar.perf.hardware import GPUS
+from minipar.perf.published import MODELS
+from minipar.perf.search import plan
 
 
 def main(argv=None) -> int:

@@ -59,7 +59,7 @@ def checkpoint(fn, *inputs):
 def set_recompute(model: nn.Module, mode: str) -> int:
     """Switch every transformer block of ``model`` to recomputation ``mode``; returns how many blocks.
 
-    Blocks (``models.Block``, ``tp.gpt.ParallelBlock``) carry ``recompute`` ("full": keep only the
+    Blocks (``models.Block``, also in a tensor-parallel GPT) carry ``recompute`` ("full": keep only the
     block input, re-run the block in backward) and their attention ``recompute_core`` (True for
     "selective": keep q, k, v and re-run only QKᵀ, softmax, dropout, ·V). Parameter names and the
     state dict do not change. Raises ConfigError for an unknown mode, or a model with no blocks

@@ -1,9 +1,9 @@
 """The single-device reference: the plainest training loop, which every parallel layout must equal.
 
 No process group, no executor, no shards: one ``GPT``, one ``torch.optim.AdamW``, the same data
-order, learning-rate schedule and clipping as ``minipar.train``. Lesson 00 reads it; the tests
-check that ``minipar.train`` on any (pp, dp, tp) layout gives these losses (tests/test_reference.py,
-tests/test_3d.py).
+order, learning-rate schedule (:func:`minipar.config.lr_at`) and clipping as ``minipar.train``.
+Lesson 00 reads it; the tests check that ``minipar.train`` on any (pp, dp, tp) layout gives these
+losses (tests/test_reference.py, tests/test_3d.py).
 
     for step in range(steps):
         x, y = next(loader)                               # the global batch (B, T)
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from minipar.config import TrainConfig, build, lr_at
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.train import TrainConfig, build, lr_at
 
 
 def train_single_device(cfg: TrainConfig) -> list[dict]:

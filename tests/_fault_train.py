@@ -3,8 +3,8 @@
 Restart tests run this under ``torchrun --max-restarts 1`` instead of ``-m minipar.train``: rank RANK
 kills itself as it reaches step STEP, on the first attempt only (``TORCHELASTIC_RESTART_COUNT``, which
 ``minipar.dist`` keeps equal on every node), so the restarted job must resume from its checkpoint.
-The hook wraps ``minipar.train.lr_at``, which the training loop calls once per step, before the step,
-so the job itself carries no test code.
+The hook replaces the ``lr_at`` (:func:`minipar.config.lr_at`) that ``minipar.train``'s loop calls
+once per step, before the step, so the job itself carries no test code.
 """
 
 import os

@@ -9,21 +9,22 @@ import torch
 import torch.distributed as dist
 
 import minipar.dist as md
-from lessons.workers_02 import LOSS_BOUND, PARAM_BOUND, SMALL, build, corpus, train
+from lessons.workers_02 import LOSS_BOUND, PARAM_BOUND, build, train
+from minipar.data import builtin_corpus
 from minipar.dp.ddp import DistributedDataParallel
+from minipar.presets import SMALL
 
 __all__ = [
     "LOSS_BOUND",
     "PARAM_BOUND",
-    "SMALL",
     "build",
-    "corpus",
     "train",
     "train_variants",
     "one_step_trace",
     "start_unequal",
     "step_inside_no_sync",
     "unused_parameter",
+    "step_hook_lifetime",
 ]
 
 
@@ -44,7 +45,7 @@ def one_step_trace(bucket_cap_mb=0.02, overlap=True):
 
     model, opt = build()
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
-    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    x = torch.randint(0, builtin_corpus().vocab_size, (2, SMALL["block_size"]))
     for _ in range(2):
         with CommLog() as log:
             _, loss = net(x, x)
@@ -73,7 +74,7 @@ def step_inside_no_sync(outside=False):
     """The mistake: ``opt.step()`` while the micro-batch gradients are still local."""
     model, opt = build()
     net = DistributedDataParallel(model)
-    x = torch.randint(0, corpus().vocab_size, (2, SMALL["block_size"]))
+    x = torch.randint(0, builtin_corpus().vocab_size, (2, SMALL["block_size"]))
     with net.no_sync():
         _, loss = net(x, x)
         loss.backward()
@@ -86,7 +87,30 @@ def unused_parameter():
     """A parameter that gets no gradient: its bucket is still sent at the end of backward (no hang)."""
     torch.manual_seed(0)
     model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "unused": torch.nn.Linear(4, 4)})
-    net = DistributedDataParallel(model, bucket_cap_mb=1e-4)  # ~100 bytes: one bucket per parameter
+    DistributedDataParallel(model, bucket_cap_mb=1e-4)  # ~100 bytes a bucket: one per parameter; its hooks keep it
     x = torch.full((2, 4), float(md.rank() + 1))
     model["used"](x).sum().backward()
     return {"grad": model["used"].weight.grad.clone(), "unused_grad": model["unused"].weight.grad}
+
+
+def step_hook_lifetime():
+    """The no_sync() step check belongs to its DDP. Global optimizer step pre-hooks beyond those before:
+    with two DDPs, after the first one's ``remove_hooks()``, after the second one's, and after a DDP
+    with no parameters (no parameter hook keeps it alive) is dropped and collected."""
+    import gc
+
+    from torch.optim.optimizer import _global_optimizer_pre_hooks as hooks
+
+    before = len(hooks)
+    a, b = DistributedDataParallel(torch.nn.Linear(4, 4)), DistributedDataParallel(torch.nn.Linear(4, 4))
+    counts = [len(hooks) - before]
+    a.remove_hooks()
+    counts.append(len(hooks) - before)
+    b.remove_hooks()
+    counts.append(len(hooks) - before)
+    c = DistributedDataParallel(torch.nn.ReLU())
+    counts.append(len(hooks) - before)
+    del c
+    gc.collect()
+    counts.append(len(hooks) - before)
+    return counts

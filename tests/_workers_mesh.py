@@ -13,3 +13,9 @@ def mesh_vs_torch(pp, dp, tp):
     if m.tp_group is not None:
         dist.all_reduce(t, group=m.tp_group)
     return {"coords": m.coords, "ranks": m.ranks, "same_as_torch": same, "tp_sum": t.item()}
+
+
+def size_one_groups(pp, dp, tp):
+    m = init_mesh(pp=pp, dp=dp, tp=tp)
+    real = all(g is not None and dist.get_world_size(g) == len(m.ranks[d]) for d, g in m.groups.items())
+    return {"real": real, **{d: dist.get_process_group_ranks(m.groups[d]) for d in ("pp", "dp", "tp")}}

@@ -5,8 +5,9 @@ import torch
 import minipar.dist as md
 from minipar.data import CharCorpus, load_text
 from minipar.models import GPT, GPTConfig
-from minipar.pp.executor import PipelineExecutor, build_stages
+from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import make_schedule
+from minipar.pp.stages import build_stages
 
 _CORPUS = None
 
@@ -58,7 +59,8 @@ def _reference(m, n_layer, steps, T, mb_size, lr):
 
 def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64):
     """In ``dtype`` (float64 by default: the default dtype of this worker process, so parameters,
-    activations and the executor's receive buffers are all float64). For each (schedule, m, v, n_layer): train with the pipeline executor on p = world size ranks
+    activations and the executor's receive buffers are all float64). For each (schedule, m, v, n_layer):
+    train with the pipeline executor on p = world size ranks
     on the same global batches as :func:`reference` (B = m·mb_size). Returns per case
     (losses on the last-stage rank or None, {name: parameter} of the stages this rank owns)."""
     p, me = md.world_size(), md.rank()

@@ -6,7 +6,7 @@ import torch
 
 import minipar.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.models import GPT, GPTConfig
+from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads
 from minipar.tp.mappings import new_tp_group
 
@@ -22,11 +22,7 @@ def batches(steps: int, batch_size: int = 4, T: int = 32, seed: int = 0):
 
 
 def _opt(model):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=3e-3, betas=(0.9, 0.95)
-    )
+    return torch.optim.AdamW(adamw_groups(model, 0.1), lr=3e-3, betas=(0.9, 0.95))
 
 
 def train_steps(
@@ -111,16 +107,17 @@ def equivalence_suite(steps: int = 3) -> dict:
 
 
 def block_comm_counts(B: int = 2, T: int = 8) -> dict:
-    """Collectives of one ParallelBlock's forward and backward, counted by ``CommLog``, per op."""
+    """Collectives of one tensor-parallel block's forward and backward, counted by ``CommLog``, per op."""
     from minipar.comm.comm_log import CommLog, label
-    from minipar.tp.gpt import ParallelBlock
+    from minipar.models import Block
+    from minipar.tp.gpt import parallelize_block_
 
     cfg = small_cfg(103)
     n = md.world_size()
     out = {}
     for sp in (False, True):
         torch.manual_seed(0)
-        block = ParallelBlock(cfg, sequence_parallel=sp)
+        block = parallelize_block_(Block(cfg), sequence_parallel=sp)
         for p in block.parameters():
             torch.nn.init.normal_(p, std=0.02)
         x = torch.randn(B, T // n if sp else T, cfg.d_model, requires_grad=True)

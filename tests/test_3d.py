@@ -27,7 +27,8 @@ import sys
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.train import TrainConfig, main, train
+from minipar.config import TrainConfig
+from minipar.train import main, train
 from tests import _workers_3d as w
 
 TINY = dict(
@@ -338,4 +339,4 @@ def test_layout_errors_name_the_fix():
         from minipar.models import GPTConfig
         from minipar.parallel3d import build_piece
 
-        build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh((3, 1, 1), 0, {"pp": 0, "dp": 0, "tp": 0}))
+        build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh(3, pp=3))

@@ -2,7 +2,8 @@
 
 from minipar import checkpoint as ckpt
 from minipar import launch
-from minipar.train import TrainConfig, train
+from minipar.config import TrainConfig
+from minipar.train import train
 
 SMALL = dict(
     steps=12,

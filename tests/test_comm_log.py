@@ -25,3 +25,35 @@ def test_records_on_4_ranks():
         assert bc[2:4] == ((n - 1) * S, 0) if rank == 0 else bc[2:4] == (0, S)
         assert snd[2] == S and snd[4] == (rank + 1) % n
         assert rcv[3] == S and rcv[4] == (rank - 1) % n
+
+
+def scoped_logs():
+    """Two nested logs, the outer one left by an exception: who got which record, and what is left behind."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from minipar.comm.comm_log import _WRAPPED, CommLog
+
+    before = {n: (getattr(dist, n), getattr(c10d, n)) for n in _WRAPPED}
+    t = torch.ones(10)
+    outer, inner = CommLog(), CommLog()
+    try:
+        with outer:
+            dist.all_reduce(t)
+            with inner:
+                dist.broadcast(t, src=0)
+            dist.barrier()
+            raise KeyError("leaves the block")
+    except KeyError:
+        pass
+    restored = {n: (getattr(dist, n), getattr(c10d, n)) for n in _WRAPPED} == before
+    dist.all_reduce(t)  # no log open: not recorded anywhere
+    return [r.op for r in outer.records], [r.op for r in inner.records], restored
+
+
+def test_logs_are_scoped_nested_and_restored_on_error():
+    for outer, inner, restored in launch(scoped_logs, world_size=2):
+        assert outer == ["all_reduce", "broadcast", "barrier"]
+        assert inner == ["broadcast"]
+        assert restored

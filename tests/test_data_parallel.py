@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.data import CharWindows, make_loader
-from minipar.dp.ddp import DistributedDataParallel, check_dataset, make_buckets
+from minipar.data import CharWindows, check_dataset, make_loader
+from minipar.dp.buckets import make_buckets
+from minipar.dp.ddp import DistributedDataParallel
 from minipar.verify import max_abs_diff
 from tests import _workers_dp as w
 
@@ -130,3 +131,8 @@ def test_step_inside_no_sync(outside):
     where = "after no_sync" if outside else "inside DistributedDataParallel.no_sync"
     with pytest.raises(ConfigError, match=rf"optimizer.step\(\) was called {where}.*1 backward pass"):
         launch(w.step_inside_no_sync, world_size=2, args=(outside,))
+
+
+def test_step_check_belongs_to_its_ddp():
+    """One global step pre-hook per DDP: removed by remove_hooks() and when the DDP is collected."""
+    assert launch(w.step_hook_lifetime, world_size=2) == [[2, 1, 0, 1, 0]] * 2

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from minipar import ConfigError
-from minipar.train import TrainConfig, main, train
+from minipar.config import TrainConfig
+from minipar.train import main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
@@ -161,7 +162,7 @@ def test_bad_batch_for_the_layout_starts_no_rank(monkeypatch, capsys):
 
 
 def _advice(cfg) -> str:
-    from minipar.train import check
+    from minipar.config import check
 
     with pytest.raises(ConfigError) as e:
         check(cfg)
@@ -172,7 +173,7 @@ def test_block_size_advice_fits_both_splits():
     """Following the advice works at once (before: --batch-size 4, then --block-size 46512, then ...)."""
     import re
 
-    from minipar.train import check
+    from minipar.config import check
 
     msg = _advice(TrainConfig(block_size=100000, out=None))
     t = int(re.search(r"use --block-size (\d+) or less", msg).group(1))
@@ -187,7 +188,7 @@ def test_block_size_advice_fits_both_splits():
 def test_a_tiny_text_asks_for_a_longer_one(tmp_path):
     import re
 
-    from minipar.train import check
+    from minipar.config import check
 
     f = tmp_path / "ten.txt"
     f.write_text("0123456789")
@@ -259,7 +260,7 @@ def test_resume_with_an_empty_or_no_checkpoint_dir_says_so(tmp_path, capsys):
 
 
 def test_help_every_flag_once():
-    from minipar.train import parser
+    from minipar.config import parser
 
     p = parser()
     for action in p._actions:

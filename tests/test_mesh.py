@@ -3,7 +3,8 @@
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.mesh import coords_of, factorizations, group_ranks, rank_of, validate
+from minipar.mesh import Mesh, coords_of, factorizations, group_ranks, rank_of
+from minipar.models import GPTConfig
 from tests import _workers_mesh as w
 
 
@@ -17,13 +18,28 @@ def test_megatron_16_gpu_example():
 
 def test_factorizations_and_errors():
     assert len(factorizations(8)) == 10 and (2, 2, 2) in factorizations(8)
-    assert validate(8, pp=2, tp=2) == (2, 2, 2)
+    assert Mesh(8, pp=2, tp=2).shape == (2, 2, 2)
     with pytest.raises(ConfigError, match=r"not divisible by tp·pp = 3·1 = 3.*pp1·dp2·tp4"):
-        validate(8, tp=3)
+        Mesh(8, tp=3)
     with pytest.raises(ConfigError, match=r"pp·dp·tp = 2·2·1 = 4 but world_size=8"):
-        validate(8, pp=2, dp=2, tp=1)
-    with pytest.raises(ConfigError, match="tp=0"):
-        validate(8, tp=0)
+        Mesh(8, pp=2, dp=2, tp=1)
+    with pytest.raises(ConfigError, match="--tp 0: must be an integer >= 1"):
+        Mesh(8, tp=0)
+
+
+def test_layout_names_sizes_and_model_checks():
+    """The layout object: Megatron's parallel_state names, explicit (no __getattr__), and the model checks."""
+    m = Mesh(16, pp=4, tp=2, rank=5)  # dp filled in: 16 / (4·2)
+    assert (m.pp_size, m.dp_size, m.tp_size) == (m.size("pp"), m.size("dp"), m.size("tp")) == (4, 2, 2)
+    assert m.coords == {"pp": 1, "dp": 0, "tp": 1} == {"pp": m.pp_rank, "dp": m.dp_rank, "tp": m.tp_rank}
+    assert m.loss_rank == 12 and rank_of((3, 0, 0), m.shape) == 12
+    assert all(isinstance(getattr(Mesh, f"{d}_{k}"), property) for d in ("pp", "dp", "tp") for k in ("rank", "size"))
+    with pytest.raises(AttributeError):
+        m.cp_rank  # noqa: B018 (not a dimension yet)
+    with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2 blocks; use --pp <= 2"):
+        Mesh(6, pp=3, model=GPTConfig(n_layer=2, n_head=2, d_model=32))
+    with pytest.raises(ConfigError, match="n_head=2 is not divisible by tp=4"):
+        Mesh(4, tp=4, model=GPTConfig(n_layer=2, n_head=2, d_model=32))
 
 
 def test_groups_match_init_device_mesh_on_8_ranks():
@@ -32,3 +48,10 @@ def test_groups_match_init_device_mesh_on_8_ranks():
     assert out[5]["coords"] == {"pp": 1, "dp": 0, "tp": 1}
     assert out[5]["ranks"] == {"pp": [1, 5], "dp": [5, 7], "tp": [4, 5]}
     assert [o["tp_sum"] for o in out] == [1, 1, 5, 5, 9, 9, 13, 13]
+
+
+def test_size_one_dimensions_get_real_one_rank_groups():
+    """pp = tp = 1 in a world of 4: the pp and tp groups are one-rank groups, never None (= the world)."""
+    out = launch(w.size_one_groups, world_size=4, args=(1, 4, 1))
+    assert [o["tp"] for o in out] == [[r] for r in range(4)] == [o["pp"] for o in out]
+    assert all(o["real"] and o["dp"] == [0, 1, 2, 3] for o in out)

@@ -1,9 +1,9 @@
-"""Overlapped all-gather + GEMM (minipar.tp.overlap) and the two-stream model (minipar.overlap)."""
+"""Overlapped all-gather + GEMM (minipar.tp.overlap) and the simulated two-stream timeline (minipar.perf.timeline)."""
 
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.overlap import makespan, overlap_formula, two_stream_timeline
+from minipar.perf.timeline import makespan, overlap_formula, two_stream_timeline
 from tests._workers_comm import overlap_matmul
 
 

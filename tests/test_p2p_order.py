@@ -14,7 +14,8 @@ import pytest
 
 from minipar import ConfigError, launch
 from minipar.comm.p2p import P2POrderError
-from minipar.pp.schedules import check_p2p_order, gpipe, make_schedule, p2p_order, parse
+from minipar.pp.p2p_order import check_p2p_order, p2p_order
+from minipar.pp.schedules import gpipe, make_schedule, parse
 from tests import _workers_pp as W
 
 

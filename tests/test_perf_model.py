@@ -1,4 +1,4 @@
-"""minipar.perf_model (a MODEL) against published cluster-scale runs, and its own consistency.
+"""minipar.perf (a MODEL) against published cluster-scale runs, and its own consistency.
 
 Tolerance: 15 % on TFLOP/s per GPU (Narayanan et al. 2021) and on MFU (MegaScale 2024). The
 model has one achievable fraction (0.75 of peak for GEMMs) and datasheet bandwidths, and is not
@@ -11,22 +11,21 @@ efficiency make it pessimistic, and MegaScale's Megatron-LM baseline (+9 %).
 import pytest
 
 from minipar import ConfigError
-from minipar.perf_model import (
-    GPUS,
-    MEGASCALE_175B,
-    MODELS,
-    NARAYANAN_TABLE1,
-    Layout,
-    ModelShape,
+from minipar.models import GPT, GPTConfig
+from minipar.perf.factors import divisors
+from minipar.perf.hardware import GPUS, cpu_device
+from minipar.perf.layout import Layout, ModelShape, shape_of
+from minipar.perf.model import (
     _simulated,
     activation_bytes_per_layer,
     estimate,
-    megascale_estimates,
+    gpt_flops_per_token,
     memory_per_gpu,
-    narayanan_row,
     pipeline_makespan,
     stage_params,
 )
+from minipar.perf.published import MEGASCALE_175B, MODELS, NARAYANAN_TABLE1, megascale_estimates, narayanan_row
+from minipar.perf.search import plan, rank_correlation
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, one_f_one_b, simulate
 from minipar.zero.flat import zero_bytes_formula
@@ -68,7 +67,7 @@ def test_memory_uses_the_course_formulas():
     model, dev = MODELS["175b"], GPUS["a100"]
     lay = Layout(dp=4, tp=8, pp=8, micro_batch=1, zero=1, recompute="selective", seq_parallel=True)
     mem = memory_per_gpu(model, dev, lay, 32)
-    z = zero_bytes_formula(stage_params(model, 8, 8), 1, 4, mixed_precision=True)
+    z = zero_bytes_formula(max(stage_params(model, 8, 8)), 1, 4, mixed_precision=True)
     assert mem["params"] == z["params"] and mem["optimizer"] == z["optimizer"]
     # Korthikanti et al. 2022, §4.2.2 and §5: sequence parallel + selective = 34·s·b·h/t per layer
     s, h = model.seq, model.hidden
@@ -109,7 +108,41 @@ def test_plan_cli_prints_top_layouts_and_rejections(capsys):
 
 def test_plan_cli_names_the_bubble():
     """A small global batch leaves few micro-batches per pipeline: deep pipelines are rejected for their bubble."""
-    from minipar.perf_model import plan
-
     rows = plan(MODELS["175b"], GPUS["a100"], 64, 16)
     assert any(why.startswith("bubble") for _, why in rows)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("tie", [True, False])
+def test_minipar_counts_match_the_real_gpt(bias, tie):
+    """The minipar counts read minipar's GPT: the shape's FLOPs per token are the model's (tied or not),
+    and the stages' parameters (tp = 1, with biases) sum to the untied model's parameter count."""
+    import torch
+
+    cfg = GPTConfig(vocab_size=67, block_size=16, n_layer=3, n_head=2, d_model=32, bias=bias, tie_weights=tie)
+    with torch.device("meta"):
+        gpt = GPT(cfg)
+    assert gpt_flops_per_token(shape_of(cfg)) == gpt.flops_per_token()
+    if bias and not tie:
+        assert sum(stage_params(shape_of(cfg), 2, 1, "minipar")) == sum(p.numel() for p in gpt.parameters())
+
+
+def test_one_model_two_devices():
+    """The same layout on this CPU (minipar counts, fp32) and on an A100 preset (megatron counts)."""
+    shape, lay = shape_of(GPTConfig(vocab_size=64, block_size=16, n_layer=4, n_head=4, d_model=32)), Layout(2, 2, 2)
+    cpu = estimate(shape, cpu_device(5e10, 2.5e-4, 5e7, 1e-3, ranks=8, cores=2), lay, 16)
+    gpu = estimate(shape, GPUS["a100"], lay, 16)
+    assert cpu.time["total"] > 10 * gpu.time["total"]  # α dominates this tiny model on the GPUs' links
+    assert cpu.mem["params"] == 4 * max(stage_params(shape, 2, 2, "minipar"))  # fp32 on the CPU
+    assert gpu.mem["params"] == 2 * max(stage_params(shape, 2, 2))  # bf16 weights on the GPU
+    rows = plan(shape, cpu_device(5e10, ranks=8), 8, 16, microbatches=(1, 2), recomputes=("none",), zeros=(0,), vs=(1,))
+    assert rows and all(e.layout.gpus == 8 for e, _ in rows)
+    with pytest.raises(ConfigError, match="counts"):
+        cpu_device(1e9, counts="exact")
+
+
+def test_divisors_and_rank_correlation():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12] and divisors(1) == [1]
+    assert rank_correlation([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert rank_correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert rank_correlation([1, 1], [1, 2]) == 0.0

@@ -4,7 +4,6 @@ bubble and the activation memory the papers give. Pure Python, no ranks."""
 import pytest
 
 from minipar import ConfigError
-from minipar.pp.executor import partition_layers
 from minipar.pp.schedules import (
     Action,
     DeadlockError,
@@ -16,6 +15,7 @@ from minipar.pp.schedules import (
     parse,
     simulate,
 )
+from minipar.pp.stages import partition_layers
 
 CASES = [
     (name, p, m, v)
@@ -41,7 +41,7 @@ def test_schedule_is_valid_and_matches_bubble_formula(name, p, m, v):
     equals (p-1)/(v·m + p-1) exactly (arXiv:2104.04473 §2.2)."""
     sim = simulate(make_schedule(name, p, m, v), t_f=1, t_b=2)
     assert sim.bubble == pytest.approx(bubble_formula(p, m, v), abs=1e-12)
-    for what, src, dst, t_send, t_recv in sim.messages:  # every receive happens after its send
+    for _what, src, dst, t_send, t_recv in sim.messages:  # every receive happens after its send
         assert t_recv >= t_send and src != dst
 
 

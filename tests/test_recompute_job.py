@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from minipar import launch
+from minipar.config import TrainConfig, parse_args
 from minipar.errors import ConfigError
 from minipar.memory import SavedTensorMeter
 from minipar.models import GPT, GPTConfig
 from minipar.recompute import set_recompute
-from minipar.train import TrainConfig, parse_args
 from tests import _workers_train as wt
 
 SMALL = dict(
@@ -68,9 +68,11 @@ def test_full_keeps_only_block_inputs():
 
 
 def test_planner_accounts_for_recompute_and_offload():
-    """The planner's kept activations with full recompute equal the count on the real blocks; selective
-    drops exactly the attention-core term; offload moves AdamW's 8Φ to the host."""
-    from minipar import planner
+    """The performance model's kept activations with full recompute equal the count on the real blocks;
+    selective drops exactly the attention-core term; offload moves AdamW's 8Φ to the host."""
+    from minipar.perf.hardware import cpu_device
+    from minipar.perf.layout import Layout, shape_of
+    from minipar.perf.model import activation_bytes_per_layer, estimate
 
     cfg = GPTConfig(vocab_size=16, block_size=16, n_layer=3, n_head=2, d_model=16)
     torch.manual_seed(0)
@@ -81,18 +83,19 @@ def test_planner_accounts_for_recompute_and_offload():
         h = x
         for blk in m.blocks:
             h = blk(h)
-    assert cfg.n_layer * planner.activation_bytes_per_layer(cfg, 2, 1, recompute="full") == meter.peak
+    shape = shape_of(cfg)
+    assert cfg.n_layer * activation_bytes_per_layer(shape, 2, 1, recompute="full", bytes_per_value=4) == meter.peak
     s, b, hd, a = 16, 2, 16, 2
-    none = planner.activation_bytes_per_layer(cfg, b, 1, bytes_per_value=2)
-    sel = planner.activation_bytes_per_layer(cfg, b, 1, bytes_per_value=2, recompute="selective")
+    none = activation_bytes_per_layer(shape, b, 1, bytes_per_value=2)
+    sel = activation_bytes_per_layer(shape, b, 1, bytes_per_value=2, recompute="selective")
     assert none - sel == 5 * a * s * s * b and sel == 34 * s * b * hd
-    hw = planner.Hardware(peak_flops=1e9, mem_bytes=1e9)
-    plain = planner.estimate(cfg, 4, 1, 1, 1, 1, hw)
-    off = planner.estimate(cfg, 4, 1, 1, 1, 1, hw, offload=True, recompute="full")
+    cpu = cpu_device(peak_flops=1e9, mem_bytes=1e9)
+    plain = estimate(shape, cpu, Layout(dp=1, tp=1, pp=1, micro_batch=4, recompute="none"), 4)
+    off = estimate(shape, cpu, Layout(dp=1, tp=1, pp=1, micro_batch=4, recompute="full", offload=True), 4)
     assert off.mem["host"] == plain.mem["optimizer"] and off.mem["optimizer"] == 0
     assert off.mem["activations"] < plain.mem["activations"] and off.time["compute"] > plain.time["compute"]
     with pytest.raises(ConfigError):
-        planner.activation_bytes_per_layer(cfg, 2, 1, recompute="half")
+        activation_bytes_per_layer(shape, 2, 1, recompute="half")
 
 
 def test_full_recompute_peak_is_inputs_plus_one_layer():

@@ -13,7 +13,7 @@ rounding of a number ~4.6: a few ulps, ~1e-7 measured, still two orders below th
 """
 
 from minipar import launch
-from minipar.train import TrainConfig
+from minipar.config import TrainConfig
 from tests import _workers_train as wt
 
 CFG = dict(

@@ -194,8 +194,8 @@ def _overflow_param(p):
             p,
             id=p.stem,
             marks=pytest.mark.xfail(
-                reason="slides taller than the viewport: move detail into speaker notes (issue 13), then rebuild the deck "
-                "and drop the lesson from OVERFLOW_TODO",
+                reason="slides taller than the viewport: move detail into speaker notes (issue 13), "
+                "then rebuild the deck and drop the lesson from OVERFLOW_TODO",
                 strict=False,
             ),
         )

@@ -1,4 +1,4 @@
-"""Lesson 04: tensor parallelism (minipar.tp.mappings, tp_layers, tp_gpt, tp_dtensor).
+"""Lesson 04: tensor parallelism (minipar.tp.mappings, minipar.tp.layers, minipar.tp.gpt, minipar.tp.dtensor).
 
 The core claim: TP = 1, 2, 4 training — with and without sequence parallelism, and PyTorch's
 DTensor TP — equals single-device training of ``minipar.models.GPT`` from the same seed on the

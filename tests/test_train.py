@@ -5,7 +5,8 @@ import json
 import pytest
 
 from minipar import launch
-from minipar.train import TrainConfig, main, train
+from minipar.config import TrainConfig
+from minipar.train import main, train
 from tests import _workers_train as wt
 
 LOSS_BOUND = 1e-5  # float64 runs; derived in test_two_data_parallel_ranks_equal_one_device

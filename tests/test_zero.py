@@ -91,7 +91,7 @@ def test_clipping_equals_clip_grad_norm():
         args=(("zero2", "zero3"), w.CFG, adamw, w.batches(STEPS)),
         kwargs=dict(dtype=F64),
     )[0]
-    for s, o in out.items():
+    for _s, o in out.items():
         assert max(abs(a - b) for a, b in zip(o["losses"], ref["losses"])) < LOSS_TOL
         assert max_diff(o["params"], ref["params"]) < PARAM_TOL
 

@@ -33,7 +33,8 @@ def check_layer_norm(mod) -> str:
             f"{what}: grad_weight",
             gw,
             w.grad,
-            hint="sum grad_out · xhat over every leading dimension (xhat = (x − mean)·rstd with the biased variance, ÷D)",
+            hint="sum grad_out · xhat over every leading dimension "
+            "(xhat = (x − mean)·rstd with the biased variance, ÷D)",
         )
         expect_close(
             f"{what}: grad_x",

@@ -133,7 +133,7 @@ def check_all_gather(mod) -> str:
         what = f"ring_all_gather, {world} ranks, {numel} elements" + (f", sub-group {members}" if members else "")
         got = run_ranks(ag_worker, world, (mod.__name__, numel, members), what)
         want = torch.arange(1, numel + 1, dtype=torch.float64)
-        for i, g in enumerate(ranks):
+        for _i, g in enumerate(ranks):
             out = got[g]
             if out.numel() != numel:
                 raise CheckFailed(f"{what}: rank {g} returned {out.numel()} elements, expected the full {numel}")

@@ -127,7 +127,7 @@ def train_worker(module):
 
 
 def check_make_buckets(mod) -> str:
-    from minipar.dp.ddp import make_buckets as ref_make
+    from minipar.dp.buckets import make_buckets as ref_make
 
     net = build()
     params = list(net.parameters())

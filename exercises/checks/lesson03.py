@@ -93,7 +93,10 @@ def check_zero1(mod) -> str:
                 f"(float64, bound {EXACT:g}): check the padding to {padded} and the slice "
                 "[rank·padded/N, (rank+1)·padded/N), and the AdamW bias correction with state['step']"
             )
-    return "N = 1, 3, 4 ranks; 2, 10, 1000 parameters (padding, fewer than ranks) = torch AdamW on the mean gradient, 3 steps (float64)"
+    return (
+        "N = 1, 3, 4 ranks; 2, 10, 1000 parameters (padding, fewer than ranks) = torch AdamW on the mean gradient, "
+        "3 steps (float64)"
+    )
 
 
 CHECKS = [("zero1_step", check_zero1)]

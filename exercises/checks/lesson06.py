@@ -28,7 +28,8 @@ def _batch(m):
 def run_worker(module, m):
     """Run the learner's schedule with minipar's executor (float64); return this rank's gradients."""
     from minipar import dist as mdist
-    from minipar.pp.executor import PipelineExecutor, build_stages
+    from minipar.pp.executor import PipelineExecutor
+    from minipar.pp.stages import build_stages
 
     torch.set_default_dtype(torch.float64)  # the executor's receive buffers follow the default dtype
     mod = importlib.import_module(module)

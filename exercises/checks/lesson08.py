@@ -75,7 +75,10 @@ def check_checkpoint(mod) -> str:
             f"forward kept {kept:,} bytes for backward, expected {x1.numel() * 8:,} (the input only): "
             "run fn under torch.no_grad() and ctx.save_for_backward only the inputs"
         )
-    return "a float64 transformer block with dropout: output, input and parameter gradients, RNG stream, bytes kept = the input"
+    return (
+        "a float64 transformer block with dropout: output, input and parameter gradients, RNG stream, "
+        "bytes kept = the input"
+    )
 
 
 def check_loss_scale(mod) -> str:

@@ -8,7 +8,7 @@ Given: the training itself (``minipar.train.train``, the main job, on a (pp, dp,
 
 1. :func:`choose_layout` — your (pp, dp, tp, microbatches) for ``world`` ranks, valid for the model.
 2. :func:`predict` — the planner's memory per rank and step time for that layout
-   (``minipar.planner.estimate`` with a ``Hardware`` you measured or assumed: say which).
+   (``minipar.perf.model.estimate`` with a ``cpu_device`` you measured or assumed: say which).
 3. :func:`report` — the JSON the checker reads (fields in its docstring).
 """
 
@@ -19,7 +19,7 @@ import json
 import os
 
 from minipar import launch
-from minipar.train import TrainConfig
+from minipar.config import TrainConfig
 
 
 def run_rank(cfg: TrainConfig) -> dict:
@@ -38,9 +38,10 @@ def run_rank(cfg: TrainConfig) -> dict:
 def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
     """TODO: return ``(pp, dp, tp, microbatches)`` with pp·dp·tp = world, valid for ``cfg``'s model.
 
-    Rules: tp divides n_head and d_model (``minipar.tp.gpt.check_tp_config``); pp <= n_layer;
-    dp·microbatches divides batch_size. Use at least two of the three dimensions. Say in your
-    write-up why (e.g. the planner's ranking: ``minipar.planner.plan``, lesson 07 "Plan it").
+    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.mesh.check_model_fits``);
+    dp·microbatches divides batch_size (all three: ``cfg.accepts(pp, dp, tp)``). Use at least two of
+    the three dimensions. Say in your write-up why (e.g. the planner's ranking:
+    ``minipar.perf.search.plan``, lesson 07 "Plan it").
     """
     raise NotImplementedError("not implemented yet: choose_layout")
 
@@ -48,8 +49,11 @@ def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
 def predict(cfg: TrainConfig, vocab_size: int, layout: tuple[int, int, int, int]) -> dict:
     """TODO: the planner's prediction: ``{"mem_bytes": total per rank, "step_s": seconds, "hardware": "..."}``.
 
-    ``minipar.planner.estimate(cfg.gpt(vocab_size), cfg.batch_size, pp, dp, tp, m, hw, zero=cfg.zero)``
-    returns an ``Estimate`` with ``.mem["total"]`` (bytes) and ``.time["total"]`` (seconds).
+    ``minipar.perf.model.estimate(shape_of(cfg.gpt(vocab_size)), hw, Layout(dp=dp, tp=tp, pp=pp,
+    micro_batch=cfg.batch_size // (dp * m), zero=cfg.zero, recompute="none"), cfg.batch_size)`` with
+    ``hw = minipar.perf.hardware.cpu_device(peak_flops=..., ...)`` (``shape_of`` and ``Layout`` from
+    ``minipar.perf.layout``) returns an ``Estimate`` with ``.mem["total"]`` (bytes) and
+    ``.time["total"]`` (seconds).
     """
     raise NotImplementedError("not implemented yet: predict")
 

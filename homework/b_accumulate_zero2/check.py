@@ -113,7 +113,7 @@ def check(module: str) -> list[str]:
                 )
                 break
             units = [FlatUnit(name, m, r, n) for name, m in default_units(ref_model)]
-            for u, (_, mod_u), shard in zip(units, default_units(ref_model), res["shards"]):
+            for u, (_, _mod_u), shard in zip(units, default_units(ref_model), res["shards"]):
                 full = u.flatten([ref_grads[f"{u.name}.{pn}"] for pn in u.names])
                 want = full[u.lo : u.hi]
                 bound = 1e-5 * float(full.abs().max()) + 1e-7

@@ -63,7 +63,7 @@ def job(steps: int) -> dict:
     held, peak = {}, {}
     for s in ("zero1", "zero2", "zero3"):
         model, opt = _build(s)
-        for i in range(2):  # the second step finds the optimizer state allocated: measure it
+        for _ in range(2):  # the second step finds the optimizer state allocated: measure it
             tracker = MemTracker()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
@@ -158,7 +158,8 @@ def rows(quick: bool) -> list[Row]:
                 target="0.9 to 1.1",
                 ok=0.9 <= worst / f <= 1.1,
                 note=f"{worst:,} B held vs {f:,.0f} B (Ψ = {psi:,}, N = {N}); peak of all tensors in a "
-                f"step (MemTracker, activations included) {max(r['peak'][f'zero{stage}'] for r in out) / f:.2f}× formula",
+                f"step (MemTracker, activations included) "
+                f"{max(r['peak'][f'zero{stage}'] for r in out) / f:.2f}× formula",
             )
         )
     return res

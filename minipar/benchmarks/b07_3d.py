@@ -4,32 +4,15 @@ and how well the planner ranks every factorization of 8 (8 gloo ranks on this ma
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
-from minipar import dist as mdist
-from minipar.bench import Row
+from minipar.bench import Row, median_time
 from minipar.launch import launch
 
 CFG = dict(vocab_size=96, block_size=32, n_layer=4, n_head=4, d_model=64)
 BATCH, M = 16, 2
-
-
-def _timed(fn, reps: int) -> float:
-    """Median seconds of ``fn`` over ``reps`` runs after one warm-up, the slowest rank's (MAX)."""
-    fn()
-    ts = []
-    for _ in range(reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    t = torch.tensor([statistics.median(ts)], device=mdist.device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 
 def job(layouts, reps: int) -> dict:
@@ -43,7 +26,7 @@ def job(layouts, reps: int) -> dict:
     for pp, dp, tp, zero in layouts:
         piece = build_piece(cfg, init_mesh(pp=pp, dp=dp, tp=tp), microbatches=M, zero=zero)
         x = torch.randint(0, cfg.vocab_size, (BATCH // dp, cfg.block_size), generator=g, device="cpu")
-        out[(pp, dp, tp, zero)] = _timed(lambda: piece.step(x, x, 1e-3), reps)
+        out[(pp, dp, tp, zero)] = median_time(lambda: piece.step(x, x, 1e-3), reps, barrier=True, slowest=True)
     # PyTorch-native reference: DDP over all 8 ranks, the same global batch as M accumulated micro-batches
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(GPT(cfg))
@@ -60,14 +43,17 @@ def job(layouts, reps: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    out["ddp"] = _timed(ddp_step, reps)
+    out["ddp"] = median_time(ddp_step, reps, barrier=True, slowest=True)
     return out
 
 
 def rows(quick: bool) -> list[Row]:
     from minipar.mesh import factorizations
     from minipar.models import GPTConfig
-    from minipar.planner import Hardware, estimate, rank_correlation
+    from minipar.perf.hardware import cpu_device
+    from minipar.perf.layout import Layout, shape_of
+    from minipar.perf.model import estimate
+    from minipar.perf.search import rank_correlation
 
     reps = 2 if quick else 5
     lays = [(1, 8, 1, 0), (2, 2, 2, 0), (2, 2, 2, 1)] + [
@@ -101,17 +87,12 @@ def rows(quick: bool) -> list[Row]:
             note=f"{t3z * 1e3:.0f} ms vs {t3 * 1e3:.0f} ms",
         ),
     ]
-    # the planner with this machine's nominal numbers; its ranking vs the measured step times
-    hw = Hardware(
-        peak_flops=5e10,
-        mem_bytes=2**30,
-        bw={"tp": 5e7, "dp": 5e7, "pp": 5e7},
-        latency=2.5e-4,
-        compute_share=(os.cpu_count() or 1) / 8,
-        layer_overhead=1e-3,
-    )
+    # the performance model (minipar.perf) with this machine's nominal numbers; its ranking vs the measured step times
+    hw = cpu_device(5e10, alpha=2.5e-4, beta=5e7, layer_overhead=1e-3, ranks=8, cores=os.cpu_count() or 1)
     keys = [k for k in r if k != "ddp" and k[3] == 0]
-    pred = [estimate(GPTConfig(**CFG), BATCH, k[0], k[1], k[2], M, hw).time["total"] for k in keys]
+    shape = shape_of(GPTConfig(**CFG))
+    layout_of = {k: Layout(dp=k[1], tp=k[2], pp=k[0], micro_batch=BATCH // (k[1] * M), recompute="none") for k in keys}
+    pred = [estimate(shape, hw, layout_of[k], BATCH).time["total"] for k in keys]
     rho = rank_correlation(pred, [r[k] for k in keys])
     out.append(
         Row(

@@ -38,16 +38,16 @@ def _alternate(blocks: dict, repeats: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _batch() -> torch.Tensor:
+    """This rank's (4, block_size) int64 batch of random token ids (seeded by rank)."""
+    g = torch.Generator().manual_seed(dist.get_rank())
+    return torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=g, device="cpu")
+
+
 def powersgd_times(repeats: int, steps: int, rank: int = 4) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
-    x = torch.randint(
-        0,
-        CFG["vocab_size"],
-        (4, CFG["block_size"]),
-        generator=torch.Generator().manual_seed(dist.get_rank()),
-        device="cpu",
-    )
+    x = _batch()
     torch.manual_seed(0)
     mine = GPT(GPTConfig(**CFG))
     comp = make_compressor("powersgd", rank=rank, start_iter=0)
@@ -80,7 +80,7 @@ def powersgd_times(repeats: int, steps: int, rank: int = 4) -> dict:
 def overlap_times(repeats: int) -> dict:
     from minipar.tp.overlap import allgather_matmul
 
-    n, me = dist.get_world_size(), dist.get_rank()
+    _n, _me = dist.get_world_size(), dist.get_rank()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 256, 512, generator=g, device="cpu")
     w = torch.randn(512, 512, generator=g, device="cpu")
@@ -97,13 +97,7 @@ def ps_vs_ddp_times(repeats: int, steps: int) -> dict:
     """Rank 0 is the server in the parameter-server run; the DDP run uses ranks 1-2 (rank 0 idles)."""
     from minipar.dp.param_server import run_sync
 
-    x = torch.randint(
-        0,
-        CFG["vocab_size"],
-        (4, CFG["block_size"]),
-        generator=torch.Generator().manual_seed(dist.get_rank()),
-        device="cpu",
-    )
+    x = _batch()
     torch.manual_seed(0)
     model = GPT(GPTConfig(**CFG))
     workers = dist.new_group([1, 2])

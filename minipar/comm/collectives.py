@@ -27,8 +27,9 @@ makes rank 0 send and receive (N−1)·S: its link is the bottleneck.
 Safety. Every function first exchanges 12 integers per rank (shape, dtype, contiguity;
 ``check=True``: a ring all-gather of N−1 small messages, recorded by ``CommLog`` as
 ``isend``/``irecv`` under the label ``"shape check"``) and raises the same
-:class:`~minipar.ConfigError` on every rank when they disagree: a receive buffer larger than the message it gets is *silently* half-filled by gloo,
-so unchecked mismatches would give wrong numbers. A rank outside ``group`` raises at once. A
+:class:`~minipar.ConfigError` on every rank when they disagree: a receive buffer larger than
+the message it gets is *silently* half-filled by gloo, so unchecked mismatches would give wrong
+numbers. A rank outside ``group`` raises at once. A
 peer that never arrives makes the others raise a RuntimeError naming the rank they waited for
 after the process-group timeout (``minipar.dist.default_timeout``), never hang.
 

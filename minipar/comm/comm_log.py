@@ -5,11 +5,24 @@
         ...                                    # any torch.distributed calls, minipar's or yours
     log.total("sent"), log.by_op(), log.records
 
-While a ``CommLog`` is open, the ``torch.distributed`` functions below are wrapped (in the
-``torch.distributed`` namespace and in ``distributed_c10d``, so ``P2POp``/``batch_isend_irecv``
-and library code such as FSDP2 that calls them are seen too). Only the outermost call is
-recorded when one wrapped function calls another. Calls that bypass Python (the C++ reducer
-inside ``torch.nn.parallel.DistributedDataParallel``) are not seen: use a DDP comm hook there.
+How calls are seen, and only inside the block. Importing this module changes nothing. Entering
+the *outermost* open ``CommLog`` saves the ``torch.distributed`` functions listed in
+:data:`_WRAPPED` and puts recording wrappers in their place, in the ``torch.distributed``
+namespace and in ``distributed_c10d`` (so ``P2POp``/``batch_isend_irecv``, library code such as
+FSDP2, and a learner's own ``dist.all_reduce(...)`` are all seen); leaving the last open one puts
+the saved functions back, also when the block raises. Logs nest: an inner log shares the outer
+one's wrappers, and every record made while a log is open goes to that log. A wrapper that some
+other code replaced in the meantime is left to that code (with no log open a wrapper only passes
+the call through). Only the outermost call is recorded when one wrapped function calls another.
+
+Why wrappers and not a hook: torch.distributed has no hook for its Python-level calls, and a
+``TorchDispatchMode`` (as ``CommDebugMode`` uses) sees the ``c10d`` ops *below* them, where
+``send`` and ``isend`` are one op (``c10d::send``) and a group is an opaque script object; a
+record must name the call the program made, its group's ranks and its peer.
+So the wrappers are a scoped replacement, like ``unittest.mock.patch``: a function imported by
+name *before* the block (``from torch.distributed import all_reduce``) keeps the original, and
+calls that bypass Python (the C++ reducer inside ``torch.nn.parallel.DistributedDataParallel``)
+are not seen: use a DDP comm hook there.
 
 What a record counts, per rank, for a message of ``S`` bytes in a group of ``N`` ranks:
 
@@ -63,9 +76,10 @@ _WRAPPED = [
     "irecv",
     "barrier",
 ]
-_active: list["CommLog"] = []
-_originals: dict[str, object] = {}
-_state = threading.local()
+_active: list["CommLog"] = []  # the open logs, outermost first; wrappers are installed while non-empty
+_installed: dict[str, tuple] = {}  # name -> (c10d's function, torch.distributed's function, the wrapper)
+_lock = threading.Lock()  # entering and leaving logs from several threads
+_state = threading.local()  # .inside: in a recorded call or unrecorded(); .parent: in a collective()
 _labels: list[str] = []
 
 
@@ -184,24 +198,36 @@ def _wrap(op: str, fn):
     return wrapper
 
 
-def _patch() -> None:
-    for name in _WRAPPED:
-        orig = getattr(c10d, name)
-        _originals[name] = orig
-        w = _wrap(name, orig)
-        setattr(c10d, name, w)
-        setattr(dist, name, w)
+def _install() -> None:
+    """Save the functions of :data:`_WRAPPED` and put recording wrappers in their place."""
+    try:
+        for name in _WRAPPED:
+            orig, orig_dist = getattr(c10d, name), getattr(dist, name)
+            w = _wrap(name, orig)
+            _installed[name] = (orig, orig_dist, w)
+            setattr(c10d, name, w)
+            setattr(dist, name, w)
+    except BaseException:
+        _uninstall()
+        raise
 
 
-def _unpatch() -> None:
-    for name, orig in _originals.items():
-        setattr(c10d, name, orig)
-        setattr(dist, name, orig)
-    _originals.clear()
+def _uninstall() -> None:
+    """Put back the saved functions (where the wrapper is still in place)."""
+    for name, (orig, orig_dist, w) in _installed.items():
+        if getattr(c10d, name) is w:
+            setattr(c10d, name, orig)
+        if getattr(dist, name) is w:
+            setattr(dist, name, orig_dist)
+    _installed.clear()
 
 
 class CommLog:
-    """Context manager recording this rank's communication (see the module doc for the model).
+    """Context manager recording this rank's communication inside its block (see the module doc).
+
+    ``torch.distributed`` is wrapped from ``__enter__`` of the outermost open log to ``__exit__`` of
+    the last one, and is exactly as before afterwards, also after an exception. A log can be
+    entered again after it is closed (its records are kept), not while it is open.
 
     Attributes:
         records: list of :class:`Record`, in call order.
@@ -211,15 +237,22 @@ class CommLog:
         self.records: list[Record] = []
 
     def __enter__(self) -> "CommLog":
-        if not _active:
-            _patch()
-        _active.append(self)
+        with _lock:
+            if any(log is self for log in _active):
+                raise RuntimeError("this CommLog is already open; open a new CommLog() to nest one")
+            if not _active:
+                _install()
+            _active.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _active.remove(self)
-        if not _active:
-            _unpatch()
+        with _lock:
+            for i, log in enumerate(_active):
+                if log is self:
+                    del _active[i]
+                    break
+            if not _active:
+                _uninstall()
 
     def total(self, what: str = "sent", op: str | None = None, label: str | None = None) -> float:
         """Sum of ``what`` (``"sent"``, ``"recv"`` or ``"bytes"``) over records, optionally one op/label."""

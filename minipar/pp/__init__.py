@@ -4,7 +4,9 @@ Read in this order:
 
 - :mod:`minipar.pp.schedules`  GPipe, 1F1B and interleaved 1F1B as data (actions per rank), and a
   labelled simulator of a schedule's timeline (bubble, peak in-flight micro-batches)
-- :mod:`minipar.pp.executor`   stages cut from the GPT and an executor that runs any schedule on real ranks
+- :mod:`minipar.pp.stages`     the GPT cut into consecutive stages (one stage class, also for the 3D job)
+- :mod:`minipar.pp.executor`   an executor that runs any schedule over a rank's stages on real ranks
+- :mod:`minipar.pp.p2p_order`  the point-to-point message order a schedule implies, checked for NCCL
 - :mod:`minipar.pp.trace`      traced runs, measured bubble, Gantt charts (checked against the simulator)
 - :mod:`minipar.pp.native`     the same schedules with ``torch.distributed.pipelining``
 """

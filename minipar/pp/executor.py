@@ -1,13 +1,11 @@
-"""Pipeline parallelism on real ranks: cut the GPT into stages, run any schedule, trace it.
+"""Pipeline parallelism on real ranks: run any schedule over this rank's stages, and trace it.
 
-    stages = build_stages(model, n_stages=4, stage_ids=[rank])      # this rank's piece(s)
-    ex = PipelineExecutor(stages, one_f_one_b(p=4, m=8))             # schedule: pipeline_schedules
+    stages = build_stages(model, n_stages=4, stage_ids=[rank])      # minipar.pp.stages
+    ex = PipelineExecutor(stages, one_f_one_b(p=4, m=8))             # schedule: minipar.pp.schedules
     out = ex.step(x, y, optimizer)          # out.loss (last stage), out.trace, out.peak_act_bytes
 
-Stages (inter-operator parallelism, Huang et al. 2019 GPipe, arXiv:1811.06965): the GPT's layers
-are cut into S consecutive stages; the embedding goes to stage 0, the final LayerNorm, the
-head and the loss to stage S−1 (:func:`partition_layers`, :class:`GPTStage`). A stage is a plain
-``nn.Module`` made of ``GPT.embed`` / ``blocks[i:j]`` / ``GPT.head``.
+The stages (:class:`~minipar.pp.stages.GPTStage`, Huang et al. 2019 GPipe, arXiv:1811.06965) are
+consecutive pieces of the GPT; the embedding is on stage 0, the head and the loss on stage S−1.
 
 The executor runs a schedule (a list of actions per rank, see :mod:`minipar.pp.schedules`)
 with point-to-point messages: after ``sF i`` the activation (B/m, T, d) goes to the rank of
@@ -30,7 +28,7 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
   before the tensor is used. GPipe, 1F1B and interleaved 1F1B at every (p, m, v) and lookahead
   of the tests pass it: a rank posts its receives from a peer in its own action order, and the
   peer sends in its action order, which the generators keep consistent
-  (:func:`~minipar.pp.schedules.check_p2p_order` checks the same from the schedule alone);
+  (:func:`~minipar.pp.p2p_order.check_p2p_order` checks the same from the schedule alone);
 - receives are posted ``lookahead`` actions early (``irecv``), so the transfer overlaps the
   compute of the current action; ``lookahead=0`` posts each receive only when it is needed;
 - every wait carries the group's timeout; a stage output of the wrong shape raises
@@ -56,94 +54,6 @@ from minipar.errors import ConfigError
 from minipar.memory import saved_activation_bytes
 from minipar.models import GPT
 from minipar.pp.schedules import Action, num_microbatches, num_stages, simulate
-
-
-def partition_layers(n_layer: int, n_stages: int, layers_per_stage: list[int] | None = None) -> list[tuple[int, int]]:
-    """Cut ``n_layer`` blocks into ``n_stages`` consecutive ranges ``[(lo, hi), ...]``.
-
-    Balanced default: every stage gets ``n_layer // n_stages`` blocks, the first
-    ``n_layer % n_stages`` stages one more. ``layers_per_stage`` gives the counts explicitly
-    (e.g. one block fewer on the last stage, which also runs the head and the loss).
-
-    Raises:
-        ConfigError: more stages than layers; counts that do not sum to ``n_layer``, of the
-            wrong length, or below 1.
-    """
-    if not isinstance(n_stages, int) or n_stages < 1:
-        raise ConfigError(f"n_stages={n_stages!r} must be an integer >= 1")
-    if layers_per_stage is None:
-        if n_stages > n_layer:
-            raise ConfigError(
-                f"{n_stages} pipeline stages but the model has only n_layer={n_layer} blocks; "
-                f"use at most {n_layer} stages (p·v <= n_layer) or a model with n_layer >= {n_stages}"
-            )
-        q, r = divmod(n_layer, n_stages)
-        layers_per_stage = [q + (1 if s < r else 0) for s in range(n_stages)]
-    counts = list(layers_per_stage)
-    if len(counts) != n_stages:
-        raise ConfigError(
-            f"layers_per_stage={counts} has {len(counts)} entries for {n_stages} stages; give one count per stage"
-        )
-    if sum(counts) != n_layer or min(counts) < 1:
-        raise ConfigError(
-            f"layers_per_stage={counts} must be counts >= 1 summing to n_layer={n_layer}; "
-            f"e.g. {partition_layers(n_layer, n_stages) if n_stages <= n_layer else 'fewer stages'}"
-        )
-    bounds, lo = [], 0
-    for c in counts:
-        bounds.append((lo, lo + c))
-        lo += c
-    return bounds
-
-
-class GPTStage(nn.Module):
-    """Stage ``index`` of ``n_stages``: [``embed``] -> ``blocks[lo:hi]`` -> [``head``].
-
-    Shares its parameters with the ``GPT`` it was cut from. Shapes: stage 0 takes ids (B, T)
-    int64; the others take hidden (B, T, d_model); the last returns logits (B, T, vocab_size),
-    the others hidden (B, T, d_model). The loss is applied by the executor (``GPT.loss``).
-    """
-
-    def __init__(self, model: GPT, index: int, n_stages: int, lo: int, hi: int):
-        super().__init__()
-        self.cfg, self.index, self.n_stages, self.lo, self.hi = model.cfg, index, n_stages, lo, hi
-        self.is_first, self.is_last = index == 0, index == n_stages - 1
-        if self.is_first:
-            self.wte, self.wpe, self.drop = model.wte, model.wpe, model.drop
-        self.blocks = nn.ModuleList(model.blocks[lo:hi])
-        if self.is_last:
-            self.ln_f, self.lm_head = model.ln_f, model.lm_head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.is_first:
-            x = GPT.embed(self, x)  # the same code as the unsplit model
-        for block in self.blocks:
-            x = block(x)
-        return GPT.head(self, x) if self.is_last else x
-
-    def extra_repr(self) -> str:
-        return (
-            f"stage {self.index}/{self.n_stages}: blocks[{self.lo}:{self.hi}]"
-            + (" + embed" if self.is_first else "")
-            + (" + head" if self.is_last else "")
-        )
-
-
-def build_stages(
-    model: GPT, n_stages: int, stage_ids, layers_per_stage: list[int] | None = None
-) -> dict[int, GPTStage]:
-    """``{stage index: GPTStage}`` for the stages in ``stage_ids`` (the ones this rank runs).
-
-    Raises:
-        ConfigError: see :func:`partition_layers`; tied embeddings across different stages.
-    """
-    bounds = partition_layers(model.cfg.n_layer, n_stages, layers_per_stage)
-    if model.cfg.tie_weights and n_stages > 1:
-        raise ConfigError(
-            "tie_weights=True ties the head (last stage) to the embedding (stage 0); this "
-            "pipeline does not synchronise their gradients: build the GPT with tie_weights=False"
-        )
-    return {s: GPTStage(model, s, n_stages, *bounds[s]) for s in stage_ids}
 
 
 @dataclass
@@ -180,7 +90,7 @@ class PipelineExecutor:
     """Run a pipeline schedule on real ranks.
 
     Args:
-        stages: ``{stage index: nn.Module}``, the stages this rank runs (from :func:`build_stages`).
+        stages: ``{stage index: nn.Module}``, the stages this rank runs (:func:`~minipar.pp.stages.build_stages`).
         schedule: ``schedule[pipe_rank]`` = list of :class:`Action` (all ranks' lists; checked
             by simulation first).
         loss_fn: ``loss_fn(output, target) -> scalar`` mean loss of one micro-batch (``GPT.loss``).
@@ -240,6 +150,12 @@ class PipelineExecutor:
             hidden_size = cfg.d_model
         self.hidden = hidden_size
         self.timeout = mdist.default_timeout() if timeout is None else timedelta(seconds=float(timeout))
+        # one step's messages, emptied when a step starts: receives posted (action -> (buffer, work)),
+        # inputs handed over between two stages of this rank, sends not yet waited for, the trace
+        self._inbox: dict[Action, tuple] = {}
+        self._local: dict[Action, torch.Tensor] = {}
+        self._sends: list[tuple] = []
+        self._trace: list[TraceEvent] = []
 
     # -- messages ---------------------------------------------------------------------------
     def _src(self, a: Action) -> int | None:
@@ -313,7 +229,8 @@ class PipelineExecutor:
         shape = (B // self.m, T, self.hidden)
         xs, ys = x.chunk(self.m), y.chunk(self.m)
         dev = mdist.device()
-        self._inbox, self._local, self._sends, self._trace = {}, {}, [], []
+        for state in (self._inbox, self._local, self._sends, self._trace):
+            state.clear()
         held: dict[tuple, tuple] = {}
         act_bytes: dict[tuple, int] = {}
         live = peak = 0
@@ -372,4 +289,4 @@ class PipelineExecutor:
             optimizer.step()
             self._trace.append(TraceEvent(self.me, "O", -1, -1, t0, time.perf_counter(), time.thread_time() - c0))
         loss = loss_sum.item() if any(s == self.S - 1 for s in self.stages) else None
-        return StepResult(loss, self._trace, peak, act_bytes)
+        return StepResult(loss, list(self._trace), peak, act_bytes)

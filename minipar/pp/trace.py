@@ -30,8 +30,9 @@ import torch
 from minipar import dist as mdist
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
-from minipar.pp.executor import PipelineExecutor, TraceEvent, build_stages
+from minipar.pp.executor import PipelineExecutor, TraceEvent
 from minipar.pp.schedules import Action, Simulation, make_schedule
+from minipar.pp.stages import build_stages
 
 
 @dataclass

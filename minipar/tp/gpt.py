@@ -1,4 +1,4 @@
-"""Tensor parallelism, part 3: the course's GPT (``minipar.models.GPT``) built from parallel layers.
+"""Tensor parallelism, part 3: the course's GPT (``minipar.models.GPT``) with parallel layers swapped in.
 
 Per transformer block (Shoeybi et al. 2019, arXiv:1909.08053, §3, Fig. 3-4):
 
@@ -12,14 +12,26 @@ So a block costs 2 all-reduces forward (``g``) and 2 backward (``f``) of a (B, T
 sequence parallelism 2 all-gathers + 2 reduce-scatters each way instead (plus 2 all-gathers in
 backward that recompute the gathered input, so it need not be stored).
 
-:class:`TensorParallelGPT` mirrors ``GPT``'s ``embed`` / ``blocks`` / ``head`` / ``loss`` split, so a
-pipeline stage can still be "some of these, in order" (lesson 07). ``head`` returns this rank's
-slice of the (padded) vocabulary's logits; ``loss`` is :func:`vocab_parallel_cross_entropy`.
+**One forward: the model is transformed, not written again.** :class:`TensorParallelGPT` *is* a
+``GPT``: it builds the single-device model from the current random state, then
+:func:`parallelize_gpt_` replaces each ``nn.Linear`` / ``nn.Embedding`` by its parallel layer
+holding this rank's slice (picotron's ``apply_tensor_parallel`` and torchtitan's ``parallelize`` do
+the same, as does :mod:`minipar.tp.dtensor` with DTensor). Every forward — attention, MLP, block,
+``embed`` / ``head``, recomputation — is ``models.py``'s, so a change to the model is made once and
+a pipeline stage is cut from either model by the same :class:`~minipar.pp.stages.GPTStage`. Why not
+Megatron-style ``ParallelMLP``/``ParallelAttention`` classes: they would repeat ``models.py``'s
+module structure in their constructors, a second place to change for every model option. What is
+TP-specific is only *which* layer is column-, row- or vocabulary-parallel (:func:`parallelize_block_`,
+:func:`parallelize_gpt_`); the layers write it on their parameters (:mod:`minipar.tp.partition`), where
+gathering, clipping and checkpoints read it. Two pieces differ from one device: the loss
+(:func:`vocab_parallel_cross_entropy` on this rank's vocabulary slice of the logits) and, with
+sequence parallelism, the embedding's dropout, which first keeps this rank's T/N positions
+(:class:`SequenceParallelDropout`, as Megatron's embedding does).
 
-Same seed, same model: ``torch.manual_seed(s); TensorParallelGPT(cfg)`` builds the full
-``GPT(cfg)`` from the same random stream on every rank and keeps each rank's slice, so it starts
-equal to ``torch.manual_seed(s); GPT(cfg)``. :meth:`TensorParallelGPT.full_state_dict` gathers the
-slices back into a ``GPT`` state dict (same keys).
+Same seed, same model: ``torch.manual_seed(s); TensorParallelGPT(cfg)`` starts equal to
+``torch.manual_seed(s); GPT(cfg)``; :meth:`TensorParallelGPT.full_state_dict` gathers the slices back
+into a ``GPT`` state dict (same keys). ``generate`` and ``flops_per_token`` are the single-device
+model's: call them on a gathered ``GPT``.
 
 Dropout: the equivalence is for ``dropout=0`` (``GPTConfig``'s default). With dropout, every rank
 draws its masks from the same seeded stream — right for replicated regions, but the head-split
@@ -29,16 +41,15 @@ RNG there (``get_cuda_rng_tracker``), which minipar does not.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.models import GPT, Block, GPTConfig, attention_core
-from minipar.recompute import checkpoint
+from minipar.models import GPT, Block, GPTConfig
 from minipar.tp.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -47,8 +58,7 @@ from minipar.tp.layers import (
     vocab_parallel_cross_entropy,
 )
 from minipar.tp.mappings import check_divisible, scatter_to_sequence_parallel_region, tp_size
-
-_TP_LAYERS = (ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
+from minipar.tp.partition import gather_state_dict
 
 
 def check_tp_config(cfg: GPTConfig, tp: int) -> None:
@@ -62,105 +72,109 @@ def check_tp_config(cfg: GPTConfig, tp: int) -> None:
     check_divisible("FFN size 4*d_model", 4 * cfg.d_model, tp, ok)
 
 
-class ParallelMLP(nn.Module):
-    """d → 4d/N (column-parallel) → GELU → d (row-parallel). (B, T, d) → (B, T, d); T/N with SP."""
-
-    def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
-        super().__init__()
-        d = cfg.d_model
-        self.fc = ColumnParallelLinear(
-            d, 4 * d, cfg.bias, group=group, sequence_parallel=sequence_parallel, what="FFN size 4*d_model"
-        )
-        self.proj = RowParallelLinear(
-            4 * d,
-            d,
-            cfg.bias,
-            input_is_parallel=True,
-            group=group,
-            sequence_parallel=sequence_parallel,
-            what="FFN size 4*d_model",
-        )
-        self.drop = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+def _parallel(layer_cls, lin: nn.Linear, **kw) -> nn.Module:
+    """A ``ColumnParallelLinear`` / ``RowParallelLinear`` of ``lin``'s sizes holding this rank's piece
+    of ``lin`` (on ``lin``'s device); ``kw``: the layer's options (group, sequence_parallel, ...)."""
+    layer = layer_cls(lin.in_features, lin.out_features, lin.bias is not None, device=lin.weight.device, **kw)
+    layer.load_full_(lin.weight, lin.bias)
+    return layer
 
 
-class ParallelCausalSelfAttention(nn.Module):
-    """Causal self-attention with the heads split over the group: each rank runs ``n_head/N`` heads.
+@torch.no_grad()
+def parallelize_block_(block: Block, group=None, sequence_parallel: bool = False) -> Block:
+    """Split a ``models.Block`` over ``group`` in place; returns it. Its forward stays ``Block``'s.
 
-    Shapes: (B, T, d) → (B, T, d); with sequence parallelism (B, T/N, d) → (B, T/N, d).
+    ``attn.qkv`` column-parallel (``stride=3``: whole heads of q, k and v), ``attn.proj`` row-parallel,
+    ``mlp.fc`` column-parallel, ``mlp.proj`` row-parallel; the attention then runs ``n_head/N`` heads.
+    With sequence parallelism the LayerNorms see (B, T/N, d) and are tagged ``sequence_parallel``.
+
+    Raises:
+        ConfigError: n_head, d_model or 4·d_model not divisible by N.
+    """
+    attn, mlp = block.attn, block.mlp
+    attn.n_head = check_divisible("number of heads n_head", attn.n_head, tp_size(group))  # heads on this rank
+    col = dict(group=group, sequence_parallel=sequence_parallel)
+    row = dict(col, input_is_parallel=True)  # the column-parallel output is already split
+    attn.qkv = _parallel(ColumnParallelLinear, attn.qkv, what="hidden size d_model", stride=3, **col)
+    attn.proj = _parallel(RowParallelLinear, attn.proj, what="hidden size d_model", **row)
+    mlp.fc = _parallel(ColumnParallelLinear, mlp.fc, what="FFN size 4*d_model", **col)
+    mlp.proj = _parallel(RowParallelLinear, mlp.proj, what="FFN size 4*d_model", **row)
+    if sequence_parallel:
+        _mark_sequence_parallel(*block.ln_1.parameters(), *block.ln_2.parameters())
+    return block
+
+
+class SequenceParallelDropout(nn.Module):
+    """The embedding's dropout on this rank's T/N positions: (B, T, d) → (B, T/N, d).
+
+    Sequence parallelism starts here (Korthikanti et al. 2022, §4.2.2; Megatron's embedding calls
+    ``scatter_to_sequence_parallel_region`` before its dropout); backward all-gathers along T.
+
+    Raises:
+        ConfigError: T not divisible by N.
     """
 
-    def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
+    def __init__(self, drop: nn.Module, group=None):
         super().__init__()
-        n = tp_size(group)
-        self.n_head = check_divisible("number of heads n_head", cfg.n_head, n)  # heads on this rank
-        self.head_dim = cfg.head_dim
-        self.qkv = ColumnParallelLinear(
-            cfg.d_model,
-            3 * cfg.d_model,
-            cfg.bias,
-            group=group,
-            stride=3,
-            sequence_parallel=sequence_parallel,
-            what="hidden size d_model",
-        )
-        self.proj = RowParallelLinear(
-            cfg.d_model,
-            cfg.d_model,
-            cfg.bias,
-            input_is_parallel=True,
-            group=group,
-            sequence_parallel=sequence_parallel,
-            what="hidden size d_model",
-        )
-        self.dropout, self.explicit, self.recompute_core = cfg.dropout, cfg.attention == "explicit", False
-        self.resid_drop = nn.Dropout(cfg.dropout) if self.explicit else nn.Identity()
-
-    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """:func:`minipar.models.attention_core` on this rank's heads."""
-        return attention_core(q, k, v, self.dropout if self.training else 0.0, self.explicit)
+        self.drop, self.group = drop, group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        qkv = self.qkv(x)  # (B, T, 3·d/N): [q_r; k_r; v_r]
-        B, T, _ = qkv.shape
-        q, k, v = qkv.split(self.n_head * self.head_dim, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        if self.recompute_core and torch.is_grad_enabled():
-            y = checkpoint(self.core, q, k, v)  # selective recomputation (lesson 08)
-        else:
-            y = self.core(q, k, v)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, -1)))
+        T, n = x.shape[1], tp_size(self.group)
+        if T % n:
+            raise ConfigError(
+                f"sequence length T={T} is not divisible by tp={n} (sequence parallelism); "
+                f"use T={T // n * n or n} or {(T // n + 1) * n}"
+            )
+        return self.drop(scatter_to_sequence_parallel_region(x, self.group))
 
 
-class ParallelBlock(nn.Module):
-    """Pre-LN block ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))`` with parallel attention and MLP."""
+@torch.no_grad()
+def parallelize_gpt_(model: GPT, group=None, sequence_parallel: bool = False) -> GPT:
+    """Split a single-device ``GPT`` over ``group`` in place (every rank keeps its slice); returns it.
 
-    def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.attn = ParallelCausalSelfAttention(cfg, group, sequence_parallel)
-        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.mlp = ParallelMLP(cfg, group, sequence_parallel)
-        if sequence_parallel:
-            _mark_sequence_parallel(*self.ln_1.parameters(), *self.ln_2.parameters())
-        self.recompute = "none"  # "full": keep only x, re-run the block in backward (lesson 08)
+    Every block as :func:`parallelize_block_`; ``wte`` vocabulary-parallel and ``lm_head``
+    column-parallel over the vocabulary padded to a multiple of N (tied again if the model ties
+    them); with sequence parallelism the embedding dropout keeps T/N positions
+    (:class:`SequenceParallelDropout`) and ``ln_f`` is tagged ``sequence_parallel``. The loss is set by
+    :class:`TensorParallelGPT`.
 
-    # the single-device block's forward, recomputation included: only the layers differ
-    _forward = Block._forward
-    forward = Block.forward
+    Raises:
+        ConfigError: d_model, n_head or 4·d_model not divisible by N.
+    """
+    cfg = model.cfg
+    check_tp_config(cfg, tp_size(group))
+    for block in model.blocks:
+        parallelize_block_(block, group, sequence_parallel)
+    wte = VocabParallelEmbedding(cfg.vocab_size, cfg.d_model, group, device=model.wte.weight.device)
+    wte.load_full_(model.wte.weight)
+    model.wte = wte
+    model.lm_head = _parallel(
+        ColumnParallelLinear,
+        model.lm_head,
+        group=group,
+        sequence_parallel=sequence_parallel,
+        what="padded vocabulary",
+        padded_out_features=wte.padded,
+    )
+    if cfg.tie_weights:
+        model.lm_head.weight = model.wte.weight  # both hold vocabulary rows r·V'/N ...
+    if sequence_parallel:
+        model.drop = SequenceParallelDropout(model.drop, group)
+        _mark_sequence_parallel(*model.ln_f.parameters())
+    return model
 
 
-class TensorParallelGPT(nn.Module):
-    """``minipar.models.GPT`` split over a tensor-parallel group.
+class TensorParallelGPT(GPT):
+    """``minipar.models.GPT`` split over a tensor-parallel group: the same model and forward, with
+    parallel layers (:func:`parallelize_gpt_`) and the vocabulary-parallel loss.
 
     Args:
         cfg: the *full* model's :class:`GPTConfig`.
         group: the tensor-parallel group (default: the world).
         sequence_parallel: shard LayerNorm/dropout/residual regions along T (needs T % N == 0).
-        full: the single-device ``GPT`` to slice; default ``GPT(cfg)`` built now from the current
-            random state (so the same seed gives the same model as on one device).
+    Attributes:
+        loss: ``loss(logits, targets)``, :func:`vocab_parallel_cross_entropy` over ``group``; a plain
+            function holding no reference to the model (a pipeline stage takes it along).
     Shapes:
         ``forward(idx, targets)``: idx (B, T) → (logits (B, T, V'/N) this rank's vocabulary slice,
         loss scalar or None). V' = vocab padded to a multiple of N.
@@ -169,95 +183,16 @@ class TensorParallelGPT(nn.Module):
         sequence parallelism; T > block_size.
     """
 
-    def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False, full: GPT | None = None):
-        super().__init__()
-        n = tp_size(group)
-        check_tp_config(cfg, n)
-        full = GPT(cfg) if full is None else full  # first: the same random draws as on one device
-        self.cfg, self.group, self.sequence_parallel = cfg, group, sequence_parallel
-        self.wte = VocabParallelEmbedding(cfg.vocab_size, cfg.d_model, group)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(ParallelBlock(cfg, group, sequence_parallel) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.lm_head = ColumnParallelLinear(
-            cfg.d_model,
-            self.wte.padded,
-            bias=False,
-            group=group,
-            sequence_parallel=sequence_parallel,
-            what="padded vocabulary",
-        )
-        if cfg.tie_weights:
-            self.lm_head.weight = self.wte.weight  # both hold vocabulary rows r·V'/N ...
-        if sequence_parallel:
-            _mark_sequence_parallel(*self.ln_f.parameters())
-        self.load_full_(full)
+    def __init__(self, cfg: GPTConfig, group=None, sequence_parallel: bool = False):
+        check_tp_config(cfg, tp_size(group))  # before the random draws of the full model
+        super().__init__(cfg)  # the single-device model, from the current random state
+        self.group, self.sequence_parallel = group, sequence_parallel
+        parallelize_gpt_(self, group, sequence_parallel)
+        self.loss = functools.partial(vocab_parallel_cross_entropy, vocab_size=cfg.vocab_size, group=group)
 
-    @torch.no_grad()
-    def load_full_(self, full: GPT) -> None:
-        """Copy my slice of every parameter of the single-device model ``full``."""
-        for name, m in self.named_modules():
-            if isinstance(m, _TP_LAYERS):
-                src = full.get_submodule(name)
-                m.load_full_(src.weight, getattr(src, "bias", None))
-        owned = {id(p) for m in self.modules() if isinstance(m, _TP_LAYERS) for p in m.parameters()}
-        src = dict(full.named_parameters())
-        for name, p in self.named_parameters():
-            if id(p) not in owned:
-                p.copy_(src[name])
-
-    @torch.no_grad()
     def full_state_dict(self, grads: bool = False) -> dict[str, torch.Tensor]:
         """The single-device ``GPT``'s state dict (or its gradients), gathered. Collective."""
-        out: dict[str, torch.Tensor] = {}
-        owned = set()
-        for name, m in self.named_modules():
-            if isinstance(m, _TP_LAYERS):
-                kw = {"true_out": self.cfg.vocab_size} if m is self.lm_head else {}
-                w, b = m.full_parameters(grads=grads, **kw)
-                out[f"{name}.weight"] = w.clone()  # a copy, even when tp = 1
-                if b is not None:
-                    out[f"{name}.bias"] = b.clone()
-                owned |= {f"{name}.weight", f"{name}.bias"}
-        for name, p in self.named_parameters(remove_duplicate=False):
-            if name not in owned:
-                out[name] = (p.grad if grads else p).detach().clone()
-        return out
-
-    # The pieces a pipeline stage is made of (as in GPT).
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids → (B, T, d) hidden; (B, T/N, d) this rank's sequence slice with SP."""
-        T, n = idx.shape[1], tp_size(self.group)
-        if T > self.cfg.block_size:
-            raise ConfigError(
-                f"sequence length {T} > block_size={self.cfg.block_size}; "
-                f"crop the input or build the model with block_size >= {T}"
-            )
-        if self.sequence_parallel and T % n:
-            raise ConfigError(
-                f"sequence length T={T} is not divisible by tp={n} (sequence parallelism); "
-                f"use T={T // n * n or n} or {(T // n + 1) * n}"
-            )
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        if self.sequence_parallel:
-            x = scatter_to_sequence_parallel_region(x, self.group)
-        return self.drop(x)
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) hidden [(B, T/N, d) with SP] → (B, T, V'/N) this rank's vocabulary slice of the logits."""
-        return self.lm_head(self.ln_f(x))
-
-    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy over all B·T positions from vocabulary-split logits (a scalar)."""
-        return vocab_parallel_cross_entropy(logits, targets, self.cfg.vocab_size, self.group)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(x)
-        return logits, (None if targets is None else self.loss(logits, targets))
+        return gather_state_dict(self, self.group, grads)
 
 
 def allreduce_sequence_parallel_grads(model: nn.Module, group=None) -> int:

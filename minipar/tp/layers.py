@@ -15,9 +15,12 @@ all-reduce forward and one backward per pair. The vocabulary is split the same w
 (the loss on vocabulary-split logits, never gathering them), with the vocabulary padded to a
 multiple of N and the padding masked.
 
-Every layer can be loaded from the full single-device weight (``load_full_``: each rank keeps
-its slice — the same thing Megatron's ``_initialize_affine_weight_cpu`` does) and gathered back
-(``full_parameters``), which is how a TP model is proven equal to the single-device one.
+Each layer marks the parameters it creates with how they are split
+(:func:`minipar.tp.partition.set_tensor_model_parallel_attributes`, as Megatron-LM's layers do) and
+loads its pieces from the single-device weight through those marks (``load_full_``: the same thing
+Megatron's ``_initialize_affine_weight_cpu`` does); everything downstream reads the marks too.
+Replicated parameters that see only T/N positions under sequence parallelism carry
+``param.sequence_parallel = True`` (their gradients need a TP all-reduce).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from minipar.tp.mappings import (
     tp_rank,
     tp_size,
 )
+from minipar.tp.partition import param_is_tensor_parallel, set_tensor_model_parallel_attributes, shard_of
 
 
 class _SequenceParallelLinear(torch.autograd.Function):
@@ -74,7 +78,19 @@ def _mark_sequence_parallel(*params) -> None:
             p.sequence_parallel = True
 
 
-class ColumnParallelLinear(nn.Module):
+class _ParallelLayer(nn.Module):
+    """What the three layers share: loading their pieces from the single-device weight."""
+
+    @torch.no_grad()
+    def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Keep my piece of the single-device ``weight`` (and ``bias``): :func:`shard_of` for a split
+        parameter, a copy for a replicated one."""
+        for p, full in ((self.weight, weight), (getattr(self, "bias", None), bias)):
+            if p is not None:
+                p.copy_(shard_of(p, full, self.group) if param_is_tensor_parallel(p) else full)
+
+
+class ColumnParallelLinear(_ParallelLayer):
     """``y = x Wᵀ + b`` with the rows of ``W`` (output features) split over the group.
 
     Args:
@@ -87,6 +103,8 @@ class ColumnParallelLinear(nn.Module):
             all-gathered along T (backward: reduce-scatter) instead of passing through ``f``.
         stride: the full weight is ``stride`` stacked blocks (e.g. 3 for a fused ``[q; k; v]``);
             rank r takes rows r of every block (Megatron's ``stride``).
+        padded_out_features: split this many rows (default ``out_features``); the rows past
+            ``out_features`` are zero padding (a vocabulary padded to a multiple of N).
     Shapes:
         x: (B, T, in) [or (B, T/N, in) with sequence_parallel] -> (B, T, out/N) [or (B, T, out)].
     Raises:
@@ -104,6 +122,7 @@ class ColumnParallelLinear(nn.Module):
         stride: int = 1,
         what: str = "output features",
         device: torch.device | None = None,
+        padded_out_features: int | None = None,
     ):
         super().__init__()
         self.group, self.gather_output, self.sequence_parallel, self.stride = (
@@ -113,11 +132,15 @@ class ColumnParallelLinear(nn.Module):
             stride,
         )
         self.in_features, self.out_features = in_features, out_features
+        rows = padded_out_features or out_features
         n = tp_size(group)
-        check_divisible(what, out_features // stride, n)
+        check_divisible(what, rows // stride, n)
         dev = mdist.device() if device is None else device  # cuda:LOCAL_RANK under NCCL, as Megatron-LM
-        self.weight = nn.Parameter(torch.empty(out_features // n, in_features, device=dev))
-        self.bias = nn.Parameter(torch.zeros(out_features // n, device=dev)) if bias else None
+        self.weight = nn.Parameter(torch.empty(rows // n, in_features, device=dev))
+        self.bias = nn.Parameter(torch.zeros(rows // n, device=dev)) if bias else None
+        for p in (self.weight, self.bias):
+            if p is not None:
+                set_tensor_model_parallel_attributes(p, True, 0, stride, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_parallel and tp_size(self.group) > 1:
@@ -126,39 +149,8 @@ class ColumnParallelLinear(nn.Module):
             y = F.linear(copy_to_tensor_parallel_region(x, self.group), self.weight, self.bias)
         return gather_from_tensor_parallel_region(y, self.group) if self.gather_output else y
 
-    def _rows(self, full: torch.Tensor) -> torch.Tensor:
-        """My rows of a full (out, ...) tensor (zero-padded to ``out_features`` if shorter)."""
-        if full.shape[0] < self.out_features:
-            full = torch.cat([full, full.new_zeros((self.out_features - full.shape[0],) + tuple(full.shape[1:]))])
-        n, s = tp_size(self.group), self.stride
-        blocks = full.reshape(s, n, self.out_features // (s * n), *full.shape[1:])
-        return blocks[:, tp_rank(self.group)].reshape(-1, *full.shape[1:])
 
-    @torch.no_grad()
-    def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        """Keep my slice of the full (out, in) ``weight`` and (out,) ``bias``."""
-        self.weight.copy_(self._rows(weight))
-        if self.bias is not None:
-            self.bias.copy_(self._rows(bias))
-
-    def _unrows(self, local: torch.Tensor, true_out: int) -> torch.Tensor:
-        n, s = tp_size(self.group), self.stride
-        g = _all_gather(local.contiguous(), 0, self.group)  # (n·out/n, ...) rank-major
-        g = g.reshape(n, s, -1, *local.shape[1:]).transpose(0, 1).reshape(-1, *local.shape[1:])
-        return g[:true_out]
-
-    @torch.no_grad()
-    def full_parameters(self, grads: bool = False, true_out: int | None = None) -> tuple:
-        """All-gather ``(weight, bias)`` (or their ``.grad``) back to full size. Collective."""
-        true_out = true_out or self.out_features
-        pick = (lambda p: p.grad) if grads else (lambda p: p)
-        return (
-            self._unrows(pick(self.weight), true_out),
-            None if self.bias is None else self._unrows(pick(self.bias), true_out),
-        )
-
-
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ParallelLayer):
     """``y = x Wᵀ + b`` with the columns of ``W`` (input features) split over the group.
 
     Args:
@@ -195,6 +187,7 @@ class RowParallelLinear(nn.Module):
         dev = mdist.device() if device is None else device
         self.weight = nn.Parameter(torch.empty(out_features, check_divisible(what, in_features, n), device=dev))
         self.bias = nn.Parameter(torch.zeros(out_features, device=dev)) if bias else None
+        set_tensor_model_parallel_attributes(self.weight, True, 1, 1, in_features)
         if sequence_parallel:
             _mark_sequence_parallel(self.bias)
 
@@ -208,21 +201,8 @@ class RowParallelLinear(nn.Module):
             y = reduce_from_tensor_parallel_region(y, self.group)
         return y if self.bias is None else y + self.bias
 
-    @torch.no_grad()
-    def load_full_(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        k = self.weight.shape[1]
-        self.weight.copy_(weight[:, tp_rank(self.group) * k : (tp_rank(self.group) + 1) * k])
-        if self.bias is not None:
-            self.bias.copy_(bias)
 
-    @torch.no_grad()
-    def full_parameters(self, grads: bool = False) -> tuple:
-        w = self.weight.grad if grads else self.weight
-        b = None if self.bias is None else (self.bias.grad if grads else self.bias)
-        return _all_gather(w.contiguous(), 1, self.group), (None if b is None else b.clone())
-
-
-class VocabParallelEmbedding(nn.Module):
+class VocabParallelEmbedding(_ParallelLayer):
     """A token embedding whose rows (the vocabulary) are split over the group.
 
     The vocabulary is padded to ``ceil(V/N)·N`` rows; rank r holds rows ``[r·V'/N, (r+1)·V'/N)``,
@@ -242,22 +222,12 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(
             torch.zeros(self.per_rank, embedding_dim, device=mdist.device() if device is None else device)
         )
+        set_tensor_model_parallel_attributes(self.weight, True, 0, 1, num_embeddings)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         outside = (idx < self.start) | (idx >= self.start + self.per_rank)
         out = F.embedding((idx - self.start).masked_fill(outside, 0), self.weight)
         return reduce_from_tensor_parallel_region(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
-
-    @torch.no_grad()
-    def load_full_(self, weight: torch.Tensor, bias=None) -> None:
-        rows = weight[self.start : self.start + self.per_rank]
-        self.weight.zero_()
-        self.weight[: rows.shape[0]].copy_(rows)
-
-    @torch.no_grad()
-    def full_parameters(self, grads: bool = False) -> tuple:
-        w = self.weight.grad if grads else self.weight
-        return _all_gather(w.contiguous(), 0, self.group)[: self.num_embeddings], None
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):

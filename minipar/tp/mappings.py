@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.errors import ConfigError
+from minipar.perf.factors import divisors
 
 SEQ_DIM = 1  # activations are (B, T, d): the sequence is dim 1
 
@@ -50,10 +51,6 @@ def tp_size(group=None) -> int:
 def tp_rank(group=None) -> int:
     """This rank's index inside ``group`` (0 without a process group)."""
     return dist.get_rank(group) if dist.is_initialized() else 0
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def check_divisible(what: str, value: int, tp: int, valid: int | None = None) -> int:

@@ -15,7 +15,7 @@ ring steps, and at step k multiply the chunk already here while the next one tra
 Same bytes as the all-gather ((N−1)/N · B·T·d elements received per rank), same result bit for
 bit (each row is one GEMM either way; only *when* it runs changes). On a GPU the transfer uses
 the NIC/NVLink while the SMs multiply; on 2 CPU cores both compete for the same cores, which is
-why lesson 09 draws the simulated timeline (:mod:`minipar.overlap`) beside the measured one.
+why lesson 09 draws the simulated timeline (:mod:`minipar.perf.timeline`) beside the measured one.
 Forward only: a teaching kernel, not wired into :class:`~minipar.tp.layers.ColumnParallelLinear`.
 """
 

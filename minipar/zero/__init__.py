@@ -23,8 +23,9 @@ from minipar.zero.flat import STAGES
 
 
 def zero(model: nn.Module, stage: int, **kwargs):
-    """ZeRO optimizer for ``stage`` 1, 2 (:class:`~minipar.zero.stage12.ZeroOptimizer`) or 3 (:class:`~minipar.zero.stage3.Zero3`,
-    which replaces the model's units in place by sharded ones). ``kwargs`` as :class:`ZeroOptimizer`.
+    """ZeRO optimizer for ``stage`` 1, 2 (:class:`~minipar.zero.stage12.ZeroOptimizer`)
+    or 3 (:class:`~minipar.zero.stage3.Zero3`, which replaces the model's units in place by sharded ones).
+    ``kwargs`` as :class:`ZeroOptimizer`.
 
     Raises:
         ConfigError: ``stage`` not in 1, 2, 3.

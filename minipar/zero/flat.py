@@ -27,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
+from minipar.clip_grads import clip_grad_norm_
 from minipar.errors import ConfigError
 
 STAGES = {1: "optimizer state", 2: "optimizer state + gradients", 3: "optimizer state + gradients + parameters"}
@@ -53,14 +54,19 @@ def zero_bytes_formula(num_params: int, stage: int, world_size: int, mixed_preci
 
 
 def default_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The units ZeRO flattens and shards: the root's children, ``ModuleList``/``Sequential`` opened.
+    """The units ZeRO flattens and shards: the root's children, ``ModuleList``/``ModuleDict``/``Sequential`` opened.
 
-    GPT: ``wte, wpe, blocks.0 .. blocks.{L-1}, ln_f, lm_head``. Children without parameters are
-    skipped. Raises ConfigError for a parameter held by the root itself or shared by two units.
+    GPT: ``wte, wpe, blocks.0 .. blocks.{L-1}, ln_f, lm_head``; a pipeline stage: its own of these.
+    Children without parameters are skipped. Raises ConfigError for a parameter held by the root
+    itself or shared by two units.
     """
     units = []
     for name, child in model.named_children():
-        kids = child.named_children() if isinstance(child, (nn.ModuleList, nn.Sequential)) else [("", child)]
+        kids = (
+            child.named_children()
+            if isinstance(child, (nn.ModuleList, nn.ModuleDict, nn.Sequential))
+            else [("", child)]
+        )
         for sub, m in kids:
             if any(True for _ in m.parameters()):
                 units.append((f"{name}.{sub}" if sub else name, m))
@@ -161,7 +167,7 @@ def check_same_start(units: list[FlatUnit], flats: list[torch.Tensor], group=Non
             raise ConfigError(
                 f"parameters of unit {u.name!r} differ between rank 0 and rank(s) {bad} at the start; "
                 "every rank must start from the same weights: seed before building the model "
-                "(torch.manual_seed) or call minipar.dp.ddp.broadcast_parameters(model) first"
+                "(torch.manual_seed) or call minipar.dp.sync.broadcast_parameters(model) first"
             )
 
 
@@ -202,17 +208,10 @@ class ShardOptimizer:
     def clip_(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """Scale the gradient shards so the *global* norm is <= max_norm; returns that global norm.
 
-        Each rank has only its shards, so the squared norms are summed with one all_reduce (4 bytes).
-        Same rule as ``torch.nn.utils.clip_grad_norm_``: multiply by min(1, max_norm / (norm + 1e-6)).
+        Each rank has only its shards, so the squared norms are summed over the group with one
+        all_reduce (4 bytes): :func:`minipar.clip_grads.clip_grad_norm_`.
         """
-        sq = torch.stack([g.pow(2).sum() for g in grads]).sum()
-        if mdist.world_size(self.group) > 1:
-            dist.all_reduce(sq, group=self.group)
-        norm = sq.sqrt()
-        coef = torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(coef)
-        return norm
+        return clip_grad_norm_(grads, self.max_norm, self.group)
 
     @torch.no_grad()
     def _adamw_step(self, grads: list[torch.Tensor]) -> None:

@@ -123,7 +123,7 @@ class ZeroOptimizer(ShardOptimizer):
     def step(self) -> None:
         """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights."""
         self._adamw_step(self._grad_shards())
-        for u, flat, shard in zip(self.units, self.flats, self.shards):
+        for _u, flat, shard in zip(self.units, self.flats, self.shards):
             all_gather_flat(flat, shard.clone(), self.group)
         if self.stage == 1:
             self.grad_shards = [None] * len(self.units)

@@ -3,7 +3,9 @@
 import sys
 
 from homework.a_train_your_text import job
-from minipar.planner import Hardware, estimate
+from minipar.perf.hardware import cpu_device
+from minipar.perf.layout import Layout, shape_of
+from minipar.perf.model import estimate
 
 
 def choose_layout(world, cfg):
@@ -12,8 +14,9 @@ def choose_layout(world, cfg):
 
 def predict(cfg, vocab_size, layout):
     pp, dp, tp, m = layout
-    hw = Hardware(peak_flops=2e10, mem_bytes=8e9, compute_share=0.5)
-    e = estimate(cfg.gpt(vocab_size), cfg.batch_size, pp, dp, tp, m, hw, zero=cfg.zero)
+    hw = cpu_device(peak_flops=2e10, mem_bytes=8e9, ranks=2, cores=1)  # compute_share 0.5
+    lay = Layout(dp=dp, tp=tp, pp=pp, micro_batch=cfg.batch_size // (dp * m), zero=cfg.zero, recompute="none")
+    e = estimate(shape_of(cfg.gpt(vocab_size)), hw, lay, cfg.batch_size)
     return {"mem_bytes": e.mem["total"], "step_s": e.time["total"], "hardware": "assumed: 20 GFLOP/s, half a core"}
 
 

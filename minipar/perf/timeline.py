@@ -1,4 +1,8 @@
-"""A model (not a run) of overlapping communication with computation: two streams, n pieces.
+"""A simulated timeline (a MODEL, not a run) of communication overlapped with computation: two streams, n pieces.
+
+An emulator: it computes when each piece *would* start and end on one compute and one
+communication stream, from given durations; nothing is sent or computed. The real overlapped
+operator is :mod:`minipar.tp.overlap` (lesson 09 draws this model beside its measured traces).
 
 Three overlaps in this course have the same shape — a chain of n pieces, each needing a
 transfer (time ``t_comm``) before (or after) its compute (``t_compute``):
@@ -11,10 +15,9 @@ One compute stream and one communication stream, each doing one thing at a time.
 overlap every transfer waits for the previous compute: T = n·(t_comm + t_compute). With
 prefetch of one piece ahead, transfer k+1 runs during compute k:
 T = t_comm + (n − 1)·max(t_comm, t_compute) + t_compute — the longer stream hides the shorter.
-This is the labelled simulator lesson 09 draws beside real traces; the α–β costs come from
-lesson 01 (t_comm = α + bytes/β). Source: MegaScale, Jiang et al. 2024, arXiv:2402.15627 §3.3;
-Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition in Large
-Deep Learning Models", ASPLOS '23.
+The α–β costs come from lesson 01 (t_comm = α + bytes/β). Units: seconds. Source: MegaScale,
+Jiang et al. 2024, arXiv:2402.15627 §3.3; Wang et al. 2023, "Overlap Communication with Dependent
+Computation via Decomposition in Large Deep Learning Models", ASPLOS '23.
 """
 
 from __future__ import annotations

@@ -1,0 +1,287 @@
+"""The settings of a training run (:class:`TrainConfig`), their checks, and the command line made from them.
+
+Every setting is written once: a field of :class:`TrainConfig` with its default and, in the field's
+metadata, its help text (and choices). :func:`parser` builds ``python -m minipar.train``'s
+argparse parser from ``dataclasses.fields(TrainConfig)`` (torchtitan's ``ConfigManager`` does the
+same from its job-config dataclasses), so a new setting is one new field. :func:`check` runs every
+check of a run before any file is touched or any rank is started.
+
+Also here, because both the main job (:mod:`minipar.train`) and the plainest loop
+(:mod:`minipar.reference`) use them: :func:`lr_at` (the learning-rate schedule) and :func:`build`
+(the single-device model and its AdamW).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import typing
+from dataclasses import dataclass, field
+
+import torch
+
+from minipar import checkpoint as ckpt
+from minipar.data import CharCorpus, check_fits, load_text
+from minipar.errors import ConfigError
+from minipar.mesh import Mesh, model_fits
+from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.parallel3d import GRAD_COMPRESSION, SCHEDULES_3D, check_grad_compression
+from minipar.recompute import MODES as RECOMPUTE_MODES
+
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def _opt(default, help: str, **kw):
+    """A field with its command-line help in its metadata, and optionally ``choices`` (the allowed
+    values) or ``positive=True`` (an integer >= 1); :meth:`TrainConfig.validate` checks both."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Every field is a flag of ``python -m minipar.train`` (``n_layer`` -> ``--n-layer``)."""
+
+    steps: int = _opt(1000, "optimizer steps", positive=True)
+    batch_size: int = _opt(16, "global batch, sequences per step (all ranks together)", positive=True)
+    microbatches: int = _opt(
+        1, "gradient-accumulation micro-batches per rank (the pipeline's micro-batches)", positive=True
+    )
+    block_size: int = _opt(128, "context length T, characters", positive=True)
+    n_layer: int = _opt(4, "transformer blocks")
+    n_head: int = _opt(4, "attention heads per block")
+    d_model: int = _opt(128, "hidden size")
+    lr: float = _opt(3e-3, "peak learning rate (AdamW)")
+    min_lr_frac: float = _opt(0.1, "the cosine decay ends at this fraction of --lr")
+    warmup: int = _opt(20, "linear learning-rate warm-up, steps")
+    weight_decay: float = _opt(0.1, "AdamW weight decay of the matrices")
+    grad_clip: float = _opt(1.0, "clip the global gradient norm (0: off)")
+    seed: int = _opt(0, "seed of the weights and the data order")
+    dtype: str = _opt("fp32", "autocast precision (fp16: GPU only)", choices=DTYPES)
+    data: str | None = _opt(None, "a UTF-8 text file (default: Python's pydoc_data.topics)")
+    out: str | None = _opt("runs/train", "output folder ('' for none)")
+    log_every: int = _opt(10, "log the training loss every N steps", positive=True)
+    eval_every: int = _opt(100, "evaluate the validation loss every N steps", positive=True)
+    eval_batches: int = _opt(8, "validation batches per evaluation", positive=True)
+    sample_chars: int = _opt(300, "characters of text sampled from the trained model")
+    ckpt_dir: str | None = _opt(None, "checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)")
+    ckpt_every: int = _opt(0, "save a checkpoint every N steps (0: never)")
+    resume: bool = _opt(False, "continue from the newest complete checkpoint")
+    dp: int | None = _opt(None, "data-parallel degree (default: the ranks left, world / (tp·pp))")
+    tp: int = _opt(1, "tensor-parallel degree (divides --n-head and --d-model)")
+    pp: int = _opt(1, "pipeline stages (at most --n-layer)")
+    schedule: str = _opt("1f1b", "pipeline schedule", choices=SCHEDULES_3D)
+    zero: int = _opt(0, "1: ZeRO-1 over the dp group (AdamW moments sharded)")
+    grad_compression: str = _opt(
+        "none",
+        "compress the data-parallel gradient all-reduce: bf16 (half the bytes) or powersgd "
+        "(rank-4 PowerSGD with error feedback); needs --zero 0 (lesson 09)",
+        choices=GRAD_COMPRESSION,
+    )
+    recompute: str = _opt(
+        "none",
+        "activation recomputation: keep less for backward, re-run forward pieces (selective: the attention "
+        "core; full: the whole block; lesson 08)",
+        choices=RECOMPUTE_MODES,
+    )
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for a bad setting that needs no world size (the layout: :meth:`layout`)."""
+        for f in dataclasses.fields(self):
+            v, flag, choices = getattr(self, f.name), "--" + f.name.replace("_", "-"), f.metadata.get("choices")
+            if f.metadata.get("positive") and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{flag} {v}: must be an integer >= 1")
+            if choices and v not in choices:
+                raise ConfigError(f"{flag} {v}: use one of {', '.join(choices)}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr {self.lr}: must be > 0, e.g. --lr 3e-3")
+        if not self.grad_clip >= 0:
+            raise ConfigError(f"--grad-clip {self.grad_clip}: must be >= 0 (0 turns clipping off)")
+        if self.zero not in (0, 1):
+            raise ConfigError(f"--zero {self.zero}: use 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
+        if self.resume and not self.ckpt_dir:
+            raise ConfigError(
+                "--resume needs a checkpoint directory to look in: add --ckpt-dir DIR "
+                "(or --out DIR, whose DIR/ckpt is the default)"
+            )
+        check_grad_compression(self.grad_compression, self.zero)
+
+    def layout(self, world_size: int) -> Mesh:
+        """The (pp, dp, tp) layout of this run on ``world_size`` ranks, checked against the model.
+
+        Raises:
+            ConfigError: see :class:`minipar.mesh.Mesh`; a world-size error lists the layouts this
+            model and batch accept (:meth:`accepts`).
+        """
+        what = (
+            f"this model (--n-layer {self.n_layer}, --n-head {self.n_head}, "
+            f"--d-model {self.d_model}) and --batch-size {self.batch_size}"
+        )
+        return Mesh(world_size, self.pp, self.dp, self.tp, model=self.gpt(1), accepts=self.accepts, what=what)
+
+    def accepts(self, pp: int, dp: int, tp: int) -> bool:
+        """True if this model and batch can run on a (pp, dp, tp) layout (used to list valid layouts)."""
+        return (
+            model_fits(self.gpt(1), pp, tp)
+            and self.batch_size % dp == 0
+            and self.batch_size // dp % self.microbatches == 0
+        )
+
+    def meta(self, corpus: CharCorpus) -> dict:
+        """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary."""
+        shape = {k: getattr(self, k) for k in ("n_layer", "n_head", "d_model", "block_size", "data")}
+        return {**shape, "vocab": "".join(corpus.chars)}
+
+    def gpt(self, vocab_size: int) -> GPTConfig:
+        return GPTConfig(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            d_model=self.d_model,
+        )
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up for ``cfg.warmup`` steps, then cosine decay to ``min_lr_frac · lr``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def build(cfg: TrainConfig, vocab_size: int) -> tuple[GPT, torch.optim.Optimizer]:
+    """The single-device model (seeded with ``cfg.seed``) and AdamW, decaying matrices only (as GPT-2).
+
+    The 3D job builds the same weights and parameter groups for every layout (``parallel3d.build_piece``).
+    """
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.gpt(vocab_size))
+    return model, torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tuple[CharCorpus, int]:
+    """Every check of a run, in one place: called by :func:`minipar.train.train` before any output
+    file is touched, and by :func:`minipar.train.main` before any rank is started (so a bad setting
+    costs no launch and no lost run).
+
+    Returns:
+        (the corpus, the step to start at: the newest checkpoint's with ``--resume``, else 0).
+    Raises:
+        ConfigError: a bad flag, a layout that does not fit ``world_size`` or the model, fp16 off
+        GPU, a text too short for the splits, a checkpoint past ``--steps`` or of another model.
+    """
+    cfg.validate()
+    dp = cfg.layout(world_size).dp_size
+    if cfg.dtype == "fp16" and device_type != "cuda":
+        raise ConfigError("--dtype fp16 needs a GPU; use --dtype bf16 on CPU")
+    corpus = CharCorpus(load_text(cfg.data))
+    if cfg.batch_size % dp:
+        lo = cfg.batch_size // dp * dp
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} is not divisible by the {dp} data-parallel "
+            f"ranks; use {lo or dp} or {lo + dp}"
+        )
+    check_fits(len(corpus.text), cfg.block_size, cfg.batch_size, dp)
+    local = cfg.batch_size // dp
+    if local % cfg.microbatches:
+        fits = [m for m in range(1, local + 1) if local % m == 0]
+        raise ConfigError(
+            f"--microbatches {cfg.microbatches} does not divide the per-rank batch {local} "
+            f"(= --batch-size {cfg.batch_size} / dp {dp}); use --microbatches "
+            f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
+        )
+    return corpus, (check_resume(cfg, corpus) if cfg.resume else 0)
+
+
+def check_resume(cfg: TrainConfig, corpus: CharCorpus) -> int:
+    """The step ``--resume`` starts at (0 when ``cfg.ckpt_dir`` holds no complete checkpoint).
+
+    Raises:
+        ConfigError: the checkpoint is already past ``--steps``, or was saved by a run with
+        another model shape or corpus (the message names the setting).
+    """
+    path = ckpt.latest(cfg.ckpt_dir)
+    if path is None:
+        return 0
+    step = ckpt.step_of(path)
+    if step > cfg.steps:
+        raise ConfigError(
+            f"--resume: the newest checkpoint in {cfg.ckpt_dir} is at step {step}, already past "
+            f"--steps {cfg.steps}; use --steps {step} or more to go on from it, or another --ckpt-dir"
+        )
+    saved, mine = ckpt.read_meta(path), cfg.meta(corpus)
+    for key in saved or {}:
+        if key in ("data", "vocab") or saved[key] == mine.get(key):
+            continue
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(
+            f"--resume: checkpoint {path} was saved with {flag} {saved[key]}, this run has "
+            f"{flag} {mine[key]}; resume with {flag} {saved[key]}, or use another --ckpt-dir"
+        )
+    if saved and saved.get("vocab") != mine["vocab"]:
+        raise ConfigError(
+            f"--resume: checkpoint {path} was trained on another corpus (--data {saved.get('data') or 'default'}, "
+            f"{len(saved['vocab'])} distinct characters; this one: {len(mine['vocab'])}); resume with "
+            f"--data {saved.get('data') or '(none: the built-in corpus)'}, or use another --ckpt-dir"
+        )
+    return step
+
+
+class _Help(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to a flag's help unless the help already speaks of its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            action.option_strings
+            and not any(action.default is v for v in (None, False, argparse.SUPPRESS))
+            and "default" not in text
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, like every other bad setting (see minipar.train.main)
+        raise ConfigError(f"{message} (see python -m minipar.train --help)")
+
+
+DESCRIPTION = "The main job: train the small GPT on real text, on one device or a (pp, dp, tp) mesh of ranks."
+LAUNCH_FLAGS = {  # how to start the ranks: flags of the command, not settings of the run
+    "nproc": "ranks started with minipar.launch (default dp·tp·pp; ignored under torchrun)",
+    "threads": "intra-op threads per rank (default: all cores for one rank, 1 per rank otherwise)",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m minipar.train``: one flag per :class:`TrainConfig` field
+    (``--n-layer`` for ``n_layer``; type, default, help and choices from the field), then
+    :data:`LAUNCH_FLAGS` (integers, default None)."""
+    p = _Parser(prog="python -m minipar.train", description=DESCRIPTION, formatter_class=_Help)
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag, kw = "--" + f.name.replace("_", "-"), {"default": f.default, "help": f.metadata["help"]}
+        if hints[f.name] is bool:
+            p.add_argument(flag, action="store_true", **kw)
+            continue
+        kind = next(t for t in (int, float, str) if t in (hints[f.name], *typing.get_args(hints[f.name])))
+        p.add_argument(flag, type=kind, choices=f.metadata.get("choices"), **kw)
+    for name, help in LAUNCH_FLAGS.items():
+        p.add_argument(f"--{name}", type=int, default=None, help=help)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
+    """``(TrainConfig, namespace)`` from a command line (the namespace also holds :data:`LAUNCH_FLAGS`).
+
+    ``--ckpt-dir`` defaults to ``OUT/ckpt`` when ``--ckpt-every`` or ``--resume`` is given.
+    Raises:
+        ConfigError: an unknown flag or a bad value (one line; argparse's message).
+    """
+    a = parser().parse_args(argv)
+    cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
+    if not cfg.ckpt_dir:
+        cfg.ckpt_dir = os.path.join(cfg.out, "ckpt") if cfg.out and (cfg.ckpt_every or cfg.resume) else None
+    return cfg, a

@@ -1,0 +1,114 @@
+"""Search the layouts with the performance model: enumerate, estimate, reject, rank; and score a ranking.
+
+:func:`plan` answers "which (dp, tp, pp, b, v, ZeRO, recompute) for N devices?" with
+:func:`minipar.perf.model.estimate` on every valid layout (``python -m minipar.plan`` prints it);
+:func:`rank_correlation` says how well a model's ordering of layouts matches a measured one
+(lesson 07 checks the model against every factorization of 8 ranks on this CPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+from minipar.errors import ConfigError
+from minipar.perf.factors import divisors
+from minipar.perf.hardware import Device
+from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.model import estimate, memory_per_gpu
+
+
+def plan(
+    model: ModelShape,
+    dev: Device,
+    gpus: int,
+    global_batch: int,
+    micro_batches=(1, 2, 4, 8),
+    recomputes=("none", "selective", "full"),
+    zeros=(0, 1, 3),
+    vs=(1, 2, 4),
+    seq_parallel=True,
+    overlap=frozenset(),
+    microbatches=None,
+    schedule: str = "1f1b",
+    offload: bool = False,
+    max_bubble: float | None = 0.25,
+) -> list[tuple[Estimate, str]]:
+    """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
+
+    A MODEL's ranking (:func:`minipar.perf.model.estimate` per layout), not a measurement.
+
+    Args:
+        micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
+            pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
+            (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
+            ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``: fixed.
+        max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
+
+    Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
+    "TP across nodes" (tp > devices per node), "does not fit" (memory > ``usable_mem``), "bubble";
+    an invalid combination (:func:`minipar.perf.layout.check_layout`) is skipped, so nothing is raised
+    for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
+    """
+    out = []
+    for tp in divisors(gpus):
+        for pp in divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            if microbatches is None:
+                sizes = micro_batches
+            else:
+                sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
+            for b in sizes:
+                for v in vs if pp > 1 else (1,):
+                    for rc in recomputes:
+                        for z in zeros if dp > 1 else (0,):
+                            sp = seq_parallel and tp > 1
+                            lay = Layout(dp, tp, pp, b, v, z, rc, sp, offload, overlap, schedule=schedule)
+                            out.append(_judge(model, dev, lay, global_batch, max_bubble))
+    return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
+
+
+def _judge(model: ModelShape, dev: Device, lay: Layout, global_batch: int, max_bubble) -> tuple[Estimate, str] | None:
+    """(estimate, why rejected or "") of one layout; None if it is invalid."""
+    try:
+        m = check_layout(model, lay, global_batch, dev.counts)
+    except ConfigError:
+        return None
+    mem = memory_per_gpu(model, dev, lay, m)
+    usable = dev.usable_mem * dev.mem_bytes
+    if lay.tp > dev.gpus_per_node or mem["total"] > usable:
+        e = Estimate(lay, m, {}, mem, mem["total"] <= usable, 0.0, 0.0, lay.tp > dev.gpus_per_node)
+        if e.tp_across_nodes:
+            return e, "TP across nodes"
+        gb = f"{mem['total'] / 1e9:.0f} GB > {dev.usable_mem:.0%} of {dev.mem_bytes / 1e9:.0f} GB"
+        return e, f"does not fit ({gb})"
+    e = estimate(model, dev, lay, global_batch)
+    if max_bubble is not None and e.time["bubble"] > max_bubble * e.time["total"]:
+        return e, f"bubble {e.time['bubble'] / e.time['total']:.0%} of the step"
+    return e, ""
+
+
+def rank_correlation(a: list[float], b: list[float]) -> float:
+    """Spearman's ρ: the Pearson correlation of the ranks of ``a`` and ``b`` (ties get the mean rank).
+
+    1 = the model orders the layouts exactly as the measurement does; 0 = no relation (also
+    returned when either list is constant).
+    """
+
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else 0.0
