@@ -12,6 +12,8 @@ All three are checked in float64 against autograd / ``torch.optim.AdamW`` on one
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 

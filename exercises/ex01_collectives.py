@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from minipar.comm.collectives import chunk_bounds
+
 
 def ring_neighbours(group=None) -> tuple[list[int], int]:
     """``(ranks, i)``: the *global* ranks of ``group`` in ring order, and this rank's index among them.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 
 
 def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:

@@ -15,6 +15,7 @@ the checker compares yours with one device in float64.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 
 def orthogonalize(p: torch.Tensor) -> torch.Tensor:

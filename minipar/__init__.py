@@ -12,10 +12,10 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.models``          a small GPT (and an MLP) built to be split by layer, head and column [00]
 - ``minipar.memory``          bytes of weights, gradients, optimizer state, activations; measured peak [00]
 - ``minipar.reference``       the plain single-device loop every layout is tested against [00]
-- ``minipar.comm.comm_log``      ``CommLog``: bytes sent/received by every collective and send/recv [01]
-- ``minipar.comm.p2p``             isend/irecv/send/recv with NCCL's per-pair order checked on CPU
+- ``minipar.comm.comm_log``  ``CommLog``: bytes sent/received by every collective and send/recv [01]
+- ``minipar.comm.p2p``       isend/irecv/send/recv with NCCL's per-pair order checked on CPU
   (``MINIPAR_P2P_ORDER=strict``, on in the tests) [06]
-- ``minipar.comm.collectives``     ring reduce-scatter / all-gather / all-reduce from send/recv [01]
+- ``minipar.comm.collectives`` ring reduce-scatter / all-gather / all-reduce from send/recv [01]
 - ``minipar.dp.sync``         naive DP (one ``all_reduce`` per gradient); replicas start from rank 0's weights [02]
 - ``minipar.dp.buckets``      gradient buckets in reverse parameter order, one flat buffer each [02]
 - ``minipar.dp.ddp``          ``DistributedDataParallel``: bucketed all-reduces overlapped with backward [02]
@@ -38,16 +38,19 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
   Korthikanti bytes per layer [08]
 - ``minipar.amp``             mixed precision: fp32 master weights (``MixedPrecisionAdamW``), dynamic loss scaling [08]
 - ``minipar.offload``         ZeRO-Offload: master weights and AdamW state on the host (``OffloadedAdamW``), bytes [08]
-- ``minipar.dp.compression``     gradient compression: bf16, top-k with error feedback, PowerSGD [09]
-- ``minipar.dp.param_server``    a parameter server: synchronous, and asynchronous with bounded staleness [09]
+- ``minipar.dp.compression`` gradient compression: bf16, top-k with error feedback, PowerSGD [09]
+- ``minipar.dp.param_server`` a parameter server: synchronous, and asynchronous with bounded staleness [09]
 - ``minipar.config``          ``TrainConfig``: a run's settings, their checks, the command line made from them [00]
 - ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
 - ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
 - ``minipar.verify``          proofs that read the same on every CPU: a verdict against a derived bound
 
-Imports point one way: train/parallel3d -> strategies (dp, zero, tp, pp) -> collectives
--> dist (``tests/test_imports.py`` checks there is no circle).
+Folders group a family: ``comm`` (communication), ``dp`` (data parallelism), ``zero``, ``tp``, ``pp``
+(one per parallelism, as picotron has) and ``perf`` (the performance model); the core stays flat.
+Imports point one way: config/train/parallel3d -> strategies (dp, zero, tp, pp) -> comm -> dist
+(``tests/test_imports.py`` checks there is no circle; ``tests/test_package_shape.py`` that no module
+is over 350 lines; ``test_imports`` that no moved module left an alias behind).
 """
 
 from minipar.errors import ConfigError, RankFailedError

@@ -233,14 +233,3 @@ def activation_bytes_formula(cfg, batch_size: int, seq_len: int | None = None) -
     per_layer = 4 * 16 * s * b * h + 4 * 4 * b * s + 4 * a * b * s
     embed_head = 8 * b * s + 8 * s + 4 * 2 * s * b * h + 4 * 2 * b * s + 4 * b * s * V + 8 * b * s + 4
     return dict(per_layer=per_layer, layers=L * per_layer, embed_head=embed_head, total=L * per_layer + embed_head)
-
-
-def korthikanti_activation_bytes(seq_len: int, batch_size: int, d_model: int, n_head: int, n_layer: int) -> int:
-    """Activation bytes of a Megatron GPT, no recomputation: L·s·b·h·(34 + 5·a·s/h).
-
-    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-    arXiv:2205.05198, §4.1, Eq. (1) times L: 16-bit activations, 1-byte dropout masks, the
-    (s × s) attention scores and softmax stored. The embedding and head are left out, as there.
-    """
-    s, b, h, a, L = seq_len, batch_size, d_model, n_head, n_layer
-    return L * (34 * s * b * h + 5 * a * s * s * b)

@@ -108,28 +108,8 @@ class CheckpointedBlock(nn.Module):
         return self.block(x)
 
 
-def activation_bytes_per_layer(
-    seq_len: int, batch_size: int, d_model: int, n_head: int, recompute: str = "none", tp: int = 1
-) -> int:
-    """Activation bytes one transformer layer keeps for backward (16-bit activations).
-
-    Korthikanti et al. 2022, arXiv:2205.05198: none = sbh(34 + 5as/h) (§4.1 Eq. 1),
-    selective = 34sbh (§5), full = 2sbh (§4.3, only the layer input). With tensor parallel
-    size ``tp`` (sequence parallel, Eq. 5) everything but the kept input is divided by tp.
-    Pure function for the planner; returns bytes per rank. Raises ConfigError for a bad mode.
-    """
-    s, b, h, a = seq_len, batch_size, d_model, n_head
-    if recompute == "none":
-        return (34 * s * b * h + 5 * a * s * s * b) // tp
-    if recompute == "selective":
-        return 34 * s * b * h // tp
-    if recompute == "full":
-        return 2 * s * b * h // tp
-    raise ConfigError(f"recompute={recompute!r} is not one of {MODES}")
-
-
 def cpu_extra_bytes(seq_len: int, batch_size: int, d_model: int, n_head: int, recompute: str = "none") -> int:
-    """What a 16-bit PyTorch CPU layer keeps beyond :func:`activation_bytes_per_layer` (bf16 run).
+    """What a 16-bit PyTorch CPU layer keeps beyond :func:`minipar.perf.model.activation_bytes_per_layer` (bf16 run).
 
     Two differences from the paper's fused GPU kernels, both counted exactly: (1) PyTorch's CPU
     dropout keeps its mask in the activation's dtype (2 bytes, not 1): + a·s²·b for the attention

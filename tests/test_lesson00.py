@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from minipar import launch
-from minipar.memory import activation_bytes_formula, korthikanti_activation_bytes, saved_activation_bytes
+from minipar.memory import activation_bytes_formula, saved_activation_bytes
 from minipar.models import GPT, GPTConfig
+from minipar.perf.layout import ModelShape
+from minipar.perf.model import activation_bytes_per_layer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lessons"))
 import workers_00  # noqa: E402  (lessons/workers_00.py, the notebook's experiment drivers)
@@ -34,8 +36,9 @@ def test_activation_formula_equals_saved_tensors(b, s, layers, d, heads, vocab):
 def test_korthikanti_formula():
     # Korthikanti et al. 2022 §4.1: per layer s·b·h·(34 + 5·a·s/h) bytes; GPT-3 175B shape, b = 1.
     s, h, a = 2048, 12288, 96
-    assert korthikanti_activation_bytes(s, 1, h, a, 1) == s * h * (34 + 5 * a * s // h)
-    assert korthikanti_activation_bytes(s, 2, h, a, 3) == 6 * korthikanti_activation_bytes(s, 1, h, a, 1)
+    layer = ModelShape(layers=1, hidden=h, heads=a, seq=s)
+    assert activation_bytes_per_layer(layer, 1, 1) == s * h * (34 + 5 * a * s // h)
+    assert activation_bytes_per_layer(layer, 2, 1) == 2 * activation_bytes_per_layer(layer, 1, 1)
 
 
 def test_autograd_graph_of_linear_cross_entropy():

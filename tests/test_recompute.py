@@ -2,9 +2,11 @@ import pytest
 import torch
 
 from minipar.errors import ConfigError
-from minipar.memory import korthikanti_activation_bytes, saved_activation_bytes
+from minipar.memory import saved_activation_bytes
 from minipar.models import Block, GPTConfig
-from minipar.recompute import CheckpointedBlock, activation_bytes_per_layer, checkpoint
+from minipar.perf.layout import ModelShape
+from minipar.perf.model import activation_bytes_per_layer
+from minipar.recompute import CheckpointedBlock, checkpoint
 
 
 def _run(mode, seed=0):
@@ -43,12 +45,13 @@ def test_full_recompute_keeps_only_input():
     x = torch.randn(2, 16, 32, requires_grad=True)
     full = saved_activation_bytes(lambda: CheckpointedBlock(blk, "full")(x), exclude=blk)
     assert full == x.numel() * 4  # fp32 input: 2sbh in 16-bit is 4sbh bytes in fp32
-    assert activation_bytes_per_layer(16, 2, 32, 4, "full") == 2 * 16 * 2 * 32
-    assert activation_bytes_per_layer(16, 2, 32, 4, "none") == korthikanti_activation_bytes(16, 2, 32, 4, 1)
+    layer = ModelShape(layers=1, hidden=32, heads=4, seq=16)
+    assert activation_bytes_per_layer(layer, 2, 1, "full") == 2 * 16 * 2 * 32
+    assert activation_bytes_per_layer(layer, 2, 1, "none") == 34 * 16 * 2 * 32 + 5 * 4 * 16 * 16 * 2  # sbh(34 + 5as/h)
 
 
 def test_bad_mode():
     with pytest.raises(ConfigError):
         CheckpointedBlock(torch.nn.Identity(), "half")
     with pytest.raises(ConfigError):
-        activation_bytes_per_layer(1, 1, 1, 1, "half")
+        activation_bytes_per_layer(ModelShape(layers=1, hidden=1, heads=1, seq=1), 1, 1, "half")

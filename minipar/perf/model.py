@@ -90,10 +90,10 @@ def activation_bytes_per_layer(
     sbh = s * b * h
     if recompute == "full":
         x = 2 * sbh / (t if seq_parallel else 1)
-    else:
-        lin = 34 / t if seq_parallel else 10 + 24 / t
-        att = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
-        x = sbh * (lin + att)
+    else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
+        # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
+        core = 0 if recompute == "selective" else 5 * a * s * s * b
+        x = (34 * sbh + core) / t if seq_parallel else 10 * sbh + (24 * sbh + core) / t
     return x * bytes_per_value / 2
 
 

@@ -87,9 +87,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._consolidated = None
         self._kwargs = dict(defaults)  # what optimizer_class(...) accepts
         # the groups carry every hyperparameter of optimizer_class (SGD's dampening...), not just those given
-        defaults = optimizer_class(
-            [torch.nn.Parameter(torch.zeros(0))], **defaults
-        ).defaults  # device-ok: a throwaway, only to read the class's defaults
+        probe = torch.nn.Parameter(torch.zeros(0))  # device-ok: a throwaway, only to read the class's defaults
+        defaults = optimizer_class([probe], **defaults).defaults
         super().__init__(params, defaults)  # a generator is consumed here, once; groups get the defaults
         self._ready = True
         self._repartition()
