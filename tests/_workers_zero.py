@@ -11,6 +11,7 @@ from minipar.models import GPT, GPTConfig
 from minipar.zero import zero
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons"))
+import workers_03  # noqa: E402, F401  (the lesson's drivers: the tests use w.workers_03; launch's children inherit sys.path)
 
 CFG = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, d_model=32)
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)

@@ -26,26 +26,20 @@ import sys
 
 import pytest
 
-from minipar import ConfigError, launch
+from minipar import ConfigError, gpu_check, launch
 from minipar.config import TrainConfig
 from minipar.train import main, train
 from tests import _workers_3d as w
 
-TINY = dict(
-    steps=4,
-    batch_size=8,
-    block_size=16,
-    n_layer=2,
-    n_head=2,
-    d_model=32,
-    eval_every=4,
-    log_every=1,
-    eval_batches=1,
-    sample_chars=10,
-    microbatches=2,
-    out=None,
-)
-TOL = 1e-5
+TINY = {**gpu_check.TINY, "out": None}  # one config for the CPU tests and the GPU check-list
+TOL = gpu_check.TOL
+
+
+def as_flags(cfg: dict) -> list[str]:
+    """``{"batch_size": 8, ...}`` -> ``["--batch-size", "8", ...]`` (the main job's flags; None left out)."""
+    return [x for k, v in cfg.items() if v is not None for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -125,27 +119,7 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "mn"
-    args = [
-        "--steps",
-        "4",
-        "--batch-size",
-        "8",
-        "--block-size",
-        "16",
-        "--n-layer",
-        "2",
-        "--n-head",
-        "2",
-        "--d-model",
-        "32",
-        "--eval-every",
-        "4",
-        "--log-every",
-        "1",
-        "--eval-batches",
-        "1",
-        "--microbatches",
-        "2",
+    args = as_flags(TINY) + [
         "--dp",
         "2",
         "--tp",
@@ -217,27 +191,7 @@ def test_torchrun_restarts_a_killed_3d_rank_and_resumes(tmp_path, one_device):
     attempt only). ``--max-restarts 1`` restarts the job, which resumes from the step-2 checkpoint
     without manual action: every step logged once, losses equal to the uninterrupted run's."""
     out = tmp_path / "run"
-    args = [
-        "--steps",
-        "4",
-        "--batch-size",
-        "8",
-        "--block-size",
-        "16",
-        "--n-layer",
-        "2",
-        "--n-head",
-        "2",
-        "--d-model",
-        "32",
-        "--eval-every",
-        "4",
-        "--log-every",
-        "1",
-        "--eval-batches",
-        "1",
-        "--microbatches",
-        "2",
+    args = as_flags(TINY) + [
         "--tp",
         "2",
         "--pp",

@@ -54,16 +54,22 @@ def test_bad_recompute_is_config_error():
     assert cfg.recompute == "full"
 
 
-def test_full_keeps_only_block_inputs():
-    """Forward-saved bytes of the blocks with full recompute = L · B·T·d · 4 (fp32), exactly."""
-    torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=16, block_size=16, n_layer=3, n_head=2, d_model=16))
-    set_recompute(m, "full")
+def _blocks_meter(m: GPT) -> SavedTensorMeter:
+    """The bytes ``m``'s blocks save in forward for a (2, 16, 16) input (fp32)."""
     x = torch.randn(2, 16, 16, requires_grad=True)
     with SavedTensorMeter(exclude=m) as meter:
         h = x
         for blk in m.blocks:
             h = blk(h)
+    return meter
+
+
+def test_full_keeps_only_block_inputs():
+    """Forward-saved bytes of the blocks with full recompute = L · B·T·d · 4 (fp32), exactly."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=16, block_size=16, n_layer=3, n_head=2, d_model=16))
+    set_recompute(m, "full")
+    meter = _blocks_meter(m)
     assert meter.peak == 3 * 2 * 16 * 16 * 4
 
 
@@ -78,11 +84,7 @@ def test_planner_accounts_for_recompute_and_offload():
     torch.manual_seed(0)
     m = GPT(cfg)
     set_recompute(m, "full")
-    x = torch.randn(2, 16, 16, requires_grad=True)
-    with SavedTensorMeter(exclude=m) as meter:
-        h = x
-        for blk in m.blocks:
-            h = blk(h)
+    meter = _blocks_meter(m)
     shape = shape_of(cfg)
     assert cfg.n_layer * activation_bytes_per_layer(shape, 2, 1, recompute="full", bytes_per_value=4) == meter.peak
     s, b, hd, a = 16, 2, 16, 2
