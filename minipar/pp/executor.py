@@ -181,9 +181,8 @@ class PipelineExecutor:
             self._local[a] = t
         else:
             t = t.contiguous()
-            self._sends.append(
-                (t, p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a), label=str(a)))
-            )
+            req = p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a), label=str(a))
+            self._sends.append((t, req))
 
     def _get(self, a: Action, shape) -> torch.Tensor:
         if a in self._local:

@@ -49,25 +49,13 @@ def parallelize_gpt_dtensor(model: GPT, mesh, vocab_parallel: bool = False) -> G
                 if p is not None:
                     p.copy_(_interleave_qkv(p, n))
         block.attn.n_head //= n
-        parallelize_module(
-            block,
-            mesh,
-            {
-                "attn.qkv": ColwiseParallel(),
-                "attn.proj": RowwiseParallel(),
-                "mlp.fc": ColwiseParallel(),
-                "mlp.proj": RowwiseParallel(),
-            },
-        )
+        plan = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel()}  # heads split, then g
+        plan |= {"mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()}  # 4d/N hidden, then g
+        parallelize_module(block, mesh, plan)
     if vocab_parallel:
-        parallelize_module(
-            model,
-            mesh,
-            {
-                "wte": RowwiseParallel(input_layouts=Replicate()),
-                "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
-            },
-        )
+        wte = RowwiseParallel(input_layouts=Replicate())  # vocabulary rows
+        head = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)  # vocabulary-split logits
+        parallelize_module(model, mesh, {"wte": wte, "lm_head": head})
     model.tp_degree = n
     return model
 

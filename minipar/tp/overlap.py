@@ -66,12 +66,8 @@ def allgather_matmul(
         reqs, t0 = [], clock()
         if k < n - 1:
             nxt = torch.empty_like(cur)
-            reqs = p2p.batch_isend_irecv(
-                [
-                    p2p.P2P("send", cur, right, group, label=f"chunk {src}"),
-                    p2p.P2P("recv", nxt, left, group, label=f"chunk {(src - 1) % n}"),
-                ]
-            )
+            send = p2p.P2P("send", cur, right, group, label=f"chunk {src}")
+            reqs = p2p.batch_isend_irecv([send, p2p.P2P("recv", nxt, left, group, label=f"chunk {(src - 1) % n}")])
         g0 = clock()
         out[:, src * Tl : (src + 1) * Tl] = cur @ weight.t()
         g1 = clock()
