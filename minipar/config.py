@@ -35,7 +35,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 def _opt(default, help: str, **kw):
     """A field with its command-line help in its metadata, and optionally ``choices`` (the allowed
-    values) or ``positive=True`` (an integer >= 1); :meth:`TrainConfig.validate` checks both."""
+    values) or ``minimum=k`` (an integer >= k; None allowed where None is the default);
+    :meth:`TrainConfig.validate` checks both."""
     return field(default=default, metadata={"help": help, **kw})
 
 
@@ -43,34 +44,34 @@ def _opt(default, help: str, **kw):
 class TrainConfig:
     """One training run. Every field is a flag of ``python -m minipar.train`` (``n_layer`` -> ``--n-layer``)."""
 
-    steps: int = _opt(1000, "optimizer steps", positive=True)
-    batch_size: int = _opt(16, "global batch, sequences per step (all ranks together)", positive=True)
+    steps: int = _opt(1000, "optimizer steps", minimum=1)
+    batch_size: int = _opt(16, "global batch, sequences per step (all ranks together)", minimum=1)
     microbatches: int = _opt(
-        1, "gradient-accumulation micro-batches per rank (the pipeline's micro-batches)", positive=True
+        1, "gradient-accumulation micro-batches per rank (the pipeline's micro-batches)", minimum=1
     )
-    block_size: int = _opt(128, "context length T, characters", positive=True)
-    n_layer: int = _opt(4, "transformer blocks")
-    n_head: int = _opt(4, "attention heads per block")
-    d_model: int = _opt(128, "hidden size")
+    block_size: int = _opt(128, "context length T, characters", minimum=1)
+    n_layer: int = _opt(4, "transformer blocks", minimum=1)
+    n_head: int = _opt(4, "attention heads per block", minimum=1)
+    d_model: int = _opt(128, "hidden size", minimum=1)
     lr: float = _opt(3e-3, "peak learning rate (AdamW)")
     min_lr_frac: float = _opt(0.1, "the cosine decay ends at this fraction of --lr")
-    warmup: int = _opt(20, "linear learning-rate warm-up, steps")
+    warmup: int = _opt(20, "linear learning-rate warm-up, steps", minimum=0)
     weight_decay: float = _opt(0.1, "AdamW weight decay of the matrices")
     grad_clip: float = _opt(1.0, "clip the global gradient norm (0: off)")
     seed: int = _opt(0, "seed of the weights and the data order")
     dtype: str = _opt("fp32", "autocast precision (fp16: GPU only)", choices=DTYPES)
     data: str | None = _opt(None, "a UTF-8 text file (default: Python's pydoc_data.topics)")
     out: str | None = _opt("runs/train", "output folder ('' for none)")
-    log_every: int = _opt(10, "log the training loss every N steps", positive=True)
-    eval_every: int = _opt(100, "evaluate the validation loss every N steps", positive=True)
-    eval_batches: int = _opt(8, "validation batches per evaluation", positive=True)
-    sample_chars: int = _opt(300, "characters of text sampled from the trained model")
+    log_every: int = _opt(10, "log the training loss every N steps", minimum=1)
+    eval_every: int = _opt(100, "evaluate the validation loss every N steps", minimum=1)
+    eval_batches: int = _opt(8, "validation batches per evaluation", minimum=1)
+    sample_chars: int = _opt(300, "characters of text sampled from the trained model", minimum=0)
     ckpt_dir: str | None = _opt(None, "checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)")
-    ckpt_every: int = _opt(0, "save a checkpoint every N steps (0: never)")
+    ckpt_every: int = _opt(0, "save a checkpoint every N steps (0: never)", minimum=0)
     resume: bool = _opt(False, "continue from the newest complete checkpoint")
-    dp: int | None = _opt(None, "data-parallel degree (default: the ranks left, world / (tp·pp))")
-    tp: int = _opt(1, "tensor-parallel degree (divides --n-head and --d-model)")
-    pp: int = _opt(1, "pipeline stages (at most --n-layer)")
+    dp: int | None = _opt(None, "data-parallel degree (default: the ranks left, world / (tp·pp))", minimum=1)
+    tp: int = _opt(1, "tensor-parallel degree (divides --n-head and --d-model)", minimum=1)
+    pp: int = _opt(1, "pipeline stages (at most --n-layer)", minimum=1)
     schedule: str = _opt("1f1b", "pipeline schedule", choices=SCHEDULES_3D)
     zero: int = _opt(0, "1: ZeRO-1 over the dp group (AdamW moments sharded)")
     grad_compression: str = _opt(
@@ -90,14 +91,24 @@ class TrainConfig:
         """Raise :class:`ConfigError` for a bad setting that needs no world size (the layout: :meth:`layout`)."""
         for f in dataclasses.fields(self):
             v, flag, choices = getattr(self, f.name), "--" + f.name.replace("_", "-"), f.metadata.get("choices")
-            if f.metadata.get("positive") and (not isinstance(v, int) or v < 1):
-                raise ConfigError(f"{flag} {v}: must be an integer >= 1")
+            low = f.metadata.get("minimum")
+            if low is not None and not (v is None and f.default is None) and (not isinstance(v, int) or v < low):
+                raise ConfigError(f"{flag} {v}: must be an integer >= {low}")
             if choices and v not in choices:
                 raise ConfigError(f"{flag} {v}: use one of {', '.join(choices)}")
-        if not self.lr > 0:
-            raise ConfigError(f"--lr {self.lr}: must be > 0, e.g. --lr 3e-3")
-        if not self.grad_clip >= 0:
-            raise ConfigError(f"--grad-clip {self.grad_clip}: must be >= 0 (0 turns clipping off)")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"--lr {self.lr}: must be a finite number > 0, e.g. --lr 3e-3")
+        if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
+            raise ConfigError(f"--grad-clip {self.grad_clip}: must be a finite number >= 0 (0 turns clipping off)")
+        if not 0 <= self.min_lr_frac <= 1:
+            raise ConfigError(f"--min-lr-frac {self.min_lr_frac}: must be in [0, 1] (a fraction of --lr)")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise ConfigError(f"--weight-decay {self.weight_decay}: must be a finite number >= 0")
+        if self.ckpt_every and not self.ckpt_dir:
+            raise ConfigError(
+                f"--ckpt-every {self.ckpt_every} has nowhere to save (--out '' and no --ckpt-dir): "
+                "add --ckpt-dir DIR, or --out DIR (checkpoints go to DIR/ckpt)"
+            )
         if self.zero not in (0, 1):
             raise ConfigError(f"--zero {self.zero}: use 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
         if self.resume and not self.ckpt_dir:
@@ -278,10 +289,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
 
     ``--ckpt-dir`` defaults to ``OUT/ckpt`` when ``--ckpt-every`` or ``--resume`` is given.
     Raises:
-        ConfigError: an unknown flag or a bad value (one line; argparse's message).
+        ConfigError: an unknown flag or a bad value (one line; argparse's message or
+        :meth:`TrainConfig.validate`'s).
     """
     a = parser().parse_args(argv)
+    for name in LAUNCH_FLAGS:
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            raise ConfigError(
+                f"--{name} {getattr(a, name)}: must be an integer >= 1 (or left out: {LAUNCH_FLAGS[name]})"
+            )
     cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
     if not cfg.ckpt_dir:
         cfg.ckpt_dir = os.path.join(cfg.out, "ckpt") if cfg.out and (cfg.ckpt_every or cfg.resume) else None
+    cfg.validate()  # here, before the launcher derives the rank count from --dp/--tp/--pp
     return cfg, a

@@ -20,6 +20,21 @@ from minipar.perf.hardware import GPUS
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 
+OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
+
+
+def check_args(a: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` (one line: the flag, the value, the fix) for an impossible input."""
+    for flag in ("gpus", "gpus_per_node", "seq", "global_batch", "top"):
+        v = getattr(a, flag)
+        if v is not None and v < 1:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be an integer >= 1")
+    bad = [x for x in a.overlap.split(",") if x and x not in OVERLAP]
+    if bad:
+        raise ConfigError(
+            f"--overlap {a.overlap}: {', '.join(bad)} is not one of {', '.join(OVERLAP)} (comma-separated)"
+        )
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m minipar.plan", description=__doc__.split("\n")[0])
@@ -30,8 +45,15 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
-    p.add_argument("--overlap", default="", help="communication hidden behind compute, e.g. dp,pp")
+    p.add_argument(
+        "--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}; e.g. dp,pp"
+    )
     a = p.parse_args(argv)
+    try:
+        check_args(a)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     model = MODELS[a.model] if a.seq is None else replace(MODELS[a.model], seq=a.seq)
     dev = GPUS[a.gpu] if a.gpus_per_node is None else replace(GPUS[a.gpu], gpus_per_node=a.gpus_per_node)
     try:
@@ -50,7 +72,12 @@ def main(argv=None) -> int:
             f"{str(e.layout):42s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
             f"{e.time['bubble'] / e.time['total']:6.1%}"
         )
-    if not kept:
+    if not rows:
+        print(
+            f"  (none: no layout of {a.gpus} GPUs is valid here: tp must divide the heads ({model.heads}) and "
+            f"the hidden size, pp the layers ({model.layers}), dp·micro-batch the global batch ({a.global_batch}))"
+        )
+    elif not kept:
         print("  (none: every layout was rejected; see below)")
     reasons = Counter(
         why.split(" (")[0].split(" ")[0] if why.startswith("bubble") else why.split(" (")[0] for _, why in rows if why

@@ -141,6 +141,8 @@ def run_rank(
         except Exception:
             pass
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+        # sys.exit(n) in fn: the rank exits with n, as a script would (RankFailedError.exitcode)
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code else 1
         tb = traceback.format_exc()
         try:
             exc_bytes = pickle.dumps(exc)
@@ -169,7 +171,7 @@ def run_rank(
         multiprocessing.util._run_finalizers(0)  # what a normal exit runs: unlink fn's semaphores (no leak warning)
     except Exception:
         pass
-    os._exit(0 if payload[0] == "ok" else 1)
+    os._exit(0 if payload[0] == "ok" else code)
 
 
 class Tail:

@@ -41,6 +41,16 @@ def exit_on(bad_rank, code=3):
     dist.all_reduce(t)
 
 
+def sys_exit_on(bad_rank, code=3):
+    """``sys.exit(code)`` on ``bad_rank`` (a SystemExit, not a killed process), after the others joined."""
+    import sys
+
+    if md.rank() == bad_rank:
+        sys.exit(code)
+    t = torch.zeros(1)
+    dist.all_reduce(t)
+
+
 def skip_collective(bad_rank):
     """Rank ``bad_rank`` skips the collective: its peers must time out, not hang."""
     if md.rank() != bad_rank:

@@ -40,6 +40,13 @@ def test_rank_killed_without_exception_is_named():
     assert info.value.rank == 1 and info.value.exitcode == 3
 
 
+def test_sys_exit_in_a_rank_keeps_its_exit_code():
+    """Before: sys.exit(3) in a rank gave RankFailedError.exitcode 1 (issue: nothing lost, item 8)."""
+    with pytest.raises(RankFailedError, match="rank 1 failed") as info:
+        launch(w.sys_exit_on, world_size=2, args=(1,))
+    assert info.value.rank == 1 and info.value.exitcode == 3
+
+
 def test_skipped_collective_times_out_instead_of_hanging():
     t = time.time()
     with pytest.raises(RuntimeError):  # RankFailedError naming the rank that skipped it
