@@ -11,6 +11,13 @@ class ConfigError(ValueError):
     """
 
 
+class NonFiniteLossError(ConfigError):
+    """The training loss became inf or NaN: the run stops at that step, before it is logged or
+    checkpointed, naming the step, the last finite loss and what to change (a setting: hence a
+    :class:`ConfigError`, reported in one line by ``python -m minipar.train``).
+    """
+
+
 class RankFailedError(RuntimeError):
     """A launched rank died without a Python exception we could re-raise (killed, segfault, exit code).
 

@@ -69,7 +69,8 @@ def write_outputs(cfg, model: GPT, corpus: CharCorpus, device) -> None:
         json.dump(dataclasses.asdict(cfg), f, indent=2)
     plot_losses(history, os.path.join(cfg.out, "loss.png"))
     g = torch.Generator().manual_seed(cfg.seed)
-    start = corpus.encode("\n").view(1, 1).to(device)
+    first = "\n" if "\n" in corpus.chars else corpus.text[0]  # a text without a newline starts from its first character
+    start = corpus.encode(first).view(1, 1).to(device)
     text = corpus.decode(model.generate(start, cfg.sample_chars, temperature=0.8, top_k=20, generator=g)[0, 1:].cpu())
     with open(os.path.join(cfg.out, "sample.txt"), "w") as f:
         f.write(text + "\n")

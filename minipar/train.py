@@ -29,6 +29,7 @@ resumes under any other.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -39,7 +40,7 @@ from minipar import checkpoint as ckpt
 from minipar import dist as mdist
 from minipar.config import TrainConfig, check, lr_at, parse_args
 from minipar.data import CharCorpus, make_loader
-from minipar.errors import ConfigError
+from minipar.errors import ConfigError, NonFiniteLossError
 from minipar.mesh import Mesh, init_mesh
 from minipar.models import GPT
 from minipar.parallel3d import broadcast_from, build_piece, full_model
@@ -126,6 +127,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             log_file.write(json.dumps(rec) + "\n")
             log_file.flush()
 
+    last_finite = None  # (step, loss) of the newest finite training loss
     for step in range(start, cfg.steps + 1):
         record = None
         if step % cfg.eval_every == 0 or step == cfg.steps or step == start:
@@ -137,6 +139,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         x, y = next(loader)  # this dp rank's share: (B/dp, T)
         with _autocast(cfg, mdist.device()):
             loss = piece.step(x, y, lr)  # schedule, dp grad sync, global clip, AdamW
+        last_finite = check_finite(loss.item(), step, last_finite, cfg)  # the same on every rank: all stop
         if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
             ckpt.save_3d(cfg.ckpt_dir, step + 1, piece, loader, meta=cfg.meta(corpus))
         if step % cfg.log_every == 0:
@@ -194,6 +197,19 @@ def resume(cfg: TrainConfig, piece, loader, verbose: bool = True) -> int:
     if verbose:
         print(f"resumed from {os.path.basename(path)} (step {step})", flush=True)
     return step
+
+
+def check_finite(loss: float, step: int, last: tuple[int, float] | None, cfg: TrainConfig) -> tuple[int, float]:
+    """``(step, loss)`` if ``loss`` is finite; else raise :class:`NonFiniteLossError` naming the step,
+    the last finite loss and the fix (nothing of this step is logged or checkpointed)."""
+    if math.isfinite(loss):
+        return step, loss
+    before = f"the last finite loss was {last[1]:.4g} at step {last[0]}" if last else "no step before it was finite"
+    clip = f"a smaller --grad-clip (now {cfg.grad_clip})" if cfg.grad_clip else "--grad-clip 1.0"
+    kept = f"; the newest checkpoint in {cfg.ckpt_dir} is kept" if cfg.ckpt_dir else ""
+    raise NonFiniteLossError(
+        f"step {step}: the training loss is {loss} ({before}); lower --lr (now {cfg.lr:g}) or use {clip}{kept}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

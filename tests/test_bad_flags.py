@@ -79,3 +79,27 @@ def test_planner_explains_an_empty_result(capsys):
 
     assert plan_main(["--gpus", "7"]) == 0
     assert "no layout of 7 GPUs is valid here: tp must divide the heads" in capsys.readouterr().out
+
+
+TINY_RUN = ["--steps", "6", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-head", "2"]
+TINY_RUN += ["--d-model", "16", "--eval-every", "100", "--eval-batches", "1", "--sample-chars", "5", "--log-every", "1"]
+
+
+def test_a_non_finite_loss_stops_the_run_at_once(tmp_path, capsys):
+    """Before: --lr 10 went NaN and trained on to a traceback (issue item 6). Now the step it happens,
+    the last finite loss and the fix, in one line; nothing after it is logged."""
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--lr", "1e30", "--grad-clip", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the training loss is" in err[0] and "lower --lr (now 1e+30)" in err[0]
+    steps = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert len(steps) < 6  # stopped before the end, the bad step not logged
+
+
+def test_a_text_without_a_newline_trains_and_samples(tmp_path):
+    """Before: the sample started from "\\n", so a text without one failed after the whole run."""
+    data = tmp_path / "t.txt"
+    data.write_text("abcdefghij" * 300)
+    out = tmp_path / "run"
+    assert main(TINY_RUN + ["--steps", "2", "--data", str(data), "--out", str(out), "--threads", "1"]) == 0
+    assert (out / "sample.txt").read_text().strip()
