@@ -84,7 +84,8 @@ def check_build_groups(mod) -> str:
                         + (
                             ": a size-1 dimension still needs a real one-rank group (group=None is the whole world)"
                             if size != len(want)
-                            else ""
+                            else ": new_group is collective, so every rank must make the same calls in the same "
+                            "order — create every group of every dimension on every rank, keep the ones you are in"
                         )
                     )
     return "layouts (1,1,1), (1,2,2), (2,2,1), (2,1,2), (4,1,1): every rank's groups all-reduce over the right ranks"
