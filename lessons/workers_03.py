@@ -16,8 +16,11 @@ from minipar.comm.comm_log import CommLog
 from minipar.memory import state_bytes
 from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.zero import zero
+from minipar.zero.fully_shard import MixedPrecisionPolicy, full_state_dict, fully_shard
 
-STRATEGIES = ("dp", "zero1", "zero2", "zero3", "fsdp2")
+STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3pp", "fsdp2")
+# zero3: flat units (FSDP1's design, minipar.zero.stage3); zero3pp: per parameter (FSDP2's design,
+# minipar.zero.fully_shard); fsdp2: PyTorch's torch.distributed.fsdp.fully_shard.
 
 
 def _local(t):
@@ -36,22 +39,44 @@ def fsdp2_held_bytes(model, opt) -> dict:
     return d
 
 
-def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32):
-    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy."""
+def units(model: GPT) -> list:
+    """The modules every ZeRO-3 here shards on their own (then the root): the flat units of stage 3."""
+    return [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]
+
+
+def make_optimizer(model, adamw: dict, optim: str = "adamw"):
+    """``torch.optim.AdamW`` with minipar's decay groups, or ``torch.optim.SGD(lr, momentum=0.9)`` (``optim="sgd"``)."""
+    if optim == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=adamw["lr"], momentum=0.9)
+    return torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), lr=adamw["lr"], betas=adamw["betas"])
+
+
+def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32, optim="adamw", mp=None):
+    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy.
+
+    ``optim``: "adamw" or "sgd" (single, dp, zero3pp, fsdp2). ``mp``: ``(param_dtype, reduce_dtype)``
+    for the two per-parameter ZeRO-3s, given to minipar's and PyTorch's ``MixedPrecisionPolicy``.
+    """
     torch.manual_seed(0)
     model = GPT(cfg).to(dtype)
-    plain = dict(lr=adamw["lr"], betas=adamw["betas"])
-    if strategy == "dp" or strategy == "single":
-        opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
+    if strategy in ("dp", "single"):
+        opt = make_optimizer(model, adamw, optim)
+    elif strategy == "zero3pp":
+        policy = MixedPrecisionPolicy(*mp) if mp else None
+        for m in units(model):
+            fully_shard(m, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        opt = make_optimizer(model, adamw, optim)
     elif strategy == "fsdp2":
+        from torch.distributed import fsdp
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh("cpu", (md.world_size(),))
-        for m in [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]:  # the same units as ZeRO-3
-            fully_shard(m, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        opt = torch.optim.AdamW(adamw_groups(model, adamw["weight_decay"]), **plain)
+        policy = fsdp.MixedPrecisionPolicy(*mp) if mp else fsdp.MixedPrecisionPolicy()
+        for m in units(model):
+            fsdp.fully_shard(m, mesh=mesh, mp_policy=policy)
+        fsdp.fully_shard(model, mesh=mesh, mp_policy=policy)
+        opt = make_optimizer(model, adamw, optim)
     else:
         kw = dict(trace=trace) if strategy == "zero3" else {}
         opt = zero(model, int(strategy[-1]), **adamw, **kw)
@@ -59,7 +84,7 @@ def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.fl
 
 
 def held(strategy, model, opt) -> dict:
-    if strategy in ("dp", "single"):
+    if strategy in ("dp", "single", "zero3pp"):
         return state_bytes(model, opt)
     return fsdp2_held_bytes(model, opt) if strategy == "fsdp2" else opt.held_bytes()
 
@@ -67,6 +92,8 @@ def held(strategy, model, opt) -> dict:
 def full_params(strategy, model, opt) -> dict:
     if strategy == "zero3":
         return opt.full_state_dict()
+    if strategy == "zero3pp":
+        return full_state_dict(model)
     return {
         k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.named_parameters()
     }
@@ -78,7 +105,7 @@ def finish_step(strategy: str, model, opt, adamw: dict) -> None:
     if strategy == "dp":
         for p in model.parameters():
             dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-    if adamw.get("max_norm") and strategy in ("dp", "single", "fsdp2"):
+    if adamw.get("max_norm") and strategy in ("dp", "single", "fsdp2", "zero3pp"):
         torch.nn.utils.clip_grad_norm_(model.parameters(), adamw["max_norm"])
     opt.step()
     opt.zero_grad()
@@ -105,8 +132,12 @@ def run(
     measure_step: int = 1,
     track_peak: bool = False,
     dtype=torch.float32,
+    optim: str = "adamw",
+    mp=None,
 ) -> dict:
     """Train each strategy on this rank's rows of the same global ``batches``, one after another.
+
+    ``optim``, ``mp``: as :func:`build` (``mp`` reaches only zero3pp and fsdp2).
 
     ``dtype``: float32 for the byte measurements (the formulas are fp32 AdamW's), float64 for the
     equivalence proofs (reordered sums then differ by ~1e-16 relative on every CPU).
@@ -119,7 +150,8 @@ def run(
     out = {}
     for s in strategies:
         trace = []
-        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, dtype)
+        pp_mp = mp if s in ("zero3pp", "fsdp2") else None
+        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, dtype, optim=optim, mp=pp_mp)
         losses, rec = [], {}
         for step, xy in enumerate(batches):
             xy = xy.chunk(n)[r]
@@ -146,9 +178,9 @@ def run(
     return out
 
 
-def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float32) -> dict:
-    """The reference: one process, the whole global batch, torch.optim.AdamW (model in ``dtype``)."""
-    model, opt = build("single", cfg, adamw, dtype=dtype)
+def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float32, optim: str = "adamw") -> dict:
+    """The reference: one process, the whole global batch, torch.optim.AdamW or SGD (model in ``dtype``)."""
+    model, opt = build("single", cfg, adamw, dtype=dtype, optim=optim)
     losses = []
     for xy in batches:
         loss = model(xy[:, :-1], xy[:, 1:])[1]

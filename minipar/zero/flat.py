@@ -147,7 +147,7 @@ def all_gather_flat(full_out: torch.Tensor, shard: torch.Tensor, group=None) -> 
     return full_out
 
 
-def check_same_start(units: list[FlatUnit], flats: list[torch.Tensor], group=None) -> None:
+def check_same_start(names: list[str], flats: list[torch.Tensor], group=None) -> None:
     """Raise ConfigError if the ranks do not start from bit-identical parameters.
 
     Each rank hashes every unit's flat buffer (its bits as int32/int64, weighted by position, summed in int64)
@@ -161,11 +161,11 @@ def check_same_start(units: list[FlatUnit], flats: list[torch.Tensor], group=Non
     every = hashes.new_empty(n * len(flats))
     dist.all_gather_single(every, hashes, group=group)
     every = every.view(n, len(flats))
-    for j, u in enumerate(units):
+    for j, name in enumerate(names):
         bad = [r for r in range(n) if every[r, j] != every[0, j]]
         if bad:
             raise ConfigError(
-                f"parameters of unit {u.name!r} differ between rank 0 and rank(s) {bad} at the start; "
+                f"parameters of unit {name!r} differ between rank 0 and rank(s) {bad} at the start; "
                 "every rank must start from the same weights: seed before building the model "
                 "(torch.manual_seed) or call minipar.dp.sync.broadcast_parameters(model) first"
             )

@@ -82,7 +82,7 @@ class ZeroOptimizer(ShardOptimizer):
         self.units = [FlatUnit(name, m, rank, n) for name, m in units]
         self.params = [list(m.parameters()) for _, m in units]
         self.flats = [u.flatten(ps) for u, ps in zip(self.units, self.params)]
-        check_same_start(self.units, self.flats, group)
+        check_same_start([u.name for u in self.units], self.flats, group)
         for u, ps, flat in zip(self.units, self.params, self.flats):  # the weights become views of the flat buffer
             for p, off, k, shape in zip(ps, u.offsets, u.numels, u.shapes):
                 p.data = flat[off : off + k].view(shape)

@@ -226,7 +226,7 @@ class Zero3(ShardOptimizer):
         for su, nxt in zip(self.sharded, self.sharded[1:] + [None]):
             su.next = nxt if prefetch else None
             su.timeline = timeline
-        check_same_start(self.units, [su.start_flat for su in self.sharded], group)
+        check_same_start([u.name for u in self.units], [su.start_flat for su in self.sharded], group)
         for su in self.sharded:
             del su.start_flat  # the full weights are gone: only the shard stays
         self.shards = [su.shard for su in self.sharded]
