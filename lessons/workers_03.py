@@ -244,3 +244,16 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
                 if torch.is_tensor(v)
             )
     return out
+
+
+def per_param_layout(cfg: GPTConfig) -> list:
+    """On every rank: fully_shard on the units and the root, then walk ``named_modules()`` as any code
+    would. Returns ``[(name, module type, local shape, full shape)]`` for every Linear/Embedding weight."""
+    import torch.nn as nn
+
+    model, _ = build("zero3pp", cfg, dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0))
+    return [
+        (f"{name}.weight", type(m).__name__, tuple(m.weight.shape), tuple(m.weight.shard_spec.full_shape))
+        for name, m in model.named_modules()
+        if isinstance(m, (nn.Linear, nn.Embedding))
+    ]

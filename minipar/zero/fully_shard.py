@@ -255,9 +255,17 @@ class FSDPState:
             p.grad.div_(n)
 
     def _swap(self, tensors) -> None:
+        """Shards (``nn.Parameter``) go into ``_parameters``; full weights (outputs of ``_Unshard``, not leaves)
+        into the module's ``__dict__``, where ``m.weight`` finds them first, with the ``_parameters`` slot
+        set to None meanwhile (order kept): during forward ``parameters()`` lists no non-leaf tensor."""
         for owners, t in zip(self.names, tensors):
             for m, attr in owners:
-                m._parameters[attr] = t
+                if isinstance(t, nn.Parameter):
+                    m.__dict__.pop(attr, None)
+                    m._parameters[attr] = t
+                else:
+                    m._parameters[attr] = None
+                    m.__dict__[attr] = t
 
 
 def _leaves(output):

@@ -73,13 +73,21 @@ class ShardSpec:
         return self.chunk * self.inner
 
 
+def shard_rows(d0: int, world: int, rank: int) -> int:
+    """Rows of a dim-0 length ``d0`` that ``rank`` keeps: ``torch.chunk(·, world)[rank]``'s (0 past the end)."""
+    chunk = math.ceil(d0 / world)
+    return max(0, min(chunk, d0 - rank * chunk))
+
+
+def padded_elements(shape, world: int) -> int:
+    """Elements one parameter of ``shape`` takes in a (N, S) gather or reduce-scatter buffer: N·⌈d0/N⌉·inner."""
+    return world * math.ceil(shape[0] / world) * math.prod(shape[1:])
+
+
 def make_spec(full_shape: torch.Size, group=None) -> ShardSpec:
     """The :class:`ShardSpec` of a parameter of ``full_shape`` (at least 1-d) on this rank of ``group``."""
     n, r = mdist.world_size(group), mdist.rank(group)
-    d0 = full_shape[0]
-    chunk = math.ceil(d0 / n)
-    rows = max(0, min(chunk, d0 - r * chunk))
-    return ShardSpec(torch.Size(full_shape), chunk, rows, r, n, group)
+    return ShardSpec(torch.Size(full_shape), math.ceil(full_shape[0] / n), shard_rows(full_shape[0], n, r), r, n, group)
 
 
 def local_rows(full: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
