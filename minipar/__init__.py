@@ -20,7 +20,8 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.dp.buckets``      gradient buckets in reverse parameter order, one flat buffer each [02]
 - ``minipar.dp.ddp``          ``DistributedDataParallel``: bucketed all-reduces overlapped with backward [02]
 - ``minipar.zero``            ZeRO stages 1, 2 and 3 over flat parameter shards (``flat``, ``stage12``,
-  ``stage3``); ZeRO-1 around any torch optimizer (``redundancy``) [03]
+  ``stage3``); stage 3 per parameter, any optimizer, mixed precision (``param_shard``, ``fully_shard``:
+  FSDP2's design); ZeRO-1 around any torch optimizer (``redundancy``) [03]
 - ``minipar.tp``              Megatron TP: ``mappings`` (f, g), ``partition`` (how each parameter is split,
   marked on it), ``layers``, ``gpt``, ``dtensor`` [04], ``overlap`` [09]
 - ``minipar.pp``              pipelines: ``schedules`` (GPipe, 1F1B, interleaved, and a labelled
