@@ -47,14 +47,13 @@ import os
 import pickle
 import signal
 import sys
-import tempfile
 import threading
 import time
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
 from minipar.errors import ConfigError
-from minipar.rank_process import HOST, Tail, in_rank, replay, run_rank
+from minipar.rank_process import HOST, JobFolder, Tail, in_rank, replay, run_rank
 from minipar.root_cause import collect
 
 _GRACE_S = 1.0  # after a first failure, how long the other ranks get to exit on their own
@@ -181,7 +180,7 @@ def launch(
     )  # _dynamo: torch.optim imports it (~2 s)
     store = _open_store(port, timeout_s)
     port = store.port
-    tmp = tempfile.TemporaryDirectory(prefix="minipar-launch-")
+    tmp = JobFolder()  # removes the folders of launchers that were killed
     logs = [os.path.join(tmp.name, f"rank{r}.log") for r in range(world_size)]
     results = [os.path.join(tmp.name, f"rank{r}.pkl") for r in range(world_size)]
     env, path, cwd = dict(os.environ), list(sys.path), os.getcwd()

@@ -13,17 +13,23 @@ start method): a process that imported torch once, so a rank starts in ~0.1 s in
    :func:`minipar.root_cause.collect` reads.
 
 The parent shows the log files with :class:`Tail` (live, ``stream=k``) and :func:`replay` (in
-rank order, at the end).
+rank order, at the end). The files live in a :class:`JobFolder` (``$TMPDIR/minipar-launch-PID-…``),
+removed when ``launch`` returns; one that a ``SIGKILL``ed launcher could not remove is removed by
+the next launch, so such folders do not pile up.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
+import fcntl
 import multiprocessing.util
 import os
 import pickle
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -212,3 +218,58 @@ def replay(logs: Sequence[str], prefix: bool, skip: int | None = None) -> None:
         for line in text.splitlines():
             print(f"[rank {r}] {line}" if prefix else line)
     sys.stdout.flush()
+
+
+class JobFolder:
+    """A fresh folder for one launch's log and result files, owned by this process until :meth:`cleanup`.
+
+    Ownership is an exclusive ``flock`` on ``owner.lock`` inside it, which the kernel drops when the
+    process dies, however it dies. So before making its own, a launch removes every
+    ``minipar-launch-*`` folder in ``root`` whose lock it can take: their launchers are gone
+    (``SIGKILL`` leaves its folder behind). The folder is made under a hidden name and renamed once
+    locked, so another launch never sees it unlocked. Folders without an ``owner.lock`` (another
+    program's) are left alone.
+    """
+
+    PREFIX = "minipar-launch-"
+
+    def __init__(self, root: str | None = None):
+        root = root or tempfile.gettempdir()
+        self.swept = sweep(root, self.PREFIX)
+        tmp = tempfile.mkdtemp(prefix=".minipar-new-", dir=root)
+        self._lock = open(os.path.join(tmp, "owner.lock"), "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._lock.write(f"{os.getpid()}\n")
+        self._lock.flush()
+        self.name = os.path.join(root, f"{self.PREFIX}{os.getpid()}-{os.path.basename(tmp)[len('.minipar-new-') :]}")
+        os.rename(tmp, self.name)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.name, ignore_errors=True)
+        self._lock.close()
+
+
+def sweep(root: str, prefix: str) -> list[str]:
+    """Remove the folders ``root/prefix*`` whose ``owner.lock`` no live process holds; return their paths."""
+    gone = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return gone
+    for name in names:
+        path = os.path.join(root, name)
+        if not name.startswith(prefix):
+            continue
+        try:
+            f = open(os.path.join(path, "owner.lock"))
+        except OSError:
+            continue
+        with f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its launcher is alive
+            with contextlib.suppress(OSError):
+                shutil.rmtree(path)
+                gone.append(path)
+    return gone

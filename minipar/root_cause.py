@@ -14,11 +14,18 @@ was still busy, and says when it cannot tell. The first real failure is re-raise
 rank's traceback attached as ``__cause__`` (:class:`RemoteTraceback`); a rank that died without
 a Python exception raises :class:`~minipar.errors.RankFailedError`. torchrun's elastic agent
 reports a ``ChildFailedError`` "root cause" the same way (the first failure by time).
+
+:func:`summary` says it in one line (rank, exception type and message, where it was raised), for
+a terminal that needs no stack of frames; the full traceback stays on the exception.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
+import sysconfig
+import traceback
 
 from minipar.errors import RankFailedError
 
@@ -127,4 +134,38 @@ def collect(procs, results, exit_time, job_timeout):
             except Exception:
                 pass
         raise exc from cause
-    raise RankFailedError(f"rank {r} failed:\n{tb}", rank=r, exitcode=procs[r].exitcode) from cause
+    last = tb.strip().splitlines()[-1] if tb.strip() else "no traceback"
+    raise RankFailedError(f"rank {r} failed: {last}", rank=r, exitcode=procs[r].exitcode) from cause
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def summary(exc: BaseException, rank: int | None = None) -> str:
+    """One line for ``exc``: ``rank R: Type: message (at file:line, in function)``.
+
+    The rank comes from the ``[rank R]`` that :func:`collect` puts before the message (else
+    ``rank``, if given); the place is the innermost frame of the rank's traceback (the
+    ``__cause__`` :func:`collect` attaches, else ``exc``'s own) outside Python's and the installed
+    packages' code, so it points at the code that raised, not at torch's internals. A
+    :class:`RankFailedError` names its rank and has no Python frame of its own: only its message.
+    """
+    text = str(exc).strip()
+    msg = text.splitlines()[0] if text else ""
+    m = re.match(r"\[rank (\d+)\] ?(.*)", msg)
+    if m:
+        rank, msg = int(m.group(1)), m.group(2)
+    if isinstance(exc, RankFailedError):
+        return msg
+    cause = exc.__cause__
+    tb = cause.args[0] if isinstance(cause, RemoteTraceback) else "".join(traceback.format_tb(exc.__traceback__))
+    frames = _FRAME.findall(tb)
+    libs = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+    own = [f for f in frames if not f[0].startswith(libs) and not f[0].startswith("<")] or frames
+    where = ""
+    if own:
+        path, line, fn = own[-1]
+        rel = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        where = f" (at {rel}:{line}, in {fn})"
+    who = f"rank {rank}: " if rank is not None else ""
+    return f"{who}{type(exc).__name__}: {msg}{where}"

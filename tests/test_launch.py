@@ -7,6 +7,8 @@ import time
 import pytest
 
 from minipar import ConfigError, RankFailedError, launch
+from minipar.rank_process import JobFolder
+from minipar.root_cause import summary
 from tests import _workers as w
 
 
@@ -32,6 +34,8 @@ def test_failing_rank_reraises_its_own_exception_with_traceback():
     assert "traceback of rank 2" in str(info.value.__cause__)
     assert "fail_on" in str(info.value.__cause__)
     assert time.time() - t < 20  # peers are stopped, not left to time out
+    # one line for a terminal (issue #27; the main job prints it, the traceback kept in a file):
+    assert summary(info.value) == "rank 2: ValueError: boom on 2 (at tests/_workers.py:31, in fail_on)"
 
 
 def test_rank_killed_without_exception_is_named():
@@ -45,6 +49,8 @@ def test_sys_exit_in_a_rank_keeps_its_exit_code():
     with pytest.raises(RankFailedError, match="rank 1 failed") as info:
         launch(w.sys_exit_on, world_size=2, args=(1,))
     assert info.value.rank == 1 and info.value.exitcode == 3
+    assert str(info.value) == "rank 1 failed: SystemExit: 3"  # one line, the traceback is its __cause__
+    assert "sys_exit_on" in str(info.value.__cause__)
 
 
 def test_skipped_collective_times_out_instead_of_hanging():
@@ -91,3 +97,30 @@ def test_port_in_use_is_one_clear_error():
         port = s.getsockname()[1]
         with pytest.raises(ConfigError, match=f"port {port} .* already in use"):
             launch(w.rank_info, world_size=2, port=port)
+
+
+def test_a_killed_launchers_folder_is_removed_by_the_next_launch(tmp_path, monkeypatch):
+    """Before: every SIGKILLed launcher left its /tmp/minipar-launch-* folder behind, for good (issue #27)."""
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": root}
+    code = "from minipar import launch; from tests import _workers as w; launch(w.sleep_forever, world_size=1)"
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=root, env=env)
+    try:
+        end = time.time() + 60
+        while not list(tmp_path.glob(f"minipar-launch-{p.pid}-*/rank0.log")) and time.time() < end:
+            time.sleep(0.2)
+        assert list(tmp_path.glob(f"minipar-launch-{p.pid}-*")), "the launcher made no job folder"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    assert list(tmp_path.glob(f"minipar-launch-{p.pid}-*"))  # left behind: nobody could remove it
+    alive = JobFolder(str(tmp_path))  # a live launcher's folder (this process) is kept
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert launch(w.env_value, world_size=1, args=("RANK",)) == ["0"]
+    assert [f.name for f in tmp_path.glob("minipar-launch-*")] == [os.path.basename(alive.name)]
+    alive.cleanup()
+    assert not list(tmp_path.glob("minipar-launch-*"))
