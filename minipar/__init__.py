@@ -43,7 +43,9 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.dp.param_server`` a parameter server: synchronous, and asynchronous with bounded staleness [09]
 - ``minipar.config``          ``TrainConfig``: a run's settings, their checks, the command line made from them [00]
 - ``minipar.train``           the main job: ``python -m minipar.train`` [00, 07]
-- ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample
+- ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample (replaced together, at the end)
+- ``minipar.outdir``          its folders: checked before any rank starts, one run at a time (a lock), atomic writes
+- ``minipar.resume_check``    which checkpoint ``--resume`` loads (the newest undamaged) and whether it fits the run
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
 - ``minipar.verify``          proofs that read the same on every CPU: a verdict against a derived bound
 

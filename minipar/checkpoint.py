@@ -55,14 +55,18 @@ def step_dir(ckpt_dir: str, step: int) -> str:
     return os.path.join(ckpt_dir, f"step_{step:08d}")
 
 
-def latest(ckpt_dir: str | None) -> str | None:
-    """The newest *complete* checkpoint directory under ``ckpt_dir`` (None if there is none)."""
+def latest(ckpt_dir: str | None, before: int | None = None) -> str | None:
+    """The newest *complete* checkpoint directory under ``ckpt_dir`` (None if there is none), or the
+    newest before step ``before``. Complete: renamed from ``.partial`` (whether its files are intact:
+    :func:`minipar.resume_check.damage`)."""
     if not ckpt_dir or not os.path.isdir(ckpt_dir):
         return None
     steps = [
         int(m.group(1))
         for d in os.listdir(ckpt_dir)
-        if (m := _STEP_DIR.match(d)) and os.path.exists(os.path.join(ckpt_dir, d, ".metadata"))
+        if (m := _STEP_DIR.match(d))
+        and os.path.exists(os.path.join(ckpt_dir, d, ".metadata"))
+        and (before is None or int(m.group(1)) < before)
     ]
     return step_dir(ckpt_dir, max(steps)) if steps else None
 
@@ -72,16 +76,23 @@ def step_of(path: str) -> int:
     return int(_STEP_DIR.match(os.path.basename(os.path.normpath(path))).group(1))
 
 
-META = "minipar.json"  # the settings a checkpoint only fits (model shape, corpus), beside DCP's files
+META = "minipar.json"  # the settings a checkpoint only fits (model shape, corpus) and its layout, beside DCP's files
 
 
 def read_meta(path: str) -> dict | None:
-    """The ``meta`` dict saved with checkpoint ``path`` (None for a checkpoint saved without one)."""
+    """The ``meta`` dict saved with checkpoint ``path`` (None for a checkpoint saved without one).
+
+    Raises:
+        ValueError: the file is not a JSON object (damaged).
+    """
     try:
         with open(os.path.join(path, META)) as f:
-            return json.load(f)
+            meta = json.load(f)
     except FileNotFoundError:
         return None
+    if not isinstance(meta, dict):
+        raise ValueError(f"a JSON {type(meta).__name__}")
+    return meta
 
 
 def _barrier():
@@ -247,7 +258,10 @@ def state_3d(piece, loader, step: int, moments=None) -> dict:
 
 
 def save_3d(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) -> str:
-    """Save a 3D job's checkpoint ``step`` (collective); ``meta`` as in :func:`save`."""
+    """Save a 3D job's checkpoint ``step`` (collective); ``meta`` as in :func:`save`, plus the layout
+    it was written with (``"layout": "pp2·dp2·tp2"``: for the reader; any layout loads it)."""
+    m = piece.mesh
+    meta = None if meta is None else {**meta, "layout": f"pp{m.pp_size}·dp{m.dp_size}·tp{m.tp_size}"}
     return save(ckpt_dir, step, state_3d(piece, loader, step), meta)
 
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minipar import checkpoint as ckpt
 from minipar.data import CharCorpus, check_fits, load_text
 from minipar.errors import ConfigError
 from minipar.mesh import Mesh, model_fits
 from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.outdir import check_folder
 from minipar.parallel3d import GRAD_COMPRESSION, SCHEDULES_3D, check_grad_compression
 from minipar.recompute import MODES as RECOMPUTE_MODES
+from minipar.resume_check import check_resume
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -140,7 +141,8 @@ class TrainConfig:
         )
 
     def meta(self, corpus: CharCorpus) -> dict:
-        """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary."""
+        """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary
+        (:func:`minipar.checkpoint.save_3d` adds the layout; checked by :mod:`minipar.resume_check`)."""
         shape = {k: getattr(self, k) for k in ("n_layer", "n_head", "d_model", "block_size", "data")}
         return {**shape, "vocab": "".join(corpus.chars)}
 
@@ -181,9 +183,15 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tu
         (the corpus, the step to start at: the newest checkpoint's with ``--resume``, else 0).
     Raises:
         ConfigError: a bad flag, a layout that does not fit ``world_size`` or the model, fp16 off
-        GPU, a text too short for the splits, a checkpoint past ``--steps`` or of another model.
+        GPU, a text too short for the splits, an ``--out``/``--ckpt-dir`` that is a file, lies under
+        one or cannot be written, every checkpoint damaged, a checkpoint past ``--steps`` or of
+        another model (:func:`minipar.resume_check.check_resume`).
     """
     cfg.validate()
+    if cfg.out:
+        check_folder(cfg.out, "--out")
+    if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
+        check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
     dp = cfg.layout(world_size).dp_size
     if cfg.dtype == "fp16" and device_type != "cuda":
         raise ConfigError("--dtype fp16 needs a GPU; use --dtype bf16 on CPU")
@@ -204,40 +212,6 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tu
             f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
         )
     return corpus, (check_resume(cfg, corpus) if cfg.resume else 0)
-
-
-def check_resume(cfg: TrainConfig, corpus: CharCorpus) -> int:
-    """The step ``--resume`` starts at (0 when ``cfg.ckpt_dir`` holds no complete checkpoint).
-
-    Raises:
-        ConfigError: the checkpoint is already past ``--steps``, or was saved by a run with
-        another model shape or corpus (the message names the setting).
-    """
-    path = ckpt.latest(cfg.ckpt_dir)
-    if path is None:
-        return 0
-    step = ckpt.step_of(path)
-    if step > cfg.steps:
-        raise ConfigError(
-            f"--resume: the newest checkpoint in {cfg.ckpt_dir} is at step {step}, already past "
-            f"--steps {cfg.steps}; use --steps {step} or more to go on from it, or another --ckpt-dir"
-        )
-    saved, mine = ckpt.read_meta(path), cfg.meta(corpus)
-    for key in saved or {}:
-        if key in ("data", "vocab") or saved[key] == mine.get(key):
-            continue
-        flag = "--" + key.replace("_", "-")
-        raise ConfigError(
-            f"--resume: checkpoint {path} was saved with {flag} {saved[key]}, this run has "
-            f"{flag} {mine[key]}; resume with {flag} {saved[key]}, or use another --ckpt-dir"
-        )
-    if saved and saved.get("vocab") != mine["vocab"]:
-        raise ConfigError(
-            f"--resume: checkpoint {path} was trained on another corpus (--data {saved.get('data') or 'default'}, "
-            f"{len(saved['vocab'])} distinct characters; this one: {len(mine['vocab'])}); resume with "
-            f"--data {saved.get('data') or '(none: the built-in corpus)'}, or use another --ckpt-dir"
-        )
-    return step
 
 
 class _Help(argparse.HelpFormatter):

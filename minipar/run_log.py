@@ -1,8 +1,17 @@
-"""What a run leaves behind: the progress bar, ``metrics.jsonl``, ``loss.png`` and ``sample.txt``.
+"""What a run leaves behind: the progress bar, ``metrics.jsonl``, ``loss.png``, ``sample.txt`` and ``config.json``.
 
-Used by :mod:`minipar.train` on the one rank that owns the loss. ``metrics.jsonl`` is written line
-by line as the run goes (so a killed job loses nothing logged) and, after a resume, keeps the
-lines from before the checkpoint.
+Used by :mod:`minipar.train` on the one rank that owns the loss. Never a mixed ``--out``: a run's
+outputs replace the previous run's all together, as the run's last act, or not at all.
+
+- The metrics are logged line by line as the run goes, so a killed job loses nothing logged, but
+  into ``metrics.jsonl.partial`` (the live log: ``tail -f`` it). Appending to ``metrics.jsonl``
+  itself would put a failed run's records beside the previous run's plot, sample and config.
+- At the end, ``config.json``, ``loss.png`` and ``sample.txt`` are written under ``NAME.partial``,
+  then all four are renamed to their names (:func:`minipar.outdir.publish`).
+- So a run that fails or is killed leaves the previous run's four files as they were, plus its own
+  ``metrics.jsonl.partial`` (and ``traceback.txt``, see :func:`minipar.train.main`) to read.
+- A resumed run keeps the records before its checkpoint's step: from the live log of the run that
+  was killed (``metrics.jsonl.partial``) if there is one, else from ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -16,6 +25,10 @@ import torch
 
 from minipar.data import CharCorpus
 from minipar.models import GPT
+from minipar.outdir import PARTIAL, publish, write_atomically
+
+METRICS = "metrics.jsonl"
+TRACEBACK = "traceback.txt"  # a failed run's full traceback (minipar.train.main), removed by the next good run
 
 
 def progress_bar(kind: str, total: int):
@@ -46,34 +59,55 @@ def progress_bar(kind: str, total: int):
     )
 
 
+def _records(path: str) -> list[dict]:
+    """The JSON records of a metrics file (a line that is not one, e.g. cut by a kill, is skipped)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return [r for r in out if isinstance(r, dict) and "step" in r]
+
+
 def open_metrics(cfg, start: int):
-    """Open ``metrics.jsonl`` for appending (rank 0). A fresh run truncates it; a resumed run keeps
-    the records before its checkpoint's step, so a killed job loses no logged line."""
+    """Open the live log ``metrics.jsonl.partial`` (loss rank). A fresh run starts it empty; a resumed
+    run keeps the records before its checkpoint's step (see the module doc), so a killed job loses
+    no logged line."""
     os.makedirs(cfg.out, exist_ok=True)
-    path = os.path.join(cfg.out, "metrics.jsonl")
+    live = os.path.join(cfg.out, METRICS + PARTIAL)
     old = []
-    if start and os.path.exists(path):
-        with open(path) as f:
-            old = [line for line in f if line.strip() and json.loads(line)["step"] < start]
-    f = open(path, "w")
-    f.writelines(old)
+    if start:
+        src = next((p for p in (live, os.path.join(cfg.out, METRICS)) if os.path.exists(p)), None)
+        old = [r for r in _records(src) if r["step"] < start] if src else []
+    f = open(live, "w")
+    f.writelines(json.dumps(r) + "\n" for r in old)
     f.flush()
     return f
 
 
 def write_outputs(cfg, model: GPT, corpus: CharCorpus, device) -> None:
-    """Write ``config.json``, ``loss.png`` (from the whole ``metrics.jsonl``) and ``sample.txt`` into ``cfg.out``."""
-    with open(os.path.join(cfg.out, "metrics.jsonl")) as f:
-        history = [json.loads(line) for line in f if line.strip()]
-    with open(os.path.join(cfg.out, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(cfg), f, indent=2)
-    plot_losses(history, os.path.join(cfg.out, "loss.png"))
+    """Write ``config.json``, ``loss.png`` (from the whole live log) and ``sample.txt`` into ``cfg.out``
+    under temporary names, then rename them and the live log to their names (the run's last act)."""
+    live = os.path.join(cfg.out, METRICS + PARTIAL)
+    history = _records(live)
     g = torch.Generator().manual_seed(cfg.seed)
     first = "\n" if "\n" in corpus.chars else corpus.text[0]  # a text without a newline starts from its first character
     start = corpus.encode(first).view(1, 1).to(device)
     text = corpus.decode(model.generate(start, cfg.sample_chars, temperature=0.8, top_k=20, generator=g)[0, 1:].cpu())
-    with open(os.path.join(cfg.out, "sample.txt"), "w") as f:
-        f.write(text + "\n")
+    ax = plot_losses(history)
+    ax.figure.tight_layout()
+    at = lambda name: os.path.join(cfg.out, name)  # noqa: E731
+    ready = [
+        write_atomically(at("config.json"), lambda f: json.dump(dataclasses.asdict(cfg), f, indent=2)),
+        write_atomically(at("loss.png"), lambda f: ax.figure.savefig(f, format="png", dpi=100), binary=True),
+        write_atomically(at("sample.txt"), lambda f: f.write(text + "\n")),
+    ]
+    publish(ready + [live])
+    for name in os.listdir(cfg.out):  # a failed run's traceback no longer describes this folder
+        if name == TRACEBACK or (name.startswith("traceback.rank") and name.endswith(".txt")):
+            os.remove(at(name))
 
 
 def plot_losses(history: list[dict], path: str | None = None, ax=None, label: str = ""):

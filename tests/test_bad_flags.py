@@ -87,13 +87,15 @@ TINY_RUN += ["--d-model", "16", "--eval-every", "100", "--eval-batches", "1", "-
 
 def test_a_non_finite_loss_stops_the_run_at_once(tmp_path, capsys):
     """Before: --lr 10 went NaN and trained on to a traceback (issue item 6). Now the step it happens,
-    the last finite loss and the fix, in one line; nothing after it is logged."""
+    the last finite loss and the fix, in one line; nothing after it is logged (in the failed run's
+    live log: its outputs never replace a previous run's, see tests/test_out_folder.py)."""
     out = tmp_path / "run"
     assert main(TINY_RUN + ["--lr", "1e30", "--grad-clip", "0", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the training loss is" in err[0] and "lower --lr (now 1e+30)" in err[0]
-    steps = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    steps = [line for line in (out / "metrics.jsonl.partial").read_text().splitlines() if '"loss"' in line]
     assert len(steps) < 6  # stopped before the end, the bad step not logged
+    assert not (out / "metrics.jsonl").exists()
 
 
 def test_a_text_without_a_newline_trains_and_samples(tmp_path):
