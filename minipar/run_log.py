@@ -10,8 +10,9 @@ outputs replace the previous run's all together, as the run's last act, or not a
   then all four are renamed to their names (:func:`minipar.outdir.publish`).
 - So a run that fails or is killed leaves the previous run's four files as they were, plus its own
   ``metrics.jsonl.partial`` (and ``traceback.txt``, see :func:`minipar.train.main`) to read.
-- A resumed run keeps the records before its checkpoint's step: from the live log of the run that
-  was killed (``metrics.jsonl.partial``) if there is one, else from ``metrics.jsonl``.
+- A resumed run keeps the records before its checkpoint's step, from the log of the run that wrote
+  the checkpoint: the live log of a run that was killed (``metrics.jsonl.partial``) or the last
+  complete run's ``metrics.jsonl``, whichever reaches closer to that step.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ def progress_bar(kind: str, total: int):
 
 
 def _records(path: str) -> list[dict]:
-    """The JSON records of a metrics file (a line that is not one, e.g. cut by a kill, is skipped)."""
+    """The JSON records of a metrics file (none if it does not exist; a line that is not one, e.g.
+    cut by a kill, is skipped)."""
     out = []
+    if not os.path.exists(path):
+        return out
     with open(path) as f:
         for line in f:
             try:
@@ -78,9 +82,9 @@ def open_metrics(cfg, start: int):
     os.makedirs(cfg.out, exist_ok=True)
     live = os.path.join(cfg.out, METRICS + PARTIAL)
     old = []
-    if start:
-        src = next((p for p in (live, os.path.join(cfg.out, METRICS)) if os.path.exists(p)), None)
-        old = [r for r in _records(src) if r["step"] < start] if src else []
+    if start:  # the log that reaches furthest toward the checkpoint (a tie: the live one, the newer)
+        logs = [[r for r in _records(p) if r["step"] < start] for p in (live, os.path.join(cfg.out, METRICS))]
+        old = max(logs, key=lambda rs: max((r["step"] for r in rs), default=-1))
     f = open(live, "w")
     f.writelines(json.dumps(r) + "\n" for r in old)
     f.flush()

@@ -99,6 +99,20 @@ def test_a_failed_run_leaves_the_previous_outputs_as_they_were(tmp_path, capsys)
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
 
 
+def test_a_resume_keeps_the_records_of_the_run_that_wrote_its_checkpoint(tmp_path, capsys):
+    """A complete run (checkpoint at step 4), then a fresh run on the same --out that fails at once (its
+    live log has no step near 4), then a resume from step 4: steps 0-3 come from the complete run."""
+    out = tmp_path / "run"
+    assert main(TINY + ["--steps", "4", "--ckpt-every", "2", "--out", str(out)]) == 0
+    first = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    failed = ["--lr", "1e30", "--grad-clip", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "other")]
+    assert main(TINY + ["--steps", "4", "--ckpt-every", "2"] + failed) == 2
+    assert main(TINY + ["--steps", "6", "--ckpt-every", "2", "--resume", "--out", str(out)]) == 0
+    got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == [0, 1, 2, 3, 4, 5, 6]
+    assert got[:4] == [r for r in first if r["step"] < 4]
+
+
 def _file(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")
