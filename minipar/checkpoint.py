@@ -47,6 +47,7 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor, Shard
 
 from minipar.tp.partition import param_is_tensor_parallel
+from minipar.zero.param_shard import gather_full, local_rows
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -212,8 +213,10 @@ def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
     back with :func:`set_zero_moments`). Collective with ZeRO-1.
     """
     opt = piece.optimizer
-    if not piece.zero:
+    if piece.zero != 1:
         named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
+        if piece.zero == 3:  # per-parameter dim-0 shards: all-gathered copies (write back with set_zero_moments)
+            return {k: {n: gather_full(opt.state[p][k], p.shard_spec) for n, p in named} for k in MOMENTS}
         return {k: {n: opt.state[p][k] for n, p in named} for k in MOMENTS}
     from minipar.zero.flat import all_gather_flat
 
@@ -231,14 +234,26 @@ def moment_tensors(piece) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def set_zero_moments(piece, moments: dict[str, dict[str, torch.Tensor]]) -> None:
-    """Write full (per-parameter) moments back into a ZeRO-1 optimizer's shards (no communication)."""
+    """Write full (per-parameter) moments back into a ZeRO-1 or ZeRO-3 optimizer's shards (no communication)."""
     opt = piece.optimizer
+    if piece.zero == 3:
+        for n, p in piece.stage.named_parameters():
+            for k in MOMENTS:
+                opt.state[p][k].copy_(local_rows(moments[k][n], p.shard_spec))
+        return
     for j, u in enumerate(opt.units):
         for k in MOMENTS:
             flat = u.flatten([moments[k][f"{u.name}.{name}"] for name in u.names])
             for jj, a, b, v in opt.pieces:
                 if jj == j:
                     opt.optimizer.state[v][k].copy_(flat[u.lo + a : u.lo + b])
+
+
+def model_tensors(piece) -> dict[str, torch.Tensor]:
+    """``{param name: tensor}``: the live parameters, or with ZeRO-3 their all-gathered copies (collective)."""
+    if piece.zero == 3:
+        return {n: gather_full(p.detach(), p.shard_spec) for n, p in piece.stage.named_parameters()}
+    return {n: p.detach() for n, p in piece.stage.named_parameters()}
 
 
 def state_3d(piece, loader, step: int, moments=None) -> dict:
@@ -248,7 +263,7 @@ def state_3d(piece, loader, step: int, moments=None) -> dict:
     moments = moment_tensors(piece) if moments is None else moments
     pos = loader.state_dict()
     return {
-        "model": logical(piece.stage, {n: p.detach() for n, p in piece.stage.named_parameters()}, *args),
+        "model": logical(piece.stage, model_tensors(piece), *args),
         "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
         "progress": torch.tensor(
             [step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long
@@ -271,14 +286,21 @@ def load_3d(path: str, piece, loader) -> int:
     Restores weights, AdamW moments and step count, the loader's position and the RNG state.
     """
     opt = piece.optimizer
-    init_optimizer_state(None, opt.optimizer if piece.zero else opt)
+    inner = opt.optimizer if piece.zero == 1 else opt
+    init_optimizer_state(None, inner)
     moments = moment_tensors(piece)
+    weights = model_tensors(piece)  # ZeRO-3: full copies, cut back into the shards after loading
     state = state_3d(piece, loader, 0, moments)
+    state["model"] = logical(piece.stage, weights, piece.tp_device_mesh, piece.mesh.tp_rank, piece.mesh.tp_size)
     load(path, state)
     step, epoch, in_epoch = state["progress"].tolist()
     if piece.zero:
         set_zero_moments(piece, moments)
-    for st in (opt.optimizer if piece.zero else opt).state.values():
+    if piece.zero == 3:
+        with torch.no_grad():
+            for n, p in piece.stage.named_parameters():
+                p.copy_(local_rows(weights[n], p.shard_spec))
+    for st in inner.state.values():
         st["step"] = torch.tensor(
             float(step)
         )  # device-ok: AdamW keeps "step" on CPU (not fused/capturable), as torch.optim does

@@ -74,7 +74,12 @@ class TrainConfig:
     tp: int = _opt(1, "tensor-parallel degree (divides --n-head and --d-model)", minimum=1)
     pp: int = _opt(1, "pipeline stages (at most --n-layer)", minimum=1)
     schedule: str = _opt("1f1b", "pipeline schedule", choices=SCHEDULES_3D)
-    zero: int = _opt(0, "1: ZeRO-1 over the dp group (AdamW moments sharded)")
+    zero: int = _opt(
+        0,
+        "1: ZeRO-1 over the dp group (AdamW moments sharded); 3: ZeRO-3 per parameter over the dp group "
+        "(minipar.zero.fully_shard; with --dtype bf16 it gathers and computes in bf16), needs --tp 1 --pp 1",
+        choices=(0, 1, 3),
+    )
     grad_compression: str = _opt(
         "none",
         "compress the data-parallel gradient all-reduce: bf16 (half the bytes) or powersgd "
@@ -110,8 +115,15 @@ class TrainConfig:
                 f"--ckpt-every {self.ckpt_every} has nowhere to save (--out '' and no --ckpt-dir): "
                 "add --ckpt-dir DIR, or --out DIR (checkpoints go to DIR/ckpt)"
             )
-        if self.zero not in (0, 1):
-            raise ConfigError(f"--zero {self.zero}: use 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
+        if self.zero not in (0, 1, 3):
+            raise ConfigError(
+                f"--zero {self.zero}: use 0 (all-reduce), 1 (ZeRO-1 over the dp group) or 3 (ZeRO-3 per parameter)"
+            )
+        if self.zero == 3 and (self.tp > 1 or self.pp > 1):
+            raise ConfigError(
+                f"--zero 3 with --tp {self.tp} --pp {self.pp}: the main job shards ZeRO-3 over the dp group "
+                "only; use --tp 1 --pp 1 (and more --dp), or --zero 1"
+            )
         if self.resume and not self.ckpt_dir:
             raise ConfigError(
                 "--resume needs a checkpoint directory to look in: add --ckpt-dir DIR "

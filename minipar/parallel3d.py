@@ -18,7 +18,9 @@ Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473, §2-3; PTD-P):
    forward/backward inside it runs the TP collectives of the ``tp`` group.
 3. **DP** (lessons 01-03) — after the schedule, gradients are averaged over the ``dp`` group: a
    plain all-reduce, or ZeRO-1 (:class:`~minipar.zero.stage12.ZeroOptimizer` over the ``dp`` group: the
-   AdamW moments sharded, reduce-scatter + all-gather).
+   AdamW moments sharded, reduce-scatter + all-gather), or — with tp = pp = 1 — ZeRO-3 per parameter
+   (:func:`~minipar.zero.fully_shard.fully_shard` on every block and the stage: gradients reduce-scattered
+   during backward, any ``param_dtype`` of a ``MixedPrecisionPolicy`` with fp32 reduction).
 
 Gradient clipping needs the norm of the *whole* model's gradient: the sum of squares over the
 TP shards and the PP stages, counting a TP-replicated tensor (LayerNorm, row-parallel bias,
@@ -54,6 +56,8 @@ from minipar.recompute import set_recompute
 from minipar.tp.gpt import TensorParallelGPT
 from minipar.tp.partition import gather_state_dict, param_is_not_tensor_parallel_duplicate
 from minipar.zero.flat import default_units
+from minipar.zero.fully_shard import MixedPrecisionPolicy, full_state_dict, fully_shard
+from minipar.zero.fully_shard import clip_grad_norm_ as clip_sharded_
 from minipar.zero.stage12 import ZeroOptimizer
 
 SCHEDULES_3D = ("gpipe", "1f1b")
@@ -125,7 +129,11 @@ class Piece:
         self.optimizer.zero_grad(set_to_none=True)
         res = self.last = self.executor.step(x, y)  # forward + backward of all micro-batches
         loss = torch.tensor(res.loss if res.loss is not None else 0.0, device=mdist.device())
-        if self.zero:  # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
+        if self.zero == 1:  # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
+            self.optimizer.step()
+        elif self.zero == 3:  # the gradients were reduce-scattered into the shards during backward
+            if self.grad_clip:
+                clip_sharded_(self.stage, self.grad_clip, group=self.mesh.dp_group)
             self.optimizer.step()
         else:
             if self.compressor is None:
@@ -226,6 +234,7 @@ def build_piece(
     schedule: str = "1f1b",
     microbatches: int = 1,
     zero: int = 0,
+    param_dtype: torch.dtype | None = None,
     grad_compression: str = "none",
     lr: float = 3e-3,
     weight_decay: float = 0.1,
@@ -242,7 +251,8 @@ def build_piece(
 
     Raises:
         ConfigError: tp not dividing d_model/n_head; more stages than layers; an unknown schedule;
-        ``zero`` not 0 or 1; ``recompute`` not none/selective/full.
+        ``zero`` not 0, 1 or 3 (3 only with tp = pp = 1); ``recompute`` not none/selective/full.
+        ``param_dtype``: ZeRO-3's gather/compute dtype (``MixedPrecisionPolicy(param_dtype, reduce_dtype=fp32)``).
 
     ``recompute`` ("none" | "selective" | "full", lesson 08) is set on every block of this stage
     (:func:`minipar.recompute.set_recompute`): the same numbers, fewer saved activations.
@@ -251,8 +261,11 @@ def build_piece(
         raise ConfigError(f"--recompute {recompute}: use one of {', '.join(RECOMPUTE_MODES)}")
     if schedule not in SCHEDULES_3D:
         raise ConfigError(f"--schedule {schedule}: the 3D job runs one stage per rank; use one of {list(SCHEDULES_3D)}")
-    if zero not in (0, 1):
-        raise ConfigError(f"--zero {zero}: the 3D job supports 0 (all-reduce) or 1 (ZeRO-1 over the dp group)")
+    if zero not in (0, 1, 3) or (zero == 3 and mesh.tp_size * mesh.pp_size > 1):
+        raise ConfigError(
+            f"--zero {zero} on tp{mesh.tp_size}·pp{mesh.pp_size}: use 0 (all-reduce), 1 (ZeRO-1 over the dp "
+            "group), or 3 (ZeRO-3 per parameter, with --tp 1 --pp 1)"
+        )
     check_grad_compression(grad_compression, zero)
     mesh.check_model(cfg)  # pp <= n_layer; tp divides d_model, n_head, 4·d_model (minipar.mesh)
     pp = mesh.pp_size
@@ -270,7 +283,12 @@ def build_piece(
         hidden_size=cfg.d_model,
         count_memory=count_memory,
     )
-    if zero:
+    if zero == 3:
+        policy = MixedPrecisionPolicy(param_dtype, torch.float32 if param_dtype else None)
+        for block in [*stage.blocks.values(), stage]:  # each block, then the stage takes the rest
+            fully_shard(block, group=mesh.dp_group, mp_policy=policy)
+        opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
+    elif zero:
         opt = Zero1Over3D(
             stage,
             mesh.tp_rank,
@@ -293,7 +311,10 @@ def gather_full_state(piece: Piece, dst: int) -> dict[str, torch.Tensor] | None:
     TP slices are all-gathered inside each tp group (:func:`~minipar.tp.partition.gather_state_dict`),
     then every stage's tensors are gathered to ``dst`` as Python objects (fine for course-sized models).
     """
-    sd = {k: v.cpu() for k, v in gather_state_dict(piece.stage, piece.mesh.tp_group).items()}
+    if piece.zero == 3:  # per-parameter shards: all-gathered over dp (tp = pp = 1)
+        sd = {k: v.cpu() for k, v in full_state_dict(piece.stage).items()}
+    else:
+        sd = {k: v.cpu() for k, v in gather_state_dict(piece.stage, piece.mesh.tp_group).items()}
     if mdist.world_size() == 1:
         return sd
     box = [None] * mdist.world_size() if mdist.rank() == dst else None

@@ -110,6 +110,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         schedule=cfg.schedule,
         microbatches=cfg.microbatches,
         zero=cfg.zero,
+        param_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.dtype) if cfg.zero == 3 else None,
         grad_compression=cfg.grad_compression,
         recompute=cfg.recompute,
         lr=cfg.lr,

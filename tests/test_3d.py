@@ -274,7 +274,7 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
         (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
         (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
         (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
-        (["--zero", "2"], "--zero 2"),
+        (["--zero", "2"], "--zero: invalid choice: 2 (choose from 0, 1, 3)"),
         (["--grad-clip", "-1"], "--grad-clip -1"),
         (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
         (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
@@ -294,3 +294,21 @@ def test_layout_errors_name_the_fix():
         from minipar.parallel3d import build_piece
 
         build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh(3, pp=3))
+
+
+def test_main_job_zero3_equals_one_device_and_checkpoints_across_layouts(tmp_path, one_device):
+    """--zero 3 (minipar.zero.fully_shard over dp4): the same losses as one device; its checkpoint at
+    step 2 resumes under ZeRO-3 and under dp2·tp2 without ZeRO with the uninterrupted run's steps 2-3;
+    --dtype bf16 trains too (gathers and computes in bf16; its losses within bf16's reach of fp32's)."""
+    out = launch(w.zero3_job, world_size=4, args=(TINY, str(tmp_path / "ck"), 4, 2))[0]
+    assert close(losses(out["full"]), losses(one_device)) < TOL
+    assert close(vals(out["full"]), vals(one_device)) < TOL
+    ref = losses(out["full"], 2)
+    assert close(losses(out["same"]), ref) < TOL
+    assert close(losses(out["other"]), ref) < TOL
+    assert close(losses(out["bf16"]), losses(one_device)) < 0.05  # bf16: 8 mantissa bits, ~4e-3 relative per op
+
+
+def test_zero3_needs_tp1_pp1():
+    with pytest.raises(ConfigError, match="--zero 3 with --tp 2 --pp 1"):
+        TrainConfig(**TINY, dp=1, tp=2, zero=3).validate()

@@ -44,7 +44,7 @@ import weakref
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from minipar import dist as mdist
 from minipar.errors import ConfigError
@@ -230,7 +230,7 @@ class FSDPState:
             self.free(fulls)
         if not torch.is_grad_enabled() or not fulls:
             return output
-        tensors = [t for t in _leaves(output) if torch.is_tensor(t) and t.requires_grad]
+        tensors = [t for t in tree_leaves(output) if torch.is_tensor(t) and t.requires_grad]
         if not tensors:
             return output
         wrapped = _PreBackward.apply(self, fulls, *tensors)
@@ -266,12 +266,6 @@ class FSDPState:
                 else:
                     m._parameters[attr] = None
                     m.__dict__[attr] = t
-
-
-def _leaves(output):
-    out = []
-    tree_map(lambda t: out.append(t), output)
-    return out
 
 
 def fully_shard(
@@ -325,6 +319,7 @@ def fully_shard(
             continue
         spec = make_spec(p.shape, group)
         shard = nn.Parameter(local_rows(p, spec), requires_grad=p.requires_grad)
+        shard.__dict__.update(vars(p))  # the parameter's own marks (e.g. Megatron's TP attributes) carry over
         shard.shard_spec = spec
         state.names.append(owners[pid])
         state.params.append(shard)

@@ -177,18 +177,21 @@ def check_same_start_params(params: list[torch.Tensor], group=None) -> None:
 
 
 @torch.no_grad()
+def gather_full(t: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
+    """A tensor shaped like a shard (the parameter, its ``.grad`` or an optimizer moment) -> the full one,
+    on every rank of ``spec.group`` (one all-gather)."""
+    full = torch.empty(spec.full_shape, dtype=t.dtype, device=t.device)
+    copy_out(all_gather_params([t], [spec], t.dtype, spec.group)[0], [full], [spec])
+    return full
+
+
+@torch.no_grad()
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """``{name: full tensor}`` under the original names (a collective: every rank calls it, gets all)."""
-    out = {}
-    for name, p in model.named_parameters():
-        spec = getattr(p, "shard_spec", None)
-        if spec is None:
-            out[name] = p.detach().clone()
-            continue
-        full = torch.empty(spec.full_shape, dtype=p.dtype, device=p.device)
-        copy_out(all_gather_params([p], [spec], p.dtype, spec.group)[0], [full], [spec])
-        out[name] = full
-    return out
+    return {
+        name: gather_full(p.detach(), p.shard_spec) if hasattr(p, "shard_spec") else p.detach().clone()
+        for name, p in model.named_parameters()
+    }
 
 
 def clip_grad_norm_(model: nn.Module, max_norm: float, group=None) -> torch.Tensor:
