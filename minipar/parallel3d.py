@@ -129,20 +129,16 @@ class Piece:
         self.optimizer.zero_grad(set_to_none=True)
         res = self.last = self.executor.step(x, y)  # forward + backward of all micro-batches
         loss = torch.tensor(res.loss if res.loss is not None else 0.0, device=mdist.device())
-        if self.zero == 1:  # ZeRO-1: reduce-scatter, clip, AdamW, all-gather
-            self.optimizer.step()
-        elif self.zero == 3:  # the gradients were reduce-scattered into the shards during backward
-            if self.grad_clip:
-                clip_sharded_(self.stage, self.grad_clip, group=self.mesh.dp_group)
-            self.optimizer.step()
-        else:
+        if not self.zero:  # average over dp (ZeRO-1 reduce-scatters inside its step, ZeRO-3 in backward)
             if self.compressor is None:
                 all_reduce_grads_flat(self.stage, self.mesh.dp_group, self.mesh.dp_size)
             else:  # lesson 09: bf16 / PowerSGD all-reduce
                 compressed_all_reduce_grads(self.stage, self.compressor, self.mesh.dp_group, self.mesh.dp_size)
-            if self.grad_clip:
-                clip_global_(self.stage, self.grad_clip, self.mesh)
-            self.optimizer.step()
+        if self.grad_clip and self.zero == 0:  # the whole model's norm (ZeRO-1 clips inside its step)
+            clip_global_(self.stage, self.grad_clip, self.mesh)
+        elif self.grad_clip and self.zero == 3:
+            clip_sharded_(self.stage, self.grad_clip, group=self.mesh.dp_group)
+        self.optimizer.step()
         if self.mesh.dp_size > 1 and self.owns_loss:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
         return broadcast_from(loss, self.loss_rank)
