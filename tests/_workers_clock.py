@@ -1,0 +1,122 @@
+"""Rank functions for tests/test_cluster_clock.py (minipar.clock on real ranks)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+import minipar.dist as md
+from minipar.clock import ClusterClock, Link
+from minipar.comm import p2p
+from minipar.comm.comm_log import CommLog
+
+
+def burn(cpu_s: float) -> None:
+    """Use ``cpu_s`` seconds of this thread's CPU time (however long that takes on a busy machine)."""
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < cpu_s:
+        pass
+
+
+def _spans(clk, kind="comm"):
+    return [tuple(s) for s in clk.timeline if s.kind == kind]
+
+
+def ping(nbytes: int, alpha: float, beta: float, sleep_s: float) -> dict:
+    """Rank 0 sleeps, then sends twice (blocking dist.send, then minipar's p2p.isend); rank 1 receives."""
+    link = Link("test", alpha, beta)
+    t = torch.ones(nbytes // 4)
+    wall = time.perf_counter()
+    with ClusterClock(link, link) as clk:
+        nows = []
+        if md.rank() == 0:
+            time.sleep(sleep_s)  # wall time only: no CPU time, so no virtual time
+            dist.send(t, 1)
+            p2p.isend(t, 1, label="second").wait()
+        else:
+            dist.recv(t, 0)
+            nows.append(clk.now)
+            p2p.irecv(t, 0, label="second").wait()
+            nows.append(clk.now)
+    return dict(comm=_spans(clk), nows=nows, wall=time.perf_counter() - wall)
+
+
+def all_reduce_after_compute(nbytes: int, alpha: float, beta: float) -> dict:
+    """Rank r computes 0.02·(r+1) CPU seconds, then all-reduces ``nbytes``."""
+    link = Link("test", alpha, beta)
+    t = torch.ones(nbytes // 4)
+    with ClusterClock(link, link) as clk:
+        burn(0.02 * (md.rank() + 1))
+        before = clk.now
+        dist.all_reduce(t)
+        after = clk.now
+    return dict(before=before, after=after, comm=_spans(clk), sum=t[0].item())
+
+
+def overlap(nbytes: int, alpha: float, beta: float, compute_s: float) -> dict:
+    """An async all-reduce, ``compute_s`` CPU seconds of compute, then wait()."""
+    link = Link("test", alpha, beta)
+    t = torch.ones(nbytes // 4)
+    with ClusterClock(link, link) as clk:
+        work = dist.all_reduce(t, async_op=True)
+        posted = clk.now
+        burn(compute_s)
+        computed = clk.now
+        work.wait()
+        after = clk.now
+    return dict(posted=posted, computed=computed, after=after, comm=_spans(clk))
+
+
+def straggler(factor: float, cpu_s: float) -> dict:
+    """Both ranks compute ``cpu_s`` CPU seconds (rank 1 is a straggler), then all-reduce."""
+    with ClusterClock(straggler={1: factor}) as clk:
+        c0 = time.thread_time()
+        burn(cpu_s)
+        cpu = time.thread_time() - c0
+        before = clk.now
+        dist.all_reduce(torch.ones(4))
+        after = clk.now
+    return dict(cpu=cpu, before=before, after=after, comm=_spans(clk))
+
+
+def matmul_loop(k: int, n: int = 128) -> dict:
+    """``k`` (n×n) matmuls, then a small all-reduce: virtual and wall seconds."""
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
+    wall = time.perf_counter()
+    with ClusterClock() as clk:
+        for _ in range(k):
+            a = torch.tanh(a @ a)
+        dist.all_reduce(a[:1].clone())
+        now = clk.now
+    return dict(virtual=now, wall=time.perf_counter() - wall)
+
+
+def scoped() -> dict:
+    """Patched inside the block only, restored after an exception; a CommLog around it counts only the program."""
+    orig = {n: (getattr(dist, n), getattr(c10d, n)) for n in ("all_reduce", "send", "isend", "barrier")}
+    me = md.rank()
+    inside = None
+    t = torch.ones(250)  # 1000 bytes
+    with CommLog() as log:
+        try:
+            with ClusterClock() as clk:
+                inside = dist.all_reduce is not orig["all_reduce"][0] and c10d.isend is not orig["isend"][1]
+                dist.all_reduce(t)
+                if me == 0:
+                    dist.send(t, 1)
+                else:
+                    dist.recv(t, 0)
+                dist.barrier()
+                raise KeyError("leaves the block")
+        except KeyError:
+            pass
+    restored = {n: (getattr(dist, n), getattr(c10d, n)) for n in orig} == orig
+    return dict(
+        inside=inside,
+        restored=restored,
+        ops=[(r.op, r.bytes) for r in log.records],
+        comm=[s[1] for s in _spans(clk)],
+    )

@@ -1,0 +1,137 @@
+"""minipar.clock: the cluster clock's virtual time on real ranks (issue #21, the library part).
+
+Exact checks use the clock's own timeline (the times it computed); ``clk.now`` read by the
+program also holds the few microseconds of Python between two calls, so it is compared with a
+tolerance of 2 ms (of CPU time, not wall time: the ranks share 2 cores with anything else).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch.distributed as dist
+
+from minipar import launch
+from minipar.clock import IB_NDR, NVLINK4, PCIE5, ClusterClock, Link, collective_time, scaled
+from minipar.errors import ConfigError
+from tests import _workers_clock as w
+
+TOL = 2e-3  # seconds of CPU time between a program's clk.now and the clock's next mark
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+
+
+def test_links_presets_and_scaling():
+    assert NVLINK4.beta_bytes_per_s == 450e9 and IB_NDR.beta_bytes_per_s == 50e9 and PCIE5.beta_bytes_per_s == 64e9
+    slow = scaled(NVLINK4, cpu_flops=1e9, gpu_flops=1e12)
+    for n in (0, 1, 2**20, 2**30):  # every message 1000× slower: compute/communication ratio kept
+        assert slow.time(n) == pytest.approx(1000 * NVLINK4.time(n), rel=1e-12)
+    link = Link("l", 1e-3, 1e9)
+    assert close(collective_time("allreduce", 4, 8e6, link), 6e-3 + 1.5 * 8e-3)
+    assert close(collective_time("ring", 4, 8e6, link), 3e-3 + 0.75 * 8e-3)
+    assert close(collective_time("chain", 4, 8e6, link), 3e-3 + 8e-3)
+    assert collective_time("allreduce", 1, 8e6, link) == 0.0
+    with pytest.raises(ConfigError):
+        Link("bad", 1e-6, 0.0)
+    with pytest.raises(ConfigError):
+        scaled(NVLINK4, 0.0, 1e12)
+
+
+def test_disabled_patches_nothing_and_enabled_needs_a_process_group():
+    orig = dist.all_reduce, dist.isend, dist.distributed_c10d.all_reduce
+    with ClusterClock(enabled=False) as clk:
+        assert (dist.all_reduce, dist.isend, dist.distributed_c10d.all_reduce) == orig
+        assert clk.now == 0.0
+    assert clk.timeline == []
+    if not dist.is_initialized():
+        with pytest.raises(ConfigError, match="initialized process group"):
+            ClusterClock().__enter__()
+    with pytest.raises(ConfigError, match="straggler"):
+        ClusterClock(straggler={1: 0.0})
+
+
+def test_ping_arrives_at_post_time_plus_alpha_plus_n_over_beta_whatever_the_sender_slept():
+    n, alpha, beta = 2**20, 1e-3, 1e9
+    sender, receiver = launch(w.ping, world_size=2, args=(n, alpha, beta, 0.3))
+    assert len(sender["comm"]) == len(receiver["comm"]) == 2  # strict mode's order headers are not clocked
+    for (_, _, s0, s1), (_, _, r0, r1) in zip(sender["comm"], receiver["comm"]):
+        assert (r0, r1) == (s0, s1)  # the sender's times travelled with the message
+        assert close(r1 - r0, alpha + n / beta)
+    first_end, second_end = receiver["comm"][0][3], receiver["comm"][1][3]
+    assert first_end == pytest.approx(receiver["nows"][0], abs=TOL)
+    assert second_end == pytest.approx(receiver["nows"][1], abs=TOL)
+    assert sender["comm"][0][2] < 0.05  # the 0.3 s sleep used no CPU time: the send was posted near t = 0
+    assert receiver["wall"] >= 0.3 and receiver["nows"][1] < 0.05
+
+
+def test_all_reduce_starts_at_the_latest_rank_and_costs_the_ring_formula():
+    n, alpha, beta, N = 2**20, 1e-3, 1e9, 4
+    out = launch(w.all_reduce_after_compute, world_size=N, args=(n, alpha, beta))
+    spans = {o["comm"][0] for o in out}
+    assert len(spans) == 1  # every rank computed the same start and end
+    (_, label, t0, t1) = spans.pop()
+    assert label == "all_reduce" and all(o["sum"] == N for o in out)
+    latest = max(o["before"] for o in out)
+    assert latest <= t0 <= latest + TOL and latest == out[-1]["before"]  # rank 3 computed longest
+    assert close(t1 - t0, 2 * (N - 1) * alpha + 2 * (N - 1) / N * n / beta)
+    for o in out:
+        assert o["after"] == pytest.approx(t1, abs=TOL)
+
+
+@pytest.mark.parametrize("compute_s", [0.01, 0.2])
+def test_async_all_reduce_overlaps_compute(compute_s):
+    n, alpha, beta = 2**20, 0.05, 1e9  # the all-reduce lasts 2α + n/β ≈ 0.101 s
+    for o in launch(w.overlap, world_size=2, args=(n, alpha, beta, compute_s)):
+        (_, _, t0, t1) = o["comm"][0]
+        assert close(t1 - t0, 2 * alpha + n / beta)
+        assert o["posted"] == pytest.approx(t0, abs=TOL)
+        assert o["after"] == pytest.approx(max(o["computed"], t1), abs=TOL)
+        assert o["after"] < o["computed"] + (t1 - t0) - 0.005  # overlapped, not one after the other
+        longer = "compute" if o["computed"] > t1 else "comm"
+        assert longer == ("compute" if compute_s > 0.101 else "comm")
+
+
+def test_straggler_doubles_its_compute_and_delays_the_next_collective_for_everyone():
+    fast, slow = launch(w.straggler, world_size=2, args=(2.0, 0.05))
+    assert fast["before"] == pytest.approx(fast["cpu"], abs=TOL)
+    assert slow["before"] == pytest.approx(2 * slow["cpu"], abs=2 * TOL)
+    assert fast["comm"] == slow["comm"]
+    (_, _, t0, _) = fast["comm"][0]
+    assert slow["before"] <= t0 <= slow["before"] + 2 * TOL  # started when the straggler arrived
+    assert fast["after"] >= slow["before"]  # the fast rank waited for it
+
+
+def test_clock_is_scoped_restored_after_an_error_and_invisible_to_a_comm_log():
+    for rank, o in enumerate(launch(w.scoped, world_size=2)):
+        assert o["inside"] and o["restored"]
+        p2p = ("send", 1000) if rank == 0 else ("recv", 1000)
+        assert o["ops"] == [("all_reduce", 1000), p2p, ("barrier", 0)]  # no exchange, no time stamp
+        assert o["comm"] == ["all_reduce", "send to 1" if rank == 0 else "recv from 0", "barrier"]
+
+
+def test_virtual_time_is_robust_to_busy_processes_beside_the_ranks():
+    k = 1500
+    quiet = launch(w.matmul_loop, world_size=2, args=(k,))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        loaded = launch(w.matmul_loop, world_size=2, args=(k,))
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    for r, (q, ld) in enumerate(zip(quiet, loaded)):
+        print(
+            f"rank {r}: virtual {q['virtual']:.3f} s -> {ld['virtual']:.3f} s "
+            f"({ld['virtual'] / q['virtual']:.2f}×); wall {q['wall']:.3f} s -> {ld['wall']:.3f} s "
+            f"({ld['wall'] / q['wall']:.2f}×) with two busy loops beside the ranks"
+        )
+        assert ld["virtual"] == pytest.approx(q["virtual"], rel=0.15)
+    wall_change = max(ld["wall"] / q["wall"] for q, ld in zip(quiet, loaded))
+    virtual_change = max(abs(ld["virtual"] / q["virtual"] - 1) for q, ld in zip(quiet, loaded)) + 1
+    assert wall_change > virtual_change
