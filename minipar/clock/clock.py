@@ -25,9 +25,9 @@ Every rank keeps a virtual time ``now`` (seconds since it entered the block):
   (``intra`` when all are on one node, else ``inter``).
 - **Point-to-point** (``send``/``isend``/``recv``/``irecv``): the sender's transfer starts at its
   post time, or when its previous send to the same peer ends (one direction of a link queues),
-  and ends ``α + n/β`` later; both times travel with the message (one extra message of two
-  float64, same tag, clock paused). A receive completes at ``max(own time at wait, arrival)``
-  (eager protocol: the receiver's buffer is assumed ready).
+  and ends ``α + n/β`` later; both times travel in the message (16 bytes before the data, not
+  counted in n). A receive completes at ``max(own time at wait, arrival)`` (eager protocol: the
+  receiver's buffer is assumed ready); its tensor is filled in ``wait()``.
 - **async_op=True** operations complete in the background: the clock advances only in
   ``work.wait()``, to ``max(now, completion)``, so compute done in between overlaps them.
 

@@ -8,11 +8,16 @@ place (code that replaced it meanwhile keeps its own). The wrappers are closures
 :class:`~minipar.clock.clock.ClusterClock`: nothing is kept at module level.
 
 Every wrapped collective runs asynchronously underneath (``async_op=True``) and returns a
-:class:`ClockedWork` (a blocking call waits for it at once); ``isend``/``irecv`` return one
-too. The clock's own messages (the collective's start-time exchange, the point-to-point time
-stamp) go through the saved
-functions inside :func:`minipar.comm.comm_log.unrecorded`, so an open ``CommLog`` counts only the
-program's traffic. Works with a ``CommLog`` opened inside or outside the clock (nested blocks).
+:class:`ClockedWork` (a blocking call waits for it at once); its start-time exchange is one more
+``all_gather`` made through the saved function inside :func:`minipar.comm.comm_log.unrecorded`.
+A point-to-point message carries its time stamp IN the message: 16 bytes (two float64) before
+the data, one transfer instead of two (a second gloo message per message cost more than the
+clock's 1.15× budget on a pipeline step); the receiver's tensor is filled from it in ``wait()``
+(``isend``/``irecv`` return a :class:`ClockedWork`). Every rank of the program must run the clock.
+
+With ``CommLog``: a log opened INSIDE the clock sees the program's calls exactly; a log opened
+outside it sees what the clock sends: the collectives exactly (the exchange is unrecorded), each
+point-to-point message 16 bytes larger.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ COLLECTIVES = {
     "gather": ("ring", "tensor", True),
 }
 P2P = ("send", "recv", "isend", "irecv")
+_STAMP = 16  # bytes of a point-to-point message's time stamp: (start, end) as two float64
 _MARK = "_minipar_cluster_clock"
 
 
@@ -66,8 +72,9 @@ class ClockedWork:
     """The work of a clocked call: ``wait()`` waits for the real works, then advances the clock
     (once). Other attributes (``get_future``, ``result``, ...) are the main work's."""
 
-    def __init__(self, clock, works: list, finish):
-        self._clock, self._works, self._finish, self._done = clock, works, finish, False
+    def __init__(self, clock, works: list, finish, deliver=None):
+        self._clock, self._works, self._finish, self._deliver = clock, works, finish, deliver
+        self._done = self._delivered = False
 
     def wait(self, timeout=None) -> bool:
         mine = self._clock._owner == threading.get_ident()
@@ -76,6 +83,9 @@ class ClockedWork:
             self._clock._tick()
         for w in self._works:
             w.wait(timeout) if timeout is not None else w.wait()
+        if self._deliver is not None and not self._delivered:
+            self._delivered = True
+            self._deliver()
         if mine and not self._done:
             self._done = True
             self._finish()
@@ -150,7 +160,6 @@ def _peer(a: dict, side: str) -> int:
 
 def _p2p(clock, name: str, fn, saved: dict):
     side = "send" if "send" in name else "recv"
-    post = saved["isend" if side == "send" else "irecv"][0]  # for the time stamp
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -169,26 +178,32 @@ def _p2p(clock, name: str, fn, saved: dict):
             clock._resume()
 
     def _clocked_p2p(a):
-        peer = _peer(a, side)
-        tensor = a["tensor"]
+        peer, tensor = _peer(a, side), a["tensor"]
+        if not tensor.is_contiguous():
+            raise ConfigError(f"{name}: the cluster clock sends and receives contiguous tensors; pass .contiguous()")
         label = f"send to {peer}" if side == "send" else f"recv from {peer}"
-        if side == "send":
-            t0, t1 = clock._post_send(peer, _nbytes(tensor))
-            stamp = torch.tensor([t0, t1], dtype=torch.float64, device=tensor.device)
+        raw = tensor.view(-1).view(torch.uint8)
+        if side == "send":  # the message: the time stamp (start, end) as 16 bytes, then the data
+            stamp = torch.tensor(clock._post_send(peer, raw.numel()), dtype=torch.float64, device=tensor.device)
+            packed = torch.cat([stamp.view(torch.uint8), raw])
         else:
-            stamp = torch.empty(2, dtype=torch.float64, device=tensor.device)
-        if not name.startswith("i"):  # blocking: the data, then its time stamp
-            out = fn(**a)
-            with unrecorded():
-                post(**{**a, "tensor": stamp}).wait()
-            clock._finish_p2p(label, float(stamp[0]), float(stamp[1]))
+            packed = torch.empty(_STAMP + raw.numel(), dtype=torch.uint8, device=tensor.device)
+
+        def deliver():
+            if side == "recv":
+                raw.copy_(packed[_STAMP:])
+
+        def finish():
+            clock._finish_p2p(label, *packed[:_STAMP].view(torch.float64).tolist())
+
+        out = fn(**{**a, "tensor": packed})
+        if not name.startswith("i"):  # blocking: done
+            deliver()
+            finish()
             return out
-        work = fn(**a)
-        with unrecorded():
-            stamp_work = post(**{**a, "tensor": stamp})
-        if work is None:  # inside a coalescing batch (NCCL's batch_isend_irecv): not clocked
-            return None
-        return ClockedWork(clock, [work, stamp_work], lambda: clock._finish_p2p(label, *stamp.tolist()))
+        if out is None:  # inside a coalescing batch (NCCL's batch_isend_irecv): not clocked
+            raise ConfigError("batch_isend_irecv on a coalescing backend (NCCL) is not supported by the cluster clock")
+        return ClockedWork(clock, [out], finish, deliver)
 
     return wrapper
 
