@@ -46,11 +46,14 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.run_log``         its progress bar, metrics.jsonl, loss plot and text sample (replaced together, at the end)
 - ``minipar.outdir``          its folders: checked before any rank starts, one run at a time (a lock), atomic writes
 - ``minipar.resume_check``    which checkpoint ``--resume`` loads (the newest undamaged) and whether it fits the run
+- ``minipar.clock``           the cluster clock, an EMULATOR: per-rank virtual time, compute measured (CPU time),
+  links modelled (NVLink 4, InfiniBand NDR, PCIe presets, scaled to this CPU) [library only so far: #21]
 - ``minipar.bench``           ``python -m minipar.bench``: minipar vs PyTorch-native, measured ratios
 - ``minipar.verify``          proofs that read the same on every CPU: a verdict against a derived bound
 
 Folders group a family: ``comm`` (communication), ``dp`` (data parallelism), ``zero``, ``tp``, ``pp``
-(one per parallelism, as picotron has) and ``perf`` (the performance model); the core stays flat.
+(one per parallelism, as picotron has), ``perf`` (the performance model) and ``clock`` (the cluster
+clock); the core stays flat.
 Imports point one way: config/train/parallel3d -> strategies (dp, zero, tp, pp) -> comm -> dist
 (``tests/test_imports.py`` checks there is no circle; ``tests/test_package_shape.py`` that no module
 is over 350 lines; ``test_imports`` that no moved module left an alias behind).
