@@ -1,4 +1,4 @@
-"""Issue #21: the cluster clock's overhead on a real 4-rank 1F1B pipeline step (p = 4, m = 8).
+"""The cluster clock (issue #21, for lessons 05-06): its overhead on a real 4-rank 1F1B step (p = 4, m = 8).
 
 One launched job runs minipar's :class:`~minipar.pp.executor.PipelineExecutor` step by step,
 alternating a step with the clock off and one inside a :class:`~minipar.clock.ClusterClock`
@@ -77,7 +77,7 @@ def rows(quick: bool) -> list[Row]:
     formula = (P - 1) / (M + P - 1)
     out_rows = [
         Row(
-            "21",
+            "05",
             f"1F1B step p={P} m={M} inside ClusterClock / clock off (wall time)",
             ratio,
             target="<= 1.15",
@@ -90,7 +90,7 @@ def rows(quick: bool) -> list[Row]:
         bubble = 1 - sum(o[f"busy_{mode}"] for o in out) / (P * makespan)
         out_rows.append(
             Row(
-                "21",
+                "05",
                 f"1F1B p={P} m={M} bubble on the cluster clock, {what}",
                 bubble * 100,
                 unit="%",
