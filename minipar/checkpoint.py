@@ -256,14 +256,16 @@ def model_tensors(piece) -> dict[str, torch.Tensor]:
     return {n: p.detach() for n, p in piece.stage.named_parameters()}
 
 
-def state_3d(piece, loader, step: int, moments=None) -> dict:
-    """What a 3D checkpoint holds, as logical single-device tensors (see the module doc)."""
+def state_3d(piece, loader, step: int, moments=None, weights=None) -> dict:
+    """What a 3D checkpoint holds, as logical single-device tensors (see the module doc). ``moments``,
+    ``weights``: from :func:`moment_tensors` / :func:`model_tensors` when the caller keeps them (to load into)."""
     m = piece.mesh
     args = (piece.tp_device_mesh, m.tp_rank, m.tp_size)
     moments = moment_tensors(piece) if moments is None else moments
+    weights = model_tensors(piece) if weights is None else weights
     pos = loader.state_dict()
     return {
-        "model": logical(piece.stage, model_tensors(piece), *args),
+        "model": logical(piece.stage, weights, *args),
         "optim": {k: logical(piece.stage, moments[k], *args) for k in MOMENTS},
         "progress": torch.tensor(
             [step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long
@@ -290,8 +292,7 @@ def load_3d(path: str, piece, loader) -> int:
     init_optimizer_state(None, inner)
     moments = moment_tensors(piece)
     weights = model_tensors(piece)  # ZeRO-3: full copies, cut back into the shards after loading
-    state = state_3d(piece, loader, 0, moments)
-    state["model"] = logical(piece.stage, weights, piece.tp_device_mesh, piece.mesh.tp_rank, piece.mesh.tp_size)
+    state = state_3d(piece, loader, 0, moments, weights)
     load(path, state)
     step, epoch, in_epoch = state["progress"].tolist()
     if piece.zero:

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from minipar.comm.comm_log import unrecorded
+from minipar.comm.comm_log import tensor_bytes, unrecorded
 from minipar.comm.p2p import HEADER_TAG
 from minipar.errors import ConfigError
 
@@ -54,12 +54,6 @@ COLLECTIVES = {
 P2P = ("send", "recv", "isend", "irecv")
 _STAMP = 16  # bytes of a point-to-point message's time stamp: (start, end) as two float64
 _MARK = "_minipar_cluster_clock"
-
-
-def _nbytes(t) -> int:
-    if isinstance(t, (list, tuple)):
-        return sum(_nbytes(x) for x in t)
-    return t.numel() * t.element_size() if torch.is_tensor(t) else 0
 
 
 def _first_tensor(t):
@@ -128,7 +122,7 @@ def _collective(clock, name: str, fn, saved: dict):
     def _clocked_collective(a, group, t_post):
         ranks = _ranks(group)
         payload = a.get(buf_arg) if buf_arg else None
-        n = _nbytes(payload) * (len(ranks) if times_n else 1)
+        n = tensor_bytes(payload) * (len(ranks) if times_n else 1)
         first = _first_tensor(payload)
         device = first.device if first is not None else group_device(group)
         mine = torch.tensor([t_post, float(n)], dtype=torch.float64, device=device)

@@ -97,9 +97,10 @@ class Record:
     parts: list = field(default_factory=list)  # calls made inside a minipar collective (see collective())
 
 
-def _nbytes(t) -> int:
+def tensor_bytes(t) -> int:
+    """Bytes of a tensor, or of every tensor in a list/tuple (anything else: 0)."""
     if isinstance(t, (list, tuple)):
-        return sum(_nbytes(x) for x in t)
+        return sum(tensor_bytes(x) for x in t)
     return t.numel() * t.element_size() if torch.is_tensor(t) else 0
 
 
@@ -141,7 +142,7 @@ def _record(op: str, args, kwargs) -> Record:
     sent = recv = 0.0
     peer = None
     if op in ("send", "isend", "recv", "irecv"):
-        S = _nbytes(first)
+        S = tensor_bytes(first)
         peer = _arg(args, kwargs, 1, "dst" if "send" in op else "src")
         if peer is None and kwargs.get("group_dst" if "send" in op else "group_src") is not None:
             peer = ranks[kwargs.get("group_dst" if "send" in op else "group_src")]
@@ -150,16 +151,16 @@ def _record(op: str, args, kwargs) -> Record:
         else:
             recv = S
     elif op == "all_reduce":
-        S = _nbytes(first)
+        S = tensor_bytes(first)
         sent = recv = 2 * (n - 1) / n * S
     elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all", "all_to_all_single"):
-        S = _nbytes(first)  # output list / output tensor
+        S = tensor_bytes(first)  # output list / output tensor
         sent = recv = (n - 1) / n * S
     elif op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):
-        S = _nbytes(_arg(args, kwargs, 1, "input" if op != "reduce_scatter" else "input_list"))
+        S = tensor_bytes(_arg(args, kwargs, 1, "input" if op != "reduce_scatter" else "input_list"))
         sent = recv = (n - 1) / n * S
     elif op in ("broadcast", "reduce", "scatter", "gather"):
-        S = _nbytes(first)  # one rank's share
+        S = tensor_bytes(first)  # one rank's share
         root_key = {"broadcast": "src", "scatter": "src", "reduce": "dst", "gather": "dst"}[op]
         root = _arg(args, kwargs, 2 if op in ("reduce", "scatter", "gather") else 1, root_key)
         if root is None:
@@ -299,7 +300,15 @@ def collective(op: str, tensor=None, group=None):
     n = dist.get_world_size(group)
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(n))
     rec = Record(
-        op, n, _nbytes(tensor), 0.0, 0.0, None, _labels[-1] if _labels else "", str(getattr(tensor, "dtype", "")), ranks
+        op,
+        n,
+        tensor_bytes(tensor),
+        0.0,
+        0.0,
+        None,
+        _labels[-1] if _labels else "",
+        str(getattr(tensor, "dtype", "")),
+        ranks,
     )
     for log in _active:
         log.records.append(rec)

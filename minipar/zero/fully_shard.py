@@ -86,7 +86,7 @@ class _Unshard(torch.autograd.Function):
             )
             for i, g in zip(train, mine):
                 out[i] = g.to(st.params[i].dtype)
-        st.free(ctx.fulls)
+        st.free([f for r in ctx.fulls if (f := r()) is not None])
         st.after_backward()
         return (None, None, *out)
 
@@ -171,11 +171,9 @@ class FSDPState:
             self._prefetched = (buf, work, [p._version for p in self.params])
 
     def free(self, fulls) -> None:
-        """Free the full weights' bytes (the tensor objects autograd holds stay; ``fulls`` may be weakrefs)."""
+        """Free the full weights' bytes (the tensor objects autograd holds stay)."""
         for f in fulls:
-            f = f() if isinstance(f, weakref.ref) else f
-            if f is not None:
-                f.untyped_storage().resize_(0)
+            f.untyped_storage().resize_(0)
 
     def refill(self, refs) -> None:
         """Pre-backward: re-allocate freed full weights and all-gather them again (and prefetch the previous)."""
