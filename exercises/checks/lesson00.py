@@ -6,7 +6,43 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from exercises.checks.common import CheckFailed, call, expect_close, max_diff
+from exercises.checks.common import CheckFailed, expect_close, max_diff
+from exercises.checks.watch import Refuse, finally_own, watched
+
+BY_HAND = "this exercise is the backward pass by hand: derive the gradient and compute it with tensor operations"
+AUTOGRAD = Refuse(
+    {
+        "torch.autograd:grad": BY_HAND + ", without autograd",
+        "torch.autograd:backward": BY_HAND + ", without autograd",
+        "torch._tensor:Tensor.backward": BY_HAND + ", without autograd",
+        "torch/autograd/functional.py": BY_HAND + ", without autograd",
+        "torch/autograd/forward_ad.py": BY_HAND + ", without autograd",
+        "torch/_functorch/": BY_HAND + ", without torch.func",
+        "torch/func/": BY_HAND + ", without torch.func",
+    },
+    c_names={"run_backward": BY_HAND + ", without the autograd engine"},
+)
+OPTIM = Refuse(
+    {
+        "torch/optim/": "this exercise is the AdamW update: write its arithmetic yourself, not torch.optim",
+        "minipar/amp.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
+        "minipar/offload.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
+    }
+)
+
+
+def _by_hand(mod, seen, what, rules, fn, *args, **kw):
+    """The learner's call, watched: no refused function, no PyTorch backward/fused-optimizer kernel."""
+    out, summary = watched(what, rules, mod, fn, *args, op_words=("backward", "_fused_adam"), **kw)
+    seen.append((what, summary))
+    if summary["ops"]:
+        op = next(iter(summary["ops"]))
+        raise CheckFailed(
+            f"{what}: your code ran PyTorch's own kernel aten::{op}: "
+            + ("write the update's arithmetic yourself" if "adam" in op else BY_HAND)
+        )
+    return out
+
 
 TITLE = "one device"
 MODULE = "ex00_single_device"
@@ -17,13 +53,16 @@ def _rand(*shape, seed=0, scale=1.0):
 
 
 def check_layer_norm(mod) -> str:
+    seen = []
     for shape in ((4, 7), (2, 3, 16), (5, 1)):
         D = shape[-1]
         x = _rand(*shape, seed=1, scale=3.0).add_(2.0).requires_grad_()
         w, b = _rand(D, seed=2).requires_grad_(), _rand(D, seed=3).requires_grad_()
         go = _rand(*shape, seed=4)
         F.layer_norm(x, (D,), w, b, 1e-5).backward(go)
-        got = call("layer_norm_backward", mod.layer_norm_backward, go, x.detach(), w.detach(), 1e-5)
+        got = _by_hand(
+            mod, seen, "layer_norm_backward", AUTOGRAD, mod.layer_norm_backward, go, x.detach(), w.detach(), 1e-5
+        )
         if not isinstance(got, (tuple, list)) or len(got) != 3:
             raise CheckFailed("layer_norm_backward must return (grad_x, grad_weight, grad_bias)")
         gx, gw, gb = got
@@ -44,25 +83,31 @@ def check_layer_norm(mod) -> str:
             hint="grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat)) with g = grad_out · weight, biased "
             "variance (÷D), means over the last dimension",
         )
-    return "shapes (4, 7), (2, 3, 16), (5, 1): grad_x, grad_weight, grad_bias = autograd (float64)"
+    finally_own(mod, ["layer_norm_backward"], seen)
+    return "shapes (4, 7), (2, 3, 16), (5, 1): grad_x, grad_weight, grad_bias = autograd (float64), by hand"
 
 
 def check_cross_entropy(mod) -> str:
+    seen = []
     for n, v, scale in ((6, 5, 1.0), (3, 11, 1.0), (4, 3, 1000.0)):
         logits = _rand(n, v, seed=5, scale=scale).requires_grad_()
         t = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(6))
         F.cross_entropy(logits, t).backward()
-        got = call("cross_entropy_backward", mod.cross_entropy_backward, logits.detach().clone(), t)
+        got = _by_hand(
+            mod, seen, "cross_entropy_backward", AUTOGRAD, mod.cross_entropy_backward, logits.detach().clone(), t
+        )
         what = f"cross_entropy_backward, logits ({n}, {v})" + (" of size ~1000" if scale > 1 else "")
         if torch.as_tensor(got).isnan().any():
             raise CheckFailed(f"{what}: NaN — subtract each row's maximum before exp (softmax overflows otherwise)")
         if max_diff(got, logits.grad * n) < 1e-12 and n > 1:
             raise CheckFailed(f"{what}: N = {n} times too large: the loss is the mean over the rows, divide by N")
         expect_close(what, got, logits.grad, hint="(softmax(logits) − onehot(targets)) / N")
-    return "(6, 5), (3, 11), and logits ~1000 (no overflow): = autograd (float64)"
+    finally_own(mod, ["cross_entropy_backward"], seen)
+    return "(6, 5), (3, 11), and logits ~1000 (no overflow): = autograd (float64), by hand"
 
 
 def check_adamw(mod) -> str:
+    seen = []
     hyper = dict(lr=0.1, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     p_ref = _rand(10, seed=7).requires_grad_()
     opt = torch.optim.AdamW([p_ref], **hyper)
@@ -72,7 +117,7 @@ def check_adamw(mod) -> str:
         g = _rand(10, seed=10 + step)
         p_ref.grad = g.clone()
         opt.step()
-        call("adamw_step", mod.adamw_step, p, g.clone(), m, v, step, **hyper)
+        _by_hand(mod, seen, "adamw_step", OPTIM, mod.adamw_step, p, g.clone(), m, v, step, **hyper)
         expect_close(
             f"adamw_step, parameter after step {step}",
             p,
@@ -80,7 +125,16 @@ def check_adamw(mod) -> str:
             hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step count; "
             "eps after sqrt(v̂); all in place (the moments too)",
         )
-    return "3 steps = torch.optim.AdamW (float64, < 1e-12), moments and bias correction"
+        st = opt.state[p_ref]
+        for name, got_m in (("exp_avg", m), ("exp_avg_sq", v)):
+            expect_close(
+                f"adamw_step, {name} after step {step}",
+                got_m,
+                st[name],
+                hint=f"update the moment {name} given to you in place (it is the optimizer state between steps)",
+            )
+    finally_own(mod, ["adamw_step"], seen)
+    return "3 steps = torch.optim.AdamW (float64, < 1e-12), moments and bias correction, by hand"
 
 
 CHECKS = [

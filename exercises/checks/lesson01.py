@@ -12,7 +12,27 @@ import importlib
 import torch
 
 from exercises.checks.common import CheckFailed, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge
 from minipar.comm.collectives import chunk_bounds
+
+RING = "this exercise is the ring: write it yourself from send and recv"
+RULES = Refuse(
+    {"minipar/comm/": RING, "torch/distributed/_functional_collectives.py": RING},
+    allow=["minipar.comm.collectives:chunk_bounds"],
+)
+NAMES = {  # c10d op -> the torch.distributed call that issues it
+    "allreduce": "all_reduce",
+    "_allgather_base": "all_gather_into_tensor",
+    "allgather": "all_gather",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall_base": "all_to_all_single",
+    "alltoall": "all_to_all",
+    "gather": "gather",
+    "scatter": "scatter",
+}
 
 TITLE = "collectives"
 MODULE = "ex01_collectives"
@@ -38,8 +58,9 @@ def rs_worker(module, numel, members):
         return None
     r = mdist.rank()
     x = torch.arange(1, numel + 1, dtype=torch.float64) * 2.0**r
-    out = mod.ring_reduce_scatter(x.view(-1), group)
-    return None if out is None else torch.as_tensor(out).detach().clone().reshape(-1)
+    with Watch(RULES, own=mod) as w:
+        out = mod.ring_reduce_scatter(x.view(-1), group)
+    return {"out": None if out is None else torch.as_tensor(out).detach().clone().reshape(-1), "seen": w.summary()}
 
 
 def ag_worker(module, numel, members):
@@ -54,8 +75,9 @@ def ag_worker(module, numel, members):
     x = torch.full((numel,), -1.0, dtype=torch.float64)
     a, b = chunk_bounds(numel, n, i)
     x[a:b] = torch.arange(a + 1, b + 1, dtype=torch.float64)
-    out = mod.ring_all_gather(x, group)
-    return torch.as_tensor(x if out is None else out).detach().clone().reshape(-1)
+    with Watch(RULES, own=mod) as w:
+        out = mod.ring_all_gather(x, group)
+    return {"out": torch.as_tensor(x if out is None else out).detach().clone().reshape(-1), "seen": w.summary()}
 
 
 def _owner(numel, n, pos):
@@ -66,12 +88,58 @@ def _where_ranks(members, world):
     return members or list(range(world))
 
 
+def ring_pattern(what, g, i, n, numel, comm, kind) -> None:
+    """Rank ``g`` (index ``i`` of ``n``) made the ring's messages: send/recv only, at most N − 1 each way,
+    each at most one chunk, all sends to one neighbour and all receives from the other, and in all the
+    bytes of a ring: every chunk but one sent (reduce-scatter) or received (all-gather) once."""
+    other = [op for op, *_ in comm if op not in ("send", "recv")]
+    if other:
+        name = NAMES.get(other[0], other[0])
+        raise CheckFailed(
+            f"{what}: rank {g} called the collective {name} (c10d::{other[0]}): {RING} — only point-to-point "
+            "messages (dist.isend / dist.irecv) between ring neighbours, no collective"
+        )
+    sends = [(a, peer) for op, a, _, peer in comm if op == "send"]
+    recvs = [(a, peer) for op, a, _, peer in comm if op == "recv"]
+    biggest = max(b - a for a, b in (chunk_bounds(numel, n, c) for c in range(n)))
+    a, b = chunk_bounds(numel, n, i)
+    if len(sends) > n - 1 or len(recvs) > n - 1:
+        raise CheckFailed(
+            f"{what}: rank {g} sent {len(sends)} and received {len(recvs)} messages, a ring {kind} makes N − 1 = "
+            f"{n - 1} of each (one chunk per step to the next rank, one from the previous)"
+        )
+    big = [s for s, _ in sends + recvs if s > biggest]
+    if big:
+        raise CheckFailed(
+            f"{what}: rank {g} sent or received a message of {big[0]} elements, more than one chunk "
+            f"({biggest}): in a ring each step moves one chunk (chunk_bounds), never the whole tensor"
+        )
+    right, left = (i + 1) % n, (i - 1) % n
+    to, frm = {p for _, p in sends}, {p for _, p in recvs}
+    if n > 1 and (sends or recvs) and not ({right} >= to and {left} >= frm or {left} >= to and {right} >= frm):
+        raise CheckFailed(
+            f"{what}: rank {g} (index {i} of {n}) sent to group ranks {sorted(to)} and received from {sorted(frm)}: "
+            f"in a ring every rank sends to one neighbour ({right}) and receives from the other ({left})"
+        )
+    moved = sum(s for s, _ in (sends if kind == "reduce-scatter" else recvs))
+    if moved != numel - (b - a):
+        raise CheckFailed(
+            f"{what}: rank {g} {'sent' if kind == 'reduce-scatter' else 'received'} {moved} elements in all, a "
+            f"ring {kind} moves every chunk but its own once: {numel - (b - a)}"
+        )
+
+
 def check_reduce_scatter(mod) -> str:
+    seen = []
     for world, numel, members in CASES:
         ranks = _where_ranks(members, world)
         n = len(ranks)
         what = f"ring_reduce_scatter, {world} ranks, {numel} elements" + (f", sub-group {members}" if members else "")
-        got = run_ranks(rs_worker, world, (mod.__name__, numel, members), what)
+        res = run_ranks(rs_worker, world, (mod.__name__, numel, members), what)
+        for g in ranks:
+            judge(f"{what}: rank {g}", res[g]["seen"])
+            seen.append((f"{what}: rank {g}", res[g]["seen"]))
+        got = [None if v is None else v["out"] for v in res]
         total = (2.0 ** torch.arange(world)[ranks].double()).sum().item()
         for i, g in enumerate(ranks):
             a, b = chunk_bounds(numel, n, i)
@@ -123,15 +191,26 @@ def check_reduce_scatter(mod) -> str:
                 "integers): check the chunk bounds (minipar.comm.collectives.chunk_bounds) and that you add, "
                 "not overwrite, what you receive"
             )
-    return "N = 1, 3, 4 ranks; 2, 7, 10, 1000 elements (uneven chunks, empty chunks); sub-group [1, 2, 3]: exact"
+        for i, g in enumerate(ranks):
+            ring_pattern(what, g, i, n, numel, res[g]["seen"]["comm"], "reduce-scatter")
+    finally_own(mod, ["ring_reduce_scatter"], seen)
+    return (
+        "N = 1, 3, 4 ranks; 2, 7, 10, 1000 elements (uneven chunks, empty chunks); sub-group [1, 2, 3]: exact; "
+        "send/recv only, N − 1 messages of one chunk to one neighbour"
+    )
 
 
 def check_all_gather(mod) -> str:
+    seen = []
     for world, numel, members in CASES:
         ranks = _where_ranks(members, world)
         n = len(ranks)
         what = f"ring_all_gather, {world} ranks, {numel} elements" + (f", sub-group {members}" if members else "")
-        got = run_ranks(ag_worker, world, (mod.__name__, numel, members), what)
+        res = run_ranks(ag_worker, world, (mod.__name__, numel, members), what)
+        for g in ranks:
+            judge(f"{what}: rank {g}", res[g]["seen"])
+            seen.append((f"{what}: rank {g}", res[g]["seen"]))
+        got = [None if v is None else v["out"] for v in res]
         want = torch.arange(1, numel + 1, dtype=torch.float64)
         for _i, g in enumerate(ranks):
             out = got[g]
@@ -156,7 +235,13 @@ def check_all_gather(mod) -> str:
                     "i sends chunk (i − s) mod N and receives (i − s − 1) mod N"
                 )
             raise CheckFailed(f"{what}: rank {g}, element {k} is {val:g}, expected {want[k].item():g}")
-    return "N = 1, 3, 4 ranks; 2, 7, 10, 1000 elements; sub-group [1, 2, 3]: exact"
+        for i, g in enumerate(ranks):
+            ring_pattern(what, g, i, n, numel, res[g]["seen"]["comm"], "all-gather")
+    finally_own(mod, ["ring_all_gather"], seen)
+    return (
+        "N = 1, 3, 4 ranks; 2, 7, 10, 1000 elements; sub-group [1, 2, 3]: exact; send/recv only, N − 1 messages "
+        "of one chunk to one neighbour"
+    )
 
 
 CHECKS = [("ring_reduce_scatter", check_reduce_scatter), ("ring_all_gather", check_all_gather)]

@@ -1,0 +1,268 @@
+"""How the learner's code computes its answer, not only what it returns (issue 23).
+
+:class:`Watch` is a context manager put around one call of the learner's code. While it is open:
+
+- a profile hook (``sys.setprofile``) notes every call of a *refused* function: minipar's own
+  reference of the exercise, PyTorch's implementation of the same thing (``torch.optim``,
+  ``torch.utils.checkpoint``, autograd inside a hand-written backward, ...) and the reference
+  solutions in ``exercises/solutions/``. It sees the call however the function was reached (an
+  alias, a re-export, a wrapper), because it compares the code object that runs;
+- a ``TorchDispatchMode`` notes every operator that reaches PyTorch's dispatcher: the
+  communication ops (``c10d::send``, ``c10d::allreduce_``, ... with their sizes and peers) however
+  they were called (``dist.*``, ``distributed_c10d``, a ``ProcessGroup`` method, functional
+  collectives), and the ATen ops the check asks about (``native_layer_norm_backward``, ...).
+
+Everything it notes is plain data (picklable), so a worker on a real rank returns it to the check.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SOLUTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "solutions") + os.sep
+TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _codes(obj, seen=None) -> set:
+    """Code objects of a function, of every method of a class, or of every function/class of a module."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return set()
+    seen.add(id(obj))
+    out = set()
+    if inspect.ismodule(obj):
+        for v in vars(obj).values():
+            if getattr(v, "__module__", None) == obj.__name__ and (inspect.isfunction(v) or inspect.isclass(v)):
+                out |= _codes(v, seen)
+    elif inspect.isclass(obj):
+        for v in vars(obj).values():
+            v = getattr(v, "__func__", v)  # staticmethod / classmethod
+            if isinstance(v, property):
+                v = v.fget
+            if inspect.isfunction(v) or inspect.isclass(v):
+                out |= _codes(v, seen)
+    elif callable(obj):
+        fn = getattr(obj, "__func__", obj)
+        while fn is not None:
+            if hasattr(fn, "__code__"):
+                out.add(fn.__code__)
+            fn = getattr(fn, "__wrapped__", None)
+    return out
+
+
+def resolve(name: str):
+    """``"pkg.mod"`` -> the module; ``"pkg.mod:Class.attr"`` -> that object."""
+    mod_name, _, attr = name.partition(":")
+    obj = importlib.import_module(mod_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+ANSWER = "this is the reference solution: write the exercise yourself"
+
+
+def _is_exercise(code) -> bool:
+    """A function of exercises/solutions/ whose docstring has ``Hint:`` (an exercise, as make_stubs reads it)."""
+    doc = code.co_consts[0] if code.co_consts and isinstance(code.co_consts[0], str) else ""
+    return "Hint:" in doc
+
+
+MINIPAR = os.path.dirname(os.path.abspath(importlib.import_module("minipar").__file__)) + os.sep
+ROOTS = {"torch/": TORCH, "minipar/": MINIPAR}
+
+
+class Refuse:
+    """What an exercise may not call: ``{what: why}``. ``what`` is a path inside torch or minipar
+    (``"torch/optim/"``, ``"minipar/comm/collectives.py"``: every function defined there) or an
+    object (``"torch.autograd:grad"``, ``"torch._tensor:Tensor.backward"``). ``allow``: objects
+    inside a refused path that the exercise is given (``chunk_bounds``, ``Action``). ``c_names``:
+    names of C functions refused (``run_backward``). The reference solutions are always refused.
+    """
+
+    def __init__(self, refuse: dict[str, str], allow=(), c_names: dict[str, str] | None = None):
+        self.codes: dict = {}
+        self.paths: list[tuple[str, str]] = []
+        for what, why in refuse.items():
+            root = next((r for r in ROOTS if what.startswith(r)), None)
+            if root is not None:
+                self.paths.append((ROOTS[root] + what[len(root) :], why))
+            else:
+                for c in _codes(resolve(what)):
+                    self.codes[c] = (what.split(":")[0], why)
+        self.allowed = set()
+        for obj in allow:
+            self.allowed |= _codes(resolve(obj) if isinstance(obj, str) else obj)
+        self.paths.append((SOLUTIONS, ANSWER))
+        self.c_names = c_names or {}
+        self._cache: dict = {}
+
+    def verdict(self, code):
+        """``(name, why)`` if calling ``code`` is refused, else None (cached per code object)."""
+        v = self._cache.get(code, False)
+        if v is False:
+            v = None if code in self.allowed else self.codes.get(code)
+            if v is not None:
+                v = (f"{v[0].split(':')[0]}.{code.co_qualname}", v[1])
+            else:
+                path = os.path.abspath(code.co_filename)
+                for prefix, why in [] if code in self.allowed else self.paths:
+                    if path.startswith(prefix) and (prefix != SOLUTIONS or _is_exercise(code)):
+                        short = next((r + path[len(d) :] for r, d in ROOTS.items() if path.startswith(d)), path)
+                        short = "exercises/solutions/" + os.path.basename(path) if path.startswith(SOLUTIONS) else short
+                        v = (f"{short.replace(os.sep, '/')} ({code.co_qualname})", why)
+                        break
+            self._cache[code] = v
+        return v
+
+
+def defined_elsewhere(mod, names) -> str | None:
+    """The first of ``names`` (``"fn"`` or ``"Class.method"``) whose code is not in ``mod``'s own file."""
+    here = os.path.abspath(mod.__file__)
+    for name in names:
+        obj = mod
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        obj = getattr(obj, "__func__", obj)
+        code = getattr(inspect.unwrap(obj), "__code__", None) if obj is not None else None
+        if code is None or os.path.abspath(code.co_filename) != here:
+            where = os.path.relpath(code.co_filename) if code is not None else "nowhere"
+            return (
+                f"{name} is defined in {where}, not in your file {os.path.relpath(here)}: write it there "
+                "yourself (importing or re-exporting an implementation is not the exercise)"
+            )
+    return None
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self, watch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.watch._op(func, args)
+        return func(*args, **(kwargs or {}))
+
+
+def _numel(x) -> int:
+    if torch.is_tensor(x):
+        return x.numel()
+    if isinstance(x, (list, tuple)):
+        return sum(_numel(y) for y in x)
+    return 0
+
+
+class Watch:
+    """Context manager: what the code inside called. Attributes after the block:
+
+    - ``refused``: ``[(name, why), ...]`` refused functions called (first 5, each once);
+    - ``comm``: ``[(op, numel of arg 0, numel of arg 1, peer), ...]`` every communication op that
+      reached the dispatcher (``op`` without namespace and trailing ``_``: ``send``, ``recv``,
+      ``allreduce``, ``_allgather_base``, ``_reduce_scatter_base``, ``all_reduce`` for functional
+      collectives, ...); ``peer`` is the group rank of a send/recv, else None;
+    - ``ops``: ``{aten op name: count}`` for the ATen ops whose name contains one of ``op_words``.
+    """
+
+    def __init__(self, refuse: Refuse | None = None, op_words=(), ops=True, own=None):
+        self.rules, self.op_words, self.use_ops = refuse, tuple(op_words), ops
+        self.own = getattr(own, "__file__", own)  # the learner's file: never refused
+        self.refused: list = []
+        self.comm: list = []
+        self.ops: dict[str, int] = {}
+
+    # -- the profile hook
+    def _profile(self, frame, event, arg):
+        if frame.f_code.co_name == "<module>":  # an import running (lazy imports inside torch): not a call
+            self._importing += 1 if event == "call" else -1 if event == "return" else 0
+            return
+        if self._importing > 0:
+            return
+        if event == "call":
+            if frame.f_code.co_filename == self.own:
+                return
+            v = self.rules.verdict(frame.f_code)
+        elif event == "c_call":
+            name = getattr(arg, "__name__", "")
+            v = (name, self.rules.c_names[name]) if name in self.rules.c_names else None
+        else:
+            return
+        if v is not None and v not in self.refused and len(self.refused) < 20:
+            self.refused.append(v)
+
+    # -- the dispatch mode
+    def _op(self, func, args):
+        ns, _, name = func.name().partition("::")
+        if ns in ("c10d", "_c10d_functional"):
+            op = name.rstrip("_") if ns == "c10d" else name
+            peer = args[2] if op in ("send", "recv") and len(args) > 2 else None
+            self.comm.append((op, _numel(args[0]) if args else 0, _numel(args[1]) if len(args) > 1 else 0, peer))
+        elif self.op_words and any(w in name for w in self.op_words):
+            self.ops[name] = self.ops.get(name, 0) + 1
+
+    def __enter__(self) -> "Watch":
+        self._mode = _Ops(self) if self.use_ops else None
+        if self._mode is not None:
+            self._mode.__enter__()
+        self._old, self._importing = sys.getprofile(), 0
+        if self.rules is not None:
+            sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(self._old)
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
+
+    def summary(self) -> dict:
+        return {"refused": list(self.refused), "comm": list(self.comm), "ops": dict(self.ops)}
+
+
+def refused_message(what: str, refused, answer: bool = False) -> str | None:
+    """The one-line verdict for the first refused call (``answer``: only calls of the reference
+    solution's exercises, else only the others), or None."""
+    refused = [r for r in refused if (r[1] == ANSWER) == answer]
+    if not refused:
+        return None
+    name, why = refused[0]
+    return f"{what}: your code called {name}: {why}"
+
+
+def watched(what: str, rules: Refuse, own, fn, *args, op_words=(), **kwargs):
+    """``call(what, fn, *args)`` inside a :class:`Watch`; raises CheckFailed on a refused call.
+
+    Returns ``(result, watch summary)``."""
+    from exercises.checks.common import call
+
+    with Watch(rules, op_words, own=own) as w:
+        out = call(what, fn, *args, **kwargs)
+    judge(what, w.summary())
+    return out, w.summary()
+
+
+def finally_own(mod, names, seen=()) -> None:
+    """The last verdict of a check: no exercise of the reference solution was called (``seen``: the
+    watch summaries) and every exercise in ``names`` is defined in the learner's own file."""
+    from exercises.checks.common import CheckFailed
+
+    for what, summary in seen:
+        judge(what, summary, answer=True)
+    msg = defined_elsewhere(mod, names)
+    if msg:
+        raise CheckFailed(msg)
+
+
+def judge(what: str, summary: dict, answer: bool = False) -> None:
+    """Raise CheckFailed when the watched code called a refused function: minipar's or PyTorch's
+    reference (first, before any other verdict), or with ``answer`` the reference solution's own
+    exercises (last: a wrong solution built on the reference solution reports its own mistake)."""
+    from exercises.checks.common import CheckFailed
+
+    msg = refused_message(what, summary["refused"], answer)
+    if msg:
+        raise CheckFailed(msg)
