@@ -49,6 +49,12 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("02", "ex02_not_overlapped", "BucketedDDP", "overlaps backward"),
     ("02", "ex02_blocking", "BucketedDDP", "async_op=True"),
     ("02", "ex02_no_wait", "BucketedDDP", "not waited for"),
+    # issue 23: overlap in name only, a bucket that fills out of order, delegation
+    ("02", "ex02_wait_at_once", "BucketedDDP", "waited for during backward"),
+    ("02", "ex02_first_bucket_only", "BucketedDDP", "launched in finish()"),
+    ("02", "ex02_launch_when_full", "BucketedDDP", "in bucket order"),
+    ("02", "ex02_no_while", "BucketedDDP", "a while loop"),
+    ("02", "ex02_buckets_minipar", "make_buckets", "minipar/dp/buckets.py"),
     ("03", "ex03_sum_not_mean", "zero1_step", "SUM of the gradients"),
     ("03", "ex03_full_state", "zero1_step", "shard of the moments"),
     ("03", "ex03_no_all_gather", "zero1_step", "all-gather"),

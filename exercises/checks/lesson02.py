@@ -14,20 +14,28 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from exercises.checks.common import EXACT, CheckFailed, call, max_diff, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 TITLE = "data parallel"
 MODULE = "ex02_data_parallel"
 CAP = 1024  # bytes: 128 float64 values
 BATCH, T, V, D = 12, 5, 11, 8
 STEPS, LR = 3, 0.5
+DDP = "this exercise is DDP's bucketing and overlap: write it yourself"
+RULES = Refuse(
+    {"minipar/dp/": DDP + ", not minipar's", "torch/nn/parallel/": DDP + ", not PyTorch's"},
+    c_names={"_compute_bucket_assignment_by_size": DDP + ", not PyTorch's"},
+)
 
 
 class Net(nn.Module):
-    """Tied embedding/head, a frozen layer, a layer larger than a bucket."""
+    """Tied embedding/head, a frozen layer, a layer larger than a bucket, and a layer registered first
+    but used last (``post``): its bucket is the last one, yet it fills first in backward."""
 
     def __init__(self):
         super().__init__()
+        self.post = nn.Linear(D, D)
         self.emb = nn.Embedding(V, D)
         self.frozen = nn.Linear(D, D)
         self.frozen.requires_grad_(False)
@@ -38,7 +46,7 @@ class Net(nn.Module):
 
     def forward(self, idx, targets):
         h = self.frozen(self.emb(idx))
-        h = self.small(torch.tanh(self.big(h)))
+        h = self.post(self.small(torch.tanh(self.big(h))))
         return F.cross_entropy(self.head(h).reshape(-1, V), targets.reshape(-1))
 
 
@@ -68,32 +76,46 @@ def reference(lr_scale: float = 1.0):
 
 def train_worker(module):
     import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
 
     from minipar import dist as mdist
 
     mod = importlib.import_module(module)
     n, r = mdist.world_size(), mdist.rank()
     model = build()
-    ddp = mod.BucketedDDP(model, cap_bytes=CAP)
+    with Watch(RULES, own=mod) as w:
+        ddp = mod.BucketedDDP(model, cap_bytes=CAP)
+    seen = [w.summary()]
     ready = [0]
+    order: list[int] = []  # id(p) in the order their gradients became final (the checker's own hooks)
     total = sum(1 for p in model.parameters() if p.requires_grad)
+
+    def mark(p):
+        ready[0] += 1
+        order.append(id(p))
+
     for p in model.parameters():
         if p.requires_grad:
-            p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(0, ready[0] + 1))
-    calls, real, unwaited = [], dist.all_reduce, [0]
+            p.register_post_accumulate_grad_hook(mark)
+    calls, waits, real, unwaited = [], [], dist.all_reduce, [0]
 
     class Waited:
-        """The async work, recording whether wait() was called before the optimizer step."""
+        """The async work, recording when wait() was called (how many gradients were ready then)."""
 
         def __init__(self, work):
             self.work, self.waited = work, False
             unwaited[0] += 1
 
         def wait(self, *a, **kw):
+            waits.append(ready[0])
             if not self.waited:
                 self.waited = True
                 unwaited[0] -= 1
             return self.work.wait(*a, **kw)
+
+        def get_future(self):
+            waits.append(ready[0])
+            return self.work.get_future()
 
         def __getattr__(self, name):
             return getattr(self.work, name)
@@ -103,37 +125,50 @@ def train_worker(module):
         work = real(t, *a, **kw)
         return Waited(work) if work is not None else None
 
-    dist.all_reduce = spy
+    patched = [(m, "all_reduce") for m in (dist, c10d)]
+    patched += [(mod, k) for k, v in vars(mod).items() if v is real]  # from torch.distributed import all_reduce
+    for m, k in patched:
+        setattr(m, k, spy)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
-    first_step_calls = None
+    first = None
     try:
         for x, y in data():
             share = BATCH // n
             ready[0] = 0
-            model(x[r * share : (r + 1) * share], y[r * share : (r + 1) * share]).backward()
-            first_step_calls = calls[:] if first_step_calls is None else first_step_calls
+            order.clear()
+            del calls[:], waits[:]
+            with Watch(RULES, own=mod) as w:
+                model(x[r * share : (r + 1) * share], y[r * share : (r + 1) * share]).backward()
+            seen.append(w.summary())
+            first = first or {"calls": calls[:], "waits": waits[:], "order": order[:], "comm": w.comm[:]}
             if unwaited[0]:
                 raise RuntimeError(f"{unwaited[0]} bucket all-reduce(s) were not waited for before the optimizer step")
             opt.step()
             opt.zero_grad()
     finally:
-        dist.all_reduce = real
+        for m, k in patched:
+            setattr(m, k, real)
+    pos = {i: k for k, i in enumerate(first["order"])}
     return {
         "params": {k: v.clone() for k, v in model.state_dict().items()},
-        "calls": first_step_calls,
+        "first": first,
         "total": total,
         "buckets": [sum(p.numel() for p in b) for b in ddp.buckets],
+        "full_at": [1 + max(pos.get(id(p), total) for p in b) for b in ddp.buckets],
+        "seen": seen,
     }
 
 
 def check_make_buckets(mod) -> str:
+    seen = []
     from minipar.dp.buckets import make_buckets as ref_make
 
     net = build()
     params = list(net.parameters())
     names = {id(p): n for n, p in net.named_parameters()}
     for cap in (CAP, 10**9, 8):
-        got = call("make_buckets", mod.make_buckets, params, cap)
+        got, summary = watched("make_buckets", RULES, mod, mod.make_buckets, params, cap)
+        seen.append(("make_buckets", summary))
         want = [
             b.params
             for b in ref_make([(n, p) for n, p in net.named_parameters() if p.requires_grad][::-1], cap / 2**20)
@@ -155,11 +190,13 @@ def check_make_buckets(mod) -> str:
                 "starts when the next parameter would take the current one past the cap; a parameter "
                 "larger than the cap gets a bucket of its own (never an empty bucket)"
             )
+    finally_own(mod, ["make_buckets"], seen)
     return "reverse order, frozen parameter skipped, parameter larger than the cap alone, caps 8 B / 1 KiB / 1 GB"
 
 
 def check_training(mod) -> str:
     want = reference()
+    seen = []
     for n in (1, 3, 4):
         what = f"BucketedDDP, {n} ranks"
         try:
@@ -171,6 +208,10 @@ def check_training(mod) -> str:
                     "work.wait() on every bucket in finish() before reading its buffer"
                 ) from None
             raise
+        for r in range(n):
+            for summary in got[r]["seen"]:
+                judge(f"{what}: rank {r}", summary)
+                seen.append((f"{what}: rank {r}", summary))
         for r in range(1, n):
             for k in want:
                 if max_diff(got[r]["params"][k], got[0]["params"][k]) > 0:
@@ -198,33 +239,71 @@ def check_training(mod) -> str:
                     f"{what}: after {STEPS} SGD steps {k} differs from one device by {d:.3g} "
                     f"(bound {EXACT:g}, float64): {hint}"
                 )
-        calls = got[0]["calls"]
         if n > 1:
-            if not calls:
-                raise CheckFailed(
-                    f"{what}: no dist.all_reduce during backward; launch each full bucket with "
-                    "dist.all_reduce(buffer, group=self.group, async_op=True)"
-                )
-            if not all(a for _, a, _ in calls):
-                raise CheckFailed(
-                    f"{what}: a bucket's all_reduce was blocking (async_op=False): launch it with "
-                    "async_op=True so it travels while backward computes earlier layers, and wait() in finish()"
-                )
-            sizes = [c[0] for c in calls]
-            if sizes != got[0]["buckets"]:
-                raise CheckFailed(
-                    f"{what}: buckets were launched with sizes {sizes} (elements), expected {got[0]['buckets']}"
-                    " in bucket order: launch bucket self.next only, and move on while the next is full"
-                )
-            if len(calls) > 1 and calls[0][2] >= got[0]["total"]:
-                raise CheckFailed(
-                    f"{what}: every all_reduce started after the last gradient was ready: launch a bucket "
-                    "in grad_ready() as soon as it is full, so communication overlaps backward"
-                )
+            overlap(what, got[0])
+    finally_own(mod, ["BucketedDDP.grad_ready", "BucketedDDP.finish"], seen)
     return (
         f"N = 1, 3, 4 ranks = one device after {STEPS} steps (float64, < 1e-12); tied weights, frozen layer, "
-        "parameter larger than a bucket; async launch in bucket order during backward"
+        "parameter larger than a bucket; one async all-reduce per bucket, in bucket order, launched as soon as "
+        "it can be (a bucket that fills out of order too) and waited for after backward"
     )
+
+
+def overlap(what, got) -> None:
+    """Rank 0's first step: one async ``dist.all_reduce`` per bucket, in bucket order, each launched in
+    the hook that made it launchable (bucket k and all before it full), none waited for during backward."""
+    first, total, sizes_want = got["first"], got["total"], got["buckets"]
+    calls = first["calls"]
+    other = [op for op, *_ in first["comm"] if op != "allreduce"]
+    if other:
+        raise CheckFailed(
+            f"{what}: backward issued c10d::{other[0]}: DDP averages gradients with one all_reduce per bucket, "
+            "nothing else"
+        )
+    if len(first["comm"]) != len(calls):
+        raise CheckFailed(
+            f"{what}: {len(first['comm'])} all-reduce(s) reached the process group but {len(calls)} went through "
+            "dist.all_reduce: launch each bucket with dist.all_reduce(buffer, group=self.group, async_op=True)"
+        )
+    if not calls:
+        raise CheckFailed(
+            f"{what}: no dist.all_reduce during backward; launch each full bucket with "
+            "dist.all_reduce(buffer, group=self.group, async_op=True)"
+        )
+    if not all(a for _, a, _ in calls):
+        raise CheckFailed(
+            f"{what}: a bucket's all_reduce was blocking (async_op=False): launch it with "
+            "async_op=True so it travels while backward computes earlier layers, and wait() in finish()"
+        )
+    sizes = [c[0] for c in calls]
+    if sizes != sizes_want:
+        raise CheckFailed(
+            f"{what}: buckets were launched with sizes {sizes} (elements), expected {sizes_want}"
+            " in bucket order: launch bucket self.next only, and move on while the next is full "
+            "(a later bucket may fill first: it waits for the ones before it)"
+        )
+    if len(calls) > 1 and calls[0][2] >= total:
+        raise CheckFailed(
+            f"{what}: every all_reduce started after the last gradient was ready: launch a bucket "
+            "in grad_ready() as soon as it is full, so communication overlaps backward"
+        )
+    launchable = 0
+    for k, ((_, _, at), full) in enumerate(zip(calls, got["full_at"])):
+        launchable = max(launchable, full)
+        if at >= launchable:  # the learner's hooks run before the checker's: launch at launchable − 1
+            raise CheckFailed(
+                f"{what}: bucket {k} could be launched in the hook of gradient {launchable} of {total} (it and "
+                f"every bucket before it full then) but was launched {'in finish()' if at >= total else 'later'}: "
+                "in grad_ready(), launch every bucket that is full and next in order (a while loop), so each "
+                "overlaps the rest of backward"
+            )
+    early = [c for c in first["waits"] if c < total]
+    if early:
+        raise CheckFailed(
+            f"{what}: a bucket's all-reduce was waited for during backward (after {early[0]} of {total} "
+            "gradients): wait() blocks backward until the sum arrives, so nothing overlaps — wait for every "
+            "bucket in finish(), once backward is done"
+        )
 
 
 CHECKS = [("make_buckets", check_make_buckets), ("BucketedDDP", check_training)]
