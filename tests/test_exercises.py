@@ -58,6 +58,11 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("03", "ex03_sum_not_mean", "zero1_step", "SUM of the gradients"),
     ("03", "ex03_full_state", "zero1_step", "shard of the moments"),
     ("03", "ex03_no_all_gather", "zero1_step", "all-gather"),
+    # issue 23: the wrong communication, hidden state, delegation
+    ("03", "ex03_all_reduce", "zero1_step", "one reduce-scatter"),
+    ("03", "ex03_state_in_list", "zero1_step", "walked through every dict, list and object"),
+    ("03", "ex03_state_in_global", "zero1_step", "outside `state`"),
+    ("03", "ex03_zero_redundancy", "zero1_step", "minipar/zero/flat.py"),
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),

@@ -13,6 +13,19 @@ import math
 import torch
 
 from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge
+
+ZERO = "this exercise is ZeRO-1's sharded step: write it yourself"
+RULES = Refuse(
+    {
+        "minipar/zero/": ZERO + ", not minipar's",
+        "minipar/parallel3d.py": ZERO + ", not minipar's",
+        "torch/distributed/optim/": ZERO + ", not PyTorch's ZeroRedundancyOptimizer",
+        "torch/distributed/fsdp/": ZERO + ", not PyTorch's FSDP",
+        "torch/distributed/_composable/": ZERO + ", not PyTorch's FSDP",
+        "torch/optim/": ZERO + " (step your shard with the given adamw_update)",
+    }
+)
 
 TITLE = "ZeRO"
 MODULE = "ex03_zero"
@@ -32,11 +45,51 @@ def worker(module, numel):
     from minipar import dist as mdist
 
     mod = importlib.import_module(module)
-    p, state = start(numel), {}
+    p, state, seen = start(numel), {}, []
     for s in range(STEPS):
-        mod.zero1_step(p, grad(numel, s, mdist.rank()), state, **HYPER)
-    sizes = {k: (v.numel() if torch.is_tensor(v) else None) for k, v in state.items()}
-    return {"param": p, "sizes": sizes}
+        with Watch(RULES, own=mod) as w:
+            mod.zero1_step(p, grad(numel, s, mdist.rank()), state, **HYPER)
+        seen.append(w.summary())
+    sizes = {k: tensor_elements(v) for k, v in state.items()}
+    hidden = tensor_elements(
+        [{k: v for k, v in vars(mod).items() if not k.startswith("__")}, _hiding_places(mod.zero1_step)],
+        skip=(p, state),
+    )
+    return {"param": p, "sizes": sizes, "hidden": hidden, "seen": seen}
+
+
+def tensor_elements(obj, skip=(), depth=0, seen=None) -> int:
+    """Elements of every tensor reachable from ``obj``: dicts, lists, tuples, sets, objects' attributes
+    (an optimizer kept in the state counts its moments), closures; modules, classes and functions are
+    not entered (their code is not state)."""
+    import inspect
+    import types
+
+    seen = {id(x) for x in skip} if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return 0
+    seen.add(id(obj))
+    if torch.is_tensor(obj):
+        return obj.numel()
+    if isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, str, bytes)):
+        return 0
+    if inspect.isroutine(obj):
+        return 0
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return 0
+    return sum(tensor_elements(x, skip, depth + 1, seen) for x in items)
+
+
+def _hiding_places(fn):
+    """Where a function keeps values between calls: mutable defaults, its attributes, its closure."""
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
+    return [fn.__defaults__ or (), fn.__kwdefaults__ or {}, getattr(fn, "__dict__", {}), cells]
 
 
 def reference(numel, grads):
@@ -50,19 +103,30 @@ def reference(numel, grads):
 
 
 def check_zero1(mod) -> str:
+    seen = []
     for n, numel in ((1, 10), (3, 10), (4, 10), (4, 2), (3, 1000)):
         what = f"zero1_step, {n} ranks, {numel} parameters"
         got = run_ranks(worker, n, (mod.__name__, numel), what)
+        for r in range(n):
+            for summary in got[r]["seen"]:
+                judge(f"{what}: rank {r}", summary)
+                seen.append((f"{what}: rank {r}", summary))
         mean = [sum(grad(numel, s, r) for r in range(n)) / n for s in range(STEPS)]
         want = reference(numel, mean)
         shard = math.ceil(numel / n)
         for r in range(n):
             sizes = got[r]["sizes"]
-            big = {k: v for k, v in sizes.items() if v is not None and v > shard}
-            if big:
+            if sum(sizes.values()) > 2 * shard + 1:
                 raise CheckFailed(
-                    f"{what}: rank {r} keeps state {big} (elements), but ZeRO-1 keeps only this rank's "
-                    f"shard of the moments: {shard} elements (padded numel / N)"
+                    f"{what}: rank {r} keeps tensors of {sizes} elements in its state (walked through every "
+                    f"dict, list and object), but ZeRO-1 keeps only this rank's shard of the moments: 2 × {shard} "
+                    "elements (padded numel / N each)"
+                )
+            if got[r]["hidden"] > 0 and n > 1:
+                raise CheckFailed(
+                    f"{what}: rank {r} keeps {got[r]['hidden']} tensor elements outside `state` (a global of your "
+                    "module, a default argument or an attribute of the function): keep the optimizer state in "
+                    "`state`, and only this rank's shard of it"
                 )
         for r in range(n):
             p = got[r]["param"]
@@ -93,10 +157,48 @@ def check_zero1(mod) -> str:
                 f"(float64, bound {EXACT:g}): check the padding to {padded} and the slice "
                 "[rank·padded/N, (rank+1)·padded/N), and the AdamW bias correction with state['step']"
             )
+        if n > 1:
+            for r in range(n):
+                for step, summary in enumerate(got[r]["seen"]):
+                    pattern(f"{what}: rank {r}, step {step + 1}", summary["comm"], shard * n)
+    finally_own(mod, ["zero1_step"], seen)
     return (
         "N = 1, 3, 4 ranks; 2, 10, 1000 parameters (padding, fewer than ranks) = torch AdamW on the mean gradient, "
-        "3 steps (float64)"
+        "3 steps (float64); one reduce-scatter and one all-gather per step, state = 2 shards"
     )
+
+
+RS = ("_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced", "reduce_scatter_tensor")
+AG = ("_allgather_base", "allgather", "allgather_into_tensor_coalesced", "all_gather_into_tensor")
+
+
+def pattern(what, comm, padded) -> None:
+    """ZeRO-1's communication per step: one reduce-scatter of the padded gradient, one all-gather of
+    the padded parameters, nothing else (no all-reduce: a rank never receives the whole summed gradient)."""
+    ops = [op for op, *_ in comm]
+    other = [op for op in ops if op not in RS + AG]
+    if other:
+        raise CheckFailed(
+            f"{what}: called c10d::{other[0]}: ZeRO-1 communicates with one reduce-scatter (each rank receives "
+            "only the sum of its shard of the gradient) and one all-gather (the updated shards), nothing else — "
+            + (
+                "an all_reduce sends every rank the whole gradient, then most of it is thrown away"
+                if other[0] == "allreduce"
+                else "no other collective"
+            )
+        )
+    rs, ag = [c for c in comm if c[0] in RS], [c for c in comm if c[0] in AG]
+    if len(rs) != 1 or len(ag) != 1:
+        raise CheckFailed(
+            f"{what}: {len(rs)} reduce-scatter(s) and {len(ag)} all-gather(s), expected one of each per step: "
+            "reduce-scatter the padded gradient once, all-gather the padded parameters once"
+        )
+    full = max(rs[0][1], rs[0][2]), max(ag[0][1], ag[0][2])
+    if full != (padded, padded):
+        raise CheckFailed(
+            f"{what}: the reduce-scatter moved {full[0]} and the all-gather {full[1]} elements, expected the padded "
+            f"buffer of {padded} each (numel padded to a multiple of N, shard_range)"
+        )
 
 
 CHECKS = [("zero1_step", check_zero1)]
