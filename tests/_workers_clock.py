@@ -82,25 +82,6 @@ def straggler(factor: float, cpu_s: float) -> dict:
     return dict(cpu=cpu, before=before, after=after, comm=_spans(clk))
 
 
-def matmul_loop(k: int, reps: int = 15, n: int = 128) -> dict:
-    """``reps`` times ``k`` (n×n) matmuls: the fastest repetition's virtual seconds, and the wall seconds of all.
-
-    The fastest of several: a thread's CPU time also grows a little under load (shared caches, a
-    virtual CPU whose host core is shared), and only ever grows.
-    """
-    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
-    wall = time.perf_counter()
-    virtual = []
-    with ClusterClock() as clk:
-        for _ in range(reps):
-            t0 = clk.now
-            for _ in range(k):
-                a = torch.tanh(a @ a)
-            virtual.append(clk.now - t0)
-        dist.all_reduce(a[:1].clone())
-    return dict(virtual=min(virtual), wall=time.perf_counter() - wall)
-
-
 def scoped() -> dict:
     """Patched inside the block only, restored after an exception; what a CommLog outside / inside the clock records."""
     orig = {n: (getattr(dist, n), getattr(c10d, n)) for n in ("all_reduce", "send", "isend", "barrier")}
@@ -152,3 +133,24 @@ def pipeline_1f1b(m: int = 4) -> dict:
         with ClusterClock(enabled=on) as clk:
             losses.append(ex.step(x, y).loss)
     return dict(losses=losses, comm=_spans(clk), now=clk.now)
+
+
+def pipeline_on_clock(m: int = 8, coupled: bool = False, steps: int = 2, d_model: int = 64) -> dict:
+    """``steps`` 1F1B steps (p = world size) of a 4-layer GPT on the cluster clock (NVLink 4 at its real
+    speed); the last step's clock timeline and its virtual seconds."""
+    from minipar.models import GPT, GPTConfig
+    from minipar.pp.executor import PipelineExecutor
+    from minipar.pp.schedules import make_schedule
+    from minipar.pp.stages import build_stages
+
+    p, me = md.world_size(), md.rank()
+    sched = make_schedule("1f1b", p, m)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=64, n_layer=p, n_head=4, d_model=d_model))
+    ex = PipelineExecutor(build_stages(model, p, [me]), sched, coupled=coupled, count_memory=False)
+    g = torch.Generator().manual_seed(1)
+    x, y = (torch.randint(0, 64, (2 * m, 64), generator=g) for _ in range(2))
+    for _ in range(steps):
+        with ClusterClock() as clk:
+            ex.step(x, y, clock=clk)
+    return dict(timeline=[tuple(s) for s in clk.timeline], now=clk.now)

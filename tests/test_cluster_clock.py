@@ -17,6 +17,8 @@ import torch.distributed as dist
 from minipar import launch
 from minipar.clock import IB_NDR, NVLINK4, PCIE5, ClusterClock, Link, collective_time, scaled
 from minipar.errors import ConfigError
+from minipar.pp.schedules import bubble_formula, make_schedule, simulate
+from minipar.pp.trace import from_clock, measured_bubble, measured_durations
 from tests import _workers_clock as w
 
 TOL = 2e-3  # seconds of CPU time between a program's clk.now and the clock's next mark
@@ -117,27 +119,36 @@ def test_clock_is_scoped_restored_after_an_error_and_seen_by_a_comm_log():
         assert o["value"] == (3.0 if rank == 0 else 30.0)  # all-reduced 1 + 2; rank 0's 10× delivered to rank 1
 
 
-def test_virtual_time_is_robust_to_busy_processes_beside_the_ranks():
-    k = 100
-    quiet = launch(w.matmul_loop, world_size=2, args=(k,))
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+def _with_busy_loops(fn, n: int = 2):
+    """``fn()`` with ``n`` busy-loop processes beside it (as .ci/run's loaded notebook pass)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
         time.sleep(0.2)
-        loaded = launch(w.matmul_loop, world_size=2, args=(k,))
+        return fn()
     finally:
         for h in hogs:
             h.kill()
             h.wait()
-    for r, (q, ld) in enumerate(zip(quiet, loaded)):
-        print(
-            f"rank {r}: virtual {q['virtual']:.3f} s -> {ld['virtual']:.3f} s "
-            f"({ld['virtual'] / q['virtual']:.2f}×); wall {q['wall']:.3f} s -> {ld['wall']:.3f} s "
-            f"({ld['wall'] / q['wall']:.2f}×) with two busy loops beside the ranks"
-        )
-        assert ld["virtual"] == pytest.approx(q["virtual"], rel=0.15)
-    wall_change = max(ld["wall"] / q["wall"] for q, ld in zip(quiet, loaded))
-    virtual_change = max(abs(ld["virtual"] / q["virtual"] - 1) for q, ld in zip(quiet, loaded)) + 1
-    assert wall_change > virtual_change
+
+
+def _pipeline_verdicts(m: int) -> tuple[float, float]:
+    """(clock bubble, simulator bubble on the clock's measured durations) of a 4-rank 1F1B step."""
+    out = launch(w.pipeline_on_clock, world_size=4, args=(m,))
+    tr = from_clock([o["timeline"] for o in out])
+    d_f, d_b = measured_durations(tr, cpu=True)
+    sim = simulate(make_schedule("1f1b", 4, m), d_f.__getitem__, d_b.__getitem__, t_comm=NVLINK4.time(2 * 64 * 64 * 4))
+    return measured_bubble(tr, cpu=True), sim.bubble
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["quiet", "two-busy-loops"])
+def test_the_pipeline_bubble_verdicts_hold_on_a_loaded_machine(loaded):
+    m = 8
+    run = lambda: _pipeline_verdicts(m)  # noqa: E731
+    clock, sim = _with_busy_loops(run) if loaded else run()
+    formula = bubble_formula(4, m)
+    print(f"1F1B p=4 m={m}: clock {clock:.1%}, simulator on its durations {sim:.1%}, formula {formula:.1%}")
+    assert abs(clock - sim) <= 0.02  # the clock's bubble is the schedule's on the measured work
+    assert clock >= formula - 0.02  # equal stages reach the formula; any spread only adds idle time
 
 
 def test_a_1f1b_pipeline_step_computes_the_same_under_the_clock():

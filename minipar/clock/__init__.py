@@ -1,8 +1,9 @@
 """The cluster clock: an emulator that shows on a laptop the step times a GPU cluster would show.
 
-Compute is MEASURED (each rank's own thread CPU time, robust to other processes on the same
-cores); links are MODELLED (α–β presets named for real hardware, scaled to this machine's
-compute speed). Use it on every rank, around any torch.distributed code:
+Compute is MEASURED (each rank's own thread CPU time, which time-slicing by other processes
+does not stretch; read its ratios on a loaded machine, see :mod:`minipar.clock.clock`); links
+are MODELLED (α–β presets named for real hardware, scaled to this machine's compute speed).
+Use it on every rank, around any torch.distributed code:
 
     from minipar.clock import ClusterClock, cluster_links
     with ClusterClock(*cluster_links(cpu_flops), node_of=8) as clk:

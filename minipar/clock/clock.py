@@ -12,8 +12,11 @@ Every rank keeps a virtual time ``now`` (seconds since it entered the block):
 
 - **Compute** advances it by the CPU time of the rank's own thread (``time.thread_time``; run ranks
   with one intra-op thread, as :func:`minipar.launch.launch` does) between two communication
-  calls, times the rank's ``straggler`` factor. Other processes on the same cores stretch wall
-  time, not a thread's CPU time, so the clock reads the same on a loaded machine.
+  calls, times the rank's ``straggler`` factor. Other processes that TIME-SHARE the cores
+  stretch wall time, not a thread's CPU time. A load that slows each instruction (a busy SMT
+  sibling, a VM whose host core is shared: 1.8× seen in CI with two busy loops) stretches CPU
+  time too, every rank's alike: read the clock's RATIOS (bubble, overlap, speed-up), which the
+  lessons' verdicts do and ``tests/test_cluster_clock.py`` checks on a loaded machine.
 - **Collectives** (``all_reduce``, ``all_gather_into_tensor``/``all_gather_single``/``all_gather``,
   ``reduce_scatter_tensor``/``..._single``/``reduce_scatter``, ``broadcast``, ``reduce``,
   ``all_to_all_single``/``all_to_all``, ``scatter``, ``gather``, ``barrier``): the group's post

@@ -31,6 +31,9 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
   (:func:`~minipar.pp.p2p_order.check_p2p_order` checks the same from the schedule alone);
 - receives are posted ``lookahead`` actions early (``irecv``), so the transfer overlaps the
   compute of the current action; ``lookahead=0`` posts each receive only when it is needed;
+- ``coupled=True`` turns the decoupling off, for comparison: every send is waited for before the
+  rank goes on and every receive is posted only when needed (``lookahead=0``) — blocking paired
+  send/receive, as Megatron-LM's ``p2p_communication`` posts them (a simplified model of it);
 - every wait carries the group's timeout; a stage output of the wrong shape raises
   :class:`~minipar.ConfigError` before it is sent.
 
@@ -40,6 +43,7 @@ sum of gradients equals the gradient of the mean loss over the global batch.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -100,6 +104,7 @@ class PipelineExecutor:
         lookahead: post receives this many actions early (0: only when needed).
         timeout: seconds a receive may wait (default: minipar's group timeout).
         count_memory: count saved-activation bytes per micro-batch (``peak_act_bytes``).
+        coupled: wait for every send at once and post receives only when needed (see the module doc).
 
     Raises:
         ConfigError: group size != schedule ranks; ``stages`` not the ones the schedule gives
@@ -117,6 +122,7 @@ class PipelineExecutor:
         lookahead: int = 1,
         timeout: float | None = None,
         count_memory: bool = True,
+        coupled: bool = False,
     ):
         self.p = len(schedule)
         self.group = group
@@ -142,7 +148,8 @@ class PipelineExecutor:
                 f"pipeline rank {self.me} runs stages {sorted(mine)} in this schedule but was given "
                 f"stages {sorted(stages)}; build them with build_stages(model, {self.S}, {sorted(mine)})"
             )
-        self.stages, self.loss_fn, self.lookahead, self.count_memory = stages, loss_fn, lookahead, count_memory
+        self.stages, self.loss_fn, self.count_memory, self.coupled = stages, loss_fn, count_memory, coupled
+        self.lookahead = 0 if coupled else lookahead
         if hidden_size is None:
             cfg = getattr(next(iter(stages.values())), "cfg", None)
             if cfg is None:
@@ -182,7 +189,10 @@ class PipelineExecutor:
         else:
             t = t.contiguous()
             req = p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a), label=str(a))
-            self._sends.append((t, req))
+            if self.coupled:
+                req.wait(self.timeout)  # a blocking send: the rank goes on once its message is out
+            else:
+                self._sends.append((t, req))
 
     def _get(self, a: Action, shape) -> torch.Tensor:
         if a in self._local:
@@ -205,13 +215,21 @@ class PipelineExecutor:
             self._trace.append(TraceEvent(self.me, "W", a.stage, a.mb, t0, t1))
         return buf
 
+    @staticmethod
+    def _label(clock, name: str):
+        return clock.label(name) if clock is not None else contextlib.nullcontext()
+
     # -- one optimizer step -----------------------------------------------------------------
-    def step(self, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer | None = None) -> StepResult:
+    def step(
+        self, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer | None = None, clock=None
+    ) -> StepResult:
         """Run the whole schedule on the global batch ``x``, ``y`` (B, T) int64, then ``optimizer.step()``.
 
         Every pipeline rank passes the same batch (only stage 0 reads ``x``, the last stage ``y``).
         With ``optimizer=None`` the gradients are only accumulated into ``.grad`` (zero them
         yourself): e.g. to all-reduce them over data-parallel replicas before stepping (3D).
+        ``clock``: an open :class:`~minipar.clock.ClusterClock`: each action's compute is labelled
+        with the action (``"1F3"``, ``"O"`` for the optimizer) in ``clock.timeline``.
 
         Returns:
             :class:`StepResult`; ``loss`` is set on the rank of the last stage, None elsewhere.
@@ -242,50 +260,52 @@ class PipelineExecutor:
                 inp = xs[a.mb].to(dev) if a.stage == 0 else self._get(a, shape).requires_grad_()
             else:
                 grad = None if last else self._get(a, shape)
-            t0, c0 = time.perf_counter(), time.thread_time()  # the action's span: its own work, to its sends
-            for nxt in self.actions[k + 1 : k + 1 + self.lookahead]:
-                self._post_recv(nxt, shape)  # the next inputs travel while this action computes
-            if a.kind == "F":
-                res = {}
+            with self._label(clock, str(a)):
+                t0, c0 = time.perf_counter(), time.thread_time()  # the action's span: its own work, to its sends
+                for nxt in self.actions[k + 1 : k + 1 + self.lookahead]:
+                    self._post_recv(nxt, shape)  # the next inputs travel while this action computes
+                if a.kind == "F":
+                    res = {}
 
-                def fwd():
-                    out = stage(inp)
-                    res["out"] = self.loss_fn(out, ys[a.mb].to(dev)) / self.m if last else out
+                    def fwd():
+                        out = stage(inp)
+                        res["out"] = self.loss_fn(out, ys[a.mb].to(dev)) / self.m if last else out
 
-                if self.count_memory:
-                    act_bytes[(a.stage, a.mb)] = saved_activation_bytes(fwd, exclude=stage)
+                    if self.count_memory:
+                        act_bytes[(a.stage, a.mb)] = saved_activation_bytes(fwd, exclude=stage)
+                    else:
+                        fwd()
+                    out = res["out"]
+                    held[(a.stage, a.mb)] = (inp, out)
+                    live += act_bytes.get((a.stage, a.mb), 0)
+                    peak = max(peak, live)
+                    if last:
+                        loss_sum += out.detach()
+                    else:
+                        if tuple(out.shape) != shape:
+                            raise ConfigError(
+                                f"stage {a.stage} produced an activation of shape {tuple(out.shape)} but "
+                                f"stage {a.stage + 1} expects (B/m, T, hidden_size)={shape}; make every "
+                                f"stage return (batch, T, {self.hidden}) or pass hidden_size="
+                            )
+                        self._send(Action(a.stage + 1, "F", a.mb), out.detach())
                 else:
-                    fwd()
-                out = res["out"]
-                held[(a.stage, a.mb)] = (inp, out)
-                live += act_bytes.get((a.stage, a.mb), 0)
-                peak = max(peak, live)
-                if last:
-                    loss_sum += out.detach()
-                else:
-                    if tuple(out.shape) != shape:
-                        raise ConfigError(
-                            f"stage {a.stage} produced an activation of shape {tuple(out.shape)} but "
-                            f"stage {a.stage + 1} expects (B/m, T, hidden_size)={shape}; make every "
-                            f"stage return (batch, T, {self.hidden}) or pass hidden_size="
-                        )
-                    self._send(Action(a.stage + 1, "F", a.mb), out.detach())
-            else:
-                inp, out = held.pop((a.stage, a.mb))
-                torch.autograd.backward(out, grad_tensors=grad)
-                live -= act_bytes.get((a.stage, a.mb), 0)
-                if a.stage > 0:
-                    self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
-            self._trace.append(
-                TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(), time.thread_time() - c0)
-            )
+                    inp, out = held.pop((a.stage, a.mb))
+                    torch.autograd.backward(out, grad_tensors=grad)
+                    live -= act_bytes.get((a.stage, a.mb), 0)
+                    if a.stage > 0:
+                        self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
+                self._trace.append(
+                    TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(), time.thread_time() - c0)
+                )
         for _, work in self._sends:  # sends complete once their receivers have them
             work.wait(self.timeout)
         if self._inbox:
             raise RuntimeError(f"pipeline rank {self.me}: receives posted but never used: {list(self._inbox)}")
         if optimizer is not None:
             t0, c0 = time.perf_counter(), time.thread_time()
-            optimizer.step()
+            with self._label(clock, "O"):
+                optimizer.step()
             self._trace.append(TraceEvent(self.me, "O", -1, -1, t0, time.perf_counter(), time.thread_time() - c0))
         loss = loss_sum.item() if any(s == self.S - 1 for s in self.stages) else None
         return StepResult(loss, list(self._trace), peak, act_bytes)

@@ -5,6 +5,7 @@
     measured_bubble(traces)                         # idle fraction, measured
     simulate(schedule, *measured_durations(traces)) # the SIMULATION fed with measured durations
     gantt(ax, traces)                               # one row per rank, F/B boxes, gaps = bubble
+    from_clock([o["timeline"] for o in out])        # the same events on the cluster clock (minipar.clock)
 
 Bubble, measured: over the window from the first forward to the last backward of a step (all
 ranks, one clock: ``time.perf_counter`` is system-wide on Linux), ``1 − busy / (p · window)``,
@@ -22,6 +23,7 @@ ideal machine's, never below it by more than the spread of the action durations.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -31,7 +33,7 @@ from minipar import dist as mdist
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor, TraceEvent
-from minipar.pp.schedules import Action, Simulation, make_schedule
+from minipar.pp.schedules import Action, Simulation, make_schedule, parse
 from minipar.pp.stages import build_stages
 
 
@@ -154,6 +156,36 @@ def from_simulation(sim: Simulation) -> list[list[TraceEvent]]:
     return [
         [TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, t1 - t0) for a, t0, t1 in tl] for r, tl in enumerate(sim.timeline)
     ]
+
+
+def from_clock(timelines) -> list[list[TraceEvent]]:
+    """Per rank, the actions of a :class:`~minipar.clock.ClusterClock` timeline (a step run with
+    ``PipelineExecutor.step(..., clock=clk)``) as trace events on the CLUSTER CLOCK: ``t0``/``t1``
+    the action's first and last virtual second; ``cpu`` its compute, plus the unlabelled compute
+    since the previous action (the executor's own Python fetching this action's input: work that
+    delays the rank). A blocking send inside an action is communication, not work. Feed
+    :func:`measured_bubble` (``cpu=True``), :func:`measured_durations` and :func:`gantt`."""
+    out = []
+    for r, tl in enumerate(timelines):
+        acts: dict[str, list] = {}
+        extra: dict[str, float] = {}
+        pending = 0.0
+        for kind, label, t0, t1 in tl:
+            if kind != "compute":
+                continue
+            if re.fullmatch(r"\d+[FB]\d+", label):
+                acts.setdefault(label, []).append((t0, t1))
+                extra[label] = extra.get(label, 0.0) + (pending if acts.keys() - {label} else 0.0)
+                pending = 0.0
+            elif label == "":
+                pending += t1 - t0
+        events = []
+        for label, spans in acts.items():
+            a = parse(label)
+            busy = sum(t1 - t0 for t0, t1 in spans) + extra[label]
+            events.append(TraceEvent(r, a.kind, a.stage, a.mb, spans[0][0], spans[-1][1], busy))
+        out.append(sorted(events, key=lambda e: e.t0))
+    return out
 
 
 def window(traces) -> tuple[float, float]:
