@@ -66,6 +66,10 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),
+    # issue 23: a full weight kept, the wrong communication, delegation
+    ("04", "ex04_full_weight_kept", "Column/RowParallelLinear", "its shard is"),
+    ("04", "ex04_g_all_gather", "f and g", "called c10d::allgather"),
+    ("04", "ex04_minipar_mappings", "f and g", "minipar/tp/mappings.py"),
     ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
     ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
     ("06", "ex06_no_min", "one_f_one_b", "one_f_one_b(3, 1)"),

@@ -13,7 +13,7 @@ import math
 import torch
 
 from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
-from exercises.checks.watch import Refuse, Watch, finally_own, judge
+from exercises.checks.watch import Refuse, Watch, finally_own, hiding_places, judge, tensor_elements
 
 ZERO = "this exercise is ZeRO-1's sharded step: write it yourself"
 RULES = Refuse(
@@ -52,44 +52,10 @@ def worker(module, numel):
         seen.append(w.summary())
     sizes = {k: tensor_elements(v) for k, v in state.items()}
     hidden = tensor_elements(
-        [{k: v for k, v in vars(mod).items() if not k.startswith("__")}, _hiding_places(mod.zero1_step)],
+        [{k: v for k, v in vars(mod).items() if not k.startswith("__")}, hiding_places(mod.zero1_step)],
         skip=(p, state),
     )
     return {"param": p, "sizes": sizes, "hidden": hidden, "seen": seen}
-
-
-def tensor_elements(obj, skip=(), depth=0, seen=None) -> int:
-    """Elements of every tensor reachable from ``obj``: dicts, lists, tuples, sets, objects' attributes
-    (an optimizer kept in the state counts its moments), closures; modules, classes and functions are
-    not entered (their code is not state)."""
-    import inspect
-    import types
-
-    seen = {id(x) for x in skip} if seen is None else seen
-    if id(obj) in seen or depth > 6:
-        return 0
-    seen.add(id(obj))
-    if torch.is_tensor(obj):
-        return obj.numel()
-    if isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, str, bytes)):
-        return 0
-    if inspect.isroutine(obj):
-        return 0
-    if isinstance(obj, dict):
-        items = list(obj.values())
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        items = list(obj)
-    elif hasattr(obj, "__dict__"):
-        items = list(vars(obj).values())
-    else:
-        return 0
-    return sum(tensor_elements(x, skip, depth + 1, seen) for x in items)
-
-
-def _hiding_places(fn):
-    """Where a function keeps values between calls: mutable defaults, its attributes, its closure."""
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
-    return [fn.__defaults__ or (), fn.__kwdefaults__ or {}, getattr(fn, "__dict__", {}), cells]
 
 
 def reference(numel, grads):

@@ -13,6 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge, tensor_elements
+
+TP = "this exercise is Megatron's tensor parallelism: write it yourself"
+RULES = Refuse({"minipar/tp/": TP + ", not minipar's", "torch/distributed/tensor/": TP + ", not DTensor's"})
 
 TITLE = "tensor parallel"
 MODULE = "ex04_tensor_parallel"
@@ -42,11 +46,16 @@ def fg_worker(module, tp):
     r = mdist.rank()
     w = torch.arange(4, dtype=torch.float64) + 10.0**r  # this rank's loss weights
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
-    y = mod.CopyToTP.apply(x, group)
-    (y * w).sum().backward()
     x2 = (torch.arange(4, dtype=torch.float64) * (r + 1)).requires_grad_()
-    z = mod.ReduceFromTP.apply(x2, group)
-    (z * w).sum().backward()
+    seen = {}
+    with Watch(RULES, own=mod) as seen["f forward"]:
+        y = mod.CopyToTP.apply(x, group)
+    with Watch(RULES, own=mod) as seen["f backward"]:
+        (y * w).sum().backward()
+    with Watch(RULES, own=mod) as seen["g forward"]:
+        z = mod.ReduceFromTP.apply(x2, group)
+    with Watch(RULES, own=mod) as seen["g backward"]:
+        (z * w).sum().backward()
     return {
         "f_out": y.detach(),
         "f_grad": x.grad,
@@ -54,6 +63,7 @@ def fg_worker(module, tp):
         "g_grad": x2.grad,
         "x2": x2.detach(),
         "ranks": ranks,
+        "seen": {k: v.summary() for k, v in seen.items()},
     }
 
 
@@ -76,10 +86,16 @@ def mlp_worker(module, tp):
         row.weight.detach().clone(),
         row.bias.detach().clone(),
     ]
+    held = [tensor_elements(col), tensor_elements(row), tensor_elements({k: v for k, v in vars(mod).items()})]
     x = t["x"].clone().requires_grad_()
-    y = row(F.gelu(col(x)))
-    (y * t["c"]).sum().backward()
+    seen = {}
+    with Watch(RULES, own=mod) as seen["forward"]:
+        y = row(F.gelu(col(x)))
+    with Watch(RULES, own=mod) as seen["backward"]:
+        (y * t["c"]).sum().backward()
     return {
+        "held": held,
+        "seen": {k: v.summary() for k, v in seen.items()},
         "loaded": loaded,
         "y": y.detach(),
         "x_grad": x.grad,
@@ -88,10 +104,37 @@ def mlp_worker(module, tp):
     }
 
 
+EXPECT_FG = {"f forward": 0, "f backward": 1, "g forward": 1, "g backward": 0}  # all-reduces of 4 elements
+
+
+def comm_of(what, r, seen, expect, numel, role) -> None:
+    """Rank ``r`` ran ``expect[phase]`` all-reduces of ``numel`` elements in each phase, nothing else."""
+    for phase, n_ar in expect.items():
+        comm = seen[phase]["comm"]
+        other = [op for op, *_ in comm if op != "allreduce"]
+        if other:
+            raise CheckFailed(
+                f"{what}: rank {r}'s {phase} called c10d::{other[0]}: Megatron's tensor parallelism communicates "
+                "only with all-reduces (g in forward, f in backward), each rank keeping its shard of the weights"
+            )
+        sizes = [a for _, a, _, _ in comm]
+        if len(sizes) != n_ar or any(a != numel for a in sizes):
+            raise CheckFailed(
+                f"{what}: rank {r}'s {phase} ran {len(sizes)} all-reduce(s) of {sizes} elements, expected "
+                f"{n_ar} of {numel} (the activation's size): {role}"
+            )
+
+
 def check_f_g(mod) -> str:
+    seen, runs = [], []
     for world, tp in LAYOUTS:
         what = f"f and g, {world} ranks, groups of {tp}"
         got = run_ranks(fg_worker, world, (mod.__name__, tp), what)
+        runs.append((what, tp, got))
+        for r, v in enumerate(got):
+            for phase, summary in v["seen"].items():
+                judge(f"{what}: rank {r}, {phase}", summary)
+                seen.append((f"{what}: rank {r}, {phase}", summary))
         for r, v in enumerate(got):
             ranks = v["ranks"]
             ws = [torch.arange(4, dtype=torch.float64) + 10.0**q for q in ranks]
@@ -122,6 +165,19 @@ def check_f_g(mod) -> str:
                     f"{what}: rank {r}: g's backward gave {None if v['g_grad'] is None else v['g_grad'].tolist()}, "
                     f"expected the identity {ws[ranks.index(r)].tolist()} (no communication backward)"
                 )
+    for what, tp, got in runs:  # the communication, once every value is right
+        for r, v in enumerate(got):
+            if tp > 1:
+                comm_of(
+                    what,
+                    r,
+                    v["seen"],
+                    EXPECT_FG,
+                    4,
+                    "f is the identity forward and one all-reduce of the gradient backward; g one all-reduce "
+                    "forward and the identity backward",
+                )
+    finally_own(mod, ["CopyToTP.forward", "CopyToTP.backward", "ReduceFromTP.forward", "ReduceFromTP.backward"], seen)
     return "N = 1, 3, 4 and two groups of 2: f = identity / all-reduce, g = all-reduce / identity, exact"
 
 
@@ -132,9 +188,15 @@ def check_layers(mod) -> str:
     y = F.linear(F.gelu(F.linear(x, ps[0], ps[1])), ps[2], ps[3])
     (y * t["c"]).sum().backward()
     names = ["column weight", "column bias", "row weight", "row bias"]
+    seen, runs = [], []
     for world, tp in LAYOUTS:
         what = f"ColumnParallelLinear → RowParallelLinear, {world} ranks, groups of {tp}"
         got = run_ranks(mlp_worker, world, (mod.__name__, tp), what)
+        runs.append((what, tp, got))
+        for r, v in enumerate(got):
+            for phase, summary in v["seen"].items():
+                judge(f"{what}: rank {r}, {phase}", summary)
+                seen.append((f"{what}: rank {r}, {phase}", summary))
         for r, v in enumerate(got):
             i = v["ranks"].index(r)
             k = H // tp
@@ -180,7 +242,46 @@ def check_layers(mod) -> str:
                         f"{what}: rank {r}'s {name} gradient differs from its slice of one device's "
                         "(float64, bound 1e-12): check f/g's backward and where the bias is added"
                     )
-    return "N = 1, 3, 4 and two groups of 2: output, input and weight gradients = one device (float64, < 1e-12)"
+            k = H // tp
+            for name, held, want in zip(
+                ("ColumnParallelLinear", "RowParallelLinear"), v["held"], (k * D + k, D * k + D)
+            ):
+                if held > want:
+                    raise CheckFailed(
+                        f"{what}: rank {r}'s {name} holds {held} tensor elements, its shard is {want}: keep only "
+                        "this rank's slice of the weight (no full copy, not even outside the Parameters)"
+                    )
+            if v["held"][2] > 0:
+                raise CheckFailed(
+                    f"{what}: rank {r}: your module keeps {v['held'][2]} tensor elements in its globals: keep only "
+                    "this rank's slice of the weights, in the layer"
+                )
+    for what, tp, got in runs:  # the communication, once every value is right
+        for r, v in enumerate(got):
+            if tp > 1:
+                comm_of(
+                    what,
+                    r,
+                    v["seen"],
+                    {"forward": 1, "backward": 1},
+                    x.numel(),
+                    "forward: the row layer's g sums the partial outputs; backward: the column layer's f sums the "
+                    "input gradient — and nothing else travels (each rank multiplies by its own shard only)",
+                )
+    finally_own(
+        mod,
+        [
+            "ColumnParallelLinear.load_full_",
+            "ColumnParallelLinear.forward",
+            "RowParallelLinear.load_full_",
+            "RowParallelLinear.forward",
+        ],
+        seen,
+    )
+    return (
+        "N = 1, 3, 4 and two groups of 2: output, input and weight gradients = one device (float64, < 1e-12); "
+        "each rank holds its shard; one all-reduce forward (g), one backward (f)"
+    )
 
 
 CHECKS = [("f and g", check_f_g), ("Column/RowParallelLinear", check_layers)]

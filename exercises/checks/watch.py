@@ -21,6 +21,7 @@ import importlib
 import inspect
 import os
 import sys
+import types
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -266,3 +267,34 @@ def judge(what: str, summary: dict, answer: bool = False) -> None:
     msg = refused_message(what, summary["refused"], answer)
     if msg:
         raise CheckFailed(msg)
+
+
+def tensor_elements(obj, skip=(), depth=0, seen=None) -> int:
+    """Elements of every tensor reachable from ``obj``: dicts, lists, tuples, sets, objects' attributes
+    (an optimizer kept in the state counts its moments), closures; modules, classes and functions are
+    not entered (their code is not state)."""
+    seen = {id(x) for x in skip} if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return 0
+    seen.add(id(obj))
+    if torch.is_tensor(obj):
+        return obj.numel()
+    if isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, str, bytes)):
+        return 0
+    if inspect.isroutine(obj):
+        return 0
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return 0
+    return sum(tensor_elements(x, skip, depth + 1, seen) for x in items)
+
+
+def hiding_places(fn):
+    """Where a function keeps values between calls: mutable defaults, its attributes, its closure."""
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
+    return [fn.__defaults__ or (), fn.__kwdefaults__ or {}, getattr(fn, "__dict__", {}), cells]
