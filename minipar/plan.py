@@ -1,31 +1,43 @@
-"""``python -m minipar.plan``: which layout for N GPUs and a model? (a MODEL: :mod:`minipar.perf`)
+"""``python -m minipar.plan``: which layout for N GPUs and a dense model? (a MODEL: :mod:`minipar.perf`)
 
-    python -m minipar.plan --model 70b --gpus 64 --gpu h100 --seq 4096 --global-batch 1024
+    python -m minipar.plan --model 70b --gpus 64 --gpu h100 --global-batch 1024
+    python -m minipar.plan --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --swiglu \\
+        --vocab 128256 --seq 8192 --gpus 1024 --gpu h100 --global-batch 2048 \\
+        --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
 
-prints the best layouts (dp, tp, pp, micro-batch b, interleaving v, ZeRO stage, recompute) with
-their modelled MFU, step time and memory per GPU, then one line per reason the other layouts
-were rejected (does not fit, TP across nodes, bubble) with an example of each. Only the command
-line: the model is :mod:`minipar.perf.model`, the search :func:`minipar.perf.search.plan`.
+Searches every layout (dp, tp, pp, micro-batch b, interleaving v, ZeRO stage, recompute) and prints
+the best with their modelled MFU, step time and memory per GPU, then one line per reason the others
+were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --v --micro-batch --zero
+--recompute --sp --flash-attention --first-stage-layers --last-stage-layers``), evaluates exactly
+that layout. ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
+recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
+recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
+``fits`` and the time terms. Only the command line: the model is :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from dataclasses import replace
 
 from minipar.errors import ConfigError
-from minipar.perf.hardware import GPUS
+from minipar.perf.hardware import GPUS, NETWORKS, with_links
+from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 
 OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
+SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 
 
 def check_args(a: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` (one line: the flag, the value, the fix) for an impossible input."""
-    for flag in ("gpus", "gpus_per_node", "seq", "global_batch", "top"):
+    for flag in ("gpus", "gpus_per_node", "global_batch", "top", *SHAPE, *FIXED):
         v = getattr(a, flag)
         if v is not None and v < 1:
             raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be an integer >= 1")
@@ -34,44 +46,116 @@ def check_args(a: argparse.Namespace) -> None:
         raise ConfigError(
             f"--overlap {a.overlap}: {', '.join(bad)} is not one of {', '.join(OVERLAP)} (comma-separated)"
         )
+    custom = [f for f in ("layers", "hidden", "heads") if getattr(a, f) is not None]
+    if custom and len(custom) < 3:
+        missing = sorted({"layers", "hidden", "heads"} - set(custom))
+        raise ConfigError(f"a custom shape needs --layers, --hidden and --heads: add --{' --'.join(missing)}")
+    fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
+    if fixed and len(fixed) < 3:
+        raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
 
 
-def main(argv=None) -> int:
+def _shape(a) -> tuple[str, ModelShape]:
+    if a.layers is not None:
+        shape = ModelShape(
+            a.layers, a.hidden, a.heads, a.seq or 2048, a.vocab or 51200, True, a.kv_heads, a.ffn, a.swiglu
+        )
+        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape
+    base = MODELS[a.model]
+    over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn") if getattr(a, k) is not None}
+    return a.model, replace(base, **over, gated=base.gated or a.swiglu)
+
+
+def _device(a):
+    dev = GPUS[a.gpu] if a.gpus_per_node is None else replace(GPUS[a.gpu], gpus_per_node=a.gpus_per_node)
+    return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
+
+
+def _row(e) -> dict:
+    return {
+        "layout": str(e.layout),
+        "mfu": round(e.mfu, 4),
+        "tflops_per_gpu": round(e.tflops_per_gpu, 1),
+        "step_s": round(e.time["total"], 4) if e.time else None,
+        "mem_gb": round(e.mem["total"] / 1e9, 2),
+        "fits": bool(e.fits),
+        "m": e.m,
+        "time_s": {k: round(v, 4) for k, v in e.time.items()},
+    }
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minipar.plan", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="70b", choices=sorted(MODELS), help="model shape (layers, hidden, heads)")
+    p.add_argument("--model", default="70b", choices=sorted(MODELS), help="a preset shape (unless --layers ...)")
+    for f in SHAPE:
+        p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {f}")
+    p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU's (8)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--network", default=None, choices=sorted(NETWORKS), help="inter-node preset (default: the GPU's)")
+    p.add_argument("--inter-node-gbps", type=float, default=None, help="Gb/s per GPU across nodes, per direction")
+    p.add_argument("--intra-node-gbps", type=float, default=None, help="Gb/s per GPU inside a node, per direction")
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
-    p.add_argument(
-        "--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}; e.g. dp,pp"
-    )
-    a = p.parse_args(argv)
+    p.add_argument("--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}")
+    for f in FIXED:
+        p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"fixed layout: {f}")
+    p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
+    p.add_argument("--recompute", default=None, choices=("none", "selective", "full"))
+    p.add_argument("--sp", action="store_true", help="sequence parallelism (fixed layout)")
+    p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
+    p.add_argument("--json", action="store_true", help="one JSON object per layout per line")
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     try:
         check_args(a)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    model = MODELS[a.model] if a.seq is None else replace(MODELS[a.model], seq=a.seq)
-    dev = GPUS[a.gpu] if a.gpus_per_node is None else replace(GPUS[a.gpu], gpus_per_node=a.gpus_per_node)
-    try:
-        rows = plan(model, dev, a.gpus, a.global_batch, overlap=frozenset(x for x in a.overlap.split(",") if x))
+        name, model = _shape(a)
+        dev = _device(a)
+        overlap = frozenset(x for x in a.overlap.split(",") if x)
+        if a.tp is not None:
+            lay = Layout(
+                a.dp,
+                a.tp,
+                a.pp,
+                a.micro_batch or 1,
+                a.v or 1,
+                a.zero or 0,
+                a.recompute or "selective",
+                a.sp,
+                overlap=overlap,
+                cp=a.cp or 1,
+                flash_attention=a.flash_attention,
+                first_stage_layers=a.first_stage_layers,
+                last_stage_layers=a.last_stage_layers,
+            )
+            rows = [(estimate(model, dev, lay, a.global_batch), "")]
+        else:
+            rows = plan(model, dev, a.gpus, a.global_batch, overlap=overlap, flash_attention=a.flash_attention)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     kept = [e for e, why in rows if not why]
+    if a.json:
+        for e in kept[: a.top] if a.tp is None else kept:
+            print(json.dumps(_row(e), ensure_ascii=False))
+        return 0
+    gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
     print(
-        f"{a.model} ({model.params / 1e9:.1f}B params, seq {model.seq}) on {a.gpus} × {dev.name}, "
+        f"{name} ({model.params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}, "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
     )
-    print(f"{'layout':42s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")
+    print(f"{'layout':46s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")
     for e in kept[: a.top]:
         print(
-            f"{str(e.layout):42s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
-            f"{e.time['bubble'] / e.time['total']:6.1%}"
+            f"{str(e.layout):46s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
+            f"{e.time['bubble'] / e.time['total']:6.1%}" + ("" if e.fits else "  (does not fit)")
         )
+    if a.tp is not None:
+        return 0
     if not rows:
         print(
             f"  (none: no layout of {a.gpus} GPUs is valid here: tp must divide the heads ({model.heads}) and "

@@ -1,11 +1,12 @@
-"""minipar.perf (a MODEL) against published cluster-scale runs, and its own consistency.
+"""minipar.perf (a MODEL) against published runs, a declared fit set and test set, and its own consistency.
 
-Tolerance: 15 % on TFLOP/s per GPU (Narayanan et al. 2021) and on MFU (MegaScale 2024). The
-model has one achievable fraction (0.75 of peak for GEMMs) and datasheet bandwidths, and is not
-fitted per row; what it leaves out (GEMM-shape effects, kernel overheads, stragglers) moves real
-runs by ~10 %, so 15 % is the bound it can defend on every row. Worst rows today: the pp = 1 rows
-(1.7B–18B, −6 … −13 %), where the model's un-overlapped fp32 gradient all-reduce and constant GEMM
-efficiency make it pessimistic, and MegaScale's Megatron-LM baseline (+9 %).
+Fit set: Narayanan et al. 2021 Table 1 (the one chosen constant, GEMM_EFF, was picked there:
+``published.fit_gemm_efficiency``). Test set: ``minipar.perf.runs`` (MegaScale Table 2, Table 3's
+baseline, Fig. 9; Narayanan Table 2), not tuned on. Every row's error is printed (``pytest -s``);
+the target is 15 % per row and a median within 7 %. The model MISSES the six DeepSpeed ZeRO-3 rows
+of Narayanan Table 2 (+25 … +43 %: with DeepSpeed's prefetch assumed to hide the all-gathers, it
+is optimistic; DeepSpeed's real overlap is not first principles): they stay in the test set, and
+the test holds them to what they measure today, so that a change that makes them worse fails.
 """
 
 import pytest
@@ -18,13 +19,24 @@ from minipar.perf.layout import Layout, ModelShape, shape_of
 from minipar.perf.model import (
     _simulated,
     activation_bytes_per_layer,
+    dp_time,
     estimate,
     gpt_flops_per_token,
+    group_link,
     memory_per_gpu,
     pipeline_makespan,
     stage_params,
 )
-from minipar.perf.published import MEGASCALE_175B, MODELS, NARAYANAN_TABLE1, megascale_estimates, narayanan_row
+from minipar.perf.published import (
+    MODELS,
+    NARAYANAN_TABLE1,
+    errors,
+    fit_gemm_efficiency,
+    fit_set,
+    narayanan_row,
+    summary,
+)
+from minipar.perf.runs import MS_175B, megascale_layout, out_of_sample
 from minipar.perf.search import plan, rank_correlation
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, one_f_one_b, simulate
@@ -34,28 +46,126 @@ TOL = 0.15
 
 
 @pytest.mark.parametrize("row", NARAYANAN_TABLE1, ids=[f"{r[0]}B" for r in NARAYANAN_TABLE1])
-def test_narayanan_table1_row(row):
-    """Narayanan et al. 2021 (arXiv:2104.04473) Table 1, one row: (t, p, d) and batch as published."""
+def test_fit_set_narayanan_table1_row(row):
+    """Fit set: Narayanan et al. 2021 (arXiv:2104.04473) Table 1, one row: (t, p, d), batch as published;
+    micro-batch, v and DDP from the authors' examples/sc21/run_table_1.sh."""
     e, published = narayanan_row(row)
-    assert e.fits, f"{row[0]}B should fit on 80 GB as it did on Selene: {e.mem['total'] / 1e9:.1f} GB"
+    assert e.fits, f"{row[0]}B should fit on 80 GiB as it did on Selene: {e.mem['total'] / 2**30:.1f} GiB"
     err = (e.tflops_per_gpu - published) / published
     assert abs(err) <= TOL, f"{row[0]}B: model {e.tflops_per_gpu:.1f} vs published {published} TFLOP/s ({err:+.1%})"
 
 
-def test_megascale_175b_at_12288_gpus():
-    """MegaScale (arXiv:2402.15627) Table 2, 12,288 GPUs: 55.2 % MFU, Megatron-LM 41.2 %."""
-    est = megascale_estimates()
-    for key, pub in (("megascale", MEGASCALE_175B["megascale_mfu"]), ("megatron", MEGASCALE_175B["megatron_mfu"])):
-        assert est[key].layout.gpus == MEGASCALE_175B["gpus"]
-        assert abs(est[key].mfu - pub) / pub <= TOL, (key, est[key].mfu, pub)
-    assert est["megascale"].mfu > est["megatron"].mfu
+def test_the_chosen_constant_is_the_fit_sets_best():
+    """GEMM_EFF is the grid point with the smallest median |error| on the fit set (chosen there, not on the tests)."""
+    grid = fit_gemm_efficiency()
+    assert min(grid, key=grid.get) == GPUS["a100"].gemm_efficiency, grid
+    s = summary(errors(fit_set()))
+    assert s["within_15"] == s["rows"] and s["median"] <= 0.07, s
+
+
+def test_test_set_out_of_sample():
+    """Test set (not tuned on), printed row by row. Every row except DeepSpeed's ZeRO-3 within 15 %; the
+    ZeRO-3 misses held to their size today (+25 … +43 %); median over all rows within 7 %."""
+    rows = out_of_sample()
+    errs = []
+    for label, e, metric, pub in rows:
+        err = getattr(e, metric) / pub - 1
+        errs.append(err)
+        print(f"{label:52s} {metric:15s} published {pub:8.3f} model {getattr(e, metric):8.3f} {err:+6.1%}")
+        assert e.fits, label
+        if "zero3" in label:
+            assert 0 < err <= 0.45, f"{label}: {err:+.1%} (a known miss, now outside its recorded range)"
+        else:
+            assert abs(err) <= TOL, f"{label}: {err:+.1%}"
+    s = summary(errs)
+    print(
+        f"test set: {s['rows']} rows, median |error| {s['median']:.1%}, worst {s['worst']:+.1%}, "
+        f"{s['within_15']} within 15 %"
+    )
+    assert s["median"] <= 0.07, s
+
+
+def test_megascale_uses_the_papers_settings():
+    """MegaScale §6.1 / Table 1: v = 6 for 175B, V = 64,000, 128 heads, s = 2048; the paper's MFU trend
+    (falling with more GPUs at a fixed batch) is reproduced by the model, if less steeply."""
+    lay = megascale_layout(12288, "megascale")
+    assert (lay.tp, lay.pp, lay.v, lay.dp) == (8, 8, 6, 192)
+    assert (MS_175B.heads, MS_175B.vocab, MS_175B.seq, MS_175B.layers, MS_175B.hidden) == (128, 64000, 2048, 96, 12288)
+    mfu = [estimate(MS_175B, GPUS["a100"], megascale_layout(n, "megatron"), 768).mfu for n in (256, 512, 768, 1024)]
+    assert mfu == sorted(mfu, reverse=True) and mfu[0] - mfu[-1] > 0.02, mfu
+
+
+def test_tp_straddling_nodes_is_costed_on_the_inter_node_link():
+    """Before: tp_link checked only t <= gpus_per_node, so tp 3, 5, 6, 7 on 8-GPU nodes were NVLink."""
+    dev = GPUS["a100"]
+    for t in (3, 5, 6, 7):
+        assert group_link(dev, t, 1) == dev.inter, t
+    for t in (1, 2, 4, 8):
+        assert group_link(dev, t, 1) == dev.intra, t
+    assert group_link(dev, 3, 2) == dev.inter and group_link(dev, 2, 4) == dev.intra  # dp over tp-strided ranks
+    model = ModelShape(24, 6144, 48)
+    e6 = estimate(model, dev, Layout(dp=1, tp=6, pp=1), 8)
+    e4 = estimate(model, dev, Layout(dp=1, tp=4, pp=1), 8)
+    assert e6.tp_across_nodes and not e4.tp_across_nodes
+    assert e6.time["tp"] > 3 * e4.time["tp"]  # the inter-node link is ~10x slower; tp6 also sends more
+    best = [e for e, why in plan(MODELS["145b"], dev, 1536, 2304) if not why][0]
+    assert dev.gpus_per_node % best.layout.tp == 0, best.layout
+
+
+def test_80_gb_cards_are_80_gib():
+    """Before: 80e9 bytes, so the 90 % fit limit was 7 % too tight."""
+    for name in ("a100", "h100"):
+        assert GPUS[name].mem_bytes == 80 * 2**30
+    assert GPUS["a100-40gb"].mem_bytes == 40 * 2**30
+
+
+def test_dp_overlap_hides_only_behind_the_last_micro_batchs_backward():
+    """Before: the DP all-reduce hid behind 0.9 × every micro-batch's compute. Under gradient accumulation
+    the gradients are final only in the last backward: with many micro-batches the hidden part must
+    not grow with m."""
+    model, dev = MODELS["18b"], GPUS["a100"]
+    lay = Layout(dp=32, tp=8, pp=1, micro_batch=1, recompute="full", overlap=frozenset({"dp"}))
+    plain = Layout(dp=32, tp=8, pp=1, micro_batch=1, recompute="full")
+    e1, e64 = estimate(model, dev, lay, 32), estimate(model, dev, lay, 32 * 64)
+    full = estimate(model, dev, plain, 32).time["dp"]
+    assert e1.time["dp"] == pytest.approx(e64.time["dp"], rel=1e-9)  # the same last backward hides it
+    assert 0 < e1.time["dp"] < full
+    assert dp_time(model, dev, lay, 64, 0.0, 0.0) == pytest.approx(full)  # nothing to hide behind: all exposed
+
+
+def test_gqa_swiglu_flash_cp_and_uneven_stages():
+    """Today's dense runs: GQA and SwiGLU change FLOPs and parameters by their formulas; FlashAttention
+    drops the s² scores from memory and the memory-bound time; context parallelism splits the sequence;
+    uneven first/last stages are accepted (Megatron's 126 layers on 16 stages) and balance the logits."""
+    llama = MODELS["70b"]
+    assert llama.layer_matrix_params == 8192 * (8192 + 2 * 1024) + 8192**2 + 3 * 8192 * 28672
+    assert 68e9 < llama.params < 70e9
+    m, dev = ModelShape(32, 4096, 32, 8192), GPUS["h100"]
+    a = activation_bytes_per_layer(m, 1, 8, "none", True)
+    f = activation_bytes_per_layer(m, 1, 8, "none", True, flash_attention=True)
+    assert a - f == pytest.approx(5 * 32 * 8192 * 8192 / 8)
+    slow = estimate(m, dev, Layout(dp=8, tp=8, pp=1, recompute="none", seq_parallel=True), 64)
+    fast = estimate(m, dev, Layout(dp=8, tp=8, pp=1, recompute="none", seq_parallel=True, flash_attention=True), 64)
+    assert fast.mfu > 1.5 * slow.mfu and fast.mem["activations"] < slow.mem["activations"]
+    cp = estimate(m, dev, Layout(dp=4, tp=8, pp=1, cp=2, recompute="none", seq_parallel=True, flash_attention=True), 64)
+    assert cp.layout.gpus == 64 and cp.mem["activations"] < fast.mem["activations"] and cp.time["cp"] >= 0
+    odd = ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True)  # Llama 3 405B
+    with pytest.raises(ConfigError, match="not divisible by pp·v"):
+        estimate(odd, dev, Layout(dp=1, tp=8, pp=16, zero=1), 16)
+    e = estimate(odd, dev, Layout(dp=1, tp=8, pp=16, zero=1, first_stage_layers=7, last_stage_layers=7), 16)
+    assert e.layout.stage_layers(126) == [7] + [8] * 14 + [7]
+    with pytest.raises(ConfigError, match="share the remaining"):
+        estimate(odd, dev, Layout(dp=1, tp=8, pp=16, first_stage_layers=6, last_stage_layers=7), 16)
 
 
 def test_pipeline_time_is_the_simulated_schedule():
     """The bubble comes from minipar.pp.schedules.simulate: the extension for large m equals the full
     simulation, and uniform 1F1B's idle fraction is (p−1)/(m+p−1) (Narayanan §2.2)."""
     for p, m, v, r in [(8, 96, 1, 3.0), (8, 64, 4, 2.1), (4, 50, 1, 2.0), (4, 40, 2, 2.35)]:
-        assert pipeline_makespan(p, m, v, r) == pytest.approx(_simulated(p, m, v, r), rel=1e-9)
+        f, b = (1.0,) * (p * v), (r,) * (p * v)
+        assert pipeline_makespan(p, m, v, 1.0, r) == pytest.approx(_simulated(p, m, v, f, b), rel=1e-9)
+        f, b = (0.9,) + (1.0,) * (p * v - 2) + (1.2,), (1.8,) + (r,) * (p * v - 2) + (2.6,)  # uneven stages
+        assert pipeline_makespan(p, m, v, f, b) == pytest.approx(_simulated(p, m, v, f, b), rel=1e-9)
     sim = simulate(one_f_one_b(8, 32), 1.0, 2.0)
     assert sim.bubble == pytest.approx(bubble_formula(8, 32), rel=1e-12)
     model = ModelShape(48, 8192, 64)
@@ -66,6 +176,7 @@ def test_pipeline_time_is_the_simulated_schedule():
 def test_memory_uses_the_course_formulas():
     model, dev = MODELS["175b"], GPUS["a100"]
     lay = Layout(dp=4, tp=8, pp=8, micro_batch=1, zero=1, recompute="selective", seq_parallel=True)
+    assert model.params == 12 * 96 * 12288**2 + 13 * 96 * 12288 + (51200 + 2048) * 12288  # Narayanan eq. 2
     mem = memory_per_gpu(model, dev, lay, 32)
     z = zero_bytes_formula(max(stage_params(model, 8, 8)), 1, 4, mixed_precision=True)
     assert mem["params"] == z["params"] and mem["optimizer"] == z["optimizer"]
@@ -91,6 +202,10 @@ def test_bad_layouts_raise_config_error():
         estimate(MODELS["175b"], GPUS["a100"], Layout(dp=2, tp=8, pp=2, zero=3), 8)
     with pytest.raises(ConfigError, match="recompute='some'"):
         estimate(MODELS["175b"], GPUS["a100"], Layout(dp=1, tp=8, pp=1, recompute="some"), 8)
+    with pytest.raises(ConfigError, match="v=2 with pp=1"):
+        estimate(MODELS["175b"], GPUS["a100"], Layout(dp=1, tp=8, pp=1, v=2), 8)
+    with pytest.raises(ConfigError, match="kv_heads=5 must divide heads=96"):
+        ModelShape(96, 12288, 96, kv_heads=5)
 
 
 def test_plan_cli_prints_top_layouts_and_rejections(capsys):

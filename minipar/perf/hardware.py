@@ -2,8 +2,11 @@
 
 Two kinds, one dataclass (:class:`Device`):
 
-- **a GPU cluster** (:data:`GPUS`): datasheet presets, NVLink inside a node and InfiniBand across
-  nodes, counted the way Megatron-LM's papers count a step (``counts="megatron"``);
+- **a GPU cluster** (:data:`GPUS`: A100 80 GiB / 40 GiB, H100, H200, B200): datasheet presets,
+  NVLink inside a node and InfiniBand across nodes (:data:`NETWORKS`, or any rate: :func:`with_links`),
+  counted the way Megatron-LM's papers count a step (``counts="megatron"``). Every constant is a
+  datasheet figure, an ASSUMPTION named with the measurement that would pin it, or CHOSEN on the
+  declared fit set (:mod:`minipar.perf.published`);
 - **this CPU, measured** (:func:`cpu_device`): one rank's matmul FLOP/s (:func:`measured_peak_flops`),
   gloo's α and β (lesson 01's fit), the per-layer overhead, ranks sharing cores; counted as minipar's
   own GPT runs on it (``counts="minipar"``), or with the cluster counts to compare the two (lesson 07).
@@ -16,10 +19,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from minipar.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 COUNTS = ("megatron", "minipar")
 
@@ -31,10 +36,12 @@ class Device:
     Attributes:
         peak_flops: dense peak of the training dtype (bf16 on GPUs; a rank's measured fp32 matmul
         FLOP/s on this CPU). mem_bytes: memory per device; ``usable_mem`` the fraction a layout may
-        fill (0.9 on a GPU: CUDA context, NCCL buffers, fragmentation). gpus_per_node.
+        fill (0.9 on a GPU, ASSUMED: CUDA context, NCCL buffers, fragmentation; ``torch.cuda.max_memory_reserved``
+        on a real run pins it). gpus_per_node.
         intra/inter: (α seconds, β bytes/s) inside a node (NVLink) and across nodes (InfiniBand,
         per GPU); the same pair on this CPU. gemm_efficiency: achievable fraction of the peak on
-        large GEMMs. hbm_bw: memory bandwidth for the memory-bound operators (None: not modelled,
+        large GEMMs (0.68, chosen on the fit set). hbm_bw: achievable memory bandwidth for the
+        memory-bound operators (None: not modelled,
         ``layer_overhead`` measures them). layer_overhead: seconds per layer, forward + backward,
         that do not scale with FLOPs (operator launches, autograd bookkeeping). compute_share:
         fraction of a device one rank gets (cores / ranks when processes share CPU cores).
@@ -63,14 +70,63 @@ class Device:
             raise ConfigError(f"Device.counts={self.counts!r}: use one of {COUNTS}")
 
 
-# Datasheets: A100 SXM 80 GB (312 TFLOP/s bf16 dense, 2.04 TB/s HBM2e, NVLink3 300 GB/s per direction,
-# one 200 Gb/s HDR HCA per GPU on DGX A100 / Selene); H100 SXM (989 TFLOP/s, 3.35 TB/s, NVLink4
-# 450 GB/s, 400 Gb/s NDR per GPU). β are what NCCL's ring reaches (~75-85 % of the link), α a ring step.
-GPUS = {
-    "a100": Device("A100-SXM4-80GB", 312e12, 80e9, 8, (5e-6, 230e9), (1e-5, 22e9), 0.75, 0.85 * 2.04e12),
-    "a100-40gb": Device("A100-SXM4-40GB", 312e12, 40e9, 8, (5e-6, 230e9), (1e-5, 22e9), 0.75, 0.85 * 1.56e12),
-    "h100": Device("H100-SXM5-80GB", 989e12, 80e9, 8, (5e-6, 360e9), (1e-5, 44e9), 0.75, 0.85 * 3.35e12),
+GiB = 2**30
+# Link efficiencies: the fraction of a link's per-direction datasheet rate that NCCL's ring reaches.
+# ASSUMPTIONS, not fitted: 0.77 on NVLink (230 of 300 GB/s: the all_reduce bus bandwidth nccl-tests
+# reports on DGX A100), 0.88 on InfiniBand (22 of 25 GB/s per 200 Gb/s HCA). What pins them down on
+# a real cluster: ``all_reduce_perf`` of nccl-tests, busbw at >= 1 GB messages, inside a node and across.
+NVLINK_EFF, IB_EFF = 0.77, 0.88
+ALPHA_INTRA, ALPHA_INTER = 5e-6, 1e-5  # s per ring step: ASSUMED (nccl-tests' small-message latency pins it)
+GEMM_EFF = 0.68  # fraction of dense peak on bf16 GEMMs: CHOSEN on the fit set (published.fit_gemm_efficiency)
+HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
+# Inter-node networks, Gb/s per GPU (one HCA per GPU): name -> (Gb/s, what it is)
+NETWORKS = {
+    "hdr": (200, "InfiniBand HDR, one 200 Gb/s HCA per GPU (DGX A100, Selene)"),
+    "ndr": (400, "InfiniBand NDR, one 400 Gb/s HCA per GPU (DGX H100/H200/B200)"),
+    "roce100": (100, "100 Gb/s Ethernet (RoCE) per GPU"),
 }
+NVLINK_GBPS = {3: 300 * 8, 4: 450 * 8, 5: 900 * 8}  # per direction, Gb/s: NVLink 3 (A100), 4 (H100/H200), 5 (B200)
+
+
+def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None) -> Device:
+    """A GPU preset from its datasheet: dense bf16 TFLOP/s, memory (GiB unless ``mem_bytes``), HBM TB/s,
+    NVLink generation and inter-node network (:data:`NETWORKS`); links at the assumed efficiencies."""
+    intra = (ALPHA_INTRA, NVLINK_EFF * NVLINK_GBPS[nvlink] / 8 * 1e9)
+    inter = (ALPHA_INTER, IB_EFF * NETWORKS[net][0] / 8 * 1e9)
+    mem = mem_bytes or mem_gib * GiB
+    return Device(name, tflops * 1e12, mem, 8, intra, inter, GEMM_EFF, HBM_EFF * hbm_tbs * 1e12)
+
+
+# Datasheets (dense bf16 peak, memory, HBM bandwidth): A100 SXM 80 GB (312 TFLOP/s, 80 GiB, 2.04 TB/s;
+# 40 GB: 1.56 TB/s), H100 SXM (989 TFLOP/s, 80 GiB, 3.35 TB/s), H200 SXM (989 TFLOP/s, 141 GB, 4.8 TB/s),
+# B200 (HGX B200: 2.25 PFLOP/s dense bf16, 180 GB per GPU, 8 TB/s). "80 GB" cards hold 80 GiB (nvidia-smi: 81920 MiB).
+GPUS = {
+    "a100": gpu("A100-SXM4-80GB", 312, 80, 2.04, 3, "hdr"),
+    "a100-40gb": gpu("A100-SXM4-40GB", 312, 40, 1.56, 3, "hdr"),
+    "h100": gpu("H100-SXM5-80GB", 989, 80, 3.35, 4, "ndr"),
+    "h200": gpu("H200-SXM-141GB", 989, 0, 4.8, 4, "ndr", mem_bytes=141e9),
+    "b200": gpu("B200-180GB", 2250, 0, 8.0, 5, "ndr", mem_bytes=180e9),
+}
+
+
+def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):
+    """``dev`` with other links: per-direction Gb/s inside a node / per GPU across nodes (datasheet rates,
+    scaled by the assumed efficiencies), or a network preset ``net`` of :data:`NETWORKS`.
+
+    Raises:
+        ConfigError: a rate <= 0 or an unknown ``net``.
+    """
+    from dataclasses import replace
+
+    if net is not None and net not in NETWORKS:
+        raise ConfigError(f"network {net!r}: use one of {sorted(NETWORKS)} or give --inter-node-gbps")
+    for k, x in (("intra-node", intra_gbps), ("inter-node", inter_gbps)):
+        if x is not None and not x > 0:
+            raise ConfigError(f"--{k}-gbps {x}: must be > 0 (Gb/s per direction per GPU)")
+    inter_gbps = inter_gbps or (NETWORKS[net][0] if net else None)
+    intra = (dev.intra[0], NVLINK_EFF * intra_gbps / 8 * 1e9) if intra_gbps else dev.intra
+    inter = (dev.inter[0], IB_EFF * inter_gbps / 8 * 1e9) if inter_gbps else dev.inter
+    return replace(dev, intra=intra, inter=inter)
 
 
 def cpu_device(
@@ -114,13 +170,16 @@ def cpu_device(
 
 
 def measured_peak_flops(
-    device: torch.device, dtype: torch.dtype = torch.float32, n: int = 512, repeats: int = 5
+    device: torch.device, dtype: torch.dtype | None = None, n: int = 512, repeats: int = 5
 ) -> float:
     """This device's achievable matmul FLOP/s, *measured*: best of ``repeats`` (n×n)@(n×n) products.
 
-    2n³ FLOPs per product. Used as the denominator of MFU (model-FLOPs utilisation, Chowdhery et
-    al. 2022, PaLM, arXiv:2204.02311, App. B) instead of a vendor's datasheet figure.
+    2n³ FLOPs per product; ``dtype`` None: float32. Used as the denominator of MFU (model-FLOPs
+    utilisation, Chowdhery et al. 2022, PaLM, arXiv:2204.02311, App. B) instead of a vendor's datasheet figure.
     """
+    import torch  # here, not at the top: the planner's command line starts without torch
+
+    dtype = dtype or torch.float32
     g = torch.Generator(device).manual_seed(0)  # a private generator: the training RNG is untouched
     a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=g) for _ in range(2))
     best = float("inf")

@@ -14,8 +14,11 @@ from minipar.errors import ConfigError
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A GPT: ``layers`` blocks of width ``hidden``, ``heads`` heads, sequence ``seq``, vocabulary ``vocab``
-    (``bias``: minipar's ``GPTConfig.bias``, read by the minipar counts only)."""
+    """A dense decoder-only transformer: ``layers`` blocks of width ``hidden``, ``heads`` query heads,
+    sequence ``seq``, vocabulary ``vocab``; ``bias``: minipar's ``GPTConfig.bias`` (minipar counts only);
+    ``kv_heads`` key/value heads (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245;
+    None: = heads); ``ffn`` the MLP's inner width (None: 4·hidden); ``gated``: a gated MLP (SwiGLU,
+    Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama."""
 
     layers: int
     hidden: int
@@ -23,12 +26,48 @@ class ModelShape:
     seq: int = 2048
     vocab: int = 51200
     bias: bool = True
+    kv_heads: int | None = None
+    ffn: int | None = None
+    gated: bool = False
+
+    def __post_init__(self):
+        for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
+        if self.hidden % self.heads:
+            raise ConfigError(f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it")
+        if self.heads % self.kv:
+            raise ConfigError(f"kv_heads={self.kv} must divide heads={self.heads} (each kv head serves a whole group)")
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads (= heads without GQA)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def f(self) -> int:
+        """The MLP's inner width (4·hidden unless given)."""
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def layer_matrix_params(self) -> int:
+        """Weights of one block's matrices: h·(h + 2·h_kv) (QKV) + h² (output) + (3 if gated else 2)·h·f
+        (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1, eq. 2)."""
+        h, hk = self.hidden, self.kv * (self.hidden // self.heads)
+        return h * (h + 2 * hk) + h * h + (3 if self.gated else 2) * h * self.f
+
+    @property
+    def layer_params(self) -> int:
+        """One block: its matrices, biases (h + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
+        h, hk, f = self.hidden, self.kv * (self.hidden // self.heads), self.f
+        return self.layer_matrix_params + (h + 2 * hk) + h + (2 * f if self.gated else f) + h + 4 * h
 
     @property
     def params(self) -> float:
-        """12·l·h² + 13·l·h + (V + s)·h (blocks, embeddings; head tied), Narayanan et al. 2021 §5.1."""
-        l, h = self.layers, self.hidden
-        return 12 * l * h * h + 13 * l * h + (self.vocab + self.seq) * h
+        """l·(block) + (V + s)·h (embeddings; head tied): 12·l·h² + 13·l·h + (V + s)·h for a GPT
+        (Narayanan et al. 2021 §5.1, eq. 2)."""
+        return self.layers * self.layer_params + (self.vocab + self.seq) * self.hidden
 
 
 def shape_of(cfg) -> ModelShape:
@@ -38,11 +77,16 @@ def shape_of(cfg) -> ModelShape:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the job is cut: dp·tp·pp devices, micro-batch size b, interleaving v, ZeRO stage,
+    """How the job is cut: dp·tp·pp·cp devices, micro-batch size b, interleaving v, ZeRO stage,
     recompute ``"none" | "selective" | "full"``, sequence parallelism, optimizer offload, which
-    communication is hidden behind compute (``overlap``: subset of {"dp", "pp", "tp"}), the
-    gradient all-reduce's bytes per value, and the pipeline ``schedule`` ("1f1b" or "gpipe";
-    interleaved when v > 1)."""
+    communication is hidden behind compute (``overlap``: subset of {"dp", "pp", "tp", "cp"}), the
+    gradient reduction's bytes per value, the pipeline ``schedule`` ("1f1b" or "gpipe"; interleaved
+    when v > 1); ``cp`` context parallelism (ring attention over cp ranks, Liu et al. 2023,
+    arXiv:2310.01889; Megatron's order tp, cp, dp, pp); ``flash_attention`` (Dao et al. 2022,
+    arXiv:2205.14135: no s² scores in memory, causal blocks skipped, one extra QKᵀ in backward);
+    ``scatter_gather`` (Narayanan et al. 2021 §4.1: a stage sends 1/t of its activation per TP rank
+    across nodes and all-gathers it over NVLink); ``first_stage_layers`` / ``last_stage_layers``:
+    uneven stages (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``; None: l/pp each)."""
 
     dp: int
     tp: int
@@ -56,17 +100,49 @@ class Layout:
     overlap: frozenset = frozenset()
     grad_bytes: int = 4  # Megatron-LM all-reduces fp32 main gradients
     schedule: str = "1f1b"
+    cp: int = 1
+    flash_attention: bool = False
+    scatter_gather: bool = True
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
+
+    def stage_layers(self, layers: int) -> list[int]:
+        """Blocks per pipeline stage (stage 0 .. pp−1): first/last as given, the rest shared evenly.
+
+        Raises:
+            ConfigError: counts that leave a stage empty or do not divide the middle stages evenly.
+        """
+        p, first, last = self.pp, self.first_stage_layers, self.last_stage_layers
+        if first is None and last is None:
+            return [layers // p] * p
+        if p == 1:
+            raise ConfigError("first/last_stage_layers need pp > 1")
+        fixed = [x for x in (first, last) if x is not None]
+        rest, n_rest = layers - sum(fixed), p - len(fixed)
+        if min(fixed) < 1 or rest < n_rest or (n_rest == 0 and rest) or (n_rest and rest % n_rest):
+            raise ConfigError(
+                f"first_stage_layers={first}, last_stage_layers={last} with {layers} layers on pp={p}: the other "
+                f"{n_rest} stages must share the remaining {rest} layers evenly, at least 1 each"
+            )
+        mid = rest // n_rest if n_rest else 0
+        out = [mid] * p
+        out[0] = first if first is not None else mid
+        out[-1] = last if last is not None else mid
+        return out
 
     def __str__(self) -> str:
-        s = f"dp{self.dp}·tp{self.tp}·pp{self.pp}·b{self.micro_batch}"
+        s = f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "") + f"·b{self.micro_batch}"
         s += f"·v{self.v}" if self.v > 1 else ""
+        s += f"·first{self.first_stage_layers}" if self.first_stage_layers is not None else ""
+        s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
         s += {"none": "", "selective": "·sel-rc", "full": "·full-rc"}[self.recompute]
         s += "·gpipe" if self.schedule == "gpipe" else ""
+        s += "·flash" if self.flash_attention else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 
@@ -88,21 +164,50 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     """Micro-batches per pipeline m = B/(d·b) of a valid layout.
 
     Raises:
-        ConfigError: an unknown recompute, ZeRO stage or schedule; tp not dividing heads and hidden;
-            layers not divisible by pp·v (megatron counts; minipar: more stages than layers); ZeRO-3
-            with pp > 1; a batch not divisible by dp·b; interleaving with m not a multiple of pp.
+        ConfigError: an unknown recompute, ZeRO stage or schedule; a degree below 1; tp not dividing
+            heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
+            sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
+            dividing them, or uneven first/last stages with v = 1; minipar: more stages than
+            layers); ZeRO-3 with pp > 1; a batch not divisible by dp·b; interleaving with m not a
+            multiple of pp.
     """
-    d, t, p, b, v = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v
+    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
+    for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
+        if not isinstance(getattr(layout, k), int) or getattr(layout, k) < 1:
+            raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
     if layout.recompute not in ("none", "selective", "full"):
         raise ConfigError(f"recompute={layout.recompute!r}: use 'none', 'selective' or 'full'")
+    if v > 1 and p == 1:
+        raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
     if layout.zero not in (0, 1, 2, 3):
         raise ConfigError(f"zero={layout.zero}: use 0, 1, 2 or 3")
     if layout.schedule not in ("1f1b", "gpipe") or (layout.schedule == "gpipe" and v > 1):
         raise ConfigError(f"schedule={layout.schedule!r} with v={v}: use '1f1b' (interleaved if v > 1) or 'gpipe'")
     if model.heads % t or model.hidden % t:
         raise ConfigError(f"tp={t} must divide heads={model.heads} and hidden={model.hidden}")
-    if model.layers % (p * v) if counts == "megatron" else p * v > model.layers:
-        raise ConfigError(f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers")
+    if model.kv % t and t % model.kv:
+        raise ConfigError(
+            f"tp={t} and kv_heads={model.kv}: one must divide the other (kv heads are split or replicated)"
+        )
+    if c > 1 and (model.seq % (2 * c) or counts != "megatron"):
+        raise ConfigError(
+            f"cp={c}: the sequence ({model.seq}) must split into 2·cp load-balanced chunks (GPU counts only)"
+        )
+    uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
+    if counts != "megatron":
+        if p * v > model.layers or uneven:
+            raise ConfigError(
+                f"pp·v = {p}·{v} stages for {model.layers} layers (minipar counts: even stages, pp·v <= layers)"
+            )
+    elif uneven:
+        if v > 1:
+            raise ConfigError(f"uneven first/last stages with v={v}: the model supports them with v = 1 only")
+        layout.stage_layers(model.layers)
+    elif model.layers % (p * v):
+        raise ConfigError(
+            f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
+            "or uneven stages (--first-stage-layers/--last-stage-layers, v = 1)"
+        )
     if layout.zero == 3 and p > 1:
         raise ConfigError(
             "zero=3 with pp > 1: ZeRO-3 would re-gather every stage's weights for each micro-batch; "

@@ -60,169 +60,145 @@ congestion, data loading, first/last-stage imbalance (megatron), GEMM-shape effe
 from __future__ import annotations
 
 import functools
+import math
 
-from minipar.errors import ConfigError
+from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, stage_params: read here by lessons 00, 07, 08)
+    activation_bytes_per_layer,
+    attention_core_flops,
+    gpt_flops_per_token,
+    layer_gemm_flops,
+    logit_flops,
+    model_flops,
+    stage_params,
+)
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.timeline import overlap_formula
 from minipar.pp.schedules import make_schedule, simulate
-from minipar.pp.stages import partition_layers
-from minipar.zero.flat import zero_bytes_formula
+
+BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
 
 
 def all_reduce_time(n: int, nbytes: float, link: tuple) -> float:
     """Seconds of a ring all-reduce over ``n`` ranks of ``nbytes`` on ``link = (α s, β bytes/s)``:
-    2(n−1)α + 2(n−1)/n·S/β (Patarasuk & Yuan 2009; lesson 01's fit)."""
+    2(n−1)α + 2(n−1)/n·S/β (Patarasuk & Yuan 2009; lesson 01's fit). The 2(n−1)α term is the
+    per-GPU-count effect: it grows with the group (a reduce-scatter or all-gather is half)."""
     a, b = link
     return 0.0 if n <= 1 else 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes / b
 
 
-def activation_bytes_per_layer(
-    model: ModelShape, b: float, tp: int, recompute: str = "none", seq_parallel: bool = False, bytes_per_value: int = 2
-) -> float:
-    """Bytes one layer keeps for backward for one micro-batch of ``b`` sequences (Korthikanti et al. 2022,
-    arXiv:2205.05198): none s·b·h·(10 + 24/t + 5·a·s/(h·t)) (eq. 2), with sequence parallelism
-    s·b·h·(34/t + 5·a·s/(h·t)) (§4.2.2); selective drops the 5·a·s/(h·t) term (§5); full keeps the
-    layer's input, 2·s·b·h (÷t with sequence parallelism, §4.3). Written for 2-byte values, scaled
-    by bytes_per_value/2. Raises ConfigError for another ``recompute``."""
-    if recompute not in ("none", "selective", "full"):
-        raise ConfigError(f"recompute={recompute!r}: use 'none', 'selective' or 'full'")
-    s, h, a, t = model.seq, model.hidden, model.heads, tp
-    sbh = s * b * h
-    if recompute == "full":
-        x = 2 * sbh / (t if seq_parallel else 1)
-    else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
-        # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
-        core = 0 if recompute == "selective" else 5 * a * s * s * b
-        x = (34 * sbh + core) / t if seq_parallel else 10 * sbh + (24 * sbh + core) / t
-    return x * bytes_per_value / 2
+def group_link(dev: Device, size: int, stride: int) -> tuple:
+    """(α, β) of a group of ``size`` ranks ``stride`` apart in Megatron's rank order (tp, cp, dp, pp
+    innermost first): its block of size·stride consecutive ranks is inside one node only if it fits
+    and the node holds a whole number of blocks; otherwise some group straddles two nodes and runs
+    at the inter-node rate (tp = 3, 5, 6, 7 on 8-GPU nodes: a group crosses a node boundary)."""
+    span, g = size * stride, dev.gpus_per_node
+    return dev.intra if size <= 1 or (span <= g and g % span == 0) else dev.inter
 
 
-def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron") -> list[float]:
-    """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1 (see module doc).
-
-    megatron (Narayanan §5.1): l/p blocks of 12h² + 13h and the word embedding ÷ t, plus the
-    position embedding on stage 0, the tied head's copy of the embedding on the last stage.
-    minipar: blocks (12h²+7h)/t + 6h (matrices and split biases; replicated vectors), stage 0 adds
-    ⌈V/t⌉·h + s·h (embeddings), the last stage ⌈V/t⌉·h + 2h (head, final LayerNorm).
-    """
-    h, V = model.hidden, model.vocab
-    if counts == "megatron":
-        blocks = model.layers // pp * (12 * h * h + 13 * h)
-        out = [blocks / tp] * pp
-        out[-1] = (blocks + V * h) / tp
-        out[0] = (blocks + V * h) / tp + model.seq * h
-        return out
-    block = (12 * h * h + 7 * h) / tp + 6 * h
-    out = []
-    for s, (lo, hi) in enumerate(partition_layers(model.layers, pp)):
-        n = (hi - lo) * block
-        if s == 0:
-            n += -(-V // tp) * h + model.seq * h
-        if s == pp - 1:
-            n += -(-V // tp) * h + 2 * h
-        out.append(n)
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def gpt_flops_per_token(model: ModelShape) -> float:
-    """Training FLOPs per token of minipar's GPT of this shape: ``GPT.flops_per_token()`` itself (6·N +
-    12·l·h·s; Kaplan et al. 2020, arXiv:2001.08361, Table 1; PaLM, arXiv:2204.02311, App. B), the
-    model built on the meta device (no memory, no data)."""
-    import torch
-
-    from minipar.models import GPT, GPTConfig
-
-    l, h, a, s, V = model.layers, model.hidden, model.heads, model.seq, model.vocab
-    with torch.device("meta"):
-        return GPT(
-            GPTConfig(vocab_size=V, block_size=s, n_layer=l, n_head=a, d_model=h, bias=model.bias)
-        ).flops_per_token()
-
-
-def model_flops(model: ModelShape, global_batch: int, recompute: str = "none") -> float:
-    """FLOPs of one step: 72·B·s·l·h²(1 + s/6h) + 6·B·s·h·V without recomputation; with full
-    recomputation Narayanan et al.'s eq. 3, 96·B·s·l·h²(1 + s/6h + V/16lh); selective adds 4·B·s²·h·l."""
-    B, s, l, h, V = global_batch, model.seq, model.layers, model.hidden, model.vocab
-    base = 72 * B * s * l * h * h * (1 + s / (6 * h)) + 6 * B * s * h * V
-    if recompute == "full":
-        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-    if recompute == "selective":
-        return base + 4 * B * s * s * h * l
-    return base
+def _exposed(comm: float, window: float, nbytes_params: float) -> float:
+    """Seconds of ``comm`` not hidden behind ``window`` seconds of compute, in buckets of
+    :data:`BUCKET_PARAMS` gradients (two streams, :func:`minipar.perf.timeline.overlap_formula`)."""
+    n = max(1, math.ceil(nbytes_params / BUCKET_PARAMS))
+    return overlap_formula(n, comm / n, window / n) - window
 
 
 @functools.lru_cache(maxsize=4096)
-def _simulated(p: int, m: int, v: int, ratio: float, schedule: str = "1f1b") -> float:
+def _simulated(p: int, m: int, v: int, f: tuple, b: tuple, schedule: str = "1f1b") -> float:
     sched = make_schedule("interleaved" if v > 1 else schedule, p, m, v)
-    return simulate(sched, t_f=1.0, t_b=ratio).makespan
+    return simulate(sched, t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage]).makespan
 
 
-def pipeline_makespan(p: int, m: int, v: int, ratio: float, schedule: str = "1f1b") -> float:
-    """Makespan of 1F1B (v = 1), interleaved 1F1B (v chunks per rank) or GPipe with m micro-batches, in
-    units of one action's forward (one chunk: 1/v of a stage), the backward taking ``ratio`` of
-    those; from :func:`minipar.pp.schedules.simulate`.
+def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> float:
+    """Makespan of 1F1B (v = 1), interleaved 1F1B (v chunks per rank) or GPipe with m micro-batches,
+    from :func:`minipar.pp.schedules.simulate`: ``f[k]``, ``b[k]`` the forward and backward time of
+    virtual stage k (p·v of them; a number: every stage alike), in any unit.
 
-    For m > 4p the schedule is simulated at m₁ = 4p and m₂ = 5p and extended linearly: in the steady
+    For m > 3p the schedule is simulated at m₁ = 2p and m₂ = 3p and extended linearly: in the steady
     state every extra micro-batch adds exactly the same time (``tests/test_perf_model.py`` checks the
     extension against the full simulation). Keeps ``python -m minipar.plan`` under a few seconds.
     """
-    if m <= 4 * p:
-        return _simulated(p, m, v, ratio, schedule)
-    m1, m2 = 4 * p, 5 * p
-    t1, t2 = _simulated(p, m1, v, ratio, schedule), _simulated(p, m2, v, ratio, schedule)
+    S = p * v
+    f = tuple(f) if isinstance(f, (list, tuple)) else (float(f),) * S
+    b = tuple(b) if isinstance(b, (list, tuple)) else (float(b),) * S
+    if m <= 3 * p:
+        return _simulated(p, m, v, f, b, schedule)
+    m1, m2 = 2 * p, 3 * p
+    t1, t2 = _simulated(p, m1, v, f, b, schedule), _simulated(p, m2, v, f, b, schedule)
     return t1 + (t2 - t1) / (m2 - m1) * (m - m1)
 
 
-def _links(dev: Device, t: int, d: int) -> tuple[tuple, tuple, tuple]:
-    """(α, β) of the TP, PP and DP links: inside a node unless the group spans nodes."""
-    tp = dev.intra if t <= dev.gpus_per_node else dev.inter
-    pp = dev.inter if t * d >= dev.gpus_per_node else dev.intra
-    dp = dev.inter if t * d > dev.gpus_per_node else dev.intra
-    return tp, pp, dp
+def _links(dev: Device, lay: Layout) -> dict:
+    """(α, β) of the TP, CP, DP (over dp·cp ranks) and PP groups (:func:`group_link`)."""
+    t, c, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    return {
+        "tp": group_link(dev, t, 1),
+        "cp": group_link(dev, c, t),
+        "dp": group_link(dev, d * c, t),
+        "pp": group_link(dev, p, t * c * d),
+    }
 
 
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
-    """Per-term seconds of the pipeline, megatron counts: per-layer FLOPs, the simulated schedule."""
-    t, p, b, v, d = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.dp
-    s, h, l, V = model.seq, model.hidden, model.layers, model.vocab
-    lps = l // p  # layers per stage
-    f_layer = 24 * b * s * h * h * (1 + s / (6 * h)) / t
-    f_logit = 2 * b * s * h * V / t / p  # logit layer, spread over the stages
-    act = activation_bytes_per_layer(model, b, t, "none", layout.seq_parallel, dev.bytes_per_value)
+    """Per-term seconds of the pipeline, megatron counts: per-layer FLOPs, per-stage times, the simulated schedule."""
+    t, p, b, v, c, L = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp, _links(dev, layout)
+    bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
+    s = model.seq // c  # this rank's tokens of each sequence
+    eff = dev.peak_flops * dev.gemm_efficiency * share
+    core = attention_core_flops(model, b, s, model.seq) / t / eff * (0.5 if flash else 1.0)  # flash: causal half
+    act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    eff = dev.peak_flops * dev.gemm_efficiency * dev.compute_share
-    ovh = dev.layer_overhead / 3  # per pass: a backward counts as two
-    fwd = lps * (f_layer / eff + mem_t / dev.compute_share + ovh / dev.compute_share) + f_logit / eff
-    extra = {"none": 0.0, "full": fwd, "selective": lps * 4 * b * s * s * h / t / eff}[layout.recompute]
-    bwd = 2 * fwd + extra
-    tp_link, pp_link, _ = _links(dev, t, d)
-    ar = all_reduce_time(t, b * s * h * dev.bytes_per_value, tp_link)
-    tp_f = 2 * lps * ar
-    tp_b = 2 * lps * ar + (tp_f if layout.recompute == "full" else 0.0)
+    f_l = layer_gemm_flops(model, b, s) / t / eff + core + (mem_t + dev.layer_overhead / 3) / share
+    extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
+    b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
+    ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
+    tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if layout.recompute == "full" else 0.0)
     if "tp" in layout.overlap:
-        tp_f, tp_b = max(0.0, tp_f - fwd), max(0.0, tp_b - bwd)
-    p2p = (pp_link[0] + b * s * h * dev.bytes_per_value / pp_link[1]) if p > 1 and "pp" not in layout.overlap else 0.0
-    t_f, t_b = (fwd + tp_f) / v + p2p, (bwd + tp_b) / v + p2p  # one chunk's forward / backward action
+        tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
+    hk = model.kv * (model.hidden // model.heads)  # ring attention: c−1 steps of this rank's K and V
+    step = L["cp"][0] + 2 * b * s * hk / min(t, model.kv) * bpv / L["cp"][1] if c > 1 else 0.0
+    cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c)
+    msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
+    p2p = 0.0
+    if p > 1 and "pp" not in layout.overlap:
+        split = layout.scatter_gather or sp
+        p2p = L["pp"][0] + msg / (t if split else 1) / L["pp"][1]
+        if layout.scatter_gather and not sp and t > 1:
+            p2p += all_reduce_time(t, msg, L["tp"]) / 2  # the all-gather over NVLink
+    logit = logit_flops(model, b) / c / t / eff
+    layers = layout.stage_layers(model.layers) if v == 1 else [model.layers // (p * v)] * (p * v)
+    S = p * v
+    lf = [n * (f_l + tp_f + cp_f) + p2p for n in layers]
+    lb = [n * (b_l + tp_b + cp_b) + p2p for n in layers]
+    lf[-1], lb[-1] = lf[-1] + logit, lb[-1] + 2 * logit  # the logit layer runs on the last stage
     if p == 1:
-        pipe = m * (t_f + t_b)
+        pipe = m * (lf[0] + lb[0])
     else:
-        ratio = round(t_b / t_f * 20) / 20  # 0.05 steps: the cache of simulations stays small
-        pipe = pipeline_makespan(p, m, v, ratio, layout.schedule) * t_f
-    busy = m * v * (t_f + t_b)
+        unit = max(lf)
+        rel = lambda xs: tuple(round(x / unit, 4) for x in xs)  # noqa: E731 (4 digits: the cache stays small)
+        pipe = pipeline_makespan(p, m, v, rel(lf), rel(lb), layout.schedule) * unit
+    rank = max(range(p), key=lambda r: sum(lf[k] + lb[k] for k in range(r, S, p)))
+    mine = list(range(rank, S, p))  # the busiest rank's chunks
+    n_l = sum(layers[k] for k in mine)
+    busy = m * sum(lf[k] + lb[k] for k in mine)
     return {
-        "compute": m * (fwd + bwd),
-        "tp": m * (tp_f + tp_b),
-        "pp": m * v * 2 * p2p,
+        "compute": m * (n_l * (f_l + b_l) + (3 * logit if rank == p - 1 else 0.0)),
+        "tp": m * n_l * (tp_f + tp_b),
+        "cp": m * n_l * (cp_f + cp_b),
+        "pp": m * len(mine) * 2 * p2p,
         "bubble": pipe - busy,
         "pipe": pipe,
         "busy": busy,
+        "fwd1": sum(lf[k] for k in mine),  # one micro-batch's forward / backward on the busiest rank
+        "bwd1": sum(lb[k] for k in mine),
     }
 
 
 def _pipeline_minipar(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Per-term seconds of the pipeline, minipar counts: GPT.flops_per_token, uniform stages."""
-    t, p, b, d = layout.tp, layout.pp, layout.micro_batch, layout.dp
+    from minipar.pp.stages import partition_layers  # imports torch: only the CPU counts need it
+
+    t, p, b = layout.tp, layout.pp, layout.micro_batch
     s, h = model.seq, model.hidden
     layers = max(hi - lo for lo, hi in partition_layers(model.layers, p))
     msg = b * s * h * dev.bytes_per_value  # one activation (b, s, h)
@@ -231,18 +207,51 @@ def _pipeline_minipar(model: ModelShape, dev: Device, layout: Layout, m: int) ->
     ) / dev.compute_share
     if layout.recompute == "full":
         t_c *= 4 / 3  # forward + backward = 3 forwards, plus one
-    tp_link, pp_link, _ = _links(dev, t, d)
-    t_tp = (4 * layers + 2) * all_reduce_time(t, msg, tp_link)
-    t_pp = 2 * (pp_link[0] + msg / pp_link[1]) if p > 1 else 0.0
+    L = _links(dev, layout)
+    t_tp = (4 * layers + 2) * all_reduce_time(t, msg, L["tp"])
+    t_pp = 2 * (L["pp"][0] + msg / L["pp"][1]) if p > 1 else 0.0
     stage = t_c + t_tp + t_pp
     return {
         "compute": m * t_c,
         "tp": m * t_tp,
+        "cp": 0.0,
         "pp": m * t_pp,
         "bubble": (p - 1) * stage,
         "pipe": (m + p - 1) * stage,
         "busy": m * stage,
+        "fwd1": t_c / 3,
+        "bwd1": 2 * t_c / 3,
     }
+
+
+def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float, bwd1: float) -> float:
+    """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054,
+    §7), over the dp·cp ranks that hold the same weights. ZeRO 0: an all-reduce of the busiest stage's
+    gradients (``grad_bytes`` each); ZeRO 1/2 (Megatron's distributed optimizer): a reduce-scatter of
+    them and an all-gather of the 16-bit weights; ZeRO 3 (pp = 1): per micro-batch an all-gather of
+    the weights for the forward and one for the backward, and a reduce-scatter of the gradients
+    (DeepSpeed's stage 3). With ``"dp"`` in ``overlap`` only what can really hide is hidden: under
+    gradient accumulation the gradients are final only in the LAST micro-batch's backward
+    (``bwd1`` seconds), which hides the reduction bucket by bucket (:data:`BUCKET_PARAMS`; the last
+    bucket is always exposed); the weights' all-gather hides behind the first micro-batch's forward
+    (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 per micro-batch behind its own passes."""
+    n, z, bpv = layout.dp * layout.cp, layout.zero, dev.bytes_per_value
+    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, _stage_layers(model, layout, dev)))
+    link = _links(dev, layout)["dp"]
+    grads = all_reduce_time(n, layout.grad_bytes * psi, link) / (2 if z else 1)
+    gather = all_reduce_time(n, bpv * psi, link) / 2 if z else 0.0
+    hide = "dp" in layout.overlap
+    if z == 3:
+        if not hide:
+            return m * (2 * gather + grads)
+        return m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
+    if not hide:
+        return grads + gather
+    return _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
+
+
+def _stage_layers(model: ModelShape, layout: Layout, dev: Device):
+    return layout.stage_layers(model.layers) if dev.counts == "megatron" and layout.v == 1 else None
 
 
 def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) -> Estimate:
@@ -253,50 +262,55 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         ConfigError: a degree that does not divide the model or the batch (the message names it).
     """
     m = check_layout(model, layout, global_batch, dev.counts)
-    d, t, z = layout.dp, layout.tp, layout.zero
     pipeline = _pipeline_megatron if dev.counts == "megatron" else _pipeline_minipar
     time = pipeline(model, dev, layout, m)
-    pipe, busy = time.pop("pipe"), time.pop("busy")
-    psi = max(stage_params(model, layout.pp, t, dev.counts))
-    dp_link = _links(dev, t, d)[2]
-    dp_t = all_reduce_time(d, layout.grad_bytes * psi, dp_link)
-    if z == 3:  # reduce-scatter the gradients once; all-gather 16-bit weights for every fwd and bwd
-        dp_t = dp_t / 2 + 2 * m * all_reduce_time(d, 2 * psi, dp_link) / 2
-    if "dp" in layout.overlap:
-        dp_t = max(0.0, dp_t - 0.9 * busy)  # hidden behind the backward passes
-    opt_t = (32 * psi / (d if z else 1) / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
+    pipe, _, fwd1, bwd1 = (time.pop(k) for k in ("pipe", "busy", "fwd1", "bwd1"))
+    dp_t = dp_time(model, dev, layout, m, fwd1, bwd1)
+    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, _stage_layers(model, layout, dev)))
+    n_opt = layout.dp * layout.cp if layout.zero else 1
+    opt_t = (32 * psi / n_opt / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
     host_t = 2 * dev.bytes_per_value * psi / dev.host_bw if layout.offload else 0.0
     time.update(dp=dp_t, optimizer=opt_t, offload=host_t, total=pipe + dp_t + opt_t + host_t)
     mem = memory_per_gpu(model, dev, layout, m)
     n, total = layout.gpus, time["total"]
+    executed = model_flops(model, global_batch, layout.recompute, layout.flash_attention)
     return Estimate(
         layout,
         m,
         time,
         mem,
         mem["total"] <= dev.usable_mem * dev.mem_bytes,
-        model_flops(model, global_batch, layout.recompute) / total / n / 1e12,
-        model_flops(model, global_batch, "none") / total / n / (dev.peak_flops),
-        t > dev.gpus_per_node,
+        executed / total / n / 1e12,
+        model_flops(model, global_batch, "none") / total / n / dev.peak_flops,
+        layout.tp > 1 and _links(dev, layout)["tp"] == dev.inter != dev.intra,
     )
 
 
 def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
-    """Bytes per device of the busiest stage: params, grads, optimizer (ZeRO formula), activations,
-    total (all on the device) and host (offloaded optimizer state)."""
-    d, t, p, b, v = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v
-    bpv = dev.bytes_per_value
-    states = zero_bytes_formula(max(stage_params(model, p, t, dev.counts)), layout.zero, d, mixed_precision=bpv == 2)
-    opt = 0.0 if layout.offload else states["optimizer"]
-    per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, layout.seq_parallel, bpv)
-    if layout.schedule == "gpipe":
-        inflight = m
-    else:
-        inflight = min(p, m) * (1 + (p - 1) / (p * v) if v > 1 else 1)
-    acts = -(-model.layers // p) * inflight * per_layer
-    if layout.recompute == "full":  # the layer being recomputed holds its full activations
-        acts += activation_bytes_per_layer(model, b, t, "none", layout.seq_parallel, bpv)
-    mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
-    mem["total"] = sum(mem.values())
-    mem["host"] = states["optimizer"] if layout.offload else 0
-    return mem
+    """Bytes per device of the busiest stage: params, grads, optimizer (ZeRO formula over dp·cp),
+    activations (stage i holds min(p − i, m) micro-batches under 1F1B), total (all on the device)
+    and host (offloaded optimizer state)."""
+    from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
+
+    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
+    bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
+    params = stage_params(model, p, t, dev.counts, _stage_layers(model, layout, dev))
+    layers = _stage_layers(model, layout, dev) or [-(-model.layers // p)] * p
+    per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, sp, bpv, flash, c)
+    best = None
+    for i in range(p):
+        states = zero_bytes_formula(params[i], layout.zero, d * c, mixed_precision=bpv == 2)
+        opt = 0.0 if layout.offload else states["optimizer"]
+        if layout.schedule == "gpipe":
+            inflight = m
+        else:
+            inflight = min(p - i, m) * (1 + (p - 1) / (p * v) if v > 1 and i == 0 else 1)
+        acts = layers[i] * inflight * per_layer
+        if layout.recompute == "full":  # the layer being recomputed holds its full activations
+            acts += activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+        mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
+        mem["total"] = sum(mem.values())
+        mem["host"] = states["optimizer"] if layout.offload else 0
+        if best is None or mem["total"] > best["total"]:
+            best = mem
+    return best

@@ -32,6 +32,7 @@ def plan(
     schedule: str = "1f1b",
     offload: bool = False,
     max_bubble: float | None = 0.25,
+    flash_attention: bool = False,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -41,11 +42,13 @@ def plan(
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
             (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
-            ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``: fixed.
+            ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``: fixed.
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
-    "TP across nodes" (tp > devices per node), "does not fit" (memory > ``usable_mem``), "bubble";
+    "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
+    divide the devices per node is kept and costed on the inter-node link), "does not fit" (memory >
+    ``usable_mem``), "bubble";
     an invalid combination (:func:`minipar.perf.layout.check_layout`) is skipped, so nothing is raised
     for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
     """
@@ -62,7 +65,20 @@ def plan(
                     for rc in recomputes:
                         for z in zeros if dp > 1 else (0,):
                             sp = seq_parallel and tp > 1
-                            lay = Layout(dp, tp, pp, b, v, z, rc, sp, offload, overlap, schedule=schedule)
+                            lay = Layout(
+                                dp,
+                                tp,
+                                pp,
+                                b,
+                                v,
+                                z,
+                                rc,
+                                sp,
+                                offload,
+                                overlap,
+                                schedule=schedule,
+                                flash_attention=flash_attention,
+                            )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
 
@@ -79,7 +95,7 @@ def _judge(model: ModelShape, dev: Device, lay: Layout, global_batch: int, max_b
         e = Estimate(lay, m, {}, mem, mem["total"] <= usable, 0.0, 0.0, lay.tp > dev.gpus_per_node)
         if e.tp_across_nodes:
             return e, "TP across nodes"
-        gb = f"{mem['total'] / 1e9:.0f} GB > {dev.usable_mem:.0%} of {dev.mem_bytes / 1e9:.0f} GB"
+        gb = f"{mem['total'] / 2**30:.0f} GiB > {dev.usable_mem:.0%} of {dev.mem_bytes / 2**30:.0f} GiB"
         return e, f"does not fit ({gb})"
     e = estimate(model, dev, lay, global_batch)
     if max_bubble is not None and e.time["bubble"] > max_bubble * e.time["total"]:

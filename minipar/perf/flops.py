@@ -1,0 +1,130 @@
+"""What one block computes and keeps, counted from its shape: FLOPs, activation bytes, parameters per stage.
+
+Pure arithmetic on a :class:`~minipar.perf.layout.ModelShape` (no devices, no time): the counts
+:mod:`minipar.perf.model` turns into seconds and bytes. Sources per function. Units: FLOPs, bytes,
+parameters. b micro-batch, s sequence, h hidden, a heads, h_kv = kv_heads·h/a, f the MLP width,
+l layers, V vocabulary, t tensor-parallel degree.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from minipar.errors import ConfigError
+from minipar.perf.layout import ModelShape
+
+
+def layer_gemm_flops(model: ModelShape, b: float, s: int | None = None) -> float:
+    """Forward FLOPs of one block's weight GEMMs for b sequences of s tokens (default the model's):
+    2·b·s·(matrix weights) = 24·b·s·h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, App. A)."""
+    return 2 * b * (s or model.seq) * model.layer_matrix_params
+
+
+def attention_core_flops(model: ModelShape, b: float, s_q: int | None = None, s_k: int | None = None) -> float:
+    """Forward FLOPs of QKᵀ and attention·V for b sequences, s_q queries against s_k keys (default s, s):
+    4·b·s_q·s_k·h, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h)."""
+    s = model.seq
+    return 4 * b * (s_q or s) * (s_k or s) * model.hidden
+
+
+def logit_flops(model: ModelShape, b: float) -> float:
+    """Forward FLOPs of the logit layer for b sequences: 2·b·s·h·V (App. A)."""
+    return 2 * b * model.seq * model.hidden * model.vocab
+
+
+def model_flops(model: ModelShape, global_batch: int, recompute: str = "none", flash_attention: bool = False) -> float:
+    """FLOPs of one step. ``recompute="none"``: the model's FLOPs, 3 × forward (MegaScale's and PaLM's MFU
+    count): 72·B·s·l·h²(1 + s/6h) + 6·B·s·h·V for a GPT. Executed FLOPs (Narayanan's TFLOP/s count):
+    full recomputation adds a forward of every block (eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh)); selective
+    adds the attention core 4·B·s²·h·l (Korthikanti et al. 2022, arXiv:2205.05198, §5); FlashAttention's
+    backward recomputes QKᵀ, + 2·B·s²·h·l (Dao et al. 2022, arXiv:2205.14135, §3.1), which also covers
+    selective recomputation."""
+    B, l = global_batch, model.layers
+    layer = layer_gemm_flops(model, B) + attention_core_flops(model, B)
+    base = 3 * l * layer + 3 * logit_flops(model, B)
+    if recompute == "full":
+        base += l * layer
+    core = attention_core_flops(model, B) * l
+    if flash_attention:
+        base += core / 2
+    elif recompute == "selective":
+        base += core
+    return base
+
+
+def activation_bytes_per_layer(
+    model: ModelShape,
+    b: float,
+    tp: int,
+    recompute: str = "none",
+    seq_parallel: bool = False,
+    bytes_per_value: int = 2,
+    flash_attention: bool = False,
+    cp: int = 1,
+) -> float:
+    """Bytes one layer keeps for backward for one micro-batch of ``b`` sequences (Korthikanti et al. 2022,
+    arXiv:2205.05198): for a GPT none s·b·h·(10 + 24/t + 5·a·s/(h·t)) (eq. 2), with sequence parallelism
+    s·b·h·(34/t + 5·a·s/(h·t)) (§4.2.2); selective and FlashAttention drop the 5·a·s/(h·t) scores (§5);
+    full keeps the layer's input, 2·s·b·h (÷t with sequence parallelism, §4.3). The 24 generalised from
+    the paper's terms: Q 2, K and V 2·h_kv/h each, the output projection's input 2, the MLP's 2·f/h per
+    kept (b, s, f) tensor (2 for GELU: its input and output; 3 gated: gate, up, product). cp divides s.
+    Written for 2-byte values, scaled by bytes_per_value/2. Raises ConfigError for another ``recompute``."""
+    if recompute not in ("none", "selective", "full"):
+        raise ConfigError(f"recompute={recompute!r}: use 'none', 'selective' or 'full'")
+    s, h, a, t = model.seq // cp, model.hidden, model.heads, tp
+    sbh = s * b * h
+    if recompute == "full":
+        x = 2 * sbh / (t if seq_parallel else 1)
+    else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
+        # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
+        hk, f = model.kv * (h // a), model.f
+        split = (4 * h + 4 * hk + 2 * f * (3 if model.gated else 2)) * s * b
+        core = 0 if recompute == "selective" or flash_attention else 5 * a * s * model.seq * b
+        x = (10 * sbh + split + core) / t if seq_parallel else 10 * sbh + (split + core) / t
+    return x * bytes_per_value / 2
+
+
+def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", stage_layers=None) -> list[float]:
+    """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1.
+
+    megatron (Narayanan §5.1): ``stage_layers[i]`` blocks (default l/p each) of
+    :attr:`~minipar.perf.layout.ModelShape.layer_params` (12h² + 13h for a GPT) and the word embedding
+    ÷ t, plus the position embedding on stage 0 and the tied head's copy of the embedding on the last
+    stage. minipar: blocks (12h²+7h)/t + 6h (matrices and split biases; replicated vectors), stage 0
+    adds ⌈V/t⌉·h + s·h (embeddings), the last stage ⌈V/t⌉·h + 2h (head, final LayerNorm).
+    """
+    h, V = model.hidden, model.vocab
+    if counts == "megatron":
+        layers = stage_layers or [model.layers // pp] * pp
+        out = [n * model.layer_params / tp for n in layers]
+        out[-1] += V * h / tp
+        out[0] += (V * h / tp if pp > 1 else 0) + model.seq * h
+        return out
+    from minipar.pp.stages import partition_layers  # imports torch: only the minipar counts need it
+
+    block = (12 * h * h + 7 * h) / tp + 6 * h
+    out = []
+    for s, (lo, hi) in enumerate(partition_layers(model.layers, pp)):
+        n = (hi - lo) * block
+        if s == 0:
+            n += -(-V // tp) * h + model.seq * h
+        if s == pp - 1:
+            n += -(-V // tp) * h + 2 * h
+        out.append(n)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def gpt_flops_per_token(model: ModelShape) -> float:
+    """Training FLOPs per token of minipar's GPT of this shape: ``GPT.flops_per_token()`` itself (6·N +
+    12·l·h·s; Kaplan et al. 2020, arXiv:2001.08361, Table 1; PaLM, arXiv:2204.02311, App. B), the
+    model built on the meta device (no memory, no data)."""
+    import torch
+
+    from minipar.models import GPT, GPTConfig
+
+    l, h, a, s, V = model.layers, model.hidden, model.heads, model.seq, model.vocab
+    with torch.device("meta"):
+        return GPT(
+            GPTConfig(vocab_size=V, block_size=s, n_layer=l, n_head=a, d_model=h, bias=model.bias)
+        ).flops_per_token()

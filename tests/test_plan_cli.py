@@ -1,0 +1,70 @@
+"""``python -m minipar.plan`` for a real user (issue #22): any dense shape, a fixed layout, link speeds, JSON."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minipar.plan import main
+
+LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
+LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
+FIXED = ["--tp", "8", "--pp", "8", "--dp", "16", "--v", "5", "--zero", "1", "--recompute", "selective", "--sp"]
+
+
+def test_custom_shape_and_fixed_layout_print_json_in_under_5_s():
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.plan", *LLAMA70B, *FIXED, "--flash-attention", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    took = time.perf_counter() - t0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 1 and took < 5, (took, out)
+    r = rows[0]
+    assert {"mfu", "tflops_per_gpu", "step_s", "mem_gb", "fits"} <= set(r)
+    assert 0 < r["mfu"] < 1 and r["tflops_per_gpu"] > r["mfu"] * 989 * 0.99  # executed ≥ model FLOPs
+    assert r["layout"].startswith("dp16·tp8·pp8") and r["fits"] is True
+
+
+def test_link_speeds_and_presets_change_the_answer(capsys):
+    base = [*LLAMA70B, *FIXED, "--json"]
+    assert main(base) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert main([*base, "--inter-node-gbps", "100"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["step_s"] > fast["step_s"]
+    for gpu in ("a100", "h200", "b200"):
+        assert main([*base, "--gpu", gpu]) == 0
+        assert json.loads(capsys.readouterr().out)["mfu"] > 0
+
+
+def test_search_with_a_custom_shape_and_json(capsys):
+    argv = ["--layers", "24", "--hidden", "2048", "--heads", "16", "--gpus", "16", "--global-batch", "64"]
+    assert main([*argv, "--json", "--top", "3"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 3 and rows[0]["mfu"] >= rows[-1]["mfu"]
+
+
+CASES = [
+    (["--layers", "24", "--hidden", "2048"], "a custom shape needs --layers, --hidden and --heads: add --heads"),
+    (["--tp", "8", "--pp", "2"], "a fixed layout needs --tp, --pp and --dp"),
+    (["--layers", "24", "--hidden", "2048", "--heads", "5"], "hidden=2048 is not divisible by heads=5"),
+    ([*LLAMA70B, "--tp", "8", "--pp", "7", "--dp", "1"], "layers=80 is not divisible by pp·v = 7·1"),
+    (
+        [*LLAMA70B, "--tp", "8", "--pp", "8", "--dp", "16", "--inter-node-gbps", "0"],
+        "--inter-node-gbps 0.0: must be > 0",
+    ),
+    (["--kv-heads", "0"], "--kv-heads 0: must be an integer >= 1"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CASES, ids=[m.split(":")[0][:40] for _, m in CASES])
+def test_wrong_input_is_one_line_naming_the_value_and_the_fix(argv, message, capsys):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith(f"error: {message}") and cap.err.count("\n") == 1, cap.err
