@@ -72,8 +72,12 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("04", "ex04_minipar_mappings", "f and g", "minipar/tp/mappings.py"),
     ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
     ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
+    ("05", "ex05_gpipe_minipar", "gpipe", "minipar/pp/schedules.py"),
+    ("05", "ex05_bubble_simulated", "bubble_fraction", "minipar/pp/schedules.py"),
+    ("06", "ex06_1f1b_minipar", "one_f_one_b", "minipar/pp/schedules.py"),
     ("06", "ex06_no_min", "one_f_one_b", "one_f_one_b(3, 1)"),
     ("06", "ex06_deadlock", "one_f_one_b", "deadlock"),
+    ("07", "ex07_coords_minipar", "coords_of", "minipar/mesh.py"),
     ("07", "ex07_pp_fastest", "coords_of", "tp varies fastest"),
     # mismatched new_group calls either hang (the ranks wait) or pair the wrong ranks, by timing: one hint for both
     ("07", "ex07_own_group_only", "build_groups", "same calls in the same order"),

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from exercises.checks.common import CheckFailed, call
-from exercises.checks.schedules import CASES, validate
+from exercises.checks.common import CheckFailed
+from exercises.checks.schedules import CASES, RULES, validate
+from exercises.checks.watch import finally_own, watched
 
 TITLE = "pipeline, micro-batches"
 MODULE = "ex05_pipeline_microbatches"
 
 
 def check_gpipe(mod) -> str:
+    seen = []
     for p, m in CASES:
-        sched = call(f"gpipe({p}, {m})", mod.gpipe, p, m)
+        sched, summary = watched(f"gpipe({p}, {m})", RULES, mod, mod.gpipe, p, m)
+        seen.append((f"gpipe({p}, {m})", summary))
         sim = validate(f"gpipe({p}, {m})", sched, p, m)
         for r, acts in enumerate(sched):
             fw = [a.mb for a in acts if a.kind == "F"]
@@ -27,20 +30,24 @@ def check_gpipe(mod) -> str:
                 )
         if max(sim.peak_inflight) != m:
             raise CheckFailed(f"gpipe({p}, {m}): peak in flight {sim.peak_inflight}, GPipe holds all m = {m}")
+    finally_own(mod, ["gpipe"], seen)
     return "p = 1, 3, 4; m = 1, 2, 4, 8 (m < p too): valid (simulated), all forwards then all backwards"
 
 
 def check_bubble(mod) -> str:
     from minipar.pp.schedules import gpipe, simulate
 
+    seen = []
     for p, m in CASES:
-        got = call(f"bubble_fraction({p}, {m})", mod.bubble_fraction, p, m)
+        got, summary = watched(f"bubble_fraction({p}, {m})", RULES, mod, mod.bubble_fraction, p, m)
+        seen.append((f"bubble_fraction({p}, {m})", summary))
         want = simulate(gpipe(p, m), t_f=1.0, t_b=2.0).bubble
         if not abs(got - want) < 1e-12:
             raise CheckFailed(
                 f"bubble_fraction({p}, {m}) = {got!r}, the simulator measures {want:.6f} (t_B = 2·t_F): "
                 "the bubble is (p − 1)/m of the *ideal* time, so (p − 1)/(m + p − 1) of the whole step"
             )
+    finally_own(mod, ["bubble_fraction"], seen)
     return "p = 1, 3, 4; m = 1, 2, 4, 8: equals the simulated idle fraction"
 
 

@@ -6,8 +6,9 @@ import importlib
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, call, max_diff, run_ranks
-from exercises.checks.schedules import CASES, first_difference, validate
+from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.schedules import CASES, RULES, first_difference, validate
+from exercises.checks.watch import finally_own, watched
 
 TITLE = "1F1B"
 MODULE = "ex06_1f1b"
@@ -57,9 +58,11 @@ def one_device(m):
 def check_1f1b(mod) -> str:
     from minipar.pp.schedules import one_f_one_b
 
+    seen = []
     for p, m in CASES:
         what = f"one_f_one_b({p}, {m})"
-        sched = call(what, mod.one_f_one_b, p, m)
+        sched, summary = watched(what, RULES, mod, mod.one_f_one_b, p, m)
+        seen.append((what, summary))
         sim = validate(what, sched, p, m)
         for r in range(p):
             if sim.peak_inflight[r] > min(p - r, m):
@@ -85,6 +88,7 @@ def check_1f1b(mod) -> str:
                         f"{what}: rank {r}'s gradient of {k} differs from one device (float64, bound "
                         f"{EXACT:g}): every micro-batch's forward and backward must run exactly once"
                     )
+    finally_own(mod, ["one_f_one_b"], seen)
     return (
         "p = 1, 3, 4; m = 1, 2, 4, 8 (m < p too): valid (simulated), ≤ p − r in flight, the reference order; "
         "run on 3 real ranks = one device's gradients (float64)"
@@ -94,10 +98,12 @@ def check_1f1b(mod) -> str:
 def check_interleaved(mod) -> str:
     from minipar.pp.schedules import interleaved_1f1b
 
+    seen = []
     cases = [(1, 2, 2), (2, 2, 2), (2, 4, 2), (4, 4, 2), (4, 8, 2), (3, 6, 3)]
     for p, m, v in cases:
         what = f"interleaved_1f1b({p}, {m}, v={v}) (stretch goal)"
-        sched = call(what, mod.interleaved_1f1b, p, m, v)
+        sched, summary = watched(what, RULES, mod, mod.interleaved_1f1b, p, m, v)
+        seen.append((what, summary))
         validate(what, sched, p, m, v)
         diff = first_difference(sched, interleaved_1f1b(p, m, v))
         if diff:
@@ -107,6 +113,7 @@ def check_interleaved(mod) -> str:
                 "(k mod p·v) // p, the reversed chunk order of backwards, and the warm-up "
                 "min((p − r − 1)·2 + (v − 1)·p, m·v)"
             )
+    finally_own(mod, ["interleaved_1f1b"], seen)
     return "p = 1, 2, 3, 4; v = 2, 3: valid (simulated) and Megatron-LM's order"
 
 

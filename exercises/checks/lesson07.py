@@ -6,7 +6,13 @@ import importlib
 
 import torch
 
-from exercises.checks.common import CheckFailed, call, run_ranks
+from exercises.checks.common import CheckFailed, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
+
+MESH = "this exercise is the device mesh: write it yourself"
+RULES = Refuse(
+    {"minipar/mesh.py": MESH + ", not minipar's", "torch/distributed/device_mesh.py": MESH + ", not init_device_mesh"}
+)
 
 TITLE = "3D parallel"
 MODULE = "ex07_3d_parallel"
@@ -22,30 +28,36 @@ def shapes():
 def check_coords(mod) -> str:
     from minipar.mesh import coords_of
 
+    seen = []
     for shape in shapes():
         for r in range(shape[0] * shape[1] * shape[2]):
-            got = call(f"coords_of({r}, {shape})", mod.coords_of, r, shape)
+            got, summary = watched(f"coords_of({r}, {shape})", RULES, mod, mod.coords_of, r, shape)
+            seen.append((f"coords_of({r}, {shape})", summary))
             want = coords_of(r, shape)
             if dict(got) != want:
                 raise CheckFailed(
                     f"coords_of({r}, shape (pp, dp, tp) = {shape}) = {dict(got)}, expected {want}: "
                     "rank = pp·(dp·tp) + dp·tp + tp — tp varies fastest, pp slowest"
                 )
+    finally_own(mod, ["coords_of"], seen)
     return f"{len(shapes())} shapes of 1, 4, 8, 12 ranks: every rank's (pp, dp, tp) = minipar.mesh"
 
 
 def check_group_ranks(mod) -> str:
     from minipar.mesh import group_ranks
 
+    seen = []
     for shape in shapes():
         for dim in DIMS:
-            got = call(f"group_ranks({shape}, {dim!r})", mod.group_ranks, shape, dim)
+            got, summary = watched(f"group_ranks({shape}, {dim!r})", RULES, mod, mod.group_ranks, shape, dim)
+            seen.append((f"group_ranks({shape}, {dim!r})", summary))
             want = group_ranks(shape, dim)
             if [list(g) for g in got] != want:
                 raise CheckFailed(
                     f"group_ranks({shape}, {dim!r}) = {got}, expected {want}: a {dim} group holds the "
                     f"ranks whose other two coordinates are equal (sorted)"
                 )
+    finally_own(mod, ["group_ranks"], seen)
     return f"{len(shapes())} shapes × pp, dp, tp: = minipar.mesh.group_ranks"
 
 
@@ -55,8 +67,9 @@ def groups_worker(module, shape):
     from minipar import dist as mdist
 
     mod = importlib.import_module(module)
-    out = mod.build_groups(*shape)
-    res = {}
+    with Watch(RULES, own=mod, ops=False) as w:
+        out = mod.build_groups(*shape)
+    res = {"seen": w.summary()}
     for dim in DIMS:
         g, ranks = out[dim]
         t = torch.tensor([float(mdist.rank())])
@@ -69,10 +82,14 @@ def check_build_groups(mod) -> str:
     from minipar.mesh import coords_of, group_ranks
 
     layouts = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (2, 1, 2), (4, 1, 1)]
+    seen = []
     for shape in layouts:
         world = shape[0] * shape[1] * shape[2]
         what = f"build_groups{shape} on {world} ranks"
         got = run_ranks(groups_worker, world, (mod.__name__, shape), what)
+        for r, res in enumerate(got):
+            judge(f"{what}: rank {r}", res["seen"])
+            seen.append((f"{what}: rank {r}", res["seen"]))
         for r, res in enumerate(got):
             for dim in DIMS:
                 want = next(g for g in group_ranks(shape, dim) if r in g)
@@ -88,6 +105,7 @@ def check_build_groups(mod) -> str:
                             "order — create every group of every dimension on every rank, keep the ones you are in"
                         )
                     )
+    finally_own(mod, ["build_groups"], seen)
     return "layouts (1,1,1), (1,2,2), (2,2,1), (2,1,2), (4,1,1): every rank's groups all-reduce over the right ranks"
 
 

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from exercises.checks.common import CheckFailed
+from exercises.checks.watch import Refuse
 from minipar.errors import ConfigError
+
+SCHEDULE = "this exercise is the schedule: write it yourself"
+RULES = Refuse(
+    {
+        "minipar/pp/": SCHEDULE + ", not minipar's",
+        "minipar/perf/": SCHEDULE + ", not minipar's planner",
+        "torch/distributed/pipelining/": SCHEDULE + ", not torch.distributed.pipelining's",
+    },
+    allow=["minipar.pp.schedules:Action"],
+)
 
 CASES = [(1, 1), (1, 4), (3, 1), (3, 2), (3, 4), (4, 2), (4, 4), (4, 8)]  # (p, m), m < p included
 
