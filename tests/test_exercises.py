@@ -86,6 +86,12 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("08", "ex08_no_fork_rng", "Checkpoint", "fork_rng"),
     ("08", "ex08_scaler_no_reset", "loss_scale_step", "reset the clean count"),
     ("08", "ex08_unscale_on_skip", "loss_scale_step", "changed on a skipped step"),
+    # issue 23: delegation, a recompute that never recomputes, cases the old check never exercised
+    ("08", "ex08_torch_checkpoint", "Checkpoint", "torch.utils.checkpoint"),
+    ("08", "ex08_no_recompute", "Checkpoint", "forward ran fn 1 time(s) with grad [True]"),
+    ("08", "ex08_first_input_only", "Checkpoint", "input b got no gradient"),
+    ("08", "ex08_scale_first_only", "loss_scale_step", "in the last tensor"),
+    ("08", "ex08_hardcoded_factors", "loss_scale_step", "use the arguments"),
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
 ]

@@ -7,6 +7,39 @@ from __future__ import annotations
 import torch
 
 from exercises.checks.common import CheckFailed, call, expect_close
+from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
+
+RECOMPUTE = "this exercise is recomputation by hand: write the autograd Function yourself"
+SCALING = "this exercise is dynamic loss scaling: write it yourself"
+RULES = Refuse(
+    {
+        "torch/utils/checkpoint.py": RECOMPUTE + ", not torch.utils.checkpoint",
+        "minipar/recompute.py": RECOMPUTE + ", not minipar's",
+        "minipar/amp.py": SCALING + ", not minipar's DynamicLossScaler",
+        "torch/amp/": SCALING + ", not torch.amp.GradScaler",
+    }
+)
+
+
+class Counted:
+    """``fn`` that records, per call, whether grad was enabled (a recompute runs it twice: no grad, then grad)."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, []
+
+    def __call__(self, *args):
+        self.calls.append(torch.is_grad_enabled())
+        return self.fn(*args)
+
+
+def _calls_ok(what, counted, phase, want) -> None:
+    if counted.calls != want:
+        raise CheckFailed(
+            f"{what}: {phase} ran fn {len(counted.calls)} time(s) with grad {counted.calls} (True = enabled), "
+            f"expected {want}: a recompute runs fn once in forward under torch.no_grad() (nothing kept but the "
+            "inputs) and once more in backward with grad, back-propagating through that re-run"
+        )
+
 
 TITLE = "when memory runs short"
 MODULE = "ex08_memory"
@@ -19,20 +52,31 @@ def _block():
     return Block(GPTConfig(d_model=32, n_head=4, dropout=0.1, attention="explicit", block_size=16)).double()
 
 
-def _run(blk, x, go, fn_wrap, learner=False):
+def _run(blk, x, go, fn_wrap, learner=None):
     """Forward from seed 5, 3 more random draws, backward, then one draw: what a training loop sees."""
     for p in blk.parameters():
         p.grad = None
     x = x.detach().clone().requires_grad_()
     torch.manual_seed(5)
-    y = fn_wrap(blk._forward, x)
+    fn = Counted(blk._forward)
+    with Watch(RULES, own=learner) as w:
+        y = fn_wrap(fn, x)
+    forward_calls, fn.calls = fn.calls, []
     between = torch.rand(3, dtype=torch.float64)  # the caller's RNG moves on before backward
-    if learner:
-        call(
-            "backward through Checkpoint (Checkpoint.backward; it returns None for fn, then one gradient per input)",
-            y.backward,
-            go,
-        )
+    if learner is not None:
+        judge("checkpoint(block, x), forward", w.summary())
+        if forward_calls != [False]:
+            fn.calls = forward_calls
+            _calls_ok("checkpoint(block, x)", fn, "forward", [False])
+        with Watch(RULES, own=learner) as w:
+            call(
+                "backward through Checkpoint (Checkpoint.backward; it returns None for fn, then one gradient "
+                "per input)",
+                y.backward,
+                go,
+            )
+        judge("checkpoint(block, x), backward", w.summary())
+        _calls_ok("checkpoint(block, x)", fn, "backward", [True])
     else:
         y.backward(go)
     after = torch.rand(3, dtype=torch.float64)
@@ -46,7 +90,7 @@ def check_checkpoint(mod) -> str:
     x = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     go = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     want = _run(blk, x, go, lambda fn, t: fn(t))
-    got = _run(blk, x, go, lambda fn, t: call("checkpoint (Checkpoint.forward)", mod.checkpoint, fn, t), learner=True)
+    got = _run(blk, x, go, lambda fn, t: call("checkpoint (Checkpoint.forward)", mod.checkpoint, fn, t), learner=mod)
     expect_close("output of checkpoint(block, x)", got[0], want[0], hint="forward must return fn(*inputs)")
     expect_close(
         "grad of x",
@@ -75,54 +119,107 @@ def check_checkpoint(mod) -> str:
             f"forward kept {kept:,} bytes for backward, expected {x1.numel() * 8:,} (the input only): "
             "run fn under torch.no_grad() and ctx.save_for_backward only the inputs"
         )
+    _several_inputs(mod, blk)
+    finally_own(mod, ["Checkpoint.forward", "Checkpoint.backward"])
     return (
         "a float64 transformer block with dropout: output, input and parameter gradients, RNG stream, "
-        "bytes kept = the input"
+        "bytes kept = the input, fn run once without grad then once with; three inputs, one without grad"
     )
+
+
+def _several_inputs(mod, blk) -> None:
+    """``checkpoint(fn, a, b, c)``: gradients for a and b (through the block, with dropout), None for c."""
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.randn(2, 16, 32, dtype=torch.float64, generator=g) for _ in range(3))
+    go = torch.randn(2, 16, 32, dtype=torch.float64, generator=g)
+
+    def fn(a, b, c):
+        return blk._forward(a + torch.tanh(b) * c)
+
+    res = []
+    for wrap in (lambda f, *t: f(*t), lambda f, *t: call("checkpoint(fn, a, b, c)", mod.checkpoint, f, *t)):
+        ins = [a.clone().requires_grad_(), b.clone().requires_grad_(), c.clone()]
+        torch.manual_seed(7)
+        y = wrap(fn, *ins)
+        call("backward through Checkpoint with three inputs", y.backward, go)
+        res.append([t.grad for t in ins])
+    want, got = res
+    for name, gw, gg in zip("ab", want[:2], got[:2]):
+        if gg is None:
+            raise CheckFailed(
+                f"checkpoint(fn, a, b, c), three inputs: input {name} got no gradient: return one gradient per input "
+                "(after None for fn), for every input that requires grad — not only the first"
+            )
+        expect_close(f"checkpoint(fn, a, b, c): grad of input {name}", gg, gw, hint="one gradient per input")
+    if got[2] is not None:
+        raise CheckFailed("checkpoint(fn, a, b, c): input c has requires_grad=False but got a gradient: return None")
 
 
 def check_loss_scale(mod) -> str:
     from minipar.amp import DynamicLossScaler
 
+    seen = []
     pattern = [1, 1, 0, 1, 1, 1, 1, "nan", 1, 1, 1, 1, 1, 1]  # 0: an inf gradient
-    ref = DynamicLossScaler(init_scale=2.0**10, growth_interval=3)
-    scale, clean = 2.0**10, 0
-    for step, kind in enumerate(pattern):
-        g = torch.full((5,), 3.0, dtype=torch.float64) * ref.scale
-        if kind == 0:
-            g[2] = float("inf")
-        elif kind == "nan":
-            g[4] = float("nan")
-        g_ref, g_got = g.clone(), g.clone()
-        ok_ref = ref.unscale_and_check([g_ref])
-        ref.update(ok_ref)
-        got = call("loss_scale_step", mod.loss_scale_step, [g_got], scale, clean, 3)
-        if not isinstance(got, tuple) or len(got) != 3:
-            raise CheckFailed("loss_scale_step must return (step, new_scale, new_clean)")
-        ok, scale, clean = got
-        what = f"step {step} ({'inf' if kind == 0 else kind if kind == 'nan' else 'finite'} gradients)"
-        if bool(ok) != ok_ref:
-            raise CheckFailed(f"{what}: step={ok}, expected {ok_ref}: any inf or nan gradient skips the step")
-        if (
-            not ok_ref
-            and not torch.equal(g_got.isnan(), g.isnan())
-            or not ok_ref
-            and not torch.equal(torch.nan_to_num(g_got), torch.nan_to_num(g))
-        ):
-            raise CheckFailed(
-                f"{what}: the gradients were changed on a skipped step: check every gradient first, "
-                "unscale only when all are finite"
+    configs = [  # (tensors, growth_interval, keyword arguments): defaults, then several tensors and other factors
+        (1, 3, {}),
+        (3, 2, {"growth": 3.0, "backoff": 0.25}),
+    ]
+    for n_tensors, interval, kw in configs:
+        ref = DynamicLossScaler(init_scale=2.0**10, growth_interval=interval, **kw)
+        scale, clean = 2.0**10, 0
+        for step, kind in enumerate(pattern):
+            gs = [torch.full((5,), 3.0 + i, dtype=torch.float64) * ref.scale for i in range(n_tensors)]
+            bad = gs[-1]  # the overflow is in the last tensor: every gradient must be looked at
+            if kind == 0:
+                bad[2] = float("inf")
+            elif kind == "nan":
+                bad[4] = float("nan")
+            g_ref, g_got = [g.clone() for g in gs], [g.clone() for g in gs]
+            ok_ref = ref.unscale_and_check(g_ref)
+            ref.update(ok_ref)
+            what = (
+                f"loss_scale_step with {n_tensors} gradient tensor(s)"
+                + (f", growth_interval={interval}, growth={kw['growth']}, backoff={kw['backoff']}" if kw else "")
+                + f", step {step} ({'inf' if kind == 0 else kind if kind == 'nan' else 'finite'} gradients"
+                + (" in the last tensor)" if n_tensors > 1 and kind != 1 else ")")
             )
-        if scale != ref.scale:
-            raise CheckFailed(
-                f"{what}: scale {scale:g}, expected {ref.scale:g}: halve on overflow and reset the "
-                "clean count to 0; double after growth_interval clean steps in a row"
-            )
-        if ok_ref:
-            expect_close(
-                f"{what}: unscaled gradient", g_got, g_ref, hint="divide every gradient by the scale, in place"
-            )
-    return f"{len(pattern)} steps with inf and nan: skips, scales and unscaled gradients = DynamicLossScaler"
+            got, summary = watched(what, RULES, mod, mod.loss_scale_step, g_got, scale, clean, interval, **kw)
+            seen.append((what, summary))
+            if not isinstance(got, tuple) or len(got) != 3:
+                raise CheckFailed("loss_scale_step must return (step, new_scale, new_clean)")
+            ok, scale, clean = got
+            if bool(ok) != ok_ref:
+                raise CheckFailed(
+                    f"{what}: step={ok}, expected {ok_ref}: any inf or nan in any gradient skips the step (check "
+                    "every tensor of the list)"
+                )
+            if not ok_ref and any(
+                not torch.equal(a.isnan(), b.isnan()) or not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
+                for a, b in zip(g_got, gs)
+            ):
+                raise CheckFailed(
+                    f"{what}: the gradients were changed on a skipped step: check every gradient first, "
+                    "unscale only when all are finite"
+                )
+            if scale != ref.scale:
+                raise CheckFailed(
+                    f"{what}: scale {scale:g}, expected {ref.scale:g}: on overflow multiply by backoff and reset the "
+                    "clean count to 0; after growth_interval clean steps in a row multiply by growth (use the "
+                    "arguments, not 2 and 0.5)"
+                )
+            if ok_ref:
+                for i, (a, b) in enumerate(zip(g_got, g_ref)):
+                    expect_close(
+                        f"{what}: unscaled gradient tensor {i}",
+                        a,
+                        b,
+                        hint="divide every gradient by the scale, in place",
+                    )
+    finally_own(mod, ["loss_scale_step"], seen)
+    return (
+        f"{len(pattern)} steps with inf and nan, 1 and 3 tensors (overflow in the last), default and other "
+        "growth/backoff: skips, scales and unscaled gradients = DynamicLossScaler"
+    )
 
 
 CHECKS = [("Checkpoint", check_checkpoint), ("loss_scale_step", check_loss_scale)]
