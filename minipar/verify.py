@@ -96,3 +96,35 @@ def check_equal(what: str, got, want, show: bool = True) -> str:
     if show:
         print(line)
     return line
+
+
+def check_bound(
+    what: str,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    bound_text: str = "",
+    show: bool = True,
+    fmt: str = "{:.1%}",
+    detail: str = "",
+) -> str:
+    """A measured value (a bubble, a speed-up: it differs between machines) against bounds that do not.
+
+    Prints ``"{what}: {bound_text} ✓ ⏱ {value}"`` — the claim before the marker ⏱, the measured value
+    after it (the notebooks' sanitizer masks from ⏱ to the end of the line) — or raises
+    :class:`ProofError` with the value and the bounds when ``lo <= value <= hi`` fails.
+
+    Args:
+        lo, hi: inclusive bounds (None: open). ``bound_text``: the claim in words, e.g.
+            ``"at least the formula's 27.3 % - 2 points"`` — only numbers every machine agrees on
+            (a formula's, not another measurement's: put that in ``detail``).
+        fmt: how ``value`` and the bounds are printed. ``detail``: more measured text after the value.
+    """
+    ok = (lo is None or value >= lo) and (hi is None or value <= hi)
+    if not ok:  # also NaN
+        rng = f"[{'-inf' if lo is None else fmt.format(lo)}, {'inf' if hi is None else fmt.format(hi)}]"
+        raise ProofError(f"{what}: {fmt.format(value)} is outside {rng} ({bound_text})")
+    line = f"{what}: {bound_text} ✓ ⏱ {fmt.format(value)}{detail}"
+    if show:
+        print(line)
+    return line

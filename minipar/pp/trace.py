@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from minipar import dist as mdist
+from minipar.clock import ClusterClock
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor, TraceEvent
@@ -56,6 +57,8 @@ class RunSpec:
     return_params: bool = False
     seed: int = 0
     dtype: str = "float32"  # "float64" for equivalence proofs (rounding ~1e-16, see minipar.verify)
+    clock: tuple | None = None  # (intra, inter) Links: run every step on the cluster clock (minipar.clock)
+    coupled: bool = False  # blocking paired send/receive instead of decoupled (PipelineExecutor(coupled=))
 
 
 def _model_and_data(spec: RunSpec):
@@ -79,7 +82,10 @@ def traced_run(spec: RunSpec) -> dict:
     ``losses`` (last stage, else None), ``trace`` (the events of the fastest timed step), ``peak_act_bytes``,
     ``act_bytes_per_mb`` (of one micro-batch on this rank's first stage), ``step_s`` (the fastest
     timed step, seconds, as the slowest rank saw it: every step starts after a barrier; the
-    minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``."""
+    minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``.
+    With ``spec.clock`` (links): every step runs on a :class:`~minipar.clock.ClusterClock`; also
+    ``timeline`` (this rank's clock spans of the step with the least virtual time, for
+    :func:`from_clock`) and ``virtual_s`` (that step's virtual seconds, the last rank to finish)."""
     p, me = mdist.world_size(), mdist.rank()
     torch.set_default_dtype(getattr(torch, spec.dtype))  # this rank's process only
     model, batches = _model_and_data(spec)
@@ -93,19 +99,28 @@ def traced_run(spec: RunSpec) -> dict:
 
         nat = native_schedule(spec.schedule, stages, S, spec.m)
     else:
-        ex = PipelineExecutor(stages, sched, lookahead=spec.lookahead)
+        ex = PipelineExecutor(stages, sched, lookahead=spec.lookahead, coupled=spec.coupled)
     losses, times, trace, peak, per_mb = [], [], [], 0, 0
+    virtual, timeline = [], []
     for i, (x, y) in enumerate(batches):
         mdist.barrier()
         t0 = time.perf_counter()
         if spec.native:
             loss = native_step(nat, stages, S, x, y, opt)
         else:
-            res = ex.step(x, y, opt)
+            with ClusterClock(*(spec.clock or ()), enabled=spec.clock is not None) as clk:
+                res = ex.step(x, y, opt, clock=clk if spec.clock is not None else None)
             loss, peak = res.loss, max(peak, res.peak_act_bytes)
             per_mb = res.act_bytes.get((ids[0], 0), 0)
         t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=mdist.device())
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)  # the same value on every rank
+        if spec.clock is not None:  # the step's virtual time: the last rank to finish
+            v = torch.tensor([clk.now], dtype=torch.float64, device=mdist.device())
+            torch.distributed.all_reduce(v, op=torch.distributed.ReduceOp.MAX)
+            if i > 0:
+                if not virtual or v.item() < min(virtual):
+                    timeline = [tuple(sp) for sp in clk.timeline]
+                virtual.append(v.item())
         if i > 0:  # step 0 is the warm-up
             if not spec.native and (not times or t.item() < min(times)):
                 trace = res.trace  # keep the fastest step's trace: the least disturbed by other processes
@@ -121,6 +136,8 @@ def traced_run(spec: RunSpec) -> dict:
         step_s=min(times) if times else 0.0,
         step_times=times,
     )
+    if spec.clock is not None:  # on the cluster clock: the fastest step's timeline and virtual seconds
+        out.update(timeline=timeline, virtual_s=min(virtual), virtual_times=virtual)
     if spec.return_params:
         mine = {id(q) for s in stages.values() for q in s.parameters()}
         out["params"] = {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine}
