@@ -94,6 +94,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("08", "ex08_hardcoded_factors", "loss_scale_step", "use the arguments"),
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
+    ("09", "ex09_powersgd_full_matrix", "powersgd_round", "never the whole n·k"),
 ]
 
 

@@ -6,13 +6,23 @@ import importlib
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, call, expect_close, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, expect_close, run_ranks
+from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
+
+COMPRESS = "this exercise is gradient compression: write it yourself"
+RULES = Refuse(
+    {
+        "minipar/dp/compression.py": COMPRESS + ", not minipar's",
+        "torch/distributed/algorithms/": COMPRESS + ", not PyTorch's DDP comm hooks",
+    }
+)
 
 TITLE = "communication: compression"
 MODULE = "ex09_communication"
 
 
 def check_topk(mod) -> str:
+    seen = []
     gen = torch.Generator().manual_seed(9)
     cases = [(7, 1), (7, 7), (1000, 10), (257, 13)]
     for n, k in cases:
@@ -20,7 +30,10 @@ def check_topk(mod) -> str:
         for step in range(3):
             grad = torch.randn(n, generator=gen, dtype=torch.float64)
             what = f"topk_with_error_feedback(n={n}, k={k}), step {step + 1}"
-            vals, idx, new_err = call(what, mod.topk_with_error_feedback, grad.clone(), error.clone(), k)
+            (vals, idx, new_err), summary = watched(
+                what, RULES, mod, mod.topk_with_error_feedback, grad.clone(), error.clone(), k
+            )
+            seen.append((what, summary))
             a = grad + error
             if tuple(vals.shape) != (k,) or tuple(idx.shape) != (k,):
                 raise CheckFailed(
@@ -43,6 +56,7 @@ def check_topk(mod) -> str:
                 "error feedback: new_error = grad + error with the sent entries zeroed (nothing is lost)",
             )
             error = new_err
+    finally_own(mod, ["topk_with_error_feedback"], seen)
     return "n = 7, 257, 1000; k = 1 .. n; 3 steps each: the k largest |g + e| sent, the rest kept exactly"
 
 
@@ -53,8 +67,9 @@ def powersgd_worker(module, n, k, r, seed):
     gen = torch.Generator().manual_seed(seed + mdist.rank())
     m = torch.randn(n, k, generator=gen, dtype=torch.float64)
     q = torch.randn(k, r, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    approx, new_q = mod.powersgd_round(m, q)
-    return approx, new_q
+    with Watch(RULES, own=mod) as w:
+        approx, new_q = mod.powersgd_round(m, q)
+    return approx, new_q, w.summary()
 
 
 def one_device(ms, q):
@@ -66,16 +81,20 @@ def one_device(ms, q):
 
 def check_powersgd(mod) -> str:
     cases = [(1, 6, 5, 2), (2, 8, 6, 2), (3, 9, 7, 3)]
+    seen = []
     for world, n, k, r in cases:
         what = f"powersgd_round on {world} rank(s), m ({n}, {k}), rank {r}"
         got = run_ranks(powersgd_worker, world, (mod.__name__, n, k, r, 90), what)
+        for rank, (*_, summary) in enumerate(got):
+            judge(f"{what}: rank {rank}", summary)
+            seen.append((f"{what}: rank {rank}", summary))
         ms = [
             torch.randn(n, k, generator=torch.Generator().manual_seed(90 + i), dtype=torch.float64)
             for i in range(world)
         ]
         q = torch.randn(k, r, generator=torch.Generator().manual_seed(90), dtype=torch.float64)
         want_approx, want_q = one_device(ms, q)
-        for rank, (approx, new_q) in enumerate(got):
+        for rank, (approx, new_q, _) in enumerate(got):
             expect_close(
                 f"{what}: rank {rank}'s approx",
                 approx,
@@ -92,7 +111,21 @@ def check_powersgd(mod) -> str:
                 1e-9,
                 "new_q = the all-reduced mean of mᵀ·P̂",
             )
-    return "1, 2 and 3 ranks: every rank's estimate = one device's PowerSGD round on the mean matrix"
+        for rank, (*_, summary) in enumerate(got):
+            if world > 1:
+                comm = summary["comm"]
+                sizes = [(op, a) for op, a, _, _ in comm]
+                if sizes != [("allreduce", n * r), ("allreduce", k * r)]:
+                    raise CheckFailed(
+                        f"{what}: rank {rank} communicated {sizes} (c10d op, elements), expected two all-reduces: "
+                        f"P of n·r = {n * r} elements, then Q of k·r = {k * r} — PowerSGD sends (n + k)·r numbers, "
+                        f"never the whole n·k = {n * k} matrix"
+                    )
+    finally_own(mod, ["powersgd_round"], seen)
+    return (
+        "1, 2 and 3 ranks: every rank's estimate = one device's PowerSGD round on the mean matrix; two all-reduces "
+        "of n·r and k·r elements"
+    )
 
 
 CHECKS = [("topk_with_error_feedback", check_topk), ("powersgd_round", check_powersgd)]
