@@ -3,11 +3,13 @@
 A MODEL (arithmetic with sources), not a measurement. Import from the submodules (this package
 imports nothing, so :mod:`minipar.tp` can use :mod:`minipar.perf.factors` without loading the model):
 
-- :mod:`minipar.perf.hardware`   devices and links: GPU presets (NVLink/InfiniBand), this CPU measured
-- :mod:`minipar.perf.layout`     a model's shape, a layout (dp, tp, pp, b, v, ZeRO, recompute), the estimate
-- :mod:`minipar.perf.model`      FLOPs, memory, activation bytes, α–β times: :func:`~minipar.perf.model.estimate`
+- :mod:`minipar.perf.hardware`   devices and links: A100/H100/H200/B200 presets, networks, this CPU measured
+- :mod:`minipar.perf.layout`     a dense model's shape (GQA, SwiGLU, FFN), a layout (dp, tp, pp, cp, b, v, ZeRO, ...)
+- :mod:`minipar.perf.flops`      FLOPs, activation bytes and parameters per stage, from the shape
+- :mod:`minipar.perf.model`      seconds and bytes per layout, α–β links: :func:`~minipar.perf.model.estimate`
 - :mod:`minipar.perf.search`     every layout estimated, rejected or ranked; rank correlation with a measurement
-- :mod:`minipar.perf.published`  Megatron-LM Table 1 and MegaScale rows the model is checked against
+- :mod:`minipar.perf.published`  the FIT set (Megatron-LM Table 1) and preset shapes
+- :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2), not tuned on
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 - :mod:`minipar.perf.factors`    divisors (pure arithmetic)
 

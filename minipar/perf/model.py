@@ -1,9 +1,10 @@
 """A MODEL of training step time, throughput (MFU) and memory per device, for one layout.
 
 This is arithmetic, not a measurement: a few lines per term, each with its source, so that a
-learner can plan "64 H100s and a 70B model: which (dp, tp, pp, m, v, ZeRO, recompute)?" before
-spending GPU hours, and check it against published runs (:mod:`minipar.perf.published`) and
-against measured runs on this CPU (lesson 07). One model, two device descriptions
+learner can plan "64 H100s and a 70B model: which (dp, tp, pp, cp, m, v, ZeRO, recompute)?" before
+spending GPU hours, and check it against published runs: a declared fit set
+(:mod:`minipar.perf.published`, where the one chosen constant was picked) and a declared test set
+(:mod:`minipar.perf.runs`, not tuned on). One model, two device descriptions
 (:mod:`minipar.perf.hardware`): a GPU cluster and this CPU, measured.
 
     from minipar.perf.hardware import GPUS
@@ -13,48 +14,52 @@ against measured runs on this CPU (lesson 07). One model, two device description
     e = estimate(MODELS["175b"], GPUS["a100"], Layout(dp=24, tp=8, pp=8, micro_batch=1), global_batch=1536)
     e.tflops_per_gpu, e.mfu, e.mem["total"], e.time["bubble"]
 
-Every term (B global batch, b micro-batch, s sequence, h hidden, a heads, l layers, V vocabulary,
-t/p/d the TP/PP/DP degrees, m = B/(d·b) micro-batches per pipeline). ``Device.counts`` picks how
-a step is counted where the two differ; ``"megatron"`` (GPU presets) / ``"minipar"`` (this CPU):
+Terms (b micro-batch, s sequence, h hidden, l layers, V vocabulary, t/p/d/c the TP/PP/DP/CP
+degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.flops`).
+``Device.counts``: ``"megatron"`` (GPU presets) / ``"minipar"`` (minipar's GPT on this CPU):
 
-- **Parameters** per rank (:func:`stage_params`): Narayanan et al. 2021 (arXiv:2104.04473, §5.1),
-  12·l·h² + 13·l·h + (V + s)·h with the head tied, ÷ t / minipar's ``GPT`` counted exactly: the
-  four matrices (+ biases) ÷ t, LayerNorm vectors replicated, an untied vocabulary-split head on
-  the last stage, uneven stages (:func:`minipar.pp.stages.partition_layers`).
-- **Compute.** megatron: FLOPs per forward of one layer and micro-batch 24·b·s·h²·(1 + s/6h); a
-  backward costs 2 forwards, full recomputation adds one forward (Narayanan §5.1, eq. 3), selective
-  only the attention scores 4·b·s²·h (Korthikanti et al. 2022, arXiv:2205.05198, §5); the logits'
-  6·B·s·h·V spread over the stages; GEMMs at ``gemm_efficiency`` of peak (0.75: cuBLAS reaches
-  70–80 % on large bf16 GEMMs); non-GEMM operators memory-bound, moving each layer's activation
-  bytes (Korthikanti eq. 2) through HBM twice, at ``hbm_bw`` — whole steps then run at 40–55 % of
-  peak, the range Megatron-LM reports. minipar: ``GPT.flops_per_token`` (6·N + 12·l·h·s, Kaplan et
-  al. 2020, arXiv:2001.08361; PaLM App. B) per token at ``peak_flops``, the stage's share of it;
-  full recomputation × 4/3. Both add ``layer_overhead`` per layer and divide by ``compute_share``.
+- **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
+  SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
+  arXiv:2104.04473, App. A) at ``gemm_efficiency`` of peak (0.68, CHOSEN on the fit set); the
+  memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
+  arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
+  backward is 2 forwards; full recomputation adds one, selective the attention core (§5).
+  FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
+  runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
+  last stage. minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full recomputation × 4/3.
+  Both add ``layer_overhead`` per layer and divide by ``compute_share``.
+- **Links** (:func:`group_link`): a group uses NVLink only if every group of its kind lies inside
+  one node in Megatron's rank order (tp innermost, then cp, dp, pp); tp = 6 on 8-GPU nodes straddles
+  nodes and runs on the inter-node link. α–β ring costs (lesson 01): all-reduce 2(n−1)α +
+  2(n−1)/n·S/β; the 2(n−1)α latency is the first-principles per-GPU-count effect (it grows with n).
 - **TP** (Shoeybi et al. 2019, arXiv:1909.08053, §3): per layer and micro-batch 2 all-reduces of
-  b·s·h values forward, 2 backward (megatron: 2 more in a recomputed forward; sequence parallelism
-  replaces each by an all-gather + reduce-scatter of the same volume, Korthikanti §4.2.2; minipar:
-  2 more per stage for the vocabulary-parallel embedding and head).
-- **PP**: each forward and backward of a stage sends one b·s·h activation or gradient; across
-  nodes when a node cannot hold two stages (t·d ≥ GPUs per node).
+  b·s·h values forward, 2 backward, 2 more in a recomputed forward (sequence parallelism: all-gather
+  + reduce-scatter, the same volume, Korthikanti §4.2.2). ``"tp"`` in overlap hides them behind the
+  layer's compute (MegaScale, arXiv:2402.15627, §3.2).
+- **CP** (ring attention, Liu et al. 2023, arXiv:2310.01889): c − 1 steps per layer, each passing this
+  rank's K and V (2·b·(s/c)·h_kv values ÷ t) while the attention of one chunk runs; only the excess is
+  exposed; the backward passes twice the bytes. DP gradients are reduced over d·c ranks.
+- **PP**: each action sends one b·s·h activation or gradient; with scatter/gather (Narayanan §4.1) or
+  sequence parallelism 1/t of it crosses nodes, then an all-gather over NVLink. ``"pp"`` in overlap
+  hides it (MegaScale §3.2).
 - **Pipeline time**: megatron: the makespan of the real schedule (:func:`minipar.pp.schedules.simulate`
-  of ``1f1b``, ``interleaved`` or ``gpipe``), the bubble what it leaves idle; minipar: uniform
-  stages, (m + p − 1) stage times, bubble (p − 1) of them (Narayanan §2.2.1).
-- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): an all-reduce of the stage's
-  gradients (ZeRO-1/2: reduce-scatter + all-gather, the same volume; ZeRO-3, pp = 1 only: one
-  reduce-scatter and an all-gather of the 16-bit weights per forward and backward), after the
-  pipeline drains unless ``overlap`` hides it. Optimizer step: 32 bytes per parameter over HBM.
+  of 1F1B, interleaved 1F1B or GPipe) with each virtual stage's own forward and backward time (uneven
+  first/last stages, the logit layer on the last); the bubble is what the busiest rank leaves idle.
+  minipar: uniform stages, (m + p − 1) stage times (Narayanan §2.2.1).
+- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`dp_time`. Under gradient
+  accumulation only the last micro-batch's backward can hide the gradient reduction (bucket by
+  bucket; the last bucket stays exposed). Optimizer step: 32 bytes per parameter over HBM.
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
-- **α–β** (lesson 01): a ring all-reduce over n ranks costs 2(n−1)·α + 2(n−1)/n · S/β, a transfer α + S/β.
-- **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`;
-  2 + 2 + 12 bytes per parameter in mixed precision, 4 + 4 + 8 in fp32), the busiest stage;
-  activations per Korthikanti et al. 2022 (eq. 2 with TP, §4.2.2 sequence parallel, §5 selective,
-  §4.3 full: the layer input kept plus one layer's working set) times the micro-batches stage 0
-  holds: min(p, m) under 1F1B, × (1 + (p−1)/(p·v)) interleaved (§4.2.3), m under GPipe. A layout
-  fits if this is ≤ ``usable_mem`` of the device's memory.
+- **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`,
+  over d·c ranks), activations per Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
+  × the micro-batches stage i holds (min(p − i, m) under 1F1B, × (1 + (p−1)/(p·v)) on stage 0
+  interleaved, §4.2.3; m under GPipe); the busiest stage. Fits if ≤ ``usable_mem`` (0.9, ASSUMED).
 
-Left out: kernel-launch and framework overhead on GPUs (``layer_overhead`` 0 there), stragglers,
-congestion, data loading, first/last-stage imbalance (megatron), GEMM-shape effects.
+Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
+§5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
+GEMM-shape effects (one efficiency for every GEMM), data loading, DeepSpeed's real overlap of ZeRO-3's
+all-gathers, MegaScale's parallel block and sliding-window attention.
 """
 
 from __future__ import annotations
