@@ -56,7 +56,7 @@ class Device:
     gpus_per_node: int = 8
     intra: tuple = (5e-6, 230e9)
     inter: tuple = (1e-5, 22e9)
-    gemm_efficiency: float = 0.75
+    gemm_efficiency: float = 0.68  # = GEMM_EFF below (chosen on the fit set)
     hbm_bw: float | None = None
     layer_overhead: float = 0.0
     compute_share: float = 1.0
