@@ -7,8 +7,11 @@ next one's peak (see :func:`step_memory`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import pathlib
+import sys
 import tempfile
 import time
 
@@ -228,3 +231,136 @@ def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> l
         opt.zero_grad(set_to_none=True)
 
     return [measure_peak(step) for _ in range(repeats)]
+
+
+# ---------------------------------------------------------------- memory over one step
+# The categories of PyTorch's memory profiler, in the order of its raw timeline's columns 1..8
+# (torch.profiler._memory_profiler._CATEGORY_TO_COLORS; column 0 is unused).
+TIMELINE_CATEGORIES = (
+    "parameters",
+    "optimizer state",
+    "inputs",
+    "temporaries",
+    "activations",
+    "gradients",
+    "autograd detail",
+    "unknown",
+)
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs start/stop lines with a time
+    stamp and a PID there, which a notebook would show as stderr."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def memory_timeline(cfg: GPTConfig, batch: int) -> dict:
+    """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist),
+    by category, from ``torch.profiler`` (``profile_memory=True``; ``export_memory_timeline``, the CPU
+    counterpart of ``torch.cuda.memory._record_memory_history``'s picture). ``zero_grad(set_to_none=True)``
+    as in :func:`minipar.reference.train_single_device`.
+
+    Returns ``{"t": ms since the step began, per allocation/free event, "bytes": {category: list},
+    "total": list}`` (bytes alive after each event)."""
+    import json
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+
+    def step():
+        model(x, y)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # the first step creates AdamW's moments
+    with (
+        _quiet_fd2(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof,
+    ):
+        step()
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        # deprecated in 2.13 in favour of the CUDA-only snapshot API, which has no CPU counterpart
+        warnings.simplefilter("ignore", FutureWarning)
+        path = pathlib.Path(tmp) / "timeline.json"
+        prof.export_memory_timeline(str(path), device="cpu")
+        raw = json.loads(path.read_text())
+    return _coalesce(raw)
+
+
+def _coalesce(raw) -> dict:
+    """``export_memory_timeline``'s JSON is ``[times, sizes]``, one row of sizes per event (times in
+    µs): column 0 unused, then one column per :data:`TIMELINE_CATEGORIES`. ``t`` is in ms from the first event
+    (a clock: only the picture uses it)."""
+    times, sizes = raw
+    if not sizes or len(sizes[0]) != len(TIMELINE_CATEGORIES) + 1:
+        raise ValueError(f"unexpected memory timeline rows: {str(sizes[:1])[:200]}")
+    cols = list(zip(*sizes))
+    by = {c: list(cols[i + 1]) for i, c in enumerate(TIMELINE_CATEGORIES)}
+    t0 = times[0]
+    return {"t": [(t - t0) / 1e3 for t in times], "bytes": by, "total": [sum(r[1:]) for r in sizes]}
+
+
+def draw_memory_timeline(tl: dict, ax, counted: dict) -> None:
+    """Stacked live bytes per category over the step, and the sum of the counted parts as a line."""
+    MiB = 2**20
+    order = (
+        "parameters",
+        "optimizer state",
+        "gradients",
+        "activations",
+        "autograd detail",
+        "temporaries",
+        "inputs",
+        "unknown",
+    )
+    ax.stackplot(tl["t"], *[[v / MiB for v in tl["bytes"][c]] for c in order], labels=order, alpha=0.85)
+    total = sum(counted.values())
+    ax.axhline(total / MiB, color="k", ls="--", lw=1, label="params + grads + AdamW + activations (counted)")
+    ax.set_xlabel("ms into the step (forward → backward → AdamW step), this machine")
+    ax.set_ylabel("MiB alive")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def draw_memory_bars(bars: dict, ax, title: str) -> None:
+    """Stacked bars of ``{label: (weights, grads, optimizer, activations, bf16 weight copies)}``, or a
+    single measured number (drawn hatched), in MiB."""
+    MiB = 2**20
+    names = ["weights", "gradients", "AdamW state", "activations", "bf16 weight copies"]
+    colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"]
+    seen = set()
+    for i, parts in enumerate(bars.values()):
+        if not isinstance(parts, tuple):  # a measured peak: one hatched bar
+            ax.bar(
+                i,
+                parts / MiB,
+                color="none",
+                edgecolor="k",
+                hatch="//",
+                label=None if "peak" in seen else "measured peak RSS",
+            )
+            seen.add("peak")
+            continue
+        bottom = 0
+        for j, v in enumerate(parts):
+            ax.bar(i, v / MiB, bottom=bottom, color=colors[j], label=names[j] if v and j not in seen else None)
+            if v:
+                seen.add(j)
+            bottom += v / MiB
+    ax.set_xticks(range(len(bars)), bars.keys(), fontsize=8)
+    ax.set_ylabel("MiB")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
