@@ -7,6 +7,7 @@ shows them; lesson 03's ZeRO numbers come from its own ranks.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 
@@ -205,6 +206,68 @@ def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0**24, cfg=SMALL, B
         opt.zero_grad()
         rows.append({"step": step, "scale": scale, "stepped": ok, "loss": loss.item()})
     return {"rows": rows, "skipped": opt.skipped}
+
+
+def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int = 8) -> dict:
+    """Why loss scaling exists: one fp16 backward of ``loss / divide`` (what each of ``divide``
+    accumulated micro-batches back-propagates) at each loss scale S, unscaled in float64, against
+    the float64 gradient of the same model and batch.
+
+    Returns ``{"ref": float64 gradient (flat), S: {"grad", "flushed", "rel_err"}}``: ``flushed`` is
+    the fraction of entries nonzero in float64 that come out exactly 0 in fp16 (below 2⁻²⁴, fp16's
+    smallest subnormal, they round to zero), ``rel_err`` = ‖g16 − g64‖ / ‖g64‖."""
+    x, y = batch(B, cfg["block_size"])
+    ref = gpt(cfg, torch.float64)
+    (ref(x, y)[1] / divide).backward()
+    g64 = torch.cat([p.grad.flatten() for p in ref.parameters()])
+    nonzero = g64 != 0
+    out = {"ref": g64}
+    for S in scales:
+        model = gpt(cfg, torch.float16)
+        (model(x, y)[1] / divide * S).backward()
+        g = torch.cat([p.grad.double().flatten() for p in model.parameters()]) / S
+        out[S] = {
+            "grad": g,
+            "flushed": ((g == 0) & nonzero).sum().item() / nonzero.sum().item(),
+            "rel_err": ((g - g64).norm() / g64.norm()).item(),
+        }
+    return out
+
+
+def draw_underflow(res: dict, ax) -> None:
+    """Histogram of log2|g| of the float64 gradient, with the fp16 flush-to-zero line of each loss scale."""
+    import matplotlib.pyplot as plt  # noqa: F401  (the caller's figure)
+
+    g = res["ref"].abs()
+    ax.hist(torch.log2(g[g > 0]).numpy(), bins=80, color="0.6")
+    for S, color in zip([k for k in res if k != "ref"], ("tab:red", "tab:green", "tab:blue")):
+        line = -24 - math.log2(S)
+        ax.axvline(line, color=color, lw=1.5, label=f"scale 2^{int(math.log2(S))}: below 2^{line:.0f} → 0 in fp16")
+    ax.set_xlabel("log2 |gradient| (float64 reference)")
+    ax.set_ylabel("entries")
+    ax.legend(fontsize=8)
+
+
+def draw_decision_guide(steps: list[tuple[str, str, str]]) -> None:
+    """The decision guide: one box per technique (name), what it saved and what it cost here."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5.0))
+    ax.axis("off")
+    for i, (name, save, costs) in enumerate(steps):
+        y = 1 - i / len(steps)
+        ax.add_patch(plt.Rectangle((0.02, y - 0.11), 0.3, 0.09, fc="#dbe9f6", ec="k"))
+        ax.text(0.17, y - 0.065, name, ha="center", va="center", fontsize=9, weight="bold")
+        ax.text(0.36, y - 0.065, save, va="center", fontsize=8, color="darkgreen")
+        ax.text(0.68, y - 0.065, costs, va="center", fontsize=8, color="darkred")
+        if i < len(steps) - 1:
+            ax.annotate("", (0.17, y - 0.162), (0.17, y - 0.11), arrowprops=dict(arrowstyle="-|>", lw=1.2))
+            ax.text(0.185, y - 0.138, "still too big?", fontsize=7, style="italic", va="center")
+    ax.text(0.36, 1.0, "saves (measured here)", fontsize=9, color="darkgreen")
+    ax.text(0.68, 1.0, "costs", fontsize=9, color="darkred")
+    ax.set_ylim(0, 1.03)
+    plt.tight_layout()
+    plt.show()
 
 
 # ---- 4. offload -----------------------------------------------------------------------------
