@@ -180,3 +180,136 @@ def make_tp_group(tp: int):
     "connectFullMesh failed" when a faster one exits (the cell's output stays the same on every run)."""
     dist.barrier()
     new_tp_group(tp)
+
+
+# ---------------------------------------------------------------- pictures (drawn from real tensors)
+def block_shapes(B: int = 4, T: int = 32) -> dict:
+    """The shapes one tensor-parallel block's layers see on this rank, without and with sequence
+    parallelism: ``{sp: {name: (input shape, output shape)}}`` for ln_1, attn.qkv, attn.proj, ln_2,
+    mlp.fc, mlp.proj, recorded by forward hooks on a real forward."""
+    cfg = GPTConfig(vocab_size=128, **CFG)
+    out = {}
+    for sp in (False, True):
+        torch.manual_seed(0)
+        block = parallelize_block_(Block(cfg), sequence_parallel=sp)
+        seen, hooks = {}, []
+        for name in ("ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc", "mlp.proj"):
+            mod = block.get_submodule(name)
+            hooks.append(
+                mod.register_forward_hook(
+                    lambda m, i, o, name=name: seen.update({name: (tuple(i[0].shape), tuple(o.shape))})
+                )
+            )
+        block(torch.randn(B, T // md.world_size() if sp else T, cfg.d_model))
+        for h in hooks:
+            h.remove()
+        out[sp] = seen
+    return out
+
+
+def draw_block_dataflow(shapes: dict, n: int, heads: int, axes) -> None:
+    """One block's data flow on one of ``n`` ranks, top without and bottom with sequence parallelism:
+    each layer with the shape it produces here (from :func:`block_shapes`), f and g (or all-gather /
+    reduce-scatter along T), and the regions: replicated or sequence-split (grey), split over ranks (blue)."""
+    import matplotlib.pyplot as plt
+
+    for ax, sp in zip(axes, (False, True)):
+        s = shapes[sp]
+        full_T = s["attn.qkv"][1][1]
+        shp = lambda t: "(" + ",".join(map(str, t)) + ")"  # noqa: E731
+        comm_in = (
+            "all-gather\nalong T" if sp else "f\n(id / AR)",
+            shp(s["attn.qkv"][0][:1] + (full_T,) + s["attn.qkv"][0][2:]),
+        )
+        comm_out = ("reduce-scatter\nalong T" if sp else "g\n(AR / id)", shp(s["attn.proj"][1]))
+        steps = [
+            ("x", shp(s["ln_1"][0]), "rep"),
+            ("LN₁", shp(s["ln_1"][1]), "rep"),
+            (*comm_in, "comm"),
+            ("qkv\ncolumn", shp(s["attn.qkv"][1]), "split"),
+            (f"attention\n{heads // n} of {heads} heads", shp(s["attn.proj"][0]), "split"),
+            ("proj\nrow", shp(s["attn.proj"][0][:2] + (s["attn.proj"][1][-1],)) + "\npartial sum", "split"),
+            (*comm_out, "comm"),
+            ("+ x, LN₂", shp(s["ln_2"][1]), "rep"),
+            (comm_in[0], comm_in[1], "comm"),
+            ("fc column\n+ GELU", shp(s["mlp.fc"][1]), "split"),
+            ("proj\nrow", shp(s["mlp.fc"][1][:2] + (s["mlp.proj"][1][-1],)) + "\npartial sum", "split"),
+            (comm_out[0], shp(s["mlp.proj"][1]), "comm"),
+            ("+ x", shp(s["mlp.proj"][1]), "rep"),
+        ]
+        colors = {"rep": "#e6e6e6", "split": "#cfe2f3", "comm": "#f4cccc"}
+        for i, (name, shape, kind) in enumerate(steps):
+            ax.add_patch(plt.Rectangle((i + 0.06, 0.35), 0.88, 0.5, fc=colors[kind], ec="0.4"))
+            ax.text(i + 0.5, 0.6, name, ha="center", va="center", fontsize=7.5, weight="bold")
+            ax.text(i + 0.5, 0.2, shape, ha="center", va="top", fontsize=7)
+            if i:
+                ax.annotate("", (i + 0.06, 0.6), (i - 0.06, 0.6), arrowprops=dict(arrowstyle="->", lw=0.8))
+        ax.set_xlim(0, len(steps))
+        ax.set_ylim(-0.35, 1.0)
+        ax.axis("off")
+        region = f"sequence-split (B, T/{n}, d)" if sp else "replicated (B, T, d)"
+        ax.set_title(
+            f"{'with' if sp else 'without'} sequence parallelism, one of {n} ranks — grey: {region}; "
+            f"blue: split over ranks; red: communication",
+            fontsize=9,
+        )
+
+
+def draw_shards(full: dict, axes, colors=("tab:blue", "tab:orange")) -> None:
+    """Block 0's single-device weights in grey, each rank's shard shaded: fc (rows split), proj
+    (columns split), qkv (each rank's heads of q, of k and of v: stride 3), for 2 ranks."""
+    import matplotlib.pyplot as plt
+
+    def draw(ax, w, boxes, title):
+        ax.imshow(w.numpy(), cmap="gray", aspect="auto", interpolation="nearest")
+        for r0, r1, c0, c1, rank in boxes:
+            ax.add_patch(
+                plt.Rectangle((c0 - 0.5, r0 - 0.5), c1 - c0, r1 - r0, fill=True, alpha=0.35, color=colors[rank], lw=0)
+            )
+            ax.text((c0 + c1) / 2, (r0 + r1) / 2, f"rank {rank}", ha="center", va="center", fontsize=10, weight="bold")
+        ax.set_title(title, fontsize=10)
+
+    d, h = full["full_proj"].shape[0], full["full_fc"].shape[0]
+    draw(
+        axes[0],
+        full["full_fc"],
+        [(r * h // 2, (r + 1) * h // 2, 0, d, r) for r in range(2)],
+        f"mlp.fc.weight {tuple(full['full_fc'].shape)}\ncolumn-parallel: rows split",
+    )
+    draw(
+        axes[1],
+        full["full_proj"],
+        [(0, d, r * h // 2, (r + 1) * h // 2, r) for r in range(2)],
+        f"mlp.proj.weight {tuple(full['full_proj'].shape)}\nrow-parallel: columns split",
+    )
+    boxes = [(j * d + r * d // 2, j * d + (r + 1) * d // 2, 0, d, r) for j in range(3) for r in range(2)]
+    draw(
+        axes[2],
+        full["full_qkv"],
+        boxes,
+        f"attn.qkv.weight {tuple(full['full_qkv'].shape)} = [q; k; v]\nstride 3: each rank takes its heads of q, k, v",
+    )
+    axes[2].set_yticks([d / 2, 3 * d / 2, 5 * d / 2], ["q", "k", "v"], fontsize=12)
+    axes[1].set_xlabel("input feature")
+    axes[0].set_ylabel("output feature")
+
+
+def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:
+    """Ring all-reduce time on ``n`` ranks against the message size, per link ``{name: (α, β)}``
+    (:func:`minipar.perf.model.all_reduce_time`), with the layer's activation S and compute / 4."""
+    import numpy as np
+
+    from minipar.perf.model import all_reduce_time
+
+    sizes = np.logspace(3, 9, 60)
+    for name, link in links.items():
+        ax.loglog(sizes, [all_reduce_time(n, x, link) * 1e3 for x in sizes], label=name)
+    ax.axvline(S, color="gray", ls=":")
+    ax.text(S * 1.2, 8, "GPT-3 layer\nactivation", fontsize=8)
+    ax.axhline(t_layer / 4 * 1e3, color="k", ls="--", lw=1, label="compute per layer / 4")
+    ax.set(
+        xlabel="message size S (bytes)",
+        ylabel=f"ring all-reduce time, N={n} (ms)",
+        title="α–β model: ring all-reduce time",
+    )
+    ax.legend(fontsize=8)
