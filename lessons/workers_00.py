@@ -364,3 +364,42 @@ def draw_memory_bars(bars: dict, ax, title: str) -> None:
     ax.set_ylabel("MiB")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def draw_growth(P: list, times: list, mems: list, speed: float, big: float = 7e9) -> None:
+    """Two panels: seconds per step against Ψ (measured, extrapolated at ``speed`` FLOP/s to ``big``
+    parameters) and memory against Ψ (counted states and activations, measured peak, 16Ψ extrapolated),
+    with an H100's 80 GB and this machine's RAM as lines."""
+    import matplotlib.pyplot as plt
+
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    step = lambda p: 6 * p * 512 / speed  # noqa: E731  (6Ψ FLOPs per token, 512 tokens per step)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    a1.loglog(P, times, "o-", label="measured (1 CPU thread)")
+    a1.loglog([P[0], big], [step(P[0]), step(big)], "--", color="0.5", label="6Ψ·tokens / FLOP/s")
+    a1.plot([big], [step(big)], "r*", ms=12)
+    a1.text(big / 300, step(big), f"7B: {step(big) / 60:.0f} min/step", fontsize=8, va="center")
+    a1.set_xlabel("parameters Ψ")
+    a1.set_ylabel("seconds per step (512 tokens)")
+    a1.legend(fontsize=8)
+    a1.set_title("time per step grows with Ψ")
+    states = [(r["params"] + r["grads"] + r["optimizer"]) / 1e9 for r in mems]
+    acts = [r["activations"] / 1e9 for r in mems]
+    a2.loglog(P, states, "o-", label="model states 16Ψ (counted)")
+    a2.loglog(P, acts, "s-", label="activations, batch 8×64 (counted)")
+    a2.loglog(
+        P, [s + a for s, a in zip(states, acts)], ":", color="k", label="states + activations (counted; above the peak)"
+    )
+    a2.loglog(P, [r["peak"] / 1e9 for r in mems], "x", color="k", label="measured peak RSS")
+    a2.loglog([P[0], big], [16 * P[0] / 1e9, 16 * big / 1e9], "--", color="0.5", label="16Ψ extrapolated")
+    for gb, name in ((80, "H100 80 GB"), (ram / 1e9, f"this machine {ram / 2**30:.0f} GiB")):
+        a2.axhline(gb, color="r", lw=0.8)
+        a2.text(P[0], gb * 1.15, name, fontsize=8, color="r")
+    a2.plot([big], [16 * big / 1e9], "r*", ms=12)
+    a2.text(big / 30, 16 * big / 1e9 * 0.35, f"7B: 16Ψ = {16 * big / 1e9:.0f} GB", fontsize=8)
+    a2.set_xlabel("parameters Ψ")
+    a2.set_ylabel("GB")
+    a2.legend(fontsize=7, loc="lower right")
+    a2.set_title("memory: 16Ψ outgrows any one device")
+    fig.tight_layout()
+    plt.show()
