@@ -135,9 +135,11 @@ def pipeline_1f1b(m: int = 4) -> dict:
     return dict(losses=losses, comm=_spans(clk), now=clk.now)
 
 
-def pipeline_on_clock(m: int = 8, coupled: bool = False, steps: int = 2, d_model: int = 64) -> dict:
+def pipeline_on_clock(
+    m: int = 8, coupled: bool = False, steps: int = 2, d_model: int = 64, alpha: float | None = None
+) -> dict:
     """``steps`` 1F1B steps (p = world size) of a 4-layer GPT on the cluster clock (NVLink 4 at its real
-    speed); the last step's clock timeline and its virtual seconds."""
+    speed, or a link costing ``alpha`` seconds per message); the last step's clock timeline, virtual seconds."""
     from minipar.models import GPT, GPTConfig
     from minipar.pp.executor import PipelineExecutor
     from minipar.pp.schedules import make_schedule
@@ -150,7 +152,22 @@ def pipeline_on_clock(m: int = 8, coupled: bool = False, steps: int = 2, d_model
     ex = PipelineExecutor(build_stages(model, p, [me]), sched, coupled=coupled, count_memory=False)
     g = torch.Generator().manual_seed(1)
     x, y = (torch.randint(0, 64, (2 * m, 64), generator=g) for _ in range(2))
+    links = () if alpha is None else (Link("alpha", alpha, float("inf")),) * 2
     for _ in range(steps):
-        with ClusterClock() as clk:
+        with ClusterClock(*links) as clk:
             ex.step(x, y, clock=clk)
     return dict(timeline=[tuple(s) for s in clk.timeline], now=clk.now)
+
+
+def late_receiver(compute_s: float, transfer_s: float) -> dict:
+    """Rank 0 sends at once; rank 1 computes ``compute_s`` CPU seconds, then posts its receive."""
+    link = Link("test", transfer_s, float("inf"))
+    t = torch.ones(4)
+    with ClusterClock(link, link) as clk:
+        if md.rank() == 0:
+            dist.send(t, 1)
+        else:
+            burn(compute_s)
+            dist.recv(t, 0)
+        after = clk.now
+    return dict(comm=_spans(clk), after=after)

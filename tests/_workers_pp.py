@@ -57,7 +57,7 @@ def _reference(m, n_layer, steps, T, mb_size, lr):
     return losses, {k: v.detach().clone() for k, v in ref.named_parameters()}
 
 
-def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64):
+def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64, coupled=False):
     """In ``dtype`` (float64 by default: the default dtype of this worker process, so parameters,
     activations and the executor's receive buffers are all float64). For each (schedule, m, v, n_layer):
     train with the pipeline executor on p = world size ranks
@@ -72,7 +72,7 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64
         stages = build_stages(model, p * v, sorted({a.stage for a in sched[me]}))
         params = [q for s in stages.values() for q in s.parameters()]
         opt = torch.optim.AdamW(params, lr=lr)
-        ex = PipelineExecutor(stages, sched)
+        ex = PipelineExecutor(stages, sched, coupled=coupled)
         losses = [ex.step(x, y, opt).loss for x, y in batches(steps, m * mb_size, T)]
         mine = {id(q) for q in params}
         out.append(

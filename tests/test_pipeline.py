@@ -65,6 +65,22 @@ def test_pipeline_equals_single_device(p):
         assert seen == set(ref_params), (case, set(ref_params) - seen)  # every parameter lives on some rank
 
 
+def test_coupled_mode_equals_single_device_and_refuses_interleaving():
+    """Megatron-LM's blocking pairs (coupled=True) change when ranks wait, not what they compute;
+    with several chunks per rank the pairing could deadlock, so the executor refuses it."""
+    cases = [("gpipe", 3, 1, 4), ("1f1b", 4, 1, 4), ("1f1b", 8, 1, 4), ("1f1b", 2, 1, 4)]
+    results = launch(W.pipeline_train, world_size=4, args=(cases,), kwargs=dict(coupled=True))
+    for i, (name, m, _, n_layer) in enumerate(cases):
+        ref_losses, ref_params = _reference(m, n_layer)
+        losses = results[-1][i][0]
+        assert max(abs(a - b) for a, b in zip(losses, ref_losses)) < LOSS_TOL, (name, m, losses, ref_losses)
+        for r in results:
+            for k, q in r[i][1].items():
+                assert (q - ref_params[k]).abs().max().item() < PARAM_TOL, (name, m, k)
+    with pytest.raises(ConfigError, match="coupled=True with 8 stages on 4 ranks"):
+        launch(W.pipeline_train, world_size=4, args=([("interleaved", 4, 2, 8)],), kwargs=dict(coupled=True))
+
+
 def test_same_numbers_as_torch_pipelining():
     """minipar's executor and torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B,
     ScheduleInterleaved1F1B) on gloo, 2 ranks, same model and batches, 2 AdamW steps.

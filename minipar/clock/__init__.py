@@ -16,7 +16,7 @@ Use it on every rank, around any torch.distributed code:
 """
 
 from minipar.clock.clock import ClusterClock, Span, collective_time
-from minipar.clock.links import IB_NDR, NVLINK4, PCIE5, Link, cluster_links, link_of, scaled
+from minipar.clock.links import IB_NDR, NVLINK4, PCIE5, Link, cluster_links, link_of, scaled, slow_motion
 
 __all__ = [
     "ClusterClock",
@@ -27,6 +27,7 @@ __all__ = [
     "IB_NDR",
     "PCIE5",
     "scaled",
+    "slow_motion",
     "link_of",
     "cluster_links",
 ]

@@ -29,8 +29,10 @@ Every rank keeps a virtual time ``now`` (seconds since it entered the block):
 - **Point-to-point** (``send``/``isend``/``recv``/``irecv``): the sender's transfer starts at its
   post time, or when its previous send to the same peer ends (one direction of a link queues),
   and ends ``α + n/β`` later; both times travel in the message (16 bytes before the data, not
-  counted in n). A receive completes at ``max(own time at wait, arrival)`` (eager protocol: the
-  receiver's buffer is assumed ready); its tensor is filled in ``wait()``.
+  counted in n). A receive completes at ``max(own time at wait, arrival)``; the transfer starts
+  once both sides have posted (NCCL's rendezvous): a receive posted after the sender's post moves
+  the arrival to its own post time + ``α + n/β`` (the sender's side keeps its own end: it cannot
+  know the receiver's post without a reply). Its tensor is filled in ``wait()``.
 - **async_op=True** operations complete in the background: the clock advances only in
   ``work.wait()``, to ``max(now, completion)``, so compute done in between overlaps them.
 

@@ -187,8 +187,13 @@ def _p2p(clock, name: str, fn, saved: dict):
             if side == "recv":
                 raw.copy_(packed[_STAMP:])
 
+        posted = clock._now  # a transfer starts once both sides have posted (NCCL's rendezvous)
+
         def finish():
-            clock._finish_p2p(label, *packed[:_STAMP].view(torch.float64).tolist())
+            t0, t1 = packed[:_STAMP].view(torch.float64).tolist()
+            if side == "recv" and posted > t0:  # posted after the sender: the data moves from then on
+                t0, t1 = posted, posted + (t1 - t0)
+            clock._finish_p2p(label, t0, t1)
 
         out = fn(**{**a, "tensor": packed})
         if not name.startswith("i"):  # blocking: done

@@ -3,6 +3,7 @@
     from minipar.clock.links import NVLINK4, IB_NDR, PCIE5, scaled, cluster_links
     NVLINK4.time(2**20)                          # seconds to move 1 MiB over one H100's NVLink 4
     intra, inter = cluster_links(cpu_flops)      # NVLink 4 / IB NDR, scaled to this CPU (see below)
+    slow_motion(IB_NDR, here_s=20e-3, there_s=2e-3)   # an action: 20 ms here, 2 ms on an H100
 
 A :class:`Link` costs ``α + n/β`` seconds for one message of ``n`` bytes (Hockney's model): α the
 per-message (per ring step) latency, β the bandwidth of ONE direction as one GPU sees it.
@@ -85,6 +86,18 @@ def scaled(link: Link, cpu_flops: float, gpu_flops: float) -> Link:
     return replace(
         link, name=f"{link.name} ×{k:.3g} slower", alpha_s=link.alpha_s * k, beta_bytes_per_s=link.beta_bytes_per_s / k
     )
+
+
+def slow_motion(link: Link, here_s: float, there_s: float) -> Link:
+    """``link`` slowed by ``here_s / there_s``: the same work takes ``there_s`` seconds on the cluster and
+    ``here_s`` here (e.g. one stage's forward of the lesson's model here vs the model it stands for on
+    H100s), so a message keeps the ratio to that work it has on the cluster.
+
+    Raises ConfigError for a time that is not > 0.
+    """
+    if not here_s > 0 or not there_s > 0:
+        raise ConfigError(f"slow_motion(): here_s={here_s!r} and there_s={there_s!r} must be > 0 seconds")
+    return scaled(link, cpu_flops=1.0 / here_s, gpu_flops=1.0 / there_s)
 
 
 def link_of(device: Device, which: str = "intra") -> Link:

@@ -31,9 +31,10 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
   (:func:`~minipar.pp.p2p_order.check_p2p_order` checks the same from the schedule alone);
 - receives are posted ``lookahead`` actions early (``irecv``), so the transfer overlaps the
   compute of the current action; ``lookahead=0`` posts each receive only when it is needed;
-- ``coupled=True`` turns the decoupling off, for comparison: every send is waited for before the
-  rank goes on and every receive is posted only when needed (``lookahead=0``) — blocking paired
-  send/receive, as Megatron-LM's ``p2p_communication`` posts them (a simplified model of it);
+- ``coupled=True`` turns the decoupling off, for comparison, as Megatron-LM's ``p2p_communication``
+  pairs them (``send_forward_recv_backward``): after an action, its send and the receive of the
+  rank's next action are posted together and BOTH waited for before the next action starts (no
+  receive is posted earlier: ``lookahead=0``); a slow peer then delays the sender too;
 - every wait carries the group's timeout; a stage output of the wrong shape raises
   :class:`~minipar.ConfigError` before it is sent.
 
@@ -148,6 +149,12 @@ class PipelineExecutor:
                 f"pipeline rank {self.me} runs stages {sorted(mine)} in this schedule but was given "
                 f"stages {sorted(stages)}; build them with build_stages(model, {self.S}, {sorted(mine)})"
             )
+        if coupled and self.S > self.p:
+            raise ConfigError(
+                f"coupled=True with {self.S} stages on {self.p} ranks: the coupled mode pairs each send with the "
+                "rank's next receive, as Megatron-LM's non-interleaved 1F1B does, and that pairing can deadlock "
+                "with several chunks per rank; use coupled=False (decoupled) for interleaved schedules"
+            )
         self.stages, self.loss_fn, self.count_memory, self.coupled = stages, loss_fn, count_memory, coupled
         self.lookahead = 0 if coupled else lookahead
         if hidden_size is None:
@@ -189,10 +196,7 @@ class PipelineExecutor:
         else:
             t = t.contiguous()
             req = p2p.isend(t, self.pipe_ranks[dst], group=self.group, tag=self._tag(a), label=str(a))
-            if self.coupled:
-                req.wait(self.timeout)  # a blocking send: the rank goes on once its message is out
-            else:
-                self._sends.append((t, req))
+            self._sends.append((t, req))
 
     def _get(self, a: Action, shape) -> torch.Tensor:
         if a in self._local:
@@ -295,6 +299,14 @@ class PipelineExecutor:
                     live -= act_bytes.get((a.stage, a.mb), 0)
                     if a.stage > 0:
                         self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
+                if (
+                    self.coupled
+                ):  # Megatron's send_forward_recv_backward: the send and the next receive, one blocking pair
+                    if k + 1 < len(self.actions):  # the next action's input (nothing if it needs none)
+                        self._post_recv(self.actions[k + 1], shape)
+                    for _, work in self._sends:
+                        work.wait(self.timeout)
+                    self._sends.clear()
                 self._trace.append(
                     TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(), time.thread_time() - c0)
                 )

@@ -220,10 +220,10 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
         t_comm: time a message takes between ranks (0: sends are instant).
         decoupled: True (minipar's executor; MegaScale, arXiv:2402.15627 §3.2): a message leaves
             when its action ends and travels while both ranks compute; the receiver waits only
-            if it arrives late. False, COUPLED (a simplified model of blocking, paired
-            send/receive): a send occupies its rank for ``t_comm``, and a receive's transfer
-            starts only when the rank is ready for the action that needs it, so neither side
-            overlaps the transfer with compute.
+            if it arrives late. False, COUPLED (Megatron-LM's blocking pairs, as the executor's
+            ``coupled=True`` runs them): a send occupies its rank for ``t_comm``, and a receive is
+            posted only with the rank's previous send, when its previous action ends, so its
+            transfer starts at the later of that and the sender's end (NCCL's rendezvous).
 
     Returns:
         A :class:`Simulation`.
@@ -264,6 +264,7 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
 
     done: dict[Action, float] = {}
     free = [0.0] * p
+    posted = [0.0] * p
     pos = [0] * p
     timeline: list[list[tuple]] = [[] for _ in range(p)]
     messages = []
@@ -291,8 +292,8 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 for d in ds:
                     src = d.stage % p
                     # decoupled: the message left when d ended; coupled: its transfer starts only
-                    # once this rank is ready for a (the receive is posted when needed)
-                    t_arr = (done[d] if decoupled or src == r else max(done[d], free[r])) + (
+                    # once this rank has posted the receive, paired with its previous action's send
+                    t_arr = (done[d] if decoupled or src == r else max(done[d], posted[r])) + (
                         t_comm if src != r else 0.0
                     )
                     if src != r:
@@ -304,6 +305,7 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
                 sends = 0 <= nxt.stage < S and nxt.stage % p != r
                 free[r] = end + (t_comm if sends and not decoupled else 0.0)  # coupled: the send blocks
+                posted[r] = end  # coupled: the next receive is posted with this action's send
                 pos[r] += 1
                 remaining -= 1
                 progressed = True

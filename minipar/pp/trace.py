@@ -34,7 +34,7 @@ from minipar.clock import ClusterClock
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor, TraceEvent
-from minipar.pp.schedules import Action, Simulation, make_schedule, parse
+from minipar.pp.schedules import Action, Simulation, bubble_formula, make_schedule, parse, simulate
 from minipar.pp.stages import build_stages
 
 
@@ -114,7 +114,7 @@ def traced_run(spec: RunSpec) -> dict:
             per_mb = res.act_bytes.get((ids[0], 0), 0)
         t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=mdist.device())
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)  # the same value on every rank
-        if spec.clock is not None:  # the step's virtual time: the last rank to finish
+        if spec.clock is not None and not spec.native:  # the step's virtual time: the last rank to finish
             v = torch.tensor([clk.now], dtype=torch.float64, device=mdist.device())
             torch.distributed.all_reduce(v, op=torch.distributed.ReduceOp.MAX)
             if i > 0:
@@ -136,7 +136,7 @@ def traced_run(spec: RunSpec) -> dict:
         step_s=min(times) if times else 0.0,
         step_times=times,
     )
-    if spec.clock is not None:  # on the cluster clock: the fastest step's timeline and virtual seconds
+    if spec.clock is not None and not spec.native:  # on the cluster clock: the fastest step's timeline, virtual s
         out.update(timeline=timeline, virtual_s=min(virtual), virtual_times=virtual)
     if spec.return_params:
         mine = {id(q) for s in stages.values() for q in s.parameters()}
@@ -179,8 +179,9 @@ def from_clock(timelines) -> list[list[TraceEvent]]:
     """Per rank, the actions of a :class:`~minipar.clock.ClusterClock` timeline (a step run with
     ``PipelineExecutor.step(..., clock=clk)``) as trace events on the CLUSTER CLOCK: ``t0``/``t1``
     the action's first and last virtual second; ``cpu`` its compute, plus the unlabelled compute
-    since the previous action (the executor's own Python fetching this action's input: work that
-    delays the rank). A blocking send inside an action is communication, not work. Feed
+    since the previous action when no wait came between (the executor's own Python handing over a
+    local input: work that delays the rank; compute before a wait ran while the message travelled).
+    A blocking send inside an action is communication, not work. Feed
     :func:`measured_bubble` (``cpu=True``), :func:`measured_durations` and :func:`gantt`."""
     out = []
     for r, tl in enumerate(timelines):
@@ -189,6 +190,7 @@ def from_clock(timelines) -> list[list[TraceEvent]]:
         pending = 0.0
         for kind, label, t0, t1 in tl:
             if kind != "compute":
+                pending = 0.0  # compute before a wait ran while the message travelled: not the action's
                 continue
             if re.fullmatch(r"\d+[FB]\d+", label):
                 acts.setdefault(label, []).append((t0, t1))
@@ -203,6 +205,34 @@ def from_clock(timelines) -> list[list[TraceEvent]]:
             events.append(TraceEvent(r, a.kind, a.stage, a.mb, spans[0][0], spans[-1][1], busy))
         out.append(sorted(events, key=lambda e: e.t0))
     return out
+
+
+def read_clock(out: list[dict], spec: RunSpec) -> dict:
+    """What a :func:`traced_run` on the cluster clock (``spec.clock`` set; ``out``: one dict per rank) shows.
+
+    Returns ``trace`` (:func:`from_clock`), ``clock`` (its bubble: idle fraction of p ranks over the
+    F/B window, busy = each action's compute), ``simulated`` (the simulator fed with every action's
+    clocked duration and one message's time on ``spec.clock[0]``: (B/m)·T·d_model·4 bytes; coupled as
+    the run), ``medians`` (the simulator on each stage's median forward/backward: the stages'
+    imbalance without single actions' spread), ``formula``, ``virtual_s`` (the step, seconds on the
+    clock) and ``tokens_s`` (tokens per virtual second).
+    """
+    p = len(out)
+    tr = from_clock([o["timeline"] for o in out])
+    d_f, d_b = measured_durations(tr, cpu=True)
+    sched = make_schedule(spec.schedule, p, spec.m, spec.v)
+    t_comm = spec.clock[0].time(spec.B // spec.m * spec.T * spec.d_model * 4)
+    sim = simulate(sched, d_f.__getitem__, d_b.__getitem__, t_comm=t_comm, decoupled=not spec.coupled)
+    return dict(
+        trace=tr,
+        clock=measured_bubble(tr, cpu=True),
+        simulated=sim.bubble,
+        simulated_s=sim.makespan,
+        medians=simulate(sched, *stage_durations(tr)).bubble,
+        formula=bubble_formula(p, spec.m, spec.v if spec.schedule == "interleaved" else 1),
+        virtual_s=out[0]["virtual_s"],
+        tokens_s=spec.B * spec.T / out[0]["virtual_s"],
+    )
 
 
 def window(traces) -> tuple[float, float]:

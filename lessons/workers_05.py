@@ -1,0 +1,39 @@
+"""Lesson 05's experiment drivers: pipeline runs on the cluster clock, read as bubbles and throughput.
+
+Everything here calls minipar (``minipar.pp.trace``, ``minipar.pp.schedules``, ``minipar.clock``);
+nothing re-implements it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from minipar import launch
+from minipar.pp.schedules import Action
+from minipar.pp.trace import RunSpec, read_clock, stage_durations, traced_run
+
+
+def message_bytes(spec: RunSpec) -> int:
+    """Bytes of one activation (or its gradient) between two stages: (B/m) · T · d_model · 4 (float32)."""
+    return spec.B // spec.m * spec.T * spec.d_model * 4
+
+
+def on_clock(spec: RunSpec, p: int) -> dict:
+    """Run ``spec`` (its ``clock`` set) on ``p`` ranks and read its fastest step on the cluster clock
+    (:func:`minipar.pp.trace.read_clock`: ``clock``, ``simulated``, ``medians``, ``formula``, ``trace``...)."""
+    out = launch(traced_run, world_size=p, args=(spec,))
+    return {**read_clock(out, spec), "losses": out[-1]["losses"]}
+
+
+def sweep_m(base: RunSpec, p: int, ms) -> dict:
+    """:func:`on_clock` for every m in ``ms`` (the same model, seed and global batch)."""
+    return {m: on_clock(dataclasses.replace(base, m=m), p) for m in ms}
+
+
+def stage_table(trace) -> str:
+    """Each stage's median forward and backward on the clock, in ms (measured: print it after ⏱)."""
+    t_f, t_b = stage_durations(trace)
+    stages = sorted({e.stage for r in trace for e in r})
+    return ", ".join(
+        f"stage {s}: F {t_f(Action(s, 'F', 0)) * 1e3:.2f} B {t_b(Action(s, 'B', 0)) * 1e3:.2f}" for s in stages
+    )
