@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup lab lint test test-unit test-notebooks test-portability train bench gpu-check execute slides check clean
+.PHONY: setup lab lint test test-unit test-notebooks test-portability test-loaded train bench gpu-check execute slides check clean
 
 # The stamp holds a hash of requirements.txt + pyproject.toml: install again only when their
 # *contents* change (a newer file time, e.g. in a fresh git worktree, is not a reason).
@@ -56,6 +56,16 @@ test-portability: $(STAMP)            ## every notebook under strict nbval with 
 	  echo "== notebooks under strict nbval, ATEN_CPU_CAPABILITY=$$cap"; \
 	  ATEN_CPU_CAPABILITY=$$cap $(PY) -m pytest $(NBVAL) lessons/ -q || rc=$$?; \
 	done; exit $$rc
+
+# Loaded: the lessons whose timing stories run on the cluster clock (minipar.clock), under strict nbval
+# with two busy-loop processes beside them: their verdicts read the clock, not the wall, so they must
+# hold on a loaded machine (the busy loops end with the recipe's shell, even if it is killed).
+CLOCK_LESSONS := lessons/05_pipeline_microbatches.ipynb lessons/06_1f1b.ipynb
+test-loaded: $(STAMP)                 ## the cluster-clock lessons under strict nbval beside two busy loops
+	@busy="import os; p = os.getppid(); exec('while os.getppid() == p: pass')"; \
+	$(PY) -c "$$busy" & h1=$$!; $(PY) -c "$$busy" & h2=$$!; \
+	echo "== $(CLOCK_LESSONS) under strict nbval, two busy loops beside them"; \
+	rc=0; $(PY) -m pytest $(NBVAL) $(CLOCK_LESSONS) -q || rc=$$?; kill $$h1 $$h2; exit $$rc
 
 train: $(STAMP)                       ## the main job (flags: make train ARGS="--steps 50 --dp 2")
 	$(PY) -m minipar.train $(ARGS)
