@@ -32,7 +32,8 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.parallel3d``      one rank's piece of the 3D job: TP inside a stage, PP across, DP/ZeRO over both [07]
 - ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint, any layout [07]
 - ``minipar.perf``            a MODEL of step time, MFU and memory per layout: ``hardware`` (GPU presets, this CPU
-  measured), ``layout``, ``model``, ``search`` (rank layouts), ``published`` (Megatron-LM, MegaScale) [07],
+  measured), ``layout``, ``flops``, ``model``, ``factors``, ``search`` (rank layouts), ``published`` (the fit
+  set: Megatron-LM Table 1), ``runs`` (the declared test set: MegaScale, Narayanan Table 2) [07],
   ``timeline`` (simulated communication/computation overlap) [09]
 - ``minipar.plan``            ``python -m minipar.plan``: the best layouts for N GPUs and a model [07]
 - ``minipar.recompute``       activation recomputation by hand: full and selective (``set_recompute``),
