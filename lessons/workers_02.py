@@ -207,3 +207,134 @@ def bad_inputs():
     except ConfigError as e:
         msgs["bucket_cap_mb=0"] = str(e)
     return msgs
+
+
+def ddp_on_clock(
+    ib: bool = False, tokens_there: int = 32768, local_batch: int = 4, steps: int = 5, bucket_cap_mb: float = 0.5
+) -> dict:
+    """minipar DDP steps of the MEDIUM GPT on the cluster clock (``minipar.clock``), overlap on and off
+    alternating step by step, links in slow motion: each rank's step stands for an H100's step on
+    ``tokens_there`` tokens of this model (989 TFLOP/s bf16 at an assumed 50 %; 6·Ψ·tokens FLOPs,
+    Kaplan et al. 2020, arXiv:2001.08361 §2.1), ``t_there`` seconds; here it takes ``t_here`` CPU
+    seconds (the slowest rank's fastest of 3 calibration steps without communication); NVLink 4 and
+    IB NDR are slowed by ``t_here / t_there``, so the Ψ gradients' all-reduce keeps the ratio to
+    compute it has on the cluster at that many tokens per GPU.
+    ``ib``: one rank per node (every all-reduce crosses InfiniBand), else one node (NVLink).
+
+    Returns, per overlap mode, the fastest step's virtual seconds (the last rank to finish) and this
+    rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
+    and the links used.
+    """
+    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, slow_motion
+
+    x = torch.randint(
+        0,
+        builtin_corpus().vocab_size,
+        (local_batch, MEDIUM["block_size"]),
+        generator=torch.Generator().manual_seed(md.rank()),
+    )
+    runs = {}
+    for overlap in (False, True):
+        model, opt = build(MEDIUM)
+        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    net = runs[True][0]
+    here = float("inf")
+    for _ in range(3):  # calibration: compute only (no_sync: no all-reduce)
+        c0 = time.thread_time()
+        with net.no_sync():
+            net(x, x)[1].backward()
+        here = min(here, time.thread_time() - c0)
+        net.module.zero_grad(set_to_none=True)
+    t = torch.tensor([here], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # one value on every rank: the links must be the same
+    psi = sum(p.numel() for p in net.module.parameters())
+    t_there = 6 * psi * tokens_there / (0.5 * 989e12)
+    intra, inter = (slow_motion(link, t.item(), t_there) for link in (NVLINK4, IB_NDR))
+    best: dict = {}
+    for i in range(steps + 1):
+        for overlap, (ddp, opt) in runs.items():
+            with ClusterClock(intra, inter, node_of=1 if ib else None) as clk:
+                with clk.label("forward"):
+                    _, loss = ddp(x, x)
+                with clk.label("backward"):
+                    loss.backward()
+                with clk.label("optimizer"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            v = torch.tensor([clk.now], dtype=torch.float64)
+            dist.all_reduce(v, op=dist.ReduceOp.MAX)
+            if i > 0 and v.item() < best.get(overlap, (float("inf"),))[0]:
+                best[overlap] = (v.item(), [tuple(s) for s in clk.timeline])
+    return dict(
+        {ov: dict(virtual_s=b[0], timeline=b[1]) for ov, b in best.items()},
+        t_here=t.item(),
+        t_there=t_there,
+        links=(intra, inter),
+        params=psi,
+    )
+
+
+def exposed_s(run: dict) -> float:
+    """Virtual seconds a rank's step was not computing (waiting for all-reduces): step − its compute."""
+    return run["virtual_s"] - sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute")
+
+
+def comm_s(run: dict) -> float:
+    """Virtual seconds of all-reduce on the modelled link (the sum of the clock's communication spans)."""
+    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "comm")
+
+
+def backward_s(run: dict) -> float:
+    """Compute seconds labelled backward (the time an all-reduce can hide behind)."""
+    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute" and s[1] == "backward")
+
+
+def draw_clock(ax, run: dict, y: float, title: str) -> None:
+    """One rank's step on the cluster clock as two lanes at ``y``: compute (forward blue, backward
+    orange, optimizer green) above, all-reduces (grey, one box per bucket) below; milliseconds."""
+    colors = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green"}
+    for kind, label, t0, t1 in run["timeline"]:
+        if kind == "compute":
+            ax.barh(y + 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color=colors.get(label, "0.6"))
+        else:
+            ax.barh(y - 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color="0.55", edgecolor="white", lw=0.5)
+    ax.text(0, y + 0.5, title, fontsize=8, va="bottom")
+
+
+def draw_wall_timeline(tl: dict) -> None:
+    """The wall-clock timeline of lesson 02 (``tl[overlap]``: the median step of :func:`timeline` on
+    rank 0, with ``"rank1"``): compute lanes of both ranks and rank 0's all-reduce lane, per mode."""
+    import matplotlib.pyplot as plt
+
+    def compute_lane(ax, y, t, bks, shift=0.0):
+        ms = lambda s: 1e3 * (s + shift)  # noqa: E731
+        ax.barh(y, 1e3 * t["forward_end"], left=ms(0), color="tab:blue", label="forward" if y == 1 else None)
+        edges = [t["backward_start"]] + [b["ready"] for b in bks]
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+            ax.barh(y, 1e3 * (b - a), left=ms(a), color="tab:orange" if i % 2 == 0 else "navajowhite",
+                    edgecolor="white", label="backward (per bucket)" if i == 0 and y == 1 else None)  # fmt: skip
+        ax.barh(y, 1e3 * (t["sync_end"] - t["backward_end"]), left=ms(t["backward_end"]), color="lightgrey",
+                label="wait for all-reduce" if y == 1 else None)  # fmt: skip
+        ax.barh(y, 1e3 * (t["step_end"] - t["sync_end"]), left=ms(t["sync_end"]), color="tab:green",
+                label="optimizer" if y == 1 else None)  # fmt: skip
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)
+    for ax, overlap in zip(axes, (False, True)):
+        r0, r1 = tl[overlap], tl[overlap]["rank1"]
+        compute_lane(ax, 1, r0["t"], r0["buckets"])
+        compute_lane(ax, 2, r1["t"], r1["buckets"], shift=r1["t0"] - r0["t0"])
+        prev_done = 0.0
+        for b in r0["buckets"]:  # a bar starts at the bucket's launch, or when the one before it completed
+            start = max(b["launch"], prev_done)
+            ax.barh(0, 1e3 * max(b["done"] - start, 2e-4), left=1e3 * start,
+                    color=plt.cm.tab10.colors[b["bucket"] % 10], edgecolor="black", linewidth=0.3)  # fmt: skip
+            if 1e3 * (b["done"] - start) > 3:
+                ax.text(1e3 * (start + b["done"]) / 2, 0, str(b["bucket"]), fontsize=7, ha="center", va="center")
+            prev_done = max(prev_done, b["done"])
+        ax.set_yticks([0, 1, 2], ["all-reduce\n(rank 0)", "rank 0", "rank 1"])
+        what = "overlap: each bucket launched when full" if overlap else "no overlap: all buckets after backward"
+        ax.set_title(f"WALL CLOCK of this machine — {what}")
+    axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, 1.6), fontsize=8, ncol=4)
+    axes[1].set_xlabel("ms since the forward started (rank 0)")
+    plt.tight_layout()
+    plt.show()
