@@ -162,6 +162,20 @@ def test_a_1f1b_pipeline_step_computes_the_same_under_the_clock():
         assert o["now"] > 0
 
 
+@pytest.mark.parametrize("loaded", [False, True], ids=["quiet", "two-busy-loops"])
+def test_the_ddp_overlap_verdicts_hold_on_a_loaded_machine(loaded):
+    run = lambda: launch(w.ddp_on_clock, world_size=2)  # noqa: E731
+    out = _with_busy_loops(run) if loaded else run()
+    for r, o in enumerate(out):
+        exposed = {ov: o[ov]["step"] - o[ov]["compute"] for ov in (False, True)}
+        print(
+            f"rank {r}: exposed {exposed[False] * 1e3:.1f} ms without overlap, {exposed[True] * 1e3:.1f} ms with; "
+            f"all-reduces {o[True]['comm'] * 1e3:.1f} ms, backward {o[True]['backward'] * 1e3:.1f} ms"
+        )
+        assert exposed[True] < exposed[False]  # overlap hides communication behind backward
+        assert exposed[True] >= o[True]["comm"] - o[True]["backward"] - 2e-3  # but only behind backward
+
+
 def test_coupled_pairs_match_the_simulators_coupled_model_on_a_slow_link():
     # Megatron-LM's blocking pairs (executor coupled=True) against the simulator's coupled model, and
     # MegaScale's decoupled mode against its decoupled one, each on the clock's own durations: a
