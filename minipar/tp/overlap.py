@@ -5,7 +5,7 @@ sharded along the sequence, x_r (B, T/N, d) on rank r, and must be all-gathered 
 Y = [x_0; …; x_{N−1}] · Wᵀ_r. Done naively the GEMM waits for the whole all-gather. But the GEMM
 is row-separable: Y's rows from x_k need only x_k. So decompose (Wang et al. 2023, "Overlap
 Communication with Dependent Computation via Decomposition in Large Deep Learning Models",
-ASPLOS '23; MegaScale, Jiang et al. 2024, arXiv:2402.15627 §3.3): run the all-gather as N − 1
+ASPLOS '23; MegaScale, Jiang et al. 2024, arXiv:2402.15627 §3.2): run the all-gather as N − 1
 ring steps, and at step k multiply the chunk already here while the next one travels:
 
     step k = 0 .. N−1:  post send(cur → right), recv(nxt ← left)   (batch_isend_irecv, async)

@@ -1,0 +1,125 @@
+"""Lesson 09's drivers on the cluster clock (``minipar.clock``): TP overlap and gradient compression
+as a GPU cluster would time them. They only call minipar and torch; child processes import them by name.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+import minipar.dist as md
+from minipar.data import builtin_corpus
+from minipar.dp.compression import make_compressor
+from minipar.models import GPT, GPTConfig
+from minipar.presets import MEDIUM
+from minipar.tp.overlap import allgather_matmul
+
+
+def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out: int = 512, steps: int = 4) -> dict:
+    """``allgather_matmul`` on the cluster clock, gather-then-GEMM and overlapped in turn, with every
+    message of a ring step costing ``ratio`` × one chunk's GEMM as measured here (the fastest of 5,
+    the slowest rank's): ``ratio`` < 1 is a GEMM that covers its transfer (h = 8192 on NVLink), > 1 a
+    transfer the GEMM cannot hide. Returns, per mode, the fastest step's virtual seconds (slowest
+    rank) and this rank's ``segments``: its compute between two waits (one chunk's GEMM each when
+    overlapped; the one GEMM after the all-gather otherwise), and ``t_f``, one ring step's transfer."""
+    from minipar.clock import ClusterClock, Link
+
+    g = torch.Generator().manual_seed(md.rank())
+    x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
+    best = float("inf")
+    for _ in range(5):
+        c0 = time.thread_time()
+        x @ w.t()
+        best = min(best, time.thread_time() - c0)
+    t = torch.tensor([best], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * t.item(), float("inf"))
+    out = {False: (float("inf"), []), True: (float("inf"), [])}
+    for i in range(steps + 1):
+        for ov in (False, True):
+            with ClusterClock(link, link) as clk:
+                allgather_matmul(x, w, overlap=ov)
+            v = torch.tensor([clk.now], dtype=torch.float64)
+            dist.all_reduce(v, op=dist.ReduceOp.MAX)
+            if i and v.item() < out[ov][0]:
+                segments, cur = [], 0.0
+                for kind, label, t0, t1 in clk.timeline:
+                    if kind == "compute":
+                        cur += t1 - t0
+                    elif not label.startswith("send"):  # a ring step's wait ends with its receive
+                        segments.append(cur)
+                        cur = 0.0
+                out[ov] = (v.item(), segments + ([cur] if cur else []))
+    return {ov: {"virtual_s": v, "segments": seg} for ov, (v, seg) in out.items()} | {"t_f": link.alpha_s}
+
+
+def overlap_expected(runs: list[dict]) -> dict:
+    """What the clock must show given its own measured compute (``runs``: every rank's result), the
+    slowest rank's: gather-then-GEMM = (N−1)·t_f + its compute; overlapped = Σ_k<N−1 max(c_k, t_f)
+    + c_last, c_k the compute of ring step k (chunk k's GEMM, while step k's transfer travels). Seconds."""
+    n = len(runs)
+
+    def one(run):
+        seg, t_f = run[True]["segments"], run["t_f"]
+        return (n - 1) * t_f + sum(run[False]["segments"]), sum(max(c, t_f) for c in seg[:-1]) + seg[-1]
+
+    both = [one(r) for r in runs]
+    return {False: max(b[0] for b in both), True: max(b[1] for b in both)}
+
+
+def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens_there: int = 32768) -> dict:
+    """Data-parallel steps of the MEDIUM GPT (float32, 4 sequences of 64 per rank) on the cluster
+    clock with no compression, bf16 and rank-4 PowerSGD (compressing from the first step: timing
+    only), for links of ``betas_gbps`` GB/s per direction (α = 10 µs), in slow motion as lesson
+    02's: each rank's step stands for an H100's 6·Ψ·``tokens_there`` FLOPs at 50 % of 989 TFLOP/s.
+    The compressors' own work (matrix products, orthogonalisation, casts) is compute on the clock,
+    measured like the model's. Returns ``{"step": {β: {method: seconds}}, "slow": k}`` (the fastest
+    of ``steps`` after a warm-up, slowest rank; β in the cluster's GB/s, seconds the cluster's =
+    virtual / k)."""
+    from minipar.clock import ClusterClock, Link
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **MEDIUM))
+    x = torch.randint(
+        0, builtin_corpus().vocab_size, (4, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
+    )
+    params = list(model.parameters())
+    here = float("inf")
+    for _ in range(3):
+        c0 = time.thread_time()
+        model(x, x)[1].backward()
+        here = min(here, time.thread_time() - c0)
+        model.zero_grad(set_to_none=True)
+    t = torch.tensor([here], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    k = t.item() / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
+    out: dict = {}
+    for beta in betas_gbps:
+        link = Link(f"{beta} GB/s", 10e-6 * k, beta * 1e9 / k)
+        out[beta] = {}
+        for method in ("none", "bf16", "powersgd"):
+            comp = make_compressor(method, start_iter=0) if method == "powersgd" else make_compressor(method)
+            best = float("inf")
+            for i in range(steps + 1):
+                with ClusterClock(link, link) as clk:
+                    model(x, x)[1].backward()
+                    comp.all_reduce_([p.grad for p in params])
+                model.zero_grad(set_to_none=True)
+                v = torch.tensor([clk.now], dtype=torch.float64)
+                dist.all_reduce(v, op=dist.ReduceOp.MAX)
+                if i:
+                    best = min(best, v.item())
+            out[beta][method] = best / k
+    return {"step": out, "slow": k}
+
+
+def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
+    """One ring step's transfer over one chunk's GEMM for a column-parallel MLP input (h → 4h) with
+    sequence parallelism: (tokens/t)·h bf16 values over NVLink 4 against 2·(tokens/t)·h·(4h/t) FLOPs
+    at ``flops`` FLOP/s (an H100's achieved rate)."""
+    from minipar.clock import NVLINK4
+
+    rows = tokens // t
+    return NVLINK4.time(rows * h * 2) / (2 * rows * h * (4 * h // t) / flops)
