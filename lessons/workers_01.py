@@ -387,3 +387,16 @@ def draw_bytes(table, S):
     ax.legend(fontsize=8, markerscale=0.4)
     fig.tight_layout()
     return fig
+
+
+def misfit(sizes: list[int], times: list[float], n: int, fit: tuple[float, float]) -> str:
+    """Where the α–β line misses: measured / model time at every size; returns a one-line summary
+    (the worst ratio and its size, how many sizes are within ×1.5). Measured: print it after ⏱."""
+    ratios = [t / model_time(s, n, *fit) for s, t in zip(sizes, times)]
+    worst = max(range(len(ratios)), key=lambda i: max(ratios[i], 1 / ratios[i]))
+    near = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)
+    return (
+        f"measured/model from {sizes[0] // 1024} KiB up: "
+        + " ".join(f"{r:.2f}" for r in ratios)
+        + f"; worst ×{ratios[worst]:.2f} at {sizes[worst] // 1024} KiB; {near} of {len(ratios)} within ×1.5"
+    )
