@@ -38,30 +38,21 @@ def coupled_vs_decoupled(spec, link, steps: int = 4) -> dict:
     decoupled executor (MegaScale) and a coupled one (Megatron-LM's blocking pairs) on the same stages,
     batches and optimizer, so both modes see the same machine. Returns, per mode, this rank's clock
     timeline of the step with the least virtual time and that time (the last rank to finish)."""
+    import dataclasses
+
     from minipar.clock import ClusterClock
     from minipar.pp.schedules import make_schedule
+    from minipar.pp.trace import model_and_data
 
     p, me = md.world_size(), md.rank()
-    corpus = CharCorpus(load_text())
-    torch.manual_seed(spec.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=corpus.vocab_size,
-            block_size=spec.T,
-            n_layer=spec.n_layer,
-            n_head=spec.n_head,
-            d_model=spec.d_model,
-        )
-    )
+    model, batches = model_and_data(dataclasses.replace(spec, steps=2 * steps + 1))
     sched = make_schedule("1f1b", p, spec.m)
     stages = build_stages(model, p, [me])
     opt = torch.optim.AdamW([q for s in stages.values() for q in s.parameters()], lr=spec.lr)
     ex = {c: PipelineExecutor(stages, sched, coupled=c, count_memory=False) for c in (False, True)}
-    loader = make_loader(corpus.split("train", spec.T), batch_size=spec.B, seed=spec.seed)
     best: dict = {}
-    for i in range(2 * steps + 2):  # a warm-up step of each mode, then steps of each, in turn
+    for i, (x, y) in enumerate(batches):  # a warm-up step of each mode, then steps of each, in turn
         coupled = bool(i % 2)
-        x, y = next(loader)
         with ClusterClock(link, link) as clk:
             ex[coupled].step(x, y, opt, clock=clk)
         t = torch.tensor([clk.now], dtype=torch.float64)

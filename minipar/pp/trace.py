@@ -61,7 +61,8 @@ class RunSpec:
     coupled: bool = False  # blocking paired send/receive instead of decoupled (PipelineExecutor(coupled=))
 
 
-def _model_and_data(spec: RunSpec):
+def model_and_data(spec: RunSpec):
+    """``(model, batches)``: the GPT of ``spec`` (seeded) and ``spec.steps + 1`` global batches of real text."""
     corpus = CharCorpus(load_text())
     torch.manual_seed(spec.seed)
     model = GPT(
@@ -88,7 +89,7 @@ def traced_run(spec: RunSpec) -> dict:
     :func:`from_clock`) and ``virtual_s`` (that step's virtual seconds, the last rank to finish)."""
     p, me = mdist.world_size(), mdist.rank()
     torch.set_default_dtype(getattr(torch, spec.dtype))  # this rank's process only
-    model, batches = _model_and_data(spec)
+    model, batches = model_and_data(spec)
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
     ids = sorted({a.stage for a in sched[me]})
     S = p * (spec.v if spec.schedule == "interleaved" else 1)
@@ -150,7 +151,7 @@ def single_device_run(spec: RunSpec) -> dict:
     before = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, spec.dtype))
     try:
-        model, batches = _model_and_data(spec)
+        model, batches = model_and_data(spec)
         opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
         losses = []
         for x, y in batches:
@@ -319,7 +320,7 @@ def step_time_vs_native(spec: RunSpec) -> dict:
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
     ids = sorted({a.stage for a in sched[me]})
     S = p * (spec.v if spec.schedule == "interleaved" else 1)
-    (model_a, batches), (model_b, _) = _model_and_data(spec), _model_and_data(spec)
+    (model_a, batches), (model_b, _) = model_and_data(spec), model_and_data(spec)
     sa, sb = build_stages(model_a, S, ids), build_stages(model_b, S, ids)
     oa = torch.optim.AdamW([q for s in sa.values() for q in s.parameters()], lr=spec.lr)
     ob = torch.optim.AdamW([q for s in sb.values() for q in s.parameters()], lr=spec.lr)
