@@ -22,11 +22,13 @@ import torch.nn as nn
 def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Parameter]]:
     """Split ``params`` (model order, as ``module.parameters()``) into buckets for the all-reduce.
 
-    Rules (PyTorch DDP's): skip parameters with ``requires_grad=False`` (they never get a
+    Rules (minipar's): skip parameters with ``requires_grad=False`` (they never get a
     gradient: a bucket waiting for them would never be full); walk the rest in **reverse** order
     (backward produces the last layer's gradient first); start a new bucket when adding the next
     parameter would take the current one past ``cap_bytes`` (``p.numel() * p.element_size()``
-    bytes each) — a parameter larger than the cap gets a bucket of its own.
+    bytes each) — a parameter larger than the cap gets a bucket of its own. (PyTorch's DDP skips
+    and reverses the same way but closes a bucket only once it has *reached* the cap, so its
+    buckets can pass the cap by one parameter, and its first bucket is capped at 1 MiB.)
 
     Returns:
         ``[[p, ...], ...]``: bucket 0 holds the last parameters of the model.
