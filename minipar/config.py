@@ -82,8 +82,8 @@ class TrainConfig:
     )
     grad_compression: str = _opt(
         "none",
-        "compress the data-parallel gradient all-reduce: bf16 (half the bytes) or powersgd "
-        "(rank-4 PowerSGD with error feedback); needs --zero 0 (lesson 09)",
+        "compress the data-parallel gradient all-reduce: bf16 (half the bytes), topk (the largest 1/100 of the "
+        "entries, error feedback) or powersgd (rank-4 PowerSGD with error feedback); needs --zero 0 (lesson 09)",
         choices=GRAD_COMPRESSION,
     )
     recompute: str = _opt(

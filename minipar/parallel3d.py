@@ -205,7 +205,7 @@ def clip_global_(stage: GPTStage, max_norm: float, mesh: Mesh) -> torch.Tensor:
     return clip_grad_norm_([p.grad for p in params], max_norm, count=count, replicas=mesh.dp_size)
 
 
-GRAD_COMPRESSION = ("none", "bf16", "powersgd")
+GRAD_COMPRESSION = ("none", "bf16", "topk", "powersgd")
 
 
 def check_grad_compression(method: str, zero: int) -> None:
