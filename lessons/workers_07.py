@@ -184,3 +184,53 @@ def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
         return {k: p.grad for k, p in model.named_parameters()}
     finally:
         torch.set_default_dtype(old)
+
+
+def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) -> dict:
+    """:func:`sweep`'s layouts on the cluster clock (``minipar.clock``): every rank's compute is its own
+    thread's CPU time, every torch.distributed call costs α–β on ``link`` (one node: the same link
+    for every group). Per layout: one warm-up step, then ``steps`` steps on the clock; a step's time
+    is the slowest rank's virtual seconds (all_reduce MAX), and the fastest step is kept.
+    Also measures, on every rank and in the clock's own terms (thread CPU time, best of 5), the
+    compute the planner needs: a 512×512 matmul's FLOP/s and one block's forward + backward on
+    ``batch // (dp·m)`` = ``batch // 2 // m`` rows beyond its FLOPs (the mean over ranks).
+    Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): virtual seconds}}``."""
+    import time
+
+    from minipar.clock import ClusterClock
+    from minipar.models import Block
+
+    def cpu_best(fn, repeats=5):
+        best = float("inf")
+        for _ in range(repeats + 1):
+            c0 = time.thread_time()
+            fn()
+            best = min(best, time.thread_time() - c0)
+        return best
+
+    cfg = GPTConfig(**cfg_kw)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(512, 512, generator=g) for _ in range(2))
+    peak = 2 * 512**3 / cpu_best(lambda: a @ b)
+    block, mb = Block(cfg), batch // 2 // m
+    h = torch.randn(mb, cfg.block_size, cfg.d_model, generator=g, requires_grad=True)
+    layer = cpu_best(lambda: block(h).sum().backward())
+    c = torch.tensor(
+        [peak, max(0.0, layer - 6 * 12 * cfg.d_model**2 * mb * cfg.block_size / peak)], dtype=torch.float64
+    )
+    dist.all_reduce(c)
+    out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}}
+    for pp, dp, tp in layouts:
+        mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
+        piece = build_piece(cfg, mesh, microbatches=m)
+        x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
+        piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages
+        best = float("inf")
+        for _ in range(steps):
+            with ClusterClock(link, link) as clk:
+                piece.step(x, x, 1e-3)
+            t = torch.tensor([clk.now], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step ends when the slowest rank ends
+            best = min(best, t.item())
+        out["runs"][(pp, dp, tp)] = best
+    return out
