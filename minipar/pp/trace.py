@@ -208,6 +208,11 @@ def from_clock(timelines) -> list[list[TraceEvent]]:
     return out
 
 
+def message_bytes(spec: RunSpec) -> int:
+    """Bytes of one activation (or its gradient) between two stages: (B/m) · T · d_model · 4 (float32)."""
+    return spec.B // spec.m * spec.T * spec.d_model * 4
+
+
 def read_clock(out: list[dict], spec: RunSpec) -> dict:
     """What a :func:`traced_run` on the cluster clock (``spec.clock`` set; ``out``: one dict per rank) shows.
 
@@ -222,7 +227,7 @@ def read_clock(out: list[dict], spec: RunSpec) -> dict:
     tr = from_clock([o["timeline"] for o in out])
     d_f, d_b = measured_durations(tr, cpu=True)
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
-    t_comm = spec.clock[0].time(spec.B // spec.m * spec.T * spec.d_model * 4)
+    t_comm = spec.clock[0].time(message_bytes(spec))
     sim = simulate(sched, d_f.__getitem__, d_b.__getitem__, t_comm=t_comm, decoupled=not spec.coupled)
     return dict(
         trace=tr,
