@@ -30,7 +30,7 @@ What a record counts, per rank, for a message of ``S`` bytes in a group of ``N``
 - ``all_reduce``: sent = received = 2(N−1)/N · S, the ring algorithm's per-rank volume
   (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md);
 - ``all_gather`` (S = output bytes), ``reduce_scatter`` (S = input bytes), ``all_to_all``:
-  (N−1)/N · S each way;
+  (N−1)/N · S each way; ``all_to_all_single`` exactly (uneven splits: all rows but this rank's own);
 - rooted ``broadcast``/``scatter`` (root sends), ``reduce``/``gather`` (root receives):
   counted as direct transfers, root ↔ each other rank, s = one rank's share;
 - ``barrier``: 0 bytes.
@@ -132,6 +132,11 @@ def _group_of(op, args, kwargs):
     return _arg(args, kwargs, pos, "group")
 
 
+def _moved(t, splits, g: int, n: int) -> float:
+    """Bytes of an all-to-all buffer that cross the wire: every row but the block group rank ``g`` keeps."""
+    return (b := tensor_bytes(t)) - (b * splits[g] // max(1, t.shape[0]) if splits else b / n)
+
+
 def _record(op: str, args, kwargs) -> Record:
     group = _group_of(op, args, kwargs)
     n = dist.get_world_size(group)
@@ -153,7 +158,11 @@ def _record(op: str, args, kwargs) -> Record:
     elif op == "all_reduce":
         S = tensor_bytes(first)
         sent = recv = 2 * (n - 1) / n * S
-    elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all", "all_to_all_single"):
+    elif op == "all_to_all_single":  # exact with uneven splits
+        S, inp = tensor_bytes(first), _arg(args, kwargs, 1, "input")
+        sent = _moved(inp, _arg(args, kwargs, 3, "input_split_sizes"), ranks.index(me), n)
+        recv = _moved(first, _arg(args, kwargs, 2, "output_split_sizes"), ranks.index(me), n)
+    elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all"):
         S = tensor_bytes(first)  # output list / output tensor
         sent = recv = (n - 1) / n * S
     elif op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):

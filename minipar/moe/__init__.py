@@ -1,0 +1,9 @@
+"""Mixture of experts and expert parallelism (lesson 12).
+
+- ``minipar.moe.router``    top-k softmax router and the Switch/GShard load-balancing loss
+- ``minipar.moe.dispatch``  capacity, token dropping, and the index bookkeeping of dispatch/combine
+- ``minipar.moe.experts``   E feed-forward experts held as stacked weights
+- ``minipar.moe.layer``     ``MoE``: the layer on one device (what ``GPTConfig(moe_experts=E)`` uses)
+- ``minipar.moe.parallel``  ``ExpertParallelMoE``: experts sharded over an EP group, all-to-all dispatch/combine
+- ``minipar.moe.ep``        the main job's EP: groups carved out of DP, gradients of experts vs dense parameters
+"""
