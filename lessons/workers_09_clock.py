@@ -23,7 +23,8 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
     the slowest rank's): ``ratio`` < 1 is a GEMM that covers its transfer (h = 8192 on NVLink), > 1 a
     transfer the GEMM cannot hide. Returns, per mode, the fastest step's virtual seconds (slowest
     rank) and this rank's ``segments``: its compute between two waits (one chunk's GEMM each when
-    overlapped; the one GEMM after the all-gather otherwise), and ``t_f``, one ring step's transfer."""
+    overlapped; the one GEMM after the all-gather otherwise) and ``timeline`` (the clock's Spans), and
+    ``t_f``, one ring step's transfer."""
     from minipar.clock import ClusterClock, Link
 
     g = torch.Generator().manual_seed(md.rank())
@@ -36,7 +37,7 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
     t = torch.tensor([best], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * t.item(), float("inf"))
-    out = {False: (float("inf"), []), True: (float("inf"), [])}
+    out, spans = {False: (float("inf"), []), True: (float("inf"), [])}, {}
     for i in range(steps + 1):
         for ov in (False, True):
             with ClusterClock(link, link) as clk:
@@ -44,7 +45,7 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
             v = torch.tensor([clk.now], dtype=torch.float64)
             dist.all_reduce(v, op=dist.ReduceOp.MAX)
             if i and v.item() < out[ov][0]:
-                segments, cur = [], 0.0
+                segments, cur, spans[ov] = [], 0.0, list(clk.timeline)
                 for kind, label, t0, t1 in clk.timeline:
                     if kind == "compute":
                         cur += t1 - t0
@@ -52,7 +53,9 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
                         segments.append(cur)
                         cur = 0.0
                 out[ov] = (v.item(), segments + ([cur] if cur else []))
-    return {ov: {"virtual_s": v, "segments": seg} for ov, (v, seg) in out.items()} | {"t_f": link.alpha_s}
+    return {ov: {"virtual_s": v, "segments": seg, "timeline": spans[ov]} for ov, (v, seg) in out.items()} | {
+        "t_f": link.alpha_s
+    }
 
 
 def overlap_expected(runs: list[dict]) -> dict:
@@ -123,3 +126,70 @@ def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
 
     rows = tokens // t
     return NVLINK4.time(rows * h * 2) / (2 * rows * h * (4 * h // t) / flops)
+
+
+def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: float = 0.1) -> dict:
+    """A parameter server (rank 0) and W = world − 1 workers on the cluster clock, synchronous
+    (``mode="sync"``: W gradients averaged per step) or asynchronous in arrival order (``"async"``),
+    until ``gradients`` worker gradients are applied. The first worker (rank 1) is a straggler whose
+    compute counts ``straggler`` times; pushing a gradient (or pulling the parameters) costs ``push`` ×
+    one gradient's compute as measured here (the slowest rank's fastest of 3), so compute dominates.
+    Returns per rank its clock ``timeline`` and ``now``; on the server also ``c`` (one gradient's
+    compute, s), ``order`` and ``staleness`` (async), on workers their ``losses``."""
+    from workers_09 import _adamw, _batch, gpt
+
+    from minipar.clock import ClusterClock, Link
+    from minipar.dp.param_server import run_async_arrival, run_sync
+
+    workers = md.world_size() - 1
+    model = gpt()
+
+    def grad_fn(m, worker, k):
+        x, y = _batch(worker, workers, k, global_batch=2 * workers)
+        loss = m(x, y)[1]
+        loss.backward()
+        return loss.detach()
+
+    best = float("inf")
+    for k in range(3):
+        c0 = time.thread_time()
+        grad_fn(model, max(md.rank() - 1, 0), k)
+        best = min(best, time.thread_time() - c0)
+        model.zero_grad(set_to_none=True)
+    c = torch.tensor([best], dtype=torch.float64)
+    dist.all_reduce(c, op=dist.ReduceOp.MAX)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    link = Link(f"push = {push:g} × a gradient's compute", 0.0, nbytes / (push * c.item()))
+    with ClusterClock(link, link, straggler={1: straggler}) as clk:
+        if mode == "sync":
+            res = run_sync(model, grad_fn, gradients // workers, _adamw)
+        else:
+            res = run_async_arrival(model, grad_fn, gradients, _adamw, clk)
+    out = {"timeline": list(clk.timeline), "now": clk.now, "c": c.item()}
+    if md.rank() == 0:
+        return out | {k: res[k] for k in ("order", "staleness") if k in res}
+    return out | {"losses": res["losses"]}
+
+
+def ps_formula(workers: int, straggler: float, push: float = 0.1) -> float:
+    """Gradients per second, asynchronous ÷ synchronous, with one worker ``straggler`` times slower and
+    a push and a pull of ``push`` × a gradient's compute c each (server's update and end effects left
+    out): sync applies W gradients per (s + 2·push)·c, async (W − 1)/((1 + 2·push)·c) + 1/((s + 2·push)·c)."""
+    cycle = lambda s: s + 2 * push  # noqa: E731
+    return ((workers - 1) / cycle(1.0) + 1 / cycle(straggler)) / (workers / cycle(straggler))
+
+
+def draw_lanes(ax, runs: list[dict], title: str, names=None) -> None:
+    """Every rank's cluster-clock timeline as a lane (rank 0 on top): compute (blue) above, messages and
+    collectives (grey) below, so what overlaps shows; milliseconds. ``runs``: ``launch``'s per-rank
+    results, each with a ``timeline`` of Spans."""
+    n = len(runs)
+    for r, run in enumerate(runs):
+        y = n - 1 - r
+        for kind, _label, t0, t1 in run["timeline"]:
+            up = kind == "compute"
+            ax.barh(y + (0.17 if up else -0.17), 1e3 * (t1 - t0), left=1e3 * t0, height=0.32,
+                    color="tab:blue" if up else "0.6", edgecolor="white", lw=0.3)  # fmt: skip
+    ax.set_yticks(range(n), list(reversed(names or [f"rank {r}" for r in range(n)])), fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("ms, cluster clock")

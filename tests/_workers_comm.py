@@ -8,7 +8,7 @@ import torch.nn as nn
 import minipar.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.dp.compression import BF16Compression, make_compressor
-from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
+from minipar.dp.param_server import flat_params, gather_model, run_async, run_async_arrival, run_sync
 from minipar.tp.overlap import allgather_matmul
 
 SHAPES = [(5, 7), (7,), (3, 4, 2)]
@@ -80,6 +80,25 @@ def ps_async(updates: int = 6, staleness: int = 1, n_servers: int = 1):
     model = tiny_model()
     res = run_async(model, grad_fn, updates, sgd, staleness, n_servers)
     return {"losses": res.get("losses"), "final": gather_model(model, res)}
+
+
+def ps_arrival(updates: int = 10, straggler: float = 4.0, n_servers: int = 1, clocked: bool = True):
+    """Asynchronous in arrival order on the cluster clock; the first worker computes ``straggler``× slower
+    (each gradient also runs a fixed ~ms matmul loop, so compute dominates the clock's noise)."""
+    from minipar.clock import ClusterClock, Link
+
+    model = tiny_model()
+    a = torch.randn(96, 96, generator=torch.Generator().manual_seed(0))
+
+    def slow_grad(m, worker, step):
+        for _ in range(30):
+            a @ a
+        return grad_fn(m, worker, step)
+
+    link = Link("test", 1e-6, 1e12)
+    with ClusterClock(link, link, straggler={n_servers: straggler}, enabled=clocked) as clk:
+        res = run_async_arrival(model, slow_grad, updates, sgd, clk, n_servers)
+    return {"final": gather_model(model, res), "order": res.get("order"), "staleness": res.get("staleness")}
 
 
 def ddp_fp16_vs_manual(steps: int = 3):

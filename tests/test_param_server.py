@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from minipar import ConfigError, launch
 from minipar.dp.param_server import flat_params, load_flat_, roles, server_bytes_formula
-from tests._workers_comm import batch, ps_async, ps_sync, sgd, tiny_model
+from tests._workers_comm import batch, ps_arrival, ps_async, ps_sync, sgd, tiny_model
 
 TOL = 1e-12
 
@@ -71,6 +71,40 @@ def test_async_is_reproducible():
     a = launch(ps_async, world_size=3, kwargs={"staleness": 1})
     b = launch(ps_async, world_size=3, kwargs={"staleness": 1})
     assert torch.equal(a[1]["final"], b[1]["final"])
+
+
+def reference_replay(order, staleness):
+    """One device replays an arrival-order run: update t is worker order[t]'s next gradient, computed on
+    the parameters of version t − staleness[t]."""
+    model, opt_p = tiny_model(), flat_params(tiny_model()).clone()
+    opt, versions, seen = sgd([opt_p]), {0: opt_p.clone()}, {}
+    for t, (w, s) in enumerate(zip(order, staleness)):
+        load_flat_(model, versions[t - s])
+        model.zero_grad()
+        x, y = batch(w, seen.get(w, 0))
+        seen[w] = seen.get(w, 0) + 1
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt_p.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        opt.step()
+        versions[t + 1] = opt_p.clone()
+    return opt_p
+
+
+@pytest.mark.parametrize("world,servers", [(3, 1), (4, 2)])
+def test_async_arrival_is_the_replay_of_its_order_and_the_straggler_pushes_less(world, servers):
+    res = launch(ps_arrival, world_size=world, kwargs={"n_servers": servers})
+    order, stale = res[0]["order"], res[0]["staleness"]
+    assert all(r["order"] == order and r["staleness"] == stale for r in res[:servers])  # servers agree
+    assert len(order) == 10 and all(0 <= s <= t for t, s in enumerate(stale))
+    assert (res[servers]["final"] - reference_replay(order, stale)).abs().max() < TOL
+    slow = [s for w, s in zip(order, stale) if w == 0]
+    fast = [s for w, s in zip(order, stale) if w == 1]
+    assert len(slow) < len(fast) and sum(slow) / len(slow) > sum(fast) / len(fast), (order, stale)
+
+
+def test_async_arrival_needs_an_entered_clock():
+    with pytest.raises(ConfigError, match="ClusterClock"):
+        launch(ps_arrival, world_size=2, kwargs={"clocked": False})
 
 
 def test_bad_roles():

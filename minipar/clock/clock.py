@@ -209,6 +209,20 @@ class ClusterClock:
             self.now  # noqa: B018
             self._labels.pop()
 
+    @contextlib.contextmanager
+    def off_the_clock(self):
+        """The emulator's own bookkeeping (e.g. a server learning when messages *would* arrive):
+        calls inside the block are neither clocked nor in a ``CommLog``, and their CPU time is not
+        compute. Nothing of the program's work belongs here."""
+        self.now  # noqa: B018 (close the compute before the block)
+        before, self._inside = self._inside, True
+        try:
+            with unrecorded():
+                yield
+        finally:
+            self._inside = before
+            self._resume()
+
     def _tick(self) -> float:
         """Add the CPU time since the last mark (× straggler factor) as compute; returns ``now``."""
         c = time.thread_time()

@@ -10,6 +10,8 @@ server), computes a gradient on its own batch, and *pushes* it (one ``send`` per
 - **Synchronous** (:func:`run_sync`): each step, every server receives the W gradients, averages
   them, steps its shard and sends it back to all W workers — exactly data parallelism with a
   global batch of W local batches (tested equal to DDP).
+- **Asynchronous, in arrival order** (:func:`run_async_arrival`, on the cluster clock): each gradient
+  is applied when it arrives (Downpour SGD); a straggler no longer holds the others back.
 - **Asynchronous, bounded staleness τ** (:func:`run_async`): the server applies each worker's
   gradient on its own, one update at a time (update t comes from worker t mod W), and the
   gradient of update t is computed on parameters of version ``max(0, t − τ)``. That is the
@@ -218,6 +220,95 @@ def run_async(
             p2p.send(g[lo:hi].contiguous(), dst=s, label="grad")
         k += 1
     return {"losses": losses, "roles": r}
+
+
+def run_async_arrival(
+    model: nn.Module,
+    grad_fn: Callable[[nn.Module, int, int], torch.Tensor],
+    updates: int,
+    make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+    clock,
+    n_servers: int = 1,
+) -> dict:
+    """Asynchronous training that applies each gradient when it ARRIVES on the cluster clock (Downpour SGD).
+
+    Every worker pulls, computes and pushes in a loop; a server applies whichever in-flight gradient
+    arrives first on ``clock`` (an entered :class:`minipar.clock.ClusterClock`; ties: lower worker)
+    and sends the worker the parameters as they are now. Staleness is not bounded but measured:
+    update t's gradient was computed on version t − staleness. A straggler (the clock's
+    ``straggler``) pushes rarely and staler; the others are never held back by it. The arrival order
+    is read from the workers' post times on the clock, exchanged off the clock (the emulator's
+    bookkeeping, not traffic): the run is exactly as reproducible as the measured compute times.
+
+    Returns:
+        servers: ``{"shard", "roles", "order": [worker index per update], "staleness": [per update],
+        "applied_at": [the server's clock seconds per update]}``; workers: ``{"losses": [per gradient],
+        "roles"}``.
+    Raises:
+        ConfigError: ``clock`` is not an entered ClusterClock, or ``updates`` < 1.
+    """
+    if getattr(clock, "_hooks", None) is None:
+        raise ConfigError("run_async_arrival(clock=...): pass the ClusterClock entered on every rank (`with clk:`)")
+    if not isinstance(updates, int) or updates < 1:
+        raise ConfigError(f"updates={updates!r}: the number of optimizer updates is an int >= 1")
+    me, world = dist.get_rank(), dist.get_world_size()
+    flat = flat_params(model)
+    r = roles(world, n_servers, flat.numel())
+    flag = torch.zeros(1, dtype=torch.float64, device=flat.device)
+    stamp = torch.zeros(1, dtype=torch.float64, device=flat.device)
+    if me in r.servers:
+        lo, hi = r.bounds[me]
+        shard = flat[lo:hi].clone()
+        opt, buf = make_optimizer([shard]), torch.empty_like(shard)
+        version, pending, out, issued = {}, {}, {"order": [], "staleness": [], "applied_at": []}, 0
+
+        def reply(w: int, t: int) -> None:  # more work for w (the current parameters), or stop
+            nonlocal issued
+            with clock.off_the_clock():
+                p2p.send(flag.fill_(float(issued < updates)), dst=w, label="control")
+            if issued < updates:
+                p2p.send(shard, dst=w, label="params")
+                version[w], issued = t, issued + 1
+
+        for w in r.workers:
+            reply(w, 0)
+        for t in range(updates):
+            for w in r.workers:  # every in-flight gradient's post time on the workers' clocks
+                if w in version and w not in pending:
+                    with clock.off_the_clock():
+                        p2p.recv(stamp, src=w, label="stamp")
+                    pending[w] = stamp.item()
+            w = min(pending, key=lambda k: (pending[k], k))
+            del pending[w]
+            p2p.recv(buf, src=w, label="grad")
+            shard.grad = buf.clone()
+            opt.step()
+            out["order"].append(w - n_servers)
+            out["staleness"].append(t - version.pop(w))
+            out["applied_at"].append(clock.now)
+            reply(w, t + 1)
+        return {"shard": shard, "roles": r, **out}
+    widx, losses = me - n_servers, []
+    while True:
+        with clock.off_the_clock():
+            for s in r.servers:
+                p2p.recv(flag, src=s, label="control")
+        if not flag.item():
+            return {"losses": losses, "roles": r}
+        for s in r.servers:
+            lo, hi = r.bounds[s]
+            p2p.recv(flat[lo:hi], src=s, label="params")
+        load_flat_(model, flat)
+        model.zero_grad(set_to_none=True)
+        losses.append(float(grad_fn(model, widx, len(losses))))
+        g = flat_grads(model)
+        stamp.fill_(clock.now)
+        with clock.off_the_clock():
+            for s in r.servers:
+                p2p.send(stamp, dst=s, label="stamp")
+        for s in r.servers:
+            lo, hi = r.bounds[s]
+            p2p.send(g[lo:hi].contiguous(), dst=s, label="grad")
 
 
 def gather_model(model: nn.Module, result: dict) -> torch.Tensor | None:
