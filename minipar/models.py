@@ -25,6 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
+from minipar.moe.dispatch import check_moe
+from minipar.moe.layer import MoE
 from minipar.recompute import checkpoint
 
 
@@ -39,12 +41,18 @@ class GPTConfig:
     bias: bool = True
     tie_weights: bool = False  # tie the head to the token embedding (GPT-2 does; pipelines must sync it)
     attention: str = "sdpa"  # "sdpa" (fused, nothing s×s kept) | "explicit" (Megatron's unfused core, lesson 08)
+    moe_experts: int = 0  # > 0: every block's MLP is a mixture of this many experts (minipar.moe, lesson 12)
+    moe_top_k: int = 1  # experts per token
+    moe_capacity_factor: float | None = None  # None: drop-free; else C = ceil(cf·T·k/E) tokens per expert
+    moe_aux_loss_coef: float = 0.01  # α of the Switch load-balancing loss, added to the loss
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"GPTConfig.{name}={v!r} must be an integer >= 1")
+        if self.moe_experts:
+            check_moe(self.moe_experts, self.moe_top_k, self.moe_capacity_factor)
         if self.attention not in ("sdpa", "explicit"):
             raise ConfigError(f"GPTConfig.attention={self.attention!r}: use 'sdpa' or 'explicit'")
         if self.d_model % self.n_head:
@@ -122,6 +130,20 @@ class MLP(nn.Module):
         return self.drop(self.proj(F.gelu(self.fc(x))))
 
 
+def moe_mlp(cfg: GPTConfig) -> MoE:
+    """The MLP's mixture-of-experts replacement: ``moe_experts`` MLPs of the same d -> 4d -> d shape."""
+    return MoE(
+        cfg.d_model,
+        cfg.moe_experts,
+        cfg.moe_top_k,
+        4 * cfg.d_model,
+        cfg.moe_capacity_factor,
+        cfg.moe_aux_loss_coef,
+        0.02 / math.sqrt(2 * cfg.n_layer),
+        cfg.bias,
+    )
+
+
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``.
 
@@ -134,7 +156,7 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg) if not cfg.moe_experts else moe_mlp(cfg)
         self.recompute = "none"
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -210,7 +232,10 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(x)
-        return logits, (None if targets is None else self.loss(logits, targets))
+        if targets is None:
+            return logits, None
+        aux = [b.mlp.aux_loss for b in self.blocks] if self.cfg.moe_experts else []  # load balancing
+        return logits, self.loss(logits, targets) + sum(aux)
 
     @torch.no_grad()
     def generate(
@@ -236,10 +261,12 @@ class GPT(nn.Module):
         """Training FLOPs per token: 6·N (matmuls, forward + backward) + 12·L·d·T (attention scores).
 
         N counts the non-embedding parameters (Kaplan et al. 2020, arXiv:2001.08361, Table 1;
-        the attention term as in PaLM, Chowdhery et al. 2022, arXiv:2204.02311, App. B).
+        the attention term as in PaLM, Chowdhery et al. 2022, arXiv:2204.02311, App. B); with
+        experts, the *active* ones (router + k of E experts per block).
         """
         T = self.cfg.block_size if T is None else T
         n = num_params(self) - self.wpe.weight.numel() - (0 if self.cfg.tie_weights else self.wte.weight.numel())
+        n -= sum(num_params(b.mlp) - b.mlp.active_params() for b in self.blocks) if self.cfg.moe_experts else 0
         return 6 * n + 12 * self.cfg.n_layer * self.cfg.d_model * T
 
 
