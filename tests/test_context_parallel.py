@@ -1,0 +1,110 @@
+"""Lesson 11: context parallelism (minipar.cp) — ring attention and Llama 3's all-gather K/V variant.
+
+The core claim: on N = 1..4 real ranks, with sequences that do not split evenly (T = 11, 13 over
+2N chunks), every rank's attention output and its q, k, v gradients equal full causal attention's
+rows at its positions, for the contiguous and the load-balanced split; each rank sends exactly the
+bytes of the formula; every message passes the strict point-to-point order check (conftest).
+"""
+
+import pytest
+import torch
+
+from minipar import ConfigError, launch
+from minipar.cp.all_gather import all_gather_attention_bytes
+from minipar.cp.blocks import block_attention, merge
+from minipar.cp.ring import ring_attention_bytes
+from minipar.cp.split import causal_work, contiguous_ranges, load_balanced_ranges, positions, shard, unshard
+from minipar.models import attention_core
+from tests import _workers_cp as w
+
+# Bound (absolute), derived: float64 throughout; a block merge rescales by exp(lse_a − lse) and adds, so
+# an output differs from one fused softmax by a few ε = 1.1e-16 relative per merge (at most 2N − 1 merges
+# of values ~1), and a gradient sums N block shares instead of one matmul: ~1e-15 here. A wrong mask,
+# a block attended twice or a lost dK share moves a value by ~1e-1. 1e-12 sits three orders from both.
+TOL = 1e-12
+
+
+def _reference(T):
+    q, k, v, g = w.inputs(T)
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = attention_core(q, k, v)
+    out.backward(g)
+    return dict(out=out.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
+
+
+def _check(results, T):
+    ref = _reference(T)
+    ranges = results[0]["ranges"]
+    for key in ("out", "dq", "dk", "dv"):
+        got = unshard([res[key] for res in results], ranges, dim=2)
+        assert (got - ref[key]).abs().max().item() < TOL, key
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ring_attention_equals_full_attention(n):
+    """Forward and gradients, load-balanced split, T = 13 (not a multiple of 2N for N >= 2)."""
+    T = 13
+    _check(launch(w.attend, world_size=n, args=(T, "balanced", "ring")), T)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_contiguous_split_and_all_gather_variant(n):
+    """The contiguous split (ring), and Llama 3's all-gather K/V (load balanced), T = 11."""
+    T = 11
+    _check(launch(w.attend, world_size=n, args=(T, "contiguous", "ring")), T)
+    _check(launch(w.attend, world_size=n, args=(T, "balanced", "all_gather")), T)
+
+
+def test_bytes_equal_the_formula():
+    """Each rank's sent bytes (CommLog, strict headers excluded) equal ring_attention_bytes and
+    all_gather_attention_bytes, with unequal blocks (T = 13 over 3 ranks); every ring message goes to
+    the right neighbour."""
+    T, n, B, H, D = 13, 3, 2, 2, 4
+    ring = launch(w.attend, world_size=n, args=(T, "balanced", "ring"))
+    for r, res in enumerate(ring):
+        want = ring_attention_bytes(res["ranges"], r, B, H, D, 8)
+        assert res["sent"] == (want["forward"], want["backward"])
+        assert {peer for op, peer, _ in res["p2p"] if op == "isend"} == {(r + 1) % n}
+        assert {peer for op, peer, _ in res["p2p"] if op == "irecv"} == {(r - 1) % n}
+    # received = sent over the ring, in total
+    assert sum(sum(res["recv"]) for res in ring) == sum(sum(res["sent"]) for res in ring)
+    gathered = launch(w.attend, world_size=n, args=(T, "balanced", "all_gather"))
+    want = all_gather_attention_bytes(gathered[0]["ranges"], B, H, D, 8)
+    for res in gathered:
+        assert res["sent"] == (want["forward"], want["backward"])
+
+
+def test_even_split_formula():
+    """With T = 2N·c the ring's bytes are (N − 1) and (2N − 1) blocks of 2·B·h·(T/N)·d·e."""
+    T, B, H, D, e = 32, 2, 4, 8, 4
+    for n in (2, 4):
+        b = ring_attention_bytes(load_balanced_ranges(T, n), 0, B, H, D, e)
+        blk = 2 * B * H * (T // n) * D * e
+        assert b == {"forward": (n - 1) * blk, "backward": (2 * n - 1) * blk}
+
+
+def test_merge_of_two_blocks_is_softmax_over_both():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    full, lse = block_attention(q, k, v, (10, 15), (0, 5))  # all keys before the queries
+    a = block_attention(q, k[..., :2, :], v[..., :2, :], (10, 15), (0, 2))
+    b = block_attention(q, k[..., 2:, :], v[..., 2:, :], (10, 15), (2, 5))
+    out, lse2 = merge(*a, *b)
+    assert (out - full).abs().max() < TOL and (lse2 - lse).abs().max() < TOL
+    assert merge(None, None, *a)[0] is a[0]
+
+
+def test_splits():
+    assert load_balanced_ranges(10, 2) == [[(0, 3), (8, 10)], [(3, 6), (6, 8)]]
+    assert contiguous_ranges(7, 2) == [[(0, 4)], [(4, 7)]]
+    for T, n in ((13, 3), (16, 4), (9, 4)):
+        rr = load_balanced_ranges(T, n)
+        assert sorted(torch.cat([positions(r) for r in rr]).tolist()) == list(range(T))
+        x = torch.arange(T).view(1, T)
+        assert torch.equal(unshard([shard(x, r) for r in rr], rr), x)
+    work_c, work_b = causal_work(contiguous_ranges(64, 4)), causal_work(load_balanced_ranges(64, 4))
+    assert max(work_c) / min(work_c) > 6 and max(work_b) == min(work_b)
+    with pytest.raises(ConfigError, match="--cp"):
+        load_balanced_ranges(5, 3)
+    with pytest.raises(ConfigError, match="--cp"):
+        contiguous_ranges(5, 0)
