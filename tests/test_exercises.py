@@ -95,6 +95,12 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
     ("09", "ex09_powersgd_full_matrix", "powersgd_round", "never the whole n·k"),
+    ("12", "ex12_aux_no_e", "router_with_aux_loss", "aux = E"),
+    ("12", "ex12_gate_always_renorm", "router_with_aux_loss", "the chosen expert's probability itself"),
+    ("12", "ex12_router_minipar", "router_with_aux_loss", "minipar/moe"),
+    ("12", "ex12_ep_source_major", "expert_parallel_forward", "grouped by source"),
+    ("12", "ex12_ep_every_row", "expert_parallel_forward", "never on every token"),
+    ("12", "ex12_ep_all_reduce", "expert_parallel_forward", "three all-to-alls"),
 ]
 
 
