@@ -38,6 +38,8 @@ arXiv:2402.15627 §3.2, "decoupling send and receive"):
 - every wait carries the group's timeout; a stage output of the wrong shape raises
   :class:`~minipar.ConfigError` before it is sent.
 
+A split schedule (ZB-H1, :mod:`minipar.pp.zero_bubble`) runs I (input gradient, sent upstream like B's)
+and W (weight gradient, no message) through a :class:`~minipar.pp.zero_bubble.WeightGradStore`.
 Gradients accumulate over the m micro-batches: each micro-batch loss is divided by m, so the
 sum of gradients equals the gradient of the mean loss over the global batch.
 """
@@ -59,16 +61,17 @@ from minipar.errors import ConfigError
 from minipar.memory import saved_activation_bytes
 from minipar.models import GPT
 from minipar.pp.schedules import Action, num_microbatches, num_stages, simulate
+from minipar.pp.zero_bubble import WeightGradStore, split_linears
 
 
 @dataclass
 class TraceEvent:
-    """One traced action on one rank: ``kind`` "F"/"B" (compute, from after its input arrived to
-    after its output was handed to ``isend``: all of the rank's own work for the action), "W"
+    """One traced action on one rank: ``kind`` "F"/"B"/"I"/"W" (compute, from after its input arrived
+    to after its output was handed to ``isend``: all of the rank's own work for the action), "R"
     (waiting for a receive), "O" (optimizer step). ``t0``, ``t1``: ``time.perf_counter()``
     seconds (one clock per machine). ``cpu``: CPU seconds this rank's thread used inside the span
     (``time.thread_time()``; less than ``t1 − t0`` when the OS gave the core to another process;
-    0 for "W")."""
+    0 for "R")."""
 
     rank: int
     kind: str
@@ -80,7 +83,7 @@ class TraceEvent:
 
     @property
     def label(self) -> str:
-        return f"{self.stage}{self.kind}{self.mb}" if self.kind in "FB" else self.kind
+        return f"{self.stage}{self.kind}{self.mb}" if self.kind in "FBIW" else self.kind
 
 
 @dataclass
@@ -170,16 +173,17 @@ class PipelineExecutor:
         self._local: dict[Action, torch.Tensor] = {}
         self._sends: list[tuple] = []
         self._trace: list[TraceEvent] = []
+        self._store = WeightGradStore() if any(a.kind == "W" for acts in schedule for a in acts) else None
 
     # -- messages ---------------------------------------------------------------------------
     def _src(self, a: Action) -> int | None:
         """Pipeline rank that sends the input of action ``a`` (None: no input needed)."""
         if a.kind == "F":
             return None if a.stage == 0 else (a.stage - 1) % self.p
-        return None if a.stage == self.S - 1 else (a.stage + 1) % self.p
+        return None if a.kind == "W" or a.stage == self.S - 1 else (a.stage + 1) % self.p
 
     def _tag(self, a: Action) -> int:
-        return ((0 if a.kind == "F" else 1) * self.S + a.stage) * self.m + a.mb
+        return ("FBI".index(a.kind) * self.S + a.stage) * self.m + a.mb
 
     def _post_recv(self, a: Action, shape) -> None:
         src = self._src(a)
@@ -216,7 +220,7 @@ class PipelineExecutor:
             ) from exc
         t1 = time.perf_counter()
         if t1 - t0 > 20e-6:
-            self._trace.append(TraceEvent(self.me, "W", a.stage, a.mb, t0, t1))
+            self._trace.append(TraceEvent(self.me, "R", a.stage, a.mb, t0, t1))
         return buf
 
     @staticmethod
@@ -249,20 +253,37 @@ class PipelineExecutor:
             )
         shape = (B // self.m, T, self.hidden)
         xs, ys = x.chunk(self.m), y.chunk(self.m)
-        dev = mdist.device()
         for state in (self._inbox, self._local, self._sends, self._trace):
             state.clear()
-        held: dict[tuple, tuple] = {}
         act_bytes: dict[tuple, int] = {}
-        live = peak = 0
-        loss_sum = torch.zeros((), device=dev)
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
+        split = split_linears(self.stages.values(), self._store) if self._store else contextlib.nullcontext()
+        with split:
+            peak, loss_sum = self._run(xs, ys, shape, clock, act_bytes)
+        for _, work in self._sends:  # sends complete once their receivers have them
+            work.wait(self.timeout)
+        if self._inbox:
+            raise RuntimeError(f"pipeline rank {self.me}: receives posted but never used: {list(self._inbox)}")
+        if optimizer is not None:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            with self._label(clock, "O"):
+                optimizer.step()
+            self._trace.append(TraceEvent(self.me, "O", -1, -1, t0, time.perf_counter(), time.thread_time() - c0))
+        loss = loss_sum.item() if any(s == self.S - 1 for s in self.stages) else None
+        return StepResult(loss, list(self._trace), peak, act_bytes)
+
+    def _run(self, xs, ys, shape, clock, act_bytes: dict) -> tuple[int, torch.Tensor]:
+        """This rank's actions in order; returns (peak activation bytes, sum of the micro-batch losses)."""
+        dev = mdist.device()
+        held: dict[tuple, tuple] = {}
+        live = peak = 0
+        loss_sum = torch.zeros((), device=dev)
         for k, a in enumerate(self.actions):
             stage, last = self.stages[a.stage], a.stage == self.S - 1
             if a.kind == "F":
                 inp = xs[a.mb].to(dev) if a.stage == 0 else self._get(a, shape).requires_grad_()
-            else:
+            elif a.kind in "BI":
                 grad = None if last else self._get(a, shape)
             with self._label(clock, str(a)):
                 t0, c0 = time.perf_counter(), time.thread_time()  # the action's span: its own work, to its sends
@@ -293,12 +314,18 @@ class PipelineExecutor:
                                 f"stage return (batch, T, {self.hidden}) or pass hidden_size="
                             )
                         self._send(Action(a.stage + 1, "F", a.mb), out.detach())
+                elif a.kind == "W":  # the weight gradients the I of this micro-batch left in the store
+                    live -= self._store.nbytes((a.stage, a.mb))
+                    self._store.flush((a.stage, a.mb))
                 else:
                     inp, out = held.pop((a.stage, a.mb))
-                    torch.autograd.backward(out, grad_tensors=grad)
-                    live -= act_bytes.get((a.stage, a.mb), 0)
+                    key = (a.stage, a.mb)
+                    with self._store.collect(key) if a.kind == "I" else contextlib.nullcontext():
+                        torch.autograd.backward(out, grad_tensors=grad)
+                    live += (self._store.nbytes(key) if a.kind == "I" else 0) - act_bytes.get(key, 0)
+                    peak = max(peak, live)  # after I: what W still needs (x, grad_y of every linear)
                     if a.stage > 0:
-                        self._send(Action(a.stage - 1, "B", a.mb), inp.grad)
+                        self._send(Action(a.stage - 1, a.kind, a.mb), inp.grad)
                 if (
                     self.coupled
                 ):  # Megatron's send_forward_recv_backward: the send and the next receive, one blocking pair
@@ -310,14 +337,4 @@ class PipelineExecutor:
                 self._trace.append(
                     TraceEvent(self.me, a.kind, a.stage, a.mb, t0, time.perf_counter(), time.thread_time() - c0)
                 )
-        for _, work in self._sends:  # sends complete once their receivers have them
-            work.wait(self.timeout)
-        if self._inbox:
-            raise RuntimeError(f"pipeline rank {self.me}: receives posted but never used: {list(self._inbox)}")
-        if optimizer is not None:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            with self._label(clock, "O"):
-                optimizer.step()
-            self._trace.append(TraceEvent(self.me, "O", -1, -1, t0, time.perf_counter(), time.thread_time() - c0))
-        loss = loss_sum.item() if any(s == self.S - 1 for s in self.stages) else None
-        return StepResult(loss, list(self._trace), peak, act_bytes)
+        return peak, loss_sum

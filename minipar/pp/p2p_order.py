@@ -22,8 +22,9 @@ def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[
     NCCL-safe when the two lists are equal for every pair (see :func:`check_p2p_order`).
 
     A rank posts a send after each action whose output goes to another rank (forward of stage s
-    -> ``(s+1)F``, backward of stage s > 0 -> ``(s−1)B``), and a receive for each action whose
-    input comes from another rank, in its own action order (receives posted early keep that order).
+    -> ``(s+1)F``, backward of stage s > 0 -> ``(s−1)B``; a split backward's I -> ``(s−1)I``, its W
+    sends nothing), and a receive for each action whose input comes from another rank, in its own
+    action order (receives posted early keep that order).
     """
     p, S = len(schedule), num_stages(schedule)
     pairs: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
@@ -31,9 +32,11 @@ def p2p_order(schedule: list[list[Action]]) -> dict[tuple[int, int], tuple[list[
         for a in acts:
             if a.kind == "F" and a.stage > 0 and (a.stage - 1) % p != r:  # input from stage s-1
                 pairs.setdefault(((a.stage - 1) % p, r), ([], []))[1].append(str(a))
-            if a.kind == "B" and a.stage < S - 1 and (a.stage + 1) % p != r:  # grad from stage s+1
+            if a.kind in "BI" and a.stage < S - 1 and (a.stage + 1) % p != r:  # grad from stage s+1
                 pairs.setdefault(((a.stage + 1) % p, r), ([], []))[1].append(str(a))
-            nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
+            if a.kind == "W":  # a weight gradient stays on its rank
+                continue
+            nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, a.kind, a.mb)
             if 0 <= nxt.stage < S and nxt.stage % p != r:
                 pairs.setdefault((r, nxt.stage % p), ([], []))[0].append(str(nxt))
     return pairs

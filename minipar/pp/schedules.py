@@ -3,10 +3,10 @@
 A schedule says, for every pipeline rank, which work it does and in which order. One unit of
 work is an :class:`Action`, written as PyTorch's ``torch.distributed.pipelining`` writes it:
 ``"1F3"`` = stage 1 runs the forward of micro-batch 3, ``"0B2"`` = stage 0 runs the backward of
-micro-batch 2. A schedule is ``list[list[Action]]``: ``schedule[rank]`` is that rank's program,
-in order. Idle time (the *bubble*) is not written down: it is what a rank does while it waits
-for an input that another rank has not produced yet — the simulator (and the real trace) show
-it as ``None``/gaps.
+micro-batch 2 (zero bubble splits it: ``"0I2"`` input, ``"0W2"`` weight gradient, see
+:mod:`minipar.pp.zero_bubble`). A schedule is ``list[list[Action]]``: ``schedule[rank]`` is that
+rank's program, in order. Idle time (the *bubble*) is not written down: it is what a rank does
+while it waits for an input that another rank has not produced yet (``None``/gaps).
 
 Stages and ranks: with ``p`` pipeline ranks and ``v`` virtual stages per rank there are
 ``S = p·v`` stages; stage ``s`` lives on rank ``s % p`` (Narayanan et al. 2021, "Efficient
@@ -43,7 +43,8 @@ from minipar.errors import ConfigError
 
 
 class Action(NamedTuple):
-    """One unit of pipeline work: ``stage`` runs ``kind`` ("F" or "B") on micro-batch ``mb``."""
+    """One unit of pipeline work: ``stage`` runs ``kind`` on micro-batch ``mb``: "F" forward, "B"
+    backward, or the backward split in two: "I" (input gradient) and "W" (weight gradient)."""
 
     stage: int
     kind: str
@@ -61,11 +62,11 @@ class DeadlockError(ConfigError):
 
 def parse(text: str) -> Action:
     """``"1F3"`` -> ``Action(1, "F", 3)``."""
-    for kind in ("F", "B"):
+    for kind in ("F", "B", "I", "W"):
         if kind in text:
             s, mb = text.split(kind)
             return Action(int(s), kind, int(mb))
-    raise ConfigError(f"action {text!r} is not like '1F3' (stage, F or B, micro-batch)")
+    raise ConfigError(f"action {text!r} is not like '1F3' (stage, F/B/I/W, micro-batch)")
 
 
 def _check_pm(p: int, m: int, v: int = 1) -> None:
@@ -148,9 +149,14 @@ SCHEDULES: dict[str, Callable[..., list[list[Action]]]] = {
 
 
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
-    """``make_schedule("1f1b", p, m)``; ``v`` only for ``"interleaved"`` (default 2 there)."""
+    """``make_schedule("1f1b", p, m)``; ``v`` only for ``"interleaved"`` (default 2 there); ``"zb-h1"``:
+    :func:`minipar.pp.zero_bubble.zb_h1` (imported here: that module builds on this one)."""
+    if name == "zb-h1" and v == 1:
+        from minipar.pp.zero_bubble import zb_h1
+
+        return zb_h1(p, m)
     if name not in SCHEDULES:
-        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(SCHEDULES)}")
+        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(SCHEDULES) + ['zb-h1']}")
     if name == "interleaved":
         return interleaved_1f1b(p, m, v if v > 1 else 2)
     if v != 1:
@@ -176,7 +182,7 @@ class Simulation:
             whose input is sent, e.g. ``"1F3"`` (activation) or ``"0B3"`` (gradient).
         makespan: end of the last action (the step time without the optimizer).
         bubble: idle fraction of the total time, ``1 − busy / (p · makespan)``.
-        peak_inflight: per rank, the most micro-batches whose forward ran and backward has not,
+        peak_inflight: per rank, the most micro-batches whose forward ran and backward (W) has not,
             counted in whole stages: each of the v chunks of a rank counts 1/v.
     """
 
@@ -210,13 +216,14 @@ def _dur(d, a: Action) -> float:
     return float(d(a)) if callable(d) else float(d)
 
 
-def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupled: bool = True) -> Simulation:
+def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupled: bool = True, t_w=1.0) -> Simulation:
     """SIMULATE ``schedule`` (per-rank action lists) and check it.
 
     Args:
         schedule: ``schedule[rank]`` = that rank's actions in order; stage s must be on rank s % p.
         t_f, t_b: forward / backward duration of one action: a number, or a function of the
-            :class:`Action` (e.g. durations measured on real ranks).
+            :class:`Action` (e.g. durations measured on real ranks). In a split schedule ``t_b``
+            times I (the input gradient) and ``t_w`` W (the weight gradient, which needs only its I).
         t_comm: time a message takes between ranks (0: sends are instant).
         decoupled: True (minipar's executor; MegaScale, arXiv:2402.15627 §3.2): a message leaves
             when its action ends and travels while both ranks compute; the receiver waits only
@@ -240,11 +247,13 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
     if S % p:
         raise ConfigError(f"{S} stages over p={p} ranks: the number of stages must be a multiple of p")
     v = S // p
+    kinds = {a.kind for acts in schedule for a in acts}
+    bwd = "I" if kinds & {"I", "W"} else "B"  # a split schedule runs I + W where others run B
+    if not kinds <= {"F", bwd, "W"} or (bwd == "I" and "W" not in kinds):
+        raise ConfigError(f"the schedule mixes kinds {sorted(kinds)}; use F and B, or F, I and W (split backward)")
     seen: dict[Action, int] = {}
     for r, acts in enumerate(schedule):
         for i, a in enumerate(acts):
-            if a.kind not in ("F", "B"):
-                raise ConfigError(f"action {a} has kind {a.kind!r}; use 'F' or 'B'")
             if a.stage % p != r:
                 raise ConfigError(
                     f"action {a} is listed on rank {r} but stage {a.stage} lives on rank "
@@ -252,14 +261,21 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 )
             if a in seen:
                 raise ConfigError(f"action {a} appears twice on rank {r}")
-            if a.kind == "B" and Action(a.stage, "F", a.mb) not in seen:
-                raise ConfigError(f"rank {r}: backward {a} is listed before its forward {Action(a.stage, 'F', a.mb)}")
+            before = Action(a.stage, "I" if a.kind == "W" else "F", a.mb)
+            if a.kind != "F" and before not in seen:
+                what = (
+                    "weight gradient {} is listed before its input gradient"
+                    if a.kind == "W"
+                    else "backward {} is listed before its forward"
+                )
+                raise ConfigError(f"rank {r}: {what.format(a)} {before}")
             seen[a] = i
-    missing = [Action(s, k, i) for s in range(S) for k in "FB" for i in range(m) if Action(s, k, i) not in seen]
+    need = "FB" if bwd == "B" else "FIW"
+    missing = [Action(s, k, i) for s in range(S) for k in need for i in range(m) if Action(s, k, i) not in seen]
     if missing:
         raise ConfigError(
             f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]}; "
-            f"every stage 0..{S - 1} needs F and B of every micro-batch 0..{m - 1}"
+            f"every stage 0..{S - 1} needs {'/'.join(need)} of every micro-batch 0..{m - 1}"
         )
 
     done: dict[Action, float] = {}
@@ -272,12 +288,11 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
     peak = [0] * p
 
     def deps(a: Action) -> list[Action]:
+        if a.kind == "W":  # the weight gradient needs only its own I: it gates no other stage
+            return [Action(a.stage, "I", a.mb)]
         if a.kind == "F":
             return [Action(a.stage - 1, "F", a.mb)] if a.stage > 0 else []
-        d = [Action(a.stage, "F", a.mb)]
-        if a.stage < S - 1:
-            d.append(Action(a.stage + 1, "B", a.mb))
-        return d
+        return [Action(a.stage, "F", a.mb)] + ([Action(a.stage + 1, bwd, a.mb)] if a.stage < S - 1 else [])
 
     remaining = sum(len(x) for x in schedule)
     while remaining:
@@ -299,17 +314,17 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                     if src != r:
                         messages.append((str(a), src, r, done[d], t_arr))
                     ready = max(ready, t_arr)
-                end = ready + _dur(t_f if a.kind == "F" else t_b, a)
+                end = ready + _dur({"F": t_f, "W": t_w}.get(a.kind, t_b), a)
                 timeline[r].append((a, ready, end))
                 done[a] = end
-                nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, "B", a.mb)
-                sends = 0 <= nxt.stage < S and nxt.stage % p != r
+                nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, bwd, a.mb)
+                sends = a.kind != "W" and 0 <= nxt.stage < S and nxt.stage % p != r
                 free[r] = end + (t_comm if sends and not decoupled else 0.0)  # coupled: the send blocks
                 posted[r] = end  # coupled: the next receive is posted with this action's send
                 pos[r] += 1
                 remaining -= 1
                 progressed = True
-                inflight[r] += 1 if a.kind == "F" else -1
+                inflight[r] += {"F": 1, "I": 0}.get(a.kind, -1)  # held from F until B (or W)
                 peak[r] = max(peak[r], inflight[r])
         if not progressed:
             stuck = {r: str(schedule[r][pos[r]]) for r in range(p) if pos[r] < len(schedule[r])}

@@ -7,18 +7,15 @@
     gantt(ax, traces)                               # one row per rank, F/B boxes, gaps = bubble
     from_clock([o["timeline"] for o in out])        # the same events on the cluster clock (minipar.clock)
 
-Bubble, measured: over the window from the first forward to the last backward of a step (all
-ranks, one clock: ``time.perf_counter`` is system-wide on Linux), ``1 − busy / (p · window)``,
-busy = the time ranks spend inside F and B. Waiting for a message, and the optimizer step,
-count as idle — the same definition :func:`~minipar.pp.schedules.simulate` uses.
+Bubble, measured: over the window from the first forward to the last backward of a step (all ranks,
+one clock: ``time.perf_counter`` is system-wide on Linux), ``1 − busy / (p · window)``, busy = the time
+ranks spend inside F and B; waiting and the optimizer step are idle, as in the simulator.
 
-``cpu=True`` counts as busy only the CPU time a rank's thread used inside its F and B spans
-(``TraceEvent.cpu``, ``time.thread_time``). On a machine whose cores are shared with other
-processes (or with the other ranks), an action's wall-clock span stretches while the OS runs
-someone else, and counting that as *work* makes concurrent actions look longer than serial ones:
-the wall-clock bubble can then fall BELOW the formula's minimum (an artefact). With CPU time,
-time taken away by the OS counts as idle, as it is: the measured bubble is then at or above the
-ideal machine's, never below it by more than the spread of the action durations.
+``cpu=True`` counts as busy only the CPU time a rank's thread used inside its F and B (I, W) spans
+(``TraceEvent.cpu``, ``time.thread_time``). On cores shared with other processes, an action's
+wall-clock span stretches while the OS runs someone else; counting that as *work* makes concurrent
+actions look longer than serial ones, and the wall-clock bubble can fall BELOW the formula's minimum
+(an artefact). With CPU time, time taken away by the OS counts as idle, as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass
+from statistics import fmean
 
 import torch
 
@@ -36,13 +34,14 @@ from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor, TraceEvent
 from minipar.pp.schedules import Action, Simulation, bubble_formula, make_schedule, parse, simulate
 from minipar.pp.stages import build_stages
+from minipar.pp.zero_bubble import zb_h1_bubble
 
 
 @dataclass
 class RunSpec:
     """What :func:`traced_run` trains: a GPT cut into ``p·v`` stages, ``steps`` timed steps after one warm-up."""
 
-    schedule: str = "gpipe"  # gpipe | 1f1b | interleaved
+    schedule: str = "gpipe"  # gpipe | 1f1b | interleaved | zb-h1
     m: int = 4  # micro-batches per step
     v: int = 1  # virtual stages per rank (interleaved)
     n_layer: int = 4
@@ -65,15 +64,8 @@ def model_and_data(spec: RunSpec):
     """``(model, batches)``: the GPT of ``spec`` (seeded) and ``spec.steps + 1`` global batches of real text."""
     corpus = CharCorpus(load_text())
     torch.manual_seed(spec.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=corpus.vocab_size,
-            block_size=spec.T,
-            n_layer=spec.n_layer,
-            n_head=spec.n_head,
-            d_model=spec.d_model,
-        )
-    )
+    cfg = dict(vocab_size=corpus.vocab_size, block_size=spec.T, n_layer=spec.n_layer, n_head=spec.n_head)
+    model = GPT(GPTConfig(**cfg, d_model=spec.d_model))
     loader = make_loader(corpus.split("train", spec.T), batch_size=spec.B, seed=spec.seed)
     return model, [next(loader) for _ in range(spec.steps + 1)]
 
@@ -81,9 +73,8 @@ def model_and_data(spec: RunSpec):
 def traced_run(spec: RunSpec) -> dict:
     """Train on this launch's ranks (the pipeline group = the world). Returns, for this rank:
     ``losses`` (last stage, else None), ``trace`` (the events of the fastest timed step), ``peak_act_bytes``,
-    ``act_bytes_per_mb`` (of one micro-batch on this rank's first stage), ``step_s`` (the fastest
-    timed step, seconds, as the slowest rank saw it: every step starts after a barrier; the
-    minimum, not the median, because other processes on a shared machine only ever add time), ``stages``, ``params``.
+    ``act_bytes_per_mb`` (one micro-batch on this rank's first stage), ``step_s`` (the fastest timed step, s,
+    as the slowest rank saw it, after a barrier; the minimum: other processes only add time), ``stages``, ``params``.
     With ``spec.clock`` (links): every step runs on a :class:`~minipar.clock.ClusterClock`; also
     ``timeline`` (this rank's clock spans of the step with the least virtual time, for
     :func:`from_clock`) and ``virtual_s`` (that step's virtual seconds, the last rank to finish)."""
@@ -193,7 +184,7 @@ def from_clock(timelines) -> list[list[TraceEvent]]:
             if kind != "compute":
                 pending = 0.0  # compute before a wait ran while the message travelled: not the action's
                 continue
-            if re.fullmatch(r"\d+[FB]\d+", label):
+            if re.fullmatch(r"\d+[FBIW]\d+", label):
                 acts.setdefault(label, []).append((t0, t1))
                 extra[label] = extra.get(label, 0.0) + (pending if acts.keys() - {label} else 0.0)
                 pending = 0.0
@@ -228,22 +219,30 @@ def read_clock(out: list[dict], spec: RunSpec) -> dict:
     d_f, d_b = measured_durations(tr, cpu=True)
     sched = make_schedule(spec.schedule, p, spec.m, spec.v)
     t_comm = spec.clock[0].time(message_bytes(spec))
-    sim = simulate(sched, d_f.__getitem__, d_b.__getitem__, t_comm=t_comm, decoupled=not spec.coupled)
+    sim = simulate(sched, d_f.__getitem__, d_b.__getitem__, t_comm, not spec.coupled, d_b.__getitem__)
+    f, b = stage_durations(tr)
     return dict(
         trace=tr,
         clock=measured_bubble(tr, cpu=True),
         simulated=sim.bubble,
         simulated_s=sim.makespan,
-        medians=simulate(sched, *stage_durations(tr)).bubble,
-        formula=bubble_formula(p, spec.m, spec.v if spec.schedule == "interleaved" else 1),
+        medians=simulate(sched, f, b, t_w=b).bubble,
+        formula=_formula(spec, p, d_f, d_b),
         virtual_s=out[0]["virtual_s"],
         tokens_s=spec.B * spec.T / out[0]["virtual_s"],
     )
 
 
+def _formula(spec: RunSpec, p: int, d_f: dict, d_b: dict) -> float:
+    """The paper's bubble for ``spec``: arXiv:2104.04473's, or ZB-H1's with the clocked mean F, I, W."""
+    if spec.schedule != "zb-h1":
+        return bubble_formula(p, spec.m, spec.v if spec.schedule == "interleaved" else 1)
+    return zb_h1_bubble(p, spec.m, *(fmean(t for a, t in {**d_f, **d_b}.items() if a.kind == k) for k in "FIW"))
+
+
 def window(traces) -> tuple[float, float]:
     """(first forward start, last backward end) over all ranks, seconds."""
-    ev = [e for tr in _events(traces) for e in tr if e.kind in "FB"]
+    ev = [e for tr in _events(traces) for e in tr if e.kind in "FBIW"]
     return min(e.t0 for e in ev), max(e.t1 for e in ev)
 
 
@@ -252,17 +251,17 @@ def measured_bubble(traces, cpu: bool = False) -> float:
     busy = CPU time used inside F and B (robust to a shared machine)."""
     tr = _events(traces)
     t0, t1 = window(tr)
-    busy = sum((e.cpu if cpu else e.t1 - e.t0) for r in tr for e in r if e.kind in "FB")
+    busy = sum((e.cpu if cpu else e.t1 - e.t0) for r in tr for e in r if e.kind in "FBIW")
     return 1 - busy / (len(tr) * (t1 - t0))
 
 
 def measured_durations(traces, cpu: bool = False) -> tuple[dict, dict]:
-    """``(t_f, t_b)``: ``{Action: seconds}`` of every forward and backward in the trace, to feed
-    :func:`~minipar.pp.schedules.simulate` (``t_f=d_f.__getitem__``); ``cpu=True``: CPU seconds."""
+    """``(t_f, t_b)``: ``{Action: seconds}`` of every forward and backward (B, or I and W) in the trace, to
+    feed :func:`~minipar.pp.schedules.simulate` (``t_f=d_f.__getitem__``, ``t_w`` too); ``cpu=True``: CPU s."""
     d_f, d_b = {}, {}
     for r in _events(traces):
         for e in r:
-            if e.kind in "FB":
+            if e.kind in "FBIW":
                 (d_f if e.kind == "F" else d_b)[Action(e.stage, e.kind, e.mb)] = e.cpu if cpu else e.t1 - e.t0
     return d_f, d_b
 
@@ -281,32 +280,33 @@ def stage_durations(traces, cpu: bool = True):
     per: dict[tuple, list[float]] = {}
     for r in _events(traces):
         for e in r:
-            if e.kind in "FB":
+            if e.kind in "FBIW":
                 per.setdefault((e.stage, e.kind), []).append(e.cpu if cpu else e.t1 - e.t0)
     med = {k: sorted(v)[len(v) // 2] for k, v in per.items()}
-    return (lambda a: med[(a.stage, "F")]), (lambda a: med[(a.stage, "B")])
+    return (lambda a: med[(a.stage, "F")]), (lambda a: med[(a.stage, a.kind)])  # t_b serves as t_w too
 
 
 def gantt(ax, traces, title: str = "", unit: float = 1e-3, show_wait: bool = True, n_stages: int | None = None):
-    """Draw a Gantt chart: one row per rank, forward boxes blue, backward orange (darker for later
-    virtual stages), the micro-batch number in each box; white gaps are the bubble, thin grey
-    bars (``W``) the time spent waiting for a message. ``unit``: seconds per x unit (1e-3 = ms;
+    """Draw a Gantt chart: one row per rank, forward boxes blue, backward (or I) orange, W green (darker
+    for later virtual stages), the micro-batch number in each box; white gaps are the bubble, thin
+    grey bars (``R``) the time spent waiting for a message. ``unit``: seconds per x unit (1e-3 = ms;
     1 for a simulation in abstract time units)."""
     tr = _events(traces)
-    starts = [e.t0 for r in tr for e in r if e.kind in "FB"]
+    starts = [e.t0 for r in tr for e in r if e.kind in "FBIW"]
     base = min(starts)
-    S = n_stages or 1 + max(e.stage for r in tr for e in r if e.kind in "FB")
+    S = n_stages or 1 + max(e.stage for r in tr for e in r if e.kind in "FBIW")
     p = len(tr)
     cols = {"F": [(0.55, 0.71, 0.90), (0.25, 0.47, 0.75)], "B": [(0.98, 0.72, 0.45), (0.85, 0.45, 0.15)]}
+    cols.update(I=cols["B"], W=[(0.60, 0.80, 0.55), (0.35, 0.60, 0.30)])  # split backward: I orange, W green
     for r, events in enumerate(tr):
         for e in events:
             x0, w = (e.t0 - base) / unit, (e.t1 - e.t0) / unit
-            if e.kind in "FB":
+            if e.kind in "FBIW":
                 chunk = e.stage // p
                 c = cols[e.kind][min(chunk, 1)] if S > p else cols[e.kind][0]
                 ax.barh(r, w, left=x0, height=0.8, color=c, edgecolor="black", linewidth=0.4)
                 ax.text(x0 + w / 2, r, str(e.mb), ha="center", va="center", fontsize=7)
-            elif e.kind == "W" and show_wait:
+            elif e.kind == "R" and show_wait:
                 ax.barh(r + 0.45, w, left=x0, height=0.1, color="0.5")
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.invert_yaxis()
