@@ -26,6 +26,7 @@ from minipar.data import CharCorpus, check_fits, load_text
 from minipar.errors import ConfigError
 from minipar.mesh import Mesh, model_fits
 from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.moe.ep import check_moe_job
 from minipar.outdir import check_folder
 from minipar.parallel3d import GRAD_COMPRESSION, SCHEDULES_3D, check_grad_compression
 from minipar.recompute import MODES as RECOMPUTE_MODES
@@ -92,6 +93,11 @@ class TrainConfig:
         "core; full: the whole block; lesson 08)",
         choices=RECOMPUTE_MODES,
     )
+    moe_experts: int = _opt(
+        0, "mixture of experts: every block's MLP becomes this many experts (0: dense; lesson 12)", minimum=0
+    )
+    moe_top_k: int = _opt(1, "experts per token (with --moe-experts)", minimum=1)
+    ep: int = _opt(1, "expert-parallel degree, carved out of --dp: each rank holds E/ep experts", minimum=1)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for a bad setting that needs no world size (the layout: :meth:`layout`)."""
@@ -130,6 +136,8 @@ class TrainConfig:
                 "(or --out DIR, whose DIR/ckpt is the default)"
             )
         check_grad_compression(self.grad_compression, self.zero)
+        if self.moe_experts or self.ep > 1:  # minipar.moe.ep: dense parameters over dp, experts over ep
+            check_moe_job(self.moe_experts, self.moe_top_k, self.ep, self.dp, self)
 
     def layout(self, world_size: int) -> Mesh:
         """The (pp, dp, tp) layout of this run on ``world_size`` ranks, checked against the model.
@@ -165,6 +173,8 @@ class TrainConfig:
             n_layer=self.n_layer,
             n_head=self.n_head,
             d_model=self.d_model,
+            moe_experts=self.moe_experts,
+            moe_top_k=self.moe_top_k,
         )
 
 

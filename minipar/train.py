@@ -33,6 +33,7 @@ resumes under any other.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -49,6 +50,7 @@ from minipar.data import CharCorpus, make_loader
 from minipar.errors import ConfigError, NonFiniteLossError
 from minipar.mesh import Mesh, init_mesh
 from minipar.models import GPT
+from minipar.moe.ep import build_moe_piece, moe_full_model
 from minipar.outdir import hold
 from minipar.parallel3d import broadcast_from, build_piece, full_model
 from minipar.perf.hardware import measured_peak_flops
@@ -104,7 +106,8 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )
     gpt_cfg = cfg.gpt(corpus.vocab_size)
-    piece = build_piece(
+    build = build_piece if not gpt_cfg.moe_experts else functools.partial(build_moe_piece, ep=cfg.ep)  # lesson 12
+    piece = build(
         gpt_cfg,
         mesh,
         schedule=cfg.schedule,
@@ -181,7 +184,8 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    model = full_model(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
+    gather = moe_full_model if gpt_cfg.moe_experts else full_model
+    model = gather(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
     if log_file is not None:
         log_file.close()
         write_outputs(cfg, model, corpus, mdist.device())
