@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 from minipar import ConfigError, launch
+from minipar.pp.native import torch_pipeline_order, v_shape
 from minipar.pp.p2p_order import check_p2p_order, p2p_order
 from minipar.pp.schedules import Action, make_schedule, one_f_one_b, parse, simulate
 from minipar.pp.trace import RunSpec, traced_run
@@ -93,8 +94,9 @@ def test_bad_schedules_and_settings():
         simulate(sched)
     mixed = zb_h1(2, 2)
     mixed[0] = one_f_one_b(2, 2)[0]
-    with pytest.raises(ConfigError, match="mixes kinds"):
-        simulate(mixed)
+    assert simulate(mixed, 1, 1, t_w=1).makespan > 0  # valid data flow (B on stage 0, I/W on stage 1) ...
+    with pytest.raises(ConfigError, match="NCCL matches them in posting order"):
+        check_p2p_order(mixed)  # ... but the gradient sent as 0I0 is received as 0B0: the executor refuses it
     with pytest.raises(ConfigError, match="m >= 4"):
         zb_h1_bubble(4, 2)
     assert make_schedule("zb-h1", 3, 5) == zb_h1(3, 5)
@@ -163,3 +165,19 @@ def test_strict_order_every_lookahead_and_memory_on_real_ranks():
         peaks[name] = [o["peak_act_bytes"] for o in launch(traced_run, world_size=4, args=(spec,))]
     assert peaks["zb-h1"][0] == peaks["1f1b"][0], peaks
     assert all(z > o for z, o in zip(peaks["zb-h1"][1:], peaks["1f1b"][1:])), peaks
+
+
+def test_same_orders_as_torch_pipelining():
+    """minipar's ZB-H1 is PyTorch's ScheduleInterleavedZeroBubble with one stage per rank, action for
+    action; PyTorch's V schedules (ZBV, DualPipeV: 2 stages per rank, stages r and 2p−1−r on rank r)
+    pass minipar's simulator (every dependency met, no deadlock) with less bubble than ZB-H1 at equal
+    F = I = W (their chunk is half a ZB-H1 stage)."""
+    for p, m in ((2, 4), (3, 6), (4, 8), (4, 12)):
+        assert torch_pipeline_order("zb-h1", p, m) == zb_h1(p, m)
+    full = lambda a: 2.0 if a.kind == "B" else 1.0  # noqa: E731 — B = I + W
+    for name in ("zbv", "dualpipev"):
+        for p, m in ((2, 4), (4, 8)):
+            sim = simulate(torch_pipeline_order(name, p, m), 1, full, t_w=1, place=v_shape(p))
+            assert sim.bubble < simulate(zb_h1(p, m), 1, 1, t_w=1).bubble
+    with pytest.raises(ConfigError, match="m >= 2p = 8"):
+        torch_pipeline_order("dualpipev", 4, 4)

@@ -144,6 +144,8 @@ class PipelineExecutor:
             )
         )
         simulate(schedule)  # raises on a schedule that is incomplete or would deadlock
+        if {"B", "I"} <= {a.kind for acts in schedule for a in acts}:
+            raise ConfigError("the schedule runs B on some stages and I/W on others; use one kind (1f1b or zb-h1)")
         self.schedule, self.actions = schedule, schedule[self.me]
         self.S, self.m = num_stages(schedule), num_microbatches(schedule)
         mine = {a.stage for a in self.actions}

@@ -19,6 +19,7 @@ import torch.nn as nn
 from minipar import dist as mdist
 from minipar.errors import ConfigError
 from minipar.models import GPT
+from minipar.pp.schedules import Action
 
 
 def native_schedule(name: str, stages: dict[int, nn.Module], n_stages: int, m: int, loss_fn=GPT.loss, group=None):
@@ -60,3 +61,50 @@ def native_step(
     if optimizer is not None:
         optimizer.step()
     return torch.stack(losses).mean().item() if last else None
+
+
+def v_shape(p: int):
+    """``place(stage) -> rank`` of the V schedules (ZBV, DualPipeV): rank r holds stages r and 2p−1−r,
+    so the first and the last stage share rank 0 (``generate_stage_to_rank_mapping(style="v")``)."""
+    return lambda s: s if s < p else 2 * p - 1 - s
+
+
+def torch_pipeline_order(name: str, p: int, m: int) -> list[list[Action]]:
+    """The per-rank action lists of ``torch.distributed.pipelining``'s ``"zb-h1"`` (ScheduleInterleavedZeroBubble
+    with one stage per rank), ``"zbv"`` (ScheduleZBVZeroBubble) or ``"dualpipev"`` (ScheduleDualPipeV; these
+    two: 2 stages per rank, V placement) for p ranks and m micro-batches, read from ``pipeline_order``
+    without processes (the constructor only needs stage metadata). An
+    OVERLAP_F_B action (DualPipe's overlapped forward and backward chunk) becomes its two actions in
+    order; idle slots (None) are dropped. Feed to ``simulate(..., place=v_shape(p))`` (V schedules).
+
+    Raises:
+        ConfigError: an unknown name; ``m < 2p`` for DualPipeV (PyTorch needs m ≥ stages).
+    """
+    from torch.distributed.pipelining import schedules as ts
+
+    classes = {
+        "zb-h1": ts.ScheduleInterleavedZeroBubble,
+        "zbv": ts.ScheduleZBVZeroBubble,
+        "dualpipev": ts.ScheduleDualPipeV,
+    }
+    S = p if name == "zb-h1" else 2 * p
+    if name not in classes:
+        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(classes)}")
+    if name == "dualpipev" and m < 2 * p:
+        raise ConfigError(f"DualPipeV needs m >= 2p = {2 * p} micro-batches (PyTorch's check), got m={m}")
+
+    class _Meta:  # what the schedule constructors read of a PipelineStage
+        def __init__(self, index: int):
+            self.stage_index, self.num_stages, self.group_size, self.group_rank = index, S, p, 0
+            self.is_first, self.is_last, self.submod = index == 0, index == S - 1, nn.Identity()
+
+    metas = [_Meta(0)] if S == p else [_Meta(0), _Meta(S - 1)]
+    sched = classes[name](metas, n_microbatches=m, loss_fn=lambda out, y: out)
+    out = []
+    for r in range(p):
+        acts = []
+        for a in sched.pipeline_order[r]:
+            for sub in (a.sub_actions or (a,)) if a is not None else ():
+                acts.append(Action(sub.stage_index, sub.computation_type.value, sub.microbatch_index))
+        out.append(acts)
+    return out

@@ -36,10 +36,10 @@ The order of the point-to-point messages a schedule implies (what NCCL matches) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from minipar.errors import ConfigError
+from minipar.pp.simulation import Simulation
 
 
 class Action(NamedTuple):
@@ -172,58 +172,22 @@ def num_microbatches(schedule: list[list[Action]]) -> int:
     return 1 + max(a.mb for acts in schedule for a in acts)
 
 
-@dataclass
-class Simulation:
-    """Result of :func:`simulate` (a SIMULATION). Times are in the units of the durations given.
-
-    Attributes:
-        timeline: per rank, ``[(action, start, end), ...]`` in execution order.
-        messages: ``[(what, src_rank, dst_rank, t_send, t_recv), ...]``; ``what`` is the action
-            whose input is sent, e.g. ``"1F3"`` (activation) or ``"0B3"`` (gradient).
-        makespan: end of the last action (the step time without the optimizer).
-        bubble: idle fraction of the total time, ``1 − busy / (p · makespan)``.
-        peak_inflight: per rank, the most micro-batches whose forward ran and backward (W) has not,
-            counted in whole stages: each of the v chunks of a rank counts 1/v.
-    """
-
-    p: int
-    timeline: list[list[tuple]]
-    messages: list[tuple] = field(default_factory=list)
-    makespan: float = 0.0
-    bubble: float = 0.0
-    peak_inflight: list[float] = field(default_factory=list)
-
-    def grid(self, tick: float = 1.0) -> list[list[str | None]]:
-        """Per rank, one entry per ``tick`` of time: the running action's text, or None (idle)."""
-        n = round(self.makespan / tick)
-        rows = []
-        for tl in self.timeline:
-            row: list[str | None] = [None] * n
-            for a, t0, t1 in tl:
-                for k in range(round(t0 / tick), round(t1 / tick)):
-                    row[k] = str(a)
-            rows.append(row)
-        return rows
-
-    def table(self, tick: float = 1.0) -> str:
-        """The grid as text, like ``torch.distributed.pipelining``'s schedule printout."""
-        g = self.grid(tick)
-        w = max(4, *(len(c) for row in g for c in row if c)) if any(c for row in g for c in row) else 4
-        return "\n".join(f"rank {r}: " + " ".join((c or "·").rjust(w) for c in row) for r, row in enumerate(g))
-
-
 def _dur(d, a: Action) -> float:
     return float(d(a)) if callable(d) else float(d)
 
 
-def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupled: bool = True, t_w=1.0) -> Simulation:
+def simulate(
+    schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupled: bool = True, t_w=1.0, place=None
+) -> Simulation:
     """SIMULATE ``schedule`` (per-rank action lists) and check it.
 
     Args:
-        schedule: ``schedule[rank]`` = that rank's actions in order; stage s must be on rank s % p.
+        schedule: ``schedule[rank]`` = that rank's actions in order; stage s must be on rank s % p,
+            or ``place(s)`` (e.g. the V of ZBV/DualPipeV: stages r and 2p−1−r on rank r).
         t_f, t_b: forward / backward duration of one action: a number, or a function of the
             :class:`Action` (e.g. durations measured on real ranks). In a split schedule ``t_b``
-            times I (the input gradient) and ``t_w`` W (the weight gradient, which needs only its I).
+            times I (the input gradient) and ``t_w`` W (the weight gradient, which needs only its I);
+            each (stage, micro-batch) runs B, or I and W.
         t_comm: time a message takes between ranks (0: sends are instant).
         decoupled: True (minipar's executor; MegaScale, arXiv:2402.15627 §3.2): a message leaves
             when its action ends and travels while both ranks compute; the receiver waits only
@@ -246,18 +210,14 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
     S, m = num_stages(schedule), num_microbatches(schedule)
     if S % p:
         raise ConfigError(f"{S} stages over p={p} ranks: the number of stages must be a multiple of p")
-    v = S // p
-    kinds = {a.kind for acts in schedule for a in acts}
-    bwd = "I" if kinds & {"I", "W"} else "B"  # a split schedule runs I + W where others run B
-    if not kinds <= {"F", bwd, "W"} or (bwd == "I" and "W" not in kinds):
-        raise ConfigError(f"the schedule mixes kinds {sorted(kinds)}; use F and B, or F, I and W (split backward)")
+    v, rank_of = S // p, place or (lambda s: s % p)
     seen: dict[Action, int] = {}
     for r, acts in enumerate(schedule):
         for i, a in enumerate(acts):
-            if a.stage % p != r:
+            if rank_of(a.stage) != r:
                 raise ConfigError(
                     f"action {a} is listed on rank {r} but stage {a.stage} lives on rank "
-                    f"{a.stage % p} (stage s on rank s % p)"
+                    f"{rank_of(a.stage)} ({'place(s)' if place else 'stage s on rank s % p'})"
                 )
             if a in seen:
                 raise ConfigError(f"action {a} appears twice on rank {r}")
@@ -270,12 +230,17 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 )
                 raise ConfigError(f"rank {r}: {what.format(a)} {before}")
             seen[a] = i
-    need = "FB" if bwd == "B" else "FIW"
-    missing = [Action(s, k, i) for s in range(S) for k in need for i in range(m) if Action(s, k, i) not in seen]
-    if missing:
+
+    def bwd(s: int, mb: int) -> str:  # the backward kind of (stage, micro-batch): B, or I (then W)
+        return "I" if Action(s, "I", mb) in seen or Action(s, "W", mb) in seen else "B"
+
+    need = [(s, i, k) for s in range(S) for i in range(m) for k in ("F", "B") if k == "F" or bwd(s, i) == "B"]
+    need += [(s, i, k) for s in range(S) for i in range(m) for k in "IW" if bwd(s, i) == "I"]
+    missing = [Action(s, k, i) for s, i, k in need if Action(s, k, i) not in seen]
+    if missing or any(Action(a.stage, "B", a.mb) in seen for a in seen if a.kind == "I"):
         raise ConfigError(
-            f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]}; "
-            f"every stage 0..{S - 1} needs {'/'.join(need)} of every micro-batch 0..{m - 1}"
+            f"the schedule misses {len(missing)} action(s), e.g. {missing[:4]} (or runs B and I/W of one micro-batch); "
+            f"every stage 0..{S - 1} needs F and B (or I and W) of every micro-batch 0..{m - 1}"
         )
 
     done: dict[Action, float] = {}
@@ -292,7 +257,8 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
             return [Action(a.stage, "I", a.mb)]
         if a.kind == "F":
             return [Action(a.stage - 1, "F", a.mb)] if a.stage > 0 else []
-        return [Action(a.stage, "F", a.mb)] + ([Action(a.stage + 1, bwd, a.mb)] if a.stage < S - 1 else [])
+        up = [Action(a.stage + 1, bwd(a.stage + 1, a.mb), a.mb)] if a.stage < S - 1 else []
+        return [Action(a.stage, "F", a.mb)] + up
 
     remaining = sum(len(x) for x in schedule)
     while remaining:
@@ -305,7 +271,7 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                     break
                 ready = free[r]
                 for d in ds:
-                    src = d.stage % p
+                    src = rank_of(d.stage)
                     # decoupled: the message left when d ended; coupled: its transfer starts only
                     # once this rank has posted the receive, paired with its previous action's send
                     t_arr = (done[d] if decoupled or src == r else max(done[d], posted[r])) + (
@@ -317,8 +283,8 @@ def simulate(schedule: list[list[Action]], t_f=1.0, t_b=2.0, t_comm=0.0, decoupl
                 end = ready + _dur({"F": t_f, "W": t_w}.get(a.kind, t_b), a)
                 timeline[r].append((a, ready, end))
                 done[a] = end
-                nxt = Action(a.stage + 1, "F", a.mb) if a.kind == "F" else Action(a.stage - 1, bwd, a.mb)
-                sends = a.kind != "W" and 0 <= nxt.stage < S and nxt.stage % p != r
+                nxt = Action(a.stage + (1 if a.kind == "F" else -1), "F", a.mb)
+                sends = a.kind != "W" and 0 <= nxt.stage < S and rank_of(nxt.stage) != r
                 free[r] = end + (t_comm if sends and not decoupled else 0.0)  # coupled: the send blocks
                 posted[r] = end  # coupled: the next receive is posted with this action's send
                 pos[r] += 1
