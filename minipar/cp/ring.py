@@ -21,7 +21,7 @@ rank j: forward, rank r sends the blocks of ranks r, r−1, …, r−N+2, each 2
 backward, the same N − 1 blocks plus N dK/dV accumulators of 2·B·h·L_j·d·e. With equal L = T/N:
 
     forward  = (N − 1) · 2·B·h·(T/N)·d·e
-    backward = (2N − 1) · 2·B·h·(T/N)·d·e
+    backward = (2N − 1) · 2·B·h·(T/N)·d·e        (N ≥ 2; nothing at N = 1)
 
 about 2·B·h·T·d·e per pass, independent of N (the whole K and V pass every rank once), while the
 attention work per rank falls as 1/N. Every message goes through :mod:`minipar.comm.p2p`, labelled
@@ -168,4 +168,5 @@ def ring_attention_bytes(ranges: list[Ranges], rank: int, batch: int, heads: int
     n = len(ranges)
     blk = [2 * batch * heads * length(rr) * head_dim * elem_bytes for rr in ranges]
     fwd = sum(blk[(rank - s) % n] for s in range(n - 1))
-    return {"forward": fwd, "backward": fwd + sum(blk[(rank - s) % n] for s in range(n))}
+    dkv = sum(blk[(rank - s) % n] for s in range(n)) if n > 1 else 0  # one rank: nothing travels
+    return {"forward": fwd, "backward": fwd + dkv}
