@@ -212,47 +212,113 @@ def test_solution_output_is_the_same_twice():
 
 
 # ----------------------------------------------------------------------------- homework checkers
-def test_homework_a_checker_accepts_a_full_report_and_names_what_is_missing(tmp_path):
+HANDWRITTEN = {  # issue 23: a report with made-up numbers (the README as the data, a loss from 1e9 to -5)
+    "data": str(ROOT / "README.md"),
+    "layout": {"pp": 2, "dp": 1, "tp": 2, "microbatches": 2},
+    "world_size": 4,
+    "steps": 100,
+    "loss_first": 1e9,
+    "loss_last": -5.0,
+    "val_loss_last": 1.4,
+    "mem_measured_bytes": [9e7, 9e7, 8e7, 8e7],
+    "mem_predicted_bytes": 5e6,
+    "step_s_predicted": 0.1,
+    "hardware": "measured: 2 cores",
+    "notes": "RSS also counts the CPU allocator's caches and torch itself.",
+}
+
+
+def _failed(results):
+    return " | ".join(what for ok, what in results if not ok)
+
+
+def test_homework_a_checker_refuses_a_hand_written_report(tmp_path):
+    """A report alone is a claim: with no evidence beside it, nothing passes."""
+    import json
+
     from homework.a_train_your_text import check as hw_a
     from homework.a_train_your_text import job
 
-    text = tmp_path / "my.txt"
-    text.write_text("to be or not to be\n" * 50)
-    good = {
-        "data": str(text),
-        "layout": {"pp": 2, "dp": 1, "tp": 2, "microbatches": 2},
-        "world_size": 4,
-        "steps": 100,
-        "loss_first": 3.5,
-        "loss_last": 1.2,
-        "val_loss_last": 1.4,
-        "mem_measured_bytes": [9e7, 9e7, 8e7, 8e7],
-        "mem_predicted_bytes": 5e6,
-        "step_s_predicted": 0.1,
-        "hardware": "measured: 2 cores",
-        "notes": "RSS also counts the CPU allocator's caches and torch itself.",
-    }
-    assert all(ok for ok, _ in hw_a.check_report(good))
-    bad = dict(good, layout={"pp": 1, "dp": 4, "tp": 1, "microbatches": 1}, loss_last=4.0, mem_measured_bytes=[1])
-    failed = [what for ok, what in hw_a.check_report(bad) if not ok]
-    assert len(failed) == 3, failed
+    (tmp_path / "report.json").write_text(json.dumps(HANDWRITTEN))
+    failed = _failed(hw_a.check_run(tmp_path))
+    assert "metrics.jsonl missing" in failed and "run python -m homework.a_train_your_text.job" in failed, failed
+    assert hw_a.main([str(tmp_path / "missing")]) == 1
     with pytest.raises(NotImplementedError, match="not implemented yet"):
         job.choose_layout(4, job.TrainConfig())
-    assert hw_a.main([str(tmp_path / "missing.json")]) == 1
+
+
+def test_homework_a_checker_refuses_forged_evidence_and_a_repository_file(tmp_path):
+    """Evidence written by hand for the README, with a loss from 1e9 to -5: the file is the course's,
+    the first loss is no fresh model's, the loss did not fall to a cross-entropy, no checkpoint."""
+    import hashlib
+    import json
+
+    from homework.a_train_your_text import check as hw_a
+
+    readme = ROOT / "README.md"
+    raw = readme.read_bytes()
+    ev = {"data": str(readme), "data_sha256": hashlib.sha256(raw).hexdigest(), "data_bytes": len(raw), "ranks": []}
+    ev["ranks"] = [{"rank": r, "rss_idle_bytes": 1, "peak_rss_bytes": 10**9} for r in range(4)]
+    cfg = {"data": str(readme), "pp": 2, "dp": 1, "tp": 2, "microbatches": 2, "steps": 100, "d_model": 128}
+    losses = [1e9 * (1 - s / 99) - 5 * s / 99 for s in range(100)]
+    (tmp_path / "report.json").write_text(json.dumps(HANDWRITTEN))
+    (tmp_path / "evidence.json").write_text(json.dumps(ev))
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in enumerate(losses))
+    )
+    failed = _failed(hw_a.check_run(tmp_path))
+    assert "not a file of this course (README.md)" in failed, failed
+    assert "is ln V" in failed and "as a cross-entropy is" in failed and "no checkpoint" in failed, failed
+
+
+def test_homework_a_checker_recomputes_a_real_run(tmp_path):
+    """A real (tiny) run of job.py passes; the same run with a doctored number in its report does not."""
+    import json
+    import random
+
+    from homework.a_train_your_text import check as hw_a
+
+    rnd = random.Random(0)
+    words = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
+    text = "\n".join(" ".join(rnd.choice(words) for _ in range(rnd.randint(5, 12))) for _ in range(500))
+    (tmp_path / "text.txt").write_text(text + "\n")
+    out = tmp_path / "run"
+    args = ["--data", str(tmp_path / "text.txt"), "--world", "4", "--steps", "8", "--out", str(out)]
+    args += ["--n-layer", "2", "--d-model", "32", "--block-size", "32", "--batch-size", "8"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.homework_refs.hw_a_solution", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = hw_a.check_run(out)
+    assert all(ok for ok, _ in results), _failed(results)
+    assert any("validation loss recomputed from the checkpoint" in what for _, what in results)
+    rep = json.loads((out / "report.json").read_text())
+    (out / "report.json").write_text(json.dumps(dict(rep, loss_first=rep["loss_first"] - 0.3)))
+    assert "the report's loss_first, loss_last, steps are the log's" in _failed(hw_a.check_run(out))
 
 
 @pytest.mark.parametrize(
-    "module,expect",
+    "module,expect,case",
     [
-        ("homework.b_accumulate_zero2.accumulate", "· accumulation_step: not implemented yet: accumulation_step"),
-        ("tests.homework_refs.hw_b_solution", "✓ accumulation_step"),
-        ("tests.homework_refs.hw_b_no_scale", "|got|/|want| = 2.000"),
+        ("homework.b_accumulate_zero2.accumulate", "· accumulation_step: not implemented yet: accumulation_step", []),
+        ("tests.homework_refs.hw_b_solution", "✓ accumulation_step", []),
+        ("tests.homework_refs.hw_b_no_scale", "|got|/|want| = 2.000", []),
+        # issue 23: several steps against one device; the micro-batches seen by the checker's own hook
+        ("tests.homework_refs.hw_b_no_zero_grad", "step 2 of 3, unit wte", ["--case", "2,2"]),
+        ("tests.homework_refs.hw_b_full_batch", "1 batch(es) of [4] rows", ["--case", "2,2"]),
     ],
 )
-def test_homework_b_checker(module, expect):
+def test_homework_b_checker(module, expect, case):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     r = subprocess.run(
-        [sys.executable, "-m", "homework.b_accumulate_zero2.check", "--module", module],
+        [sys.executable, "-m", "homework.b_accumulate_zero2.check", "--module", module, *case],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,10 +1,14 @@
 """Homework (a): train the GPT on your own text with a 3D layout you pick; report loss, memory, plan.
 
     python -m homework.a_train_your_text.job --data my_book.txt --world 4 --steps 200
-    python -m homework.a_train_your_text.check              # checks runs/homework_a/report.json
+    python -m homework.a_train_your_text.check              # checks runs/homework_a/
 
 Given: the training itself (``minipar.train.train``, the main job, on a (pp, dp, tp) mesh of
-``minipar.launch`` ranks) and each rank's resident memory after training. You write the three TODOs:
+``minipar.launch`` ranks), each rank's resident memory after training, and the evidence the checker
+recomputes your claims from, all in ``--out``: ``metrics.jsonl`` (the loss of every step) and
+``config.json`` (the layout) from the main job, ``ckpt/step_NNNNNNNN/`` (the trained model, which
+the checker reloads to evaluate the validation loss itself) and ``evidence.json`` (the data file's
+SHA-256 and size, each rank's memory counters, your :func:`predict` output). You write the three TODOs:
 
 1. :func:`choose_layout` — your (pp, dp, tp, microbatches) for ``world`` ranks, valid for the model.
 2. :func:`predict` — the planner's memory per rank and step time for that layout
@@ -15,6 +19,7 @@ Given: the training itself (``minipar.train.train``, the main job, on a (pp, dp,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 
@@ -47,7 +52,8 @@ def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
 
 
 def predict(cfg: TrainConfig, vocab_size: int, layout: tuple[int, int, int, int]) -> dict:
-    """TODO: the planner's prediction: ``{"mem_bytes": total per rank, "step_s": seconds, "hardware": "..."}``.
+    """TODO: the planner's prediction: ``{"mem_bytes": total per rank, "step_s": seconds, "hardware": "...",
+    "cpu_device": {the keyword arguments you gave cpu_device}}`` (the checker recomputes the estimate from them).
 
     ``minipar.perf.model.estimate(shape_of(cfg.gpt(vocab_size)), hw, Layout(dp=dp, tp=tp, pp=pp,
     micro_batch=cfg.batch_size // (dp * m), zero=cfg.zero, recompute="none"), cfg.batch_size)`` with
@@ -64,10 +70,23 @@ def report(cfg: TrainConfig, layout, prediction: dict, results: list[dict]) -> d
     ``data`` (your text file), ``layout`` {"pp", "dp", "tp", "microbatches"}, ``world_size``,
     ``steps``, ``loss_first``, ``loss_last``, ``val_loss_last`` (from ``results[r]["history"]``),
     ``mem_measured_bytes`` (one number per rank, e.g. peak RSS minus idle RSS),
-    ``mem_predicted_bytes``, ``step_s_predicted``, ``hardware``, and ``notes``: why the measurement
-    and the prediction differ (what does the planner leave out? what does RSS count?).
+    ``mem_predicted_bytes``, ``step_s_predicted``, ``hardware``, ``cpu_device`` (from ``prediction``), and
+    ``notes``: why the measurement and the prediction differ (what does the planner leave out? what does RSS count?).
     """
     raise NotImplementedError("not implemented yet: report")
+
+
+def evidence(data: str, prediction: dict, results: list[dict]) -> dict:
+    """Given: what the checker recomputes the report from, beside ``metrics.jsonl``, ``config.json`` and ``ckpt/``."""
+    with open(data, "rb") as f:
+        raw = f.read()
+    return {
+        "data": os.path.abspath(data),
+        "data_sha256": hashlib.sha256(raw).hexdigest(),
+        "data_bytes": len(raw),
+        "prediction": prediction,
+        "ranks": [{k: r[k] for k in ("rank", "rss_idle_bytes", "peak_rss_bytes")} for r in results],
+    }
 
 
 def main(argv=None) -> int:
@@ -76,8 +95,19 @@ def main(argv=None) -> int:
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", default="runs/homework_a")
+    for flag in ("batch-size", "block-size", "n-layer", "n-head", "d-model"):  # the model, if you change it
+        ap.add_argument(f"--{flag}", type=int, default=getattr(TrainConfig, flag.replace("-", "_")))
     a = ap.parse_args(argv)
-    cfg = TrainConfig(steps=a.steps, data=a.data, out=a.out, eval_every=max(1, a.steps // 4))
+    cfg = TrainConfig(
+        steps=a.steps,
+        data=a.data,
+        out=a.out,
+        eval_every=max(1, a.steps // 4),
+        log_every=1,  # evidence: the loss of every step in metrics.jsonl
+        ckpt_every=a.steps,  # evidence: the trained model, reloaded by the checker
+        ckpt_dir=os.path.join(a.out, "ckpt"),
+        **{k: getattr(a, k) for k in ("batch_size", "block_size", "n_layer", "n_head", "d_model")},
+    )
     from minipar.data import CharCorpus, load_text
 
     vocab = CharCorpus(load_text(a.data)).vocab_size
@@ -87,6 +117,8 @@ def main(argv=None) -> int:
     results = launch(run_rank, world_size=a.world, args=(cfg,), prefix=False)
     rep = report(cfg, layout, prediction, results)
     os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "evidence.json"), "w") as f:
+        json.dump(evidence(a.data, prediction, results), f, indent=2)
     with open(os.path.join(a.out, "report.json"), "w") as f:
         json.dump(rep, f, indent=2)
     print(json.dumps(rep, indent=2))

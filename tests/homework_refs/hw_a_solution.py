@@ -14,10 +14,16 @@ def choose_layout(world, cfg):
 
 def predict(cfg, vocab_size, layout):
     pp, dp, tp, m = layout
-    hw = cpu_device(peak_flops=2e10, mem_bytes=8e9, ranks=2, cores=1)  # compute_share 0.5
+    kw = {"peak_flops": 2e10, "mem_bytes": 8e9, "ranks": 2, "cores": 1}  # compute_share 0.5
+    hw = cpu_device(**kw)
     lay = Layout(dp=dp, tp=tp, pp=pp, micro_batch=cfg.batch_size // (dp * m), zero=cfg.zero, recompute="none")
     e = estimate(shape_of(cfg.gpt(vocab_size)), hw, lay, cfg.batch_size)
-    return {"mem_bytes": e.mem["total"], "step_s": e.time["total"], "hardware": "assumed: 20 GFLOP/s, half a core"}
+    return {
+        "mem_bytes": e.mem["total"],
+        "step_s": e.time["total"],
+        "hardware": "assumed: 20 GFLOP/s, half a core",
+        "cpu_device": kw,
+    }
 
 
 def report(cfg, layout, prediction, results):
@@ -37,6 +43,7 @@ def report(cfg, layout, prediction, results):
         "mem_predicted_bytes": prediction["mem_bytes"],
         "step_s_predicted": prediction["step_s"],
         "hardware": prediction["hardware"],
+        "cpu_device": prediction["cpu_device"],
         "notes": "the planner counts model state and activations only; RSS adds the allocator's caches, "
         "communication buffers, the data loader and autograd's temporaries",
     }
