@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import replace
 
 from minipar.errors import ConfigError
+from minipar.moe.dispatch import check_moe
+from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
 from minipar.perf.hardware import GPUS, NETWORKS, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
@@ -84,6 +86,27 @@ def _row(e) -> dict:
     }
 
 
+def moe_summary(name: str, model: ModelShape, a) -> int:
+    """With ``--moe-experts E --moe-top-k k --ep N``: total vs active parameters, FLOPs per token, and the
+    all-to-all bytes per GPU of one step (:mod:`minipar.perf.flops`); the layout search models dense models only."""
+    E, k, ep = a.moe_experts, a.moe_top_k, a.ep
+    check_moe(E, k, None, ep)
+    total, active = moe_params(model, E, k)
+    tokens = a.global_batch * model.seq / a.gpus  # per GPU per step, data and expert parallel ranks alike
+    a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
+    print(f"{name} with {E} experts, top-{k}: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B active per token")
+    print(
+        f"training FLOPs per token: {moe_flops_per_token(model, E, k) / 1e9:.1f} GFLOP (the dense model's: "
+        f"{(6 * (model.params - model.seq * model.hidden) + 12 * model.layers * model.hidden * model.seq) / 1e9:.1f})"
+    )
+    print(
+        f"expert parallelism ep={ep}, {tokens:,.0f} tokens per GPU per step: {a2a / 1e9:.2f} GB per all-to-all, "
+        f"4 per layer per step = {4 * model.layers * a2a / 1e9:.1f} GB per GPU per step (bf16, balanced routing)"
+    )
+    print("(a MODEL: the layout search does not model experts yet; these are the counts it would need)")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minipar.plan", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="70b", choices=sorted(MODELS), help="a preset shape (unless --layers ...)")
@@ -106,6 +129,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sp", action="store_true", help="sequence parallelism (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
     p.add_argument("--json", action="store_true", help="one JSON object per layout per line")
+    p.add_argument("--moe-experts", type=int, default=None, help="experts per MLP: print the MoE counts (lesson 12)")
+    p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree for the all-to-all bytes")
     return p
 
 
@@ -114,6 +140,8 @@ def main(argv=None) -> int:
     try:
         check_args(a)
         name, model = _shape(a)
+        if a.moe_experts is not None:
+            return moe_summary(name, model, a)
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:

@@ -106,3 +106,24 @@ def test_expert_parallel_equals_one_device(world, E, k):
         assert len(o["counts"]) == 1 and o["counts"][0].sent == o["counts"][0].recv == (world - 1) * n * 8
     routed = ref["routed"].tolist()
     assert sum(routed) == world * w.T_RANK * k
+
+
+def test_planner_counts_moe_parameters_flops_and_all_to_all(capsys):
+    """minipar.perf.flops counts what the model holds (up to the final LayerNorm, 2h, which Megatron's
+    count leaves out) and what GPT.flops_per_token computes; Mixtral 8x7B's shape gives its 47B / 13B."""
+    from minipar.models import GPT, GPTConfig, num_params
+    from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
+    from minipar.perf.layout import shape_of
+    from minipar.plan import main as plan
+
+    cfg = GPTConfig(vocab_size=65, block_size=32, n_layer=2, n_head=2, d_model=32, moe_experts=4, moe_top_k=2)
+    m = GPT(GPTConfig(**{**cfg.__dict__, "tie_weights": True}))
+    total, active = moe_params(shape_of(cfg), 4, 2)
+    assert total + 2 * 32 == num_params(m)
+    assert moe_flops_per_token(shape_of(cfg), 4, 2) + 6 * 2 * 32 == m.flops_per_token()
+    assert all_to_all_bytes(1000, 64, 2, 4, 2) == 3 / 4 * 1000 * 2 * 64 * 2
+    mixtral = "--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --swiglu --vocab 32000 --seq 4096"
+    assert plan([*mixtral.split(), "--moe-experts", "8", "--moe-top-k", "2", "--ep", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "46.6B parameters, 12.8B active per token" in out and "4 per layer per step" in out
+    assert plan([*mixtral.split(), "--moe-experts", "8", "--moe-top-k", "2", "--ep", "3"]) == 2

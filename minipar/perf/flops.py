@@ -128,3 +128,28 @@ def gpt_flops_per_token(model: ModelShape) -> float:
         return GPT(
             GPTConfig(vocab_size=V, block_size=s, n_layer=l, n_head=a, d_model=h, bias=model.bias)
         ).flops_per_token()
+
+
+def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, float]:
+    """``(total, active)`` parameters when every block's MLP becomes ``experts`` MLPs of the same shape,
+    ``top_k`` of them per token, plus a router (experts × h) per block. A token uses the router and k
+    experts: FLOPs follow the active count, memory the total (Mixtral 8x7B: 47B total, 13B active;
+    Jiang et al. 2024, arXiv:2401.04088, §2.1)."""
+    h, f = model.hidden, model.f
+    mlp = (3 if model.gated else 2) * h * f + (2 * f if model.gated else f) + h  # matrices and biases
+    per_layer = lambda n: (n - 1) * mlp + experts * h  # noqa: E731 - beyond the dense block's one MLP
+    return model.params + model.layers * per_layer(experts), model.params + model.layers * per_layer(top_k)
+
+
+def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
+    """Training FLOPs per token with experts: 6·(active parameters without the position table) + 12·l·h·s,
+    as ``GPT.flops_per_token`` counts it (Kaplan et al. 2020, Table 1; PaLM App. B): k, not E, sets it."""
+    active = moe_params(model, experts, top_k)[1]
+    return 6 * (active - model.seq * model.hidden) + 12 * model.layers * model.hidden * model.seq
+
+
+def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:
+    """Bytes one rank sends (and receives) in one expert-parallel all-to-all with balanced routing:
+    (ep − 1)/ep · tokens·k·h·b (each of its tokens' k rows goes to its expert's rank; 1/ep stay home).
+    A training step makes four per MoE layer: dispatch and combine, and their mirrors in backward."""
+    return (ep - 1) / ep * tokens * top_k * hidden * bytes_per_value
