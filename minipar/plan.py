@@ -24,7 +24,6 @@ from collections import Counter
 from dataclasses import replace
 
 from minipar.errors import ConfigError
-from minipar.moe.dispatch import check_moe
 from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
 from minipar.perf.hardware import GPUS, NETWORKS, with_links
 from minipar.perf.layout import Layout, ModelShape
@@ -89,6 +88,8 @@ def _row(e) -> dict:
 def moe_summary(name: str, model: ModelShape, a) -> int:
     """With ``--moe-experts E --moe-top-k k --ep N``: total vs active parameters, FLOPs per token, and the
     all-to-all bytes per GPU of one step (:mod:`minipar.perf.flops`); the layout search models dense models only."""
+    from minipar.moe.dispatch import check_moe  # imports torch: only this path needs it
+
     E, k, ep = a.moe_experts, a.moe_top_k, a.ep
     check_moe(E, k, None, ep)
     total, active = moe_params(model, E, k)
