@@ -95,6 +95,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
     ("09", "ex09_powersgd_full_matrix", "powersgd_round", "never the whole n·k"),
+    ("09", "ex09_topk_minipar", "topk_with_error_feedback", "minipar/dp/compression.py (TopKCompression"),
     ("11", "ex11_merge_naive_exp", "merge", "logaddexp"),
     ("11", "ex11_merge_average", "merge", "share of the mass"),
     ("11", "ex11_merge_minipar", "merge", "minipar/cp"),

@@ -12,7 +12,9 @@ from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 COMPRESS = "this exercise is gradient compression: write it yourself"
 RULES = Refuse(
     {
-        "minipar/dp/compression.py": COMPRESS + ", not minipar's",
+        "minipar/dp/compression.py": COMPRESS
+        + ", not with minipar's compressors (top-k: Tensor.topk on |grad + error|, then zero the sent entries "
+        "of the error; PowerSGD: m·q, dist.all_reduce, orthogonalize, mᵀ·P̂, dist.all_reduce)",
         "torch/distributed/algorithms/": COMPRESS + ", not PyTorch's DDP comm hooks",
     }
 )
