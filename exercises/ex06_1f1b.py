@@ -6,6 +6,9 @@ Exercises (run ``make check LESSON=06``):
    arXiv:2104.04473 §2.2.1) as a list of actions per rank.
 2. :func:`interleaved_1f1b` — stretch goal: Megatron-LM's interleaved schedule with ``v`` model
    chunks per rank (arXiv:2104.04473 §2.2.2).
+3. :func:`linear_backward_input` and :func:`linear_backward_weight` — stretch goal: the backward of a
+   linear layer split into I (input gradient, now) and W (weight gradient, later), the split that
+   zero-bubble schedules move around (Qi et al. 2023, arXiv:2401.10241 §2).
 
 Same :class:`~minipar.pp.schedules.Action` format as ``minipar.pp.schedules``. The checker
 simulates every schedule (deadlock, missing or misplaced actions), checks the memory bound (at
@@ -14,6 +17,8 @@ p = 1, 3, 4 and m = 1, 2, 4, 8 (m < p included).
 """
 
 from __future__ import annotations
+
+import torch
 
 from minipar.pp.schedules import Action
 
@@ -45,3 +50,25 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
     Hint: lesson 06, "Build it" (Megatron-LM's ``forward_backward_pipelining_with_interleaving``).
     """
     raise NotImplementedError("not implemented yet: interleaved_1f1b")
+
+
+def linear_backward_input(x: torch.Tensor, weight: torch.Tensor, grad_y: torch.Tensor, stash: list) -> torch.Tensor:
+    """Stretch goal. I, the half of ``y = x·Wᵀ + b``'s backward that the previous stage waits for.
+
+    ``x`` (..., in), ``weight`` (out, in), ``grad_y`` = dL/dy (..., out). Returns dL/dx (..., in)
+    and appends what W will need to ``stash`` (a list used as a queue: one entry per call). Compute
+    no weight gradient here, and do not call autograd: that is the point of the split.
+
+    Hint: y = x·Wᵀ, so dL/dx = dL/dy · W. W needs x and dL/dy: keep references (no copies).
+    """
+    raise NotImplementedError("not implemented yet: linear_backward_input")
+
+
+def linear_backward_weight(stash: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stretch goal. W, the deferred half: take the OLDEST entry of ``stash`` (first in, first out:
+    micro-batches run W in the order they ran I) and return ``(dL/dW (out, in), dL/db (out,))``,
+    summed over every leading dimension of x (batch, sequence, ...).
+
+    Hint: flatten x to (N, in) and dL/dy to (N, out); dL/dW = (dL/dy)ᵀ · x, dL/db = Σ_rows dL/dy.
+    """
+    raise NotImplementedError("not implemented yet: linear_backward_weight")

@@ -60,3 +60,31 @@ def coupled_vs_decoupled(spec, link, steps: int = 4) -> dict:
         if i >= 2 and t.item() < best.get(coupled, (float("inf"),))[0]:
             best[coupled] = (t.item(), [tuple(s) for s in clk.timeline])
     return {("coupled" if c else "decoupled"): dict(virtual_s=v, timeline=tl) for c, (v, tl) in best.items()}
+
+
+def hook_phases(n_layer: int = 2) -> dict:
+    """Which parameters' post-accumulate-grad hooks (the signal DDP's reducer waits for) fire in the I
+    and in the W of one micro-batch, on one stage of a small GPT run through minipar's split backward
+    (:mod:`minipar.pp.zero_bubble`). Returns ``{"I with a gradient": [...], "I, empty": [...],
+    "W with a gradient": [...]}`` (parameter names)."""
+    from minipar.pp.zero_bubble import WeightGradStore, split_linears
+
+    corpus = CharCorpus(load_text())
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=n_layer, n_head=2, d_model=16))
+    stage = build_stages(model, 1, [0])[0]
+    x, y = next(make_loader(corpus.split("train", 16), batch_size=2, seed=0))
+    phase, fired = ["I"], {"I with a gradient": [], "I, empty": [], "W with a gradient": []}
+    for name, q in stage.named_parameters():
+        q.register_post_accumulate_grad_hook(
+            lambda q, name=name: fired[
+                f"{phase[0]}, empty" if q.grad is None else f"{phase[0]} with a gradient"
+            ].append(name)
+        )
+    store = WeightGradStore()
+    with split_linears([stage], store):
+        with store.collect((0, 0)):
+            GPT.loss(stage(x), y).backward()
+        phase[0] = "W"
+        store.flush((0, 0))
+    return fired

@@ -77,6 +77,11 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("06", "ex06_1f1b_minipar", "one_f_one_b", "minipar/pp/schedules.py"),
     ("06", "ex06_no_min", "one_f_one_b", "one_f_one_b(3, 1)"),
     ("06", "ex06_deadlock", "one_f_one_b", "deadlock"),
+    ("06", "ex06_w_in_i", "linear_backward_* (stretch)", "the weight gradient belongs in W"),
+    ("06", "ex06_w_transposed", "linear_backward_* (stretch)", "dL/dW of the weight's shape"),
+    ("06", "ex06_i_transposed", "linear_backward_* (stretch)", "dL/dx"),
+    ("06", "ex06_split_autograd", "linear_backward_* (stretch)", "without autograd"),
+    ("06", "ex06_w_lifo", "linear_backward_* (stretch)", "oldest first"),
     ("07", "ex07_coords_minipar", "coords_of", "minipar/mesh.py"),
     ("07", "ex07_pp_fastest", "coords_of", "tp varies fastest"),
     # mismatched new_group calls either hang (the ranks wait) or pair the wrong ranks, by timing: one hint for both

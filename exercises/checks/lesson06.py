@@ -1,14 +1,16 @@
-"""Checks for lesson 06: 1F1B (and, stretch, interleaved 1F1B) against minipar's reference order."""
+"""Checks for lesson 06: 1F1B (and, stretch, interleaved 1F1B) against minipar's reference order; stretch: a
+linear layer's backward split into I and W (zero bubble) against autograd."""
 
 from __future__ import annotations
 
 import importlib
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, expect_close, max_diff, run_ranks
 from exercises.checks.schedules import CASES, RULES, first_difference, validate
-from exercises.checks.watch import finally_own, watched
+from exercises.checks.watch import Refuse, finally_own, tensor_elements, watched
 
 TITLE = "1F1B"
 MODULE = "ex06_1f1b"
@@ -117,4 +119,103 @@ def check_interleaved(mod) -> str:
     return "p = 1, 2, 3, 4; v = 2, 3: valid (simulated) and Megatron-LM's order"
 
 
-CHECKS = [("one_f_one_b", check_1f1b), ("interleaved_1f1b (stretch)", check_interleaved)]
+SPLIT = "this exercise is the backward of a linear layer: write its two matmuls yourself"
+SPLIT_RULES = Refuse(
+    {
+        "torch.autograd:grad": SPLIT + ", without autograd",
+        "torch.autograd:backward": SPLIT + ", without autograd",
+        "torch._tensor:Tensor.backward": SPLIT + ", without autograd",
+        "torch/autograd/functional.py": SPLIT + ", without autograd",
+        "torch/_functorch/": SPLIT + ", without torch.func",
+        "torch/func/": SPLIT + ", without torch.func",
+        "minipar/pp/": SPLIT + ", not minipar's SplitLinear",
+    },
+    c_names={"run_backward": SPLIT + ", without the autograd engine"},
+)
+# (x shape, out): non-square weights (a transpose shows), 2-D and 3-D/4-D inputs, one row, one output
+SPLIT_CASES = [((4, 5), 3), ((2, 6, 5), 7), ((1, 1, 5), 2), ((3, 4), 1), ((3, 2, 4, 6), 2)]
+
+
+class _FromX(TorchDispatchMode):
+    """Shapes of the tensors computed from ``x`` (or from a tensor computed from it) inside the block:
+    the weight gradient is the only weight-shaped one (dL/dx = dL/dy · W never touches x)."""
+
+    def __init__(self, x):
+        super().__init__()
+        self.derived, self.shapes = {x.data_ptr()}, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = [a for a in args if torch.is_tensor(a)] + [t for a in args if isinstance(a, (list, tuple)) for t in a]
+        if any(torch.is_tensor(a) and a.data_ptr() in self.derived for a in flat):
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if torch.is_tensor(t):
+                    self.derived.add(t.data_ptr())
+                    self.shapes.append(tuple(t.shape))
+        return out
+
+
+def _autograd_reference(x, w, b, g):
+    x, w, b = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    torch.nn.functional.linear(x, w, b).backward(g)
+    return x.grad, w.grad, b.grad
+
+
+def check_split(mod) -> str:
+    seen = []
+    gen = torch.Generator().manual_seed(6)
+    for xs, out in SPLIT_CASES:
+        what = f"linear layer x {xs}, weight ({out}, {xs[-1]}) (stretch goal)"
+        rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+        items = [(rand(*xs), rand(*xs[:-1], out)) for _ in range(2)]  # two micro-batches
+        w, b = rand(out, xs[-1]), rand(out)
+        stash: list = []
+        for k, (x, g) in enumerate(items):  # I of both micro-batches first, then their W's: a queue
+            with _FromX(x) as seen_ops:
+                gx, summary = watched(f"{what}: I", SPLIT_RULES, mod, mod.linear_backward_input, x, w, g, stash)
+            seen.append((what, summary))
+            if w.shape in seen_ops.shapes:
+                raise CheckFailed(
+                    f"{what}: linear_backward_input computed a tensor of the weight's shape {tuple(w.shape)} from x: "
+                    "the weight gradient belongs in W (linear_backward_weight); I returns only dL/dx = dL/dy · W"
+                )
+            held = tensor_elements(stash)
+            if held > (x.numel() + g.numel()) * (k + 1):
+                raise CheckFailed(f"{what}: the stash holds {held} numbers after I; W needs only x and dL/dy")
+            expect_close(
+                f"{what}: dL/dx of micro-batch {k}",
+                gx,
+                _autograd_reference(x, w, b, g)[0],
+                hint="y = x·Wᵀ + b, so dL/dx = dL/dy · W (shape of x)",
+            )
+        for k, (x, g) in enumerate(items):
+            res, summary = watched(f"{what}: W", SPLIT_RULES, mod, mod.linear_backward_weight, stash)
+            seen.append((what, summary))
+            _, want_w, want_b = _autograd_reference(x, w, b, g)
+            if not (isinstance(res, tuple) and len(res) == 2 and tuple(res[0].shape) == tuple(w.shape)):
+                got = tuple(res[0].shape) if isinstance(res, tuple) and torch.is_tensor(res[0]) else type(res).__name__
+                raise CheckFailed(
+                    f"{what}: linear_backward_weight must return (dL/dW, dL/db) with dL/dW of the weight's shape "
+                    f"{tuple(w.shape)}, got {got}: dL/dW = (dL/dy)ᵀ · x over all rows"
+                )
+            expect_close(
+                f"{what}: dL/dW of micro-batch {k} (W runs in the order I ran: oldest first)",
+                res[0],
+                want_w,
+                hint="flatten to rows; dL/dW = (dL/dy)ᵀ · x; pop the OLDEST stash entry",
+            )
+            expect_close(f"{what}: dL/db of micro-batch {k}", res[1], want_b, hint="dL/db sums dL/dy over all rows")
+        if stash:
+            raise CheckFailed(f"{what}: {len(stash)} stash entries left after both W's: W must remove what it used")
+    finally_own(mod, ["linear_backward_input", "linear_backward_weight"], seen)
+    return (
+        "2-D to 4-D inputs, one-row and one-output layers, two micro-batches in a queue: = autograd "
+        "(float64); no weight-shaped work in I, no autograd"
+    )
+
+
+CHECKS = [
+    ("one_f_one_b", check_1f1b),
+    ("interleaved_1f1b (stretch)", check_interleaved),
+    ("linear_backward_* (stretch)", check_split),
+]

@@ -1,0 +1,56 @@
+"""Lesson 06 / zero bubble: ZB-H1's bubble against 1F1B's, on the cluster clock and in the simulator.
+
+- Simulator: ZB-H1 (Qi et al. 2023, arXiv:2401.10241 §2.1) at T_F = T_I = T_W against the paper's
+  (p−1)(T_F+T_B−T_W) (exact: sums of small integers), p = 4, m = 8.
+- Cluster clock: one real 4-rank step each of 1F1B and ZB-H1 (p = 4, m = 8, the fastest of the timed
+  steps), compute = each rank's CPU time (:mod:`minipar.clock`, robust to a shared machine): the ratio
+  of their bubbles (W fills the bubble: below 1), the formulas beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from minipar.bench import Row
+from minipar.clock import IB_NDR, NVLINK4
+from minipar.launch import launch
+from minipar.pp.schedules import one_f_one_b, simulate
+from minipar.pp.trace import RunSpec, read_clock, traced_run
+from minipar.pp.zero_bubble import zb_h1, zb_h1_bubble
+
+BASE = RunSpec(n_layer=8, d_model=64, T=64, B=32, m=8, clock=(NVLINK4, IB_NDR))
+
+
+def rows(quick: bool) -> list[Row]:
+    sim_zb, sim_1 = simulate(zb_h1(4, 8), 1, 1, t_w=1), simulate(one_f_one_b(4, 8), 1, 2)
+    diff = abs(sim_zb.bubble - zb_h1_bubble(4, 8)) * 100
+    out = [
+        Row(
+            "06",
+            "ZB-H1 p=4 m=8 simulated bubble - (p-1)(T_F+T_B-T_W) formula, T_F=T_I=T_W",
+            diff,
+            unit="pp",
+            target="<= 1e-9",
+            ok=diff <= 1e-9,
+            note=f"ZB-H1 {sim_zb.bubble:.1%} vs 1F1B {sim_1.bubble:.1%} of the step (simulated)",
+        )
+    ]
+    clock = {}
+    for name in ("1f1b", "zb-h1"):
+        spec = replace(BASE, schedule=name, steps=2 if quick else 4)
+        clock[name] = read_clock(launch(traced_run, world_size=4, args=(spec,), prefix=False), spec)
+    ratio = clock["zb-h1"]["clock"] / clock["1f1b"]["clock"]
+    out.append(
+        Row(
+            "06",
+            "bubble on the cluster clock p=4 m=8: ZB-H1 / 1F1B",
+            ratio,
+            target="< 1",
+            ok=ratio < 1,
+            note=", ".join(
+                f"{k} {c['clock']:.1%} (simulated on its durations {c['simulated']:.1%}, formula {c['formula']:.1%})"
+                for k, c in clock.items()
+            ),
+        )
+    )
+    return out
