@@ -59,10 +59,9 @@ def zero1_step(
 
     Afterwards ``flat_param`` equals one device's AdamW step with the *mean* gradient over the ranks.
 
-    Steps: pad the gradient to ``padded`` (:func:`shard_range`); ``dist.reduce_scatter_single``
-    (sum) into a (padded/N,) shard, divide by N; AdamW (:func:`adamw_update`) on this rank's slice
-    ``[lo, hi)`` of the padded parameters; ``dist.all_gather_single`` every shard back into the
-    full (padded,) buffer; copy its first ``numel`` elements into ``flat_param``.
+    Communication (what the checker watches): one reduce-scatter of the padded gradient and one
+    all-gather of the updated shards, nothing else — no full-size all-reduce. Given:
+    :func:`shard_range` (padding and this rank's slice), :func:`adamw_update` (AdamW on a shard).
 
     Hint: lesson 03, "Build it: stages 1 and 2" (``minipar/zero/stage12.py``, ``ZeroOptimizer.step``).
     With N = 1 the collectives are plain copies (they work on a group of one too).

@@ -22,7 +22,7 @@ def coords_of(rank: int, shape: tuple[int, int, int]) -> dict[str, int]:
 
     Invariant: ``rank == i·(dp·tp) + j·tp + k`` with ``0 <= k < tp`` etc.
 
-    Hint: lesson 07, "The idea: one rank, three groups". tp varies fastest: ``k = rank % tp``.
+    Hint: lesson 07, "The idea: one rank, three groups". tp varies fastest.
     """
     raise NotImplementedError("not implemented yet: coords_of")
 

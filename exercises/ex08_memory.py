@@ -30,9 +30,8 @@ class Checkpoint(torch.autograd.Function):
         Invariant: nothing but ``inputs`` is saved for backward (``ctx.save_for_backward``), so a
         block of L operators keeps 1 tensor instead of L.
 
-        Hint: lesson 08, "Build it: recomputation by hand". Store ``fn`` and
-        ``torch.get_rng_state()`` on ``ctx``; ``ctx.save_for_backward(*inputs)``; return the output
-        computed under ``torch.no_grad()``.
+        Hint: lesson 08, "Build it: recomputation by hand": keep on ``ctx`` what backward needs to
+        run ``fn`` again and draw the same random numbers (``torch.get_rng_state``).
         """
         raise NotImplementedError("not implemented yet: Checkpoint.forward")
 
@@ -45,10 +44,10 @@ class Checkpoint(torch.autograd.Function):
         Invariant: dropout inside ``fn`` draws the *same* masks as in forward, and the caller's
         RNG stream is left as it was (``torch.random.fork_rng``).
 
-        Hint: lesson 08, "Build it". Detach each saved input and ``requires_grad_()`` it as the
-        original did; inside ``torch.random.fork_rng()``: ``torch.set_rng_state(ctx.rng)``, then
-        ``with torch.enable_grad(): out = ctx.fn(*inputs)``; ``torch.autograd.backward(out, grad_out)``;
-        return the inputs' ``.grad``. Parameters used in ``fn`` get their ``.grad`` on the way.
+        Hint: lesson 08, "Build it": backward runs with grad disabled, and the saved inputs are not
+        part of a graph yet; the tools are ``torch.random.fork_rng``, ``torch.set_rng_state``,
+        ``torch.enable_grad`` and ``torch.autograd.backward``. Parameters used in ``fn`` get their
+        ``.grad`` on the way.
         """
         raise NotImplementedError("not implemented yet: Checkpoint.backward")
 

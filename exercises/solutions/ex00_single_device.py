@@ -29,11 +29,11 @@ def layer_norm_backward(
         ``(grad_x, grad_weight, grad_bias)`` of shapes (..., D), (D,), (D,): what autograd gives
         for ``F.layer_norm(x, (D,), weight, bias, eps)``.
 
-    Invariant: ``grad_x`` sums to zero over the last dimension (shifting x changes nothing).
+    Invariant: ``grad_x`` sums to zero over the last dimension (shifting x changes nothing) and,
+    up to ``eps``, is orthogonal to the normalised input over it (scaling x changes nothing either).
 
-    Hint: lesson 00, "Build it (1): the backward pass by hand". With ``xhat = (x − mean)·rstd``
-    and ``g = grad_out · weight``: ``grad_x = rstd · (g − mean(g) − xhat · mean(g · xhat))``
-    (means over the last dim); ``grad_weight`` and ``grad_bias`` sum over every leading dim.
+    Hint: lesson 00, "Build it (1): the backward pass by hand": x reaches y three ways (directly,
+    through the mean, through the variance); derive each term, and the two invariants check you.
     """
     mean = x.mean(-1, keepdim=True)
     rstd = (x.var(-1, unbiased=False, keepdim=True) + eps).rsqrt()
@@ -50,14 +50,14 @@ def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch
     Shapes: ``logits`` (N, V) float; ``targets`` (N,) int64 in [0, V).
 
     Returns:
-        (N, V): ``(softmax(logits) − onehot(targets)) / N``.
+        (N, V): d(mean loss)/d(logits), what autograd gives for ``F.cross_entropy(logits, targets)``.
 
     Invariant: every row sums to zero; the result does not change when a row of ``logits`` is
     shifted by a constant (compute the softmax with the row maximum subtracted: large logits
     must not overflow).
 
-    Hint: lesson 00, "Build it (1)". Softmax then subtract 1 at the target; do not forget the 1/N
-    of the mean.
+    Hint: lesson 00, "Build it (1)": differentiate −log softmax(z)[y] for one row z, then account
+    for the mean over the N rows.
     """
     p = torch.softmax(logits, dim=-1)
     p[torch.arange(logits.shape[0]), targets] -= 1
@@ -81,9 +81,10 @@ def adamw_step(
     Shapes: all four tensors the same shape. ``step`` counts updates from 1 (the first call has
     ``step=1``), used for the bias correction.
 
-    Must equal ``torch.optim.AdamW(lr, betas, eps, weight_decay)`` to float64 rounding, in order:
-    decoupled weight decay ``param ·= 1 − lr·wd``; moments ``m = β1·m + (1−β1)·g``,
-    ``v = β2·v + (1−β2)·g²``; then ``param −= lr/(1−β1^step) · m / (sqrt(v)/sqrt(1−β2^step) + eps)``.
+    Must equal ``torch.optim.AdamW(lr, betas, eps, weight_decay)`` to float64 rounding: the weight
+    decay decoupled from the gradient (Loshchilov & Hutter 2019, arXiv:1711.05101, Algorithm 2),
+    both moments bias-corrected (Kingma & Ba 2015, arXiv:1412.6980, Algorithm 1), in PyTorch's
+    order of operations (its documentation of ``torch.optim.AdamW`` lists them).
 
     Hint: lesson 00, "In PyTorch: AdamW by hand equals torch.optim.AdamW". Forgetting the bias
     correction makes the first steps ~10× too large; eps goes *after* the bias-corrected sqrt.

@@ -44,10 +44,11 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None) -> torch.Tensor:
 
     Invariant: sends and receives (N−1) messages of one chunk each; N = 1 returns the whole tensor.
 
-    Hint: lesson 01, "Build it: the ring all-reduce from send/recv". At step s = 0 .. N−2, rank i
-    sends chunk (i − s − 1) mod N to rank i+1 and receives chunk (i − s − 2) mod N from rank i−1,
-    adding it into its own copy. Post the receive and the send together (``irecv`` + ``isend``, then
-    ``wait`` both): if every rank first blocks in ``send``, nobody is receiving.
+    Hint: lesson 01, "Build it: the ring all-reduce from send/recv". Each rank sends only to the
+    next rank of the ring and receives only from the previous one; a chunk picks up one more rank's
+    contribution at each hop, so work out which chunk each rank must send first for the chunk that
+    arrives last (complete) to be its own. Post the receive and the send together: if every rank
+    first blocks in ``send``, nobody is receiving.
     """
     ranks, i = ring_neighbours(group)
     n, flat = len(ranks), tensor.view(-1)
@@ -76,8 +77,11 @@ def ring_all_gather(tensor: torch.Tensor, group=None) -> torch.Tensor:
     Returns:
         ``tensor``: every rank's chunk j now equals rank j's chunk j.
 
-    Hint: lesson 01, "Build it". At step s = 0 .. N−2, rank i sends chunk (i − s) mod N to rank
-    i+1 and receives chunk (i − s − 1) mod N from rank i−1 straight into place.
+    Invariant: N−1 steps, one chunk sent to the next rank and one received from the previous per
+    step; what a rank received at one step is what it forwards at the next.
+
+    Hint: lesson 01, "Build it": the same ring as the reduce-scatter, with copies instead of sums,
+    received straight into place.
     """
     ranks, i = ring_neighbours(group)
     n, flat = len(ranks), tensor.view(-1)

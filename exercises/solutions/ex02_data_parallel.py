@@ -100,10 +100,10 @@ class BucketedDDP:
     def grad_ready(self, p: torch.Tensor) -> None:
         """Called by autograd when ``p.grad`` is final for this backward.
 
-        Copy ``p.grad`` into its slot of its bucket's buffer (``self.where``), mark it ready, and
-        while bucket ``self.next`` is full, launch its all-reduce with ``async_op=True`` (store the
-        work in ``self.works``) and move ``self.next`` on. Launch strictly in bucket order: ranks
-        must issue collectives in the same order, and a later bucket may fill first.
+        Invariant: a bucket's all-reduce is launched (``async_op=True``, its work kept in
+        ``self.works``) as soon as that bucket and every bucket before it hold all their gradients
+        (``self.where`` gives each parameter's slot): never later, never out of bucket order —
+        ranks must issue collectives in the same order, and a later bucket may fill first.
 
         Hint: lesson 02, "Build it". ``dist.all_reduce(buf, group=self.group, async_op=True)``
         returns at once; the sum travels while backward computes earlier layers.

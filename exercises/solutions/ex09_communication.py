@@ -53,11 +53,11 @@ def powersgd_round(m: torch.Tensor, q: torch.Tensor, group=None):
         ``(approx, new_q)``: approx (n, k) = P̂·Qᵀ, identical on every rank; new_q (k, r) = Q, the
         mean of the ranks' ``mᵀ·P̂`` (kept for the next step's warm start).
 
-    Steps: P = m·q (n, r); all-reduce P and divide by N (the mean); P̂ = orthogonalize(P);
-    Q = mᵀ·P̂ (k, r); all-reduce Q and divide by N; approx = P̂·Qᵀ. Because P and Q are linear in m,
-    the result equals one device's round on the mean matrix — what the checker tests.
+    Communication: two all-reduces, of n·r and then k·r elements — never the whole n·k matrix.
+    Invariant: P and Q are linear in m, so averaging them over the ranks gives one device's round on
+    the mean matrix (what the checker tests) — as long as every rank orthogonalizes the same P.
 
-    Hint: lesson 09, "PowerSGD". Orthogonalize only after the all-reduce, so every rank has the same P̂.
+    Hint: lesson 09, "PowerSGD" (Vogels et al. 2019, arXiv:1905.13727, Algorithm 1).
     """
     n_ranks = dist.get_world_size(group)
     p = m @ q
