@@ -133,19 +133,21 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
     (``mode="sync"``: W gradients averaged per step) or asynchronous in arrival order (``"async"``),
     until ``gradients`` worker gradients are applied. The first worker (rank 1) is a straggler whose
     compute counts ``straggler`` times; pushing a gradient (or pulling the parameters) costs ``push`` ×
-    one gradient's compute as measured here (the slowest rank's fastest of 3), so compute dominates.
+    one gradient's compute as measured here (the slowest rank's fastest of 3), so compute dominates; the
+    server steps plain SGD, whose update is small next to a gradient (8 sequences of 64 per worker).
     Returns per rank its clock ``timeline`` and ``now``; on the server also ``c`` (one gradient's
     compute, s), ``order`` and ``staleness`` (async), on workers their ``losses``."""
-    from workers_09 import _adamw, _batch, gpt
+    from workers_09 import _batch, gpt
 
     from minipar.clock import ClusterClock, Link
     from minipar.dp.param_server import run_async_arrival, run_sync
 
     workers = md.world_size() - 1
     model = gpt()
+    sgd = lambda params: torch.optim.SGD(params, lr=0.05)  # noqa: E731 (the server's update: cheap next to a gradient)
 
     def grad_fn(m, worker, k):
-        x, y = _batch(worker, workers, k, global_batch=2 * workers)
+        x, y = _batch(worker, workers, k, global_batch=8 * workers)
         loss = m(x, y)[1]
         loss.backward()
         return loss.detach()
@@ -162,9 +164,9 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
     link = Link(f"push = {push:g} × a gradient's compute", 0.0, nbytes / (push * c.item()))
     with ClusterClock(link, link, straggler={1: straggler}) as clk:
         if mode == "sync":
-            res = run_sync(model, grad_fn, gradients // workers, _adamw)
+            res = run_sync(model, grad_fn, gradients // workers, sgd)
         else:
-            res = run_async_arrival(model, grad_fn, gradients, _adamw, clk)
+            res = run_async_arrival(model, grad_fn, gradients, sgd, clk)
     out = {"timeline": list(clk.timeline), "now": clk.now, "c": c.item()}
     if md.rank() == 0:
         return out | {k: res[k] for k in ("order", "staleness") if k in res}
