@@ -105,4 +105,33 @@ def rows(quick: bool) -> list[Row]:
             note="Spearman; the lesson calibrates the planner's inputs",
         )
     )
+    out += plan_rows()
     return out
+
+
+def plan_rows() -> list[Row]:
+    """The planner's command line on a custom shape and a fixed layout (issue #22: JSON in under 5 s,
+    the Python start-up included), and its error on the declared test set (minipar.perf.runs)."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+    import time
+
+    from minipar.perf.runs import out_of_sample
+
+    cmd = [sys.executable, "-m", "minipar.plan", "--layers", "80", "--hidden", "8192", "--heads", "64",
+           "--kv-heads", "8", "--ffn", "28672", "--swiglu", "--vocab", "32000", "--seq", "4096", "--gpus", "64",
+           "--gpu", "h100", "--global-batch", "1024", "--tp", "4", "--pp", "4", "--dp", "4", "--json"]  # fmt: skip
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    dt = time.perf_counter() - t0
+    ok = p.returncode == 0 and all("mfu" in json.loads(line) for line in p.stdout.splitlines() if line.strip())
+    errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in out_of_sample()]
+    med, worst = statistics.median(errs), max(errs)
+    return [
+        Row("07", "python -m minipar.plan: custom 70B shape, fixed layout, --json (seconds)", dt, unit="s",
+            target="<= 5", ok=ok and dt <= 5, note="" if ok else f"exit {p.returncode}: {p.stderr[-200:]}"),
+        Row("07", f"planner test set ({len(errs)} published runs): median |error|", 100 * med, unit="%",
+            target="<= 7", ok=med <= 0.07, note=f"worst {worst:.0%} (minipar.perf.runs; issue #22 target 15 %)"),
+    ]  # fmt: skip
