@@ -1,4 +1,4 @@
-"""The layout of a job: its (pp, dp, tp) degrees, checked once, and every rank's coordinates and groups.
+"""The layout of a job: its (pp, dp, [cp,] tp) degrees, checked once, and every rank's coordinates and groups.
 
 One object, :class:`Mesh` (minipar's torchtitan ``ParallelDims``, ``torchtitan/distributed/
 parallel_dims.py``), holds what every part of a job asks about its layout:
@@ -39,7 +39,13 @@ from minipar.errors import ConfigError
 from minipar.models import GPTConfig
 from minipar.tp.gpt import check_tp_config
 
-DIMS = ("pp", "dp", "tp")  # outermost first: the order of a Mesh's shape and of the rank formula
+DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of a Mesh's shape and of the rank formula
+DIMS_3D = ("pp", "dp", "tp")  # a 3-tuple shape is (pp, dp, tp): cp = 1, the shape of every job without --cp
+
+
+def dims_of(shape: tuple[int, ...]) -> tuple[str, ...]:
+    """The dimension names of a shape: :data:`DIMS` for a 4-tuple, :data:`DIMS_3D` for a 3-tuple."""
+    return DIMS if len(shape) == 4 else DIMS_3D
 
 
 def factorizations(world_size: int) -> list[tuple[int, int, int]]:
@@ -53,8 +59,8 @@ def factorizations(world_size: int) -> list[tuple[int, int, int]]:
 
 
 def rank_of(coords: dict[str, int] | tuple[int, ...], shape: tuple[int, ...]) -> int:
-    """Global rank of (pp_rank, dp_rank, tp_rank) in a (pp, dp, tp) mesh (row-major, tp fastest)."""
-    c = [coords[d] for d in DIMS] if isinstance(coords, dict) else coords
+    """Global rank of (pp_rank, dp_rank, [cp_rank,] tp_rank) in a (pp, dp, [cp,] tp) mesh (row-major, tp fastest)."""
+    c = [coords.get(d, 0) for d in dims_of(shape)] if isinstance(coords, dict) else coords
     rank = 0
     for k, n in zip(c, shape):
         rank = rank * n + k
@@ -62,29 +68,37 @@ def rank_of(coords: dict[str, int] | tuple[int, ...], shape: tuple[int, ...]) ->
 
 
 def coords_of(rank: int, shape: tuple[int, ...]) -> dict[str, int]:
-    """{"pp", "dp", "tp"} coordinates of a global rank in a (pp, dp, tp) mesh."""
-    out = {}
-    for d, n in reversed(list(zip(DIMS, shape))):
+    """{"pp", "dp", ["cp",] "tp"} coordinates of a global rank in a (pp, dp, [cp,] tp) mesh."""
+    out, dims = {}, dims_of(shape)
+    for d, n in reversed(list(zip(dims, shape))):
         rank, out[d] = divmod(rank, n)
-    return {d: out[d] for d in DIMS}
+    return {d: out[d] for d in dims}
 
 
-def group_ranks(shape: tuple[int, ...], dim: str) -> list[list[int]]:
-    """Every group along ``dim`` (``"pp"``, ``"dp"`` or ``"tp"``): lists of global ranks, sorted."""
-    i = DIMS.index(dim)
-    groups = {}
+def group_ranks(shape: tuple[int, ...], dim: str | tuple[str, ...]) -> list[list[int]]:
+    """Every group along ``dim`` (``"pp"``, ``"dp"``, ``"cp"``, ``"tp"``, or a tuple of them, e.g.
+    ``("dp", "cp")``: Megatron's data-parallel group with context parallelism): lists of global ranks, sorted."""
+    dims, along = dims_of(shape), (dim,) if isinstance(dim, str) else dim
+    groups: dict[tuple, list[int]] = {}
     for r in range(math.prod(shape)):
         c = coords_of(r, shape)
-        groups.setdefault(tuple(c[d] for d in DIMS if d != dim), [None] * shape[i])[c[dim]] = r
+        groups.setdefault(tuple(c[d] for d in dims if d not in along), []).append(r)
     return sorted(groups.values())
 
 
-def check_model_fits(model: GPTConfig, pp: int, tp: int) -> None:
+def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
     """Raise :class:`ConfigError` unless ``model`` can be split into ``pp`` stages of ``tp`` shards.
 
     pp <= n_layer (every stage holds at least one block); tp divides d_model, n_head and 4·d_model
-    (:func:`minipar.tp.gpt.check_tp_config`, Megatron's column/row split of heads and the FFN).
+    (:func:`minipar.tp.gpt.check_tp_config`, Megatron's column/row split of heads and the FFN);
+    block_size >= 2·cp (the load-balanced split gives every cp rank two non-empty chunks,
+    :func:`minipar.cp.split.load_balanced_ranges`; lengths need not divide).
     """
+    if cp > 1 and model.block_size < 2 * cp:
+        raise ConfigError(
+            f"--cp {cp} needs sequences of at least 2·cp = {2 * cp} tokens, but --block-size is {model.block_size}; "
+            f"use --cp <= {model.block_size // 2}"
+        )
     if pp > model.n_layer:
         raise ConfigError(
             f"--pp {pp} stages but the model has only --n-layer {model.n_layer} blocks; "
@@ -140,22 +154,20 @@ class Mesh:
         ConfigError: a degree < 1, a layout that does not fit the model, pp·tp not dividing
             world_size, or pp·dp·tp != world_size; each message names the value and the fix.
 
-    Adding a dimension (context parallelism ``cp``, expert parallelism ``ep``): put its name in
-    :data:`DIMS` at its place in the rank order (Megatron: tp fastest, then cp, then dp, then pp,
-    i.e. ``("pp", "dp", "cp", "tp")``), add a degree field ``cp: int = 1`` and its three property
-    lines below; :func:`rank_of`, :func:`coords_of`, :func:`group_ranks`, ``shape``, ``coords``,
-    ``loss_rank``, the degree check and the groups of :func:`init_mesh` follow DIMS by themselves.
-    Then give the world-size check (``pp·dp·tp``) and :func:`factorizations` its factor, and
-    :func:`check_model_fits` its model rule (cp: the sequence length divisible by 2·cp).
-    A dimension that folds others instead of adding ranks (ep inside dp·cp, as Megatron's expert
-    groups) is not in DIMS: a degree field, a divisibility check in ``__post_init__`` and its own
-    group list in :func:`init_mesh`.
+    Context parallelism (lesson 11) is a dimension like the others, between dp and tp in the rank
+    order (Megatron: tp fastest, then cp, then dp, then pp): ``cp`` > 1 makes the shape
+    (pp, dp, cp, tp), adds ``cp_group`` (the ring of ring attention) and ``dp_cp_group`` (the dp × cp
+    ranks that hold the same model piece and average gradients); with cp = 1 the shape stays
+    (pp, dp, tp) and nothing changes. A dimension that folds others instead of adding ranks (ep inside
+    dp·cp, as Megatron's expert groups) is not in DIMS: a degree field, a divisibility check in
+    ``__post_init__`` and its own group list in :func:`init_mesh`.
     """
 
     world_size: int = 1
     pp: int = 1
     dp: int | None = None
     tp: int = 1
+    cp: int = 1
     rank: int = 0
     groups: dict[str, object] = field(default_factory=dict, repr=False)
     ranks: dict[str, list[int]] = field(default_factory=dict)
@@ -166,6 +178,23 @@ class Mesh:
     pp_rank, pp_size, pp_group = _coord("pp"), _size("pp"), _group("pp")
     dp_rank, dp_size, dp_group = _coord("dp"), _size("dp"), _group("dp")
     tp_rank, tp_size, tp_group = _coord("tp"), _size("tp"), _group("tp")
+    cp_size = _size("cp")
+
+    @property
+    def cp_rank(self) -> int:
+        """This rank's index along cp, 0 .. cp_size - 1 (0 when cp = 1)."""
+        return self.coords.get("cp", 0)
+
+    @property
+    def cp_group(self):
+        """This rank's context-parallel ProcessGroup (None when cp = 1: no ring to run)."""
+        return self.groups.get("cp")
+
+    @property
+    def dp_cp_group(self):
+        """The ranks that hold the same model piece (same pp and tp rank): dp × cp of them. Gradients are
+        averaged over this group (Megatron's data-parallel group "with context parallel"); = dp_group when cp = 1."""
+        return self.groups.get("dp_cp", self.groups.get("dp"))
 
     def __post_init__(self, model, accepts, what) -> None:
         for d in DIMS:
@@ -173,25 +202,34 @@ class Mesh:
             if not (v is None and d == "dp") and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"--{d} {v!r}: must be an integer >= 1")
         if model is not None:
-            check_model_fits(model, self.pp, self.tp)
-        world, pp, tp = self.world_size, self.pp, self.tp
+            check_model_fits(model, self.pp, self.tp, self.cp)
+        world, pp, tp, cp = self.world_size, self.pp, self.tp * self.cp, self.cp
 
         def valid() -> str:  # the fix: every layout of this world (that the job accepts)
             ok = [f for f in factorizations(world) if accepts is None or accepts(*f)]
             listed = ", ".join(f"pp{a}·dp{b}·tp{c}" for a, b, c in ok) if ok else "none"
+            if cp > 1:  # the layouts with this --cp: tp below is tp·cp
+                listed = ", ".join(f"pp{a}·dp{b}·cp{cp}·tp{c // cp}" for a, b, c in ok if c % cp == 0) or "none"
             return f"valid layouts for {world} ranks{f' that fit {what}' if what else ''}: {listed}"
 
         if self.dp is None:
             if world % (pp * tp):
-                raise ConfigError(f"world_size={world} is not divisible by tp·pp = {tp}·{pp} = {tp * pp}; {valid()}")
+                what = f"tp·cp·pp = {self.tp}·{cp}·{pp}" if cp > 1 else f"tp·pp = {tp}·{pp}"
+                raise ConfigError(f"world_size={world} is not divisible by {what} = {tp * pp}; {valid()}")
             self.dp = world // (pp * tp)
         if pp * self.dp * tp != world:
-            raise ConfigError(f"pp·dp·tp = {pp}·{self.dp}·{tp} = {pp * self.dp * tp} but world_size={world}; {valid()}")
+            what = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
+            raise ConfigError(f"{what} = {pp * self.dp * tp} but world_size={world}; {valid()}")
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        """(pp, dp, tp), outermost first (:data:`DIMS`)."""
-        return tuple(getattr(self, d) for d in DIMS)
+    def dims(self) -> tuple[str, ...]:
+        """The dimensions of :attr:`shape`: (pp, dp, cp, tp) with context parallelism, else (pp, dp, tp)."""
+        return DIMS if self.cp > 1 else DIMS_3D
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(pp, dp, tp), or (pp, dp, cp, tp) when cp > 1, outermost first (:data:`DIMS`)."""
+        return tuple(getattr(self, d) for d in self.dims)
 
     def size(self, dim: str) -> int:
         """The degree of ``dim`` ("pp", "dp" or "tp")."""
@@ -205,15 +243,21 @@ class Mesh:
     @property
     def loss_rank(self) -> int:
         """The one global rank that owns the loss and logs: last pipeline stage, dp rank 0, tp rank 0."""
-        return rank_of({**{d: 0 for d in DIMS}, "pp": self.pp - 1}, self.shape)
+        return rank_of({"pp": self.pp - 1}, self.shape)
 
     def check_model(self, model: GPTConfig) -> None:
         """Raise :class:`ConfigError` unless ``model`` fits this layout (:func:`check_model_fits`)."""
-        check_model_fits(model, self.pp, self.tp)
+        check_model_fits(model, self.pp, self.tp, self.cp)
 
 
 def init_mesh(
-    pp: int = 1, dp: int | None = None, tp: int = 1, *, model: GPTConfig | None = None, group_cache: dict | None = None
+    pp: int = 1,
+    dp: int | None = None,
+    tp: int = 1,
+    *,
+    cp: int = 1,
+    model: GPTConfig | None = None,
+    group_cache: dict | None = None,
 ) -> Mesh:
     """The :class:`Mesh` of the current world with this rank's groups (a collective: every rank calls
     it, with the same arguments).
@@ -230,8 +274,9 @@ def init_mesh(
     Raises:
         ConfigError: see :class:`Mesh`.
     """
-    mesh = Mesh(mdist.world_size(), pp, dp, tp, rank=mdist.rank(), model=model)
-    for dim in DIMS:
+    mesh = Mesh(mdist.world_size(), pp, dp, tp, cp, rank=mdist.rank(), model=model)
+    for dim in mesh.dims + ((("dp", "cp"),) if cp > 1 else ()):
+        key = dim if isinstance(dim, str) else "dp_cp"
         for ranks in group_ranks(mesh.shape, dim):
             if group_cache is not None and tuple(ranks) in group_cache:
                 g = group_cache[tuple(ranks)]
@@ -240,5 +285,5 @@ def init_mesh(
                 if group_cache is not None:
                     group_cache[tuple(ranks)] = g
             if mesh.rank in ranks:
-                mesh.groups[dim], mesh.ranks[dim] = g, ranks
+                mesh.groups[key], mesh.ranks[key] = g, ranks
     return mesh

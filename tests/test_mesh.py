@@ -34,8 +34,7 @@ def test_layout_names_sizes_and_model_checks():
     assert m.coords == {"pp": 1, "dp": 0, "tp": 1} == {"pp": m.pp_rank, "dp": m.dp_rank, "tp": m.tp_rank}
     assert m.loss_rank == 12 and rank_of((3, 0, 0), m.shape) == 12
     assert all(isinstance(getattr(Mesh, f"{d}_{k}"), property) for d in ("pp", "dp", "tp") for k in ("rank", "size"))
-    with pytest.raises(AttributeError):
-        m.cp_rank  # noqa: B018 (not a dimension yet)
+    assert (m.cp_rank, m.cp_size, m.cp_group) == (0, 1, None)  # no --cp: the 3-D shape, no ring
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2 blocks; use --pp <= 2"):
         Mesh(6, pp=3, model=GPTConfig(n_layer=2, n_head=2, d_model=32))
     with pytest.raises(ConfigError, match="n_head=2 is not divisible by tp=4"):
@@ -55,3 +54,17 @@ def test_size_one_dimensions_get_real_one_rank_groups():
     out = launch(w.size_one_groups, world_size=4, args=(1, 4, 1))
     assert [o["tp"] for o in out] == [[r] for r in range(4)] == [o["pp"] for o in out]
     assert all(o["real"] and o["dp"] == [0, 1, 2, 3] for o in out)
+
+
+def test_context_parallel_dimension():
+    """--cp (lesson 11): Megatron's order tp, cp, dp, pp (tp fastest); the dp × cp group holds one model piece."""
+    m = Mesh(16, pp=2, cp=2, tp=2, rank=5)  # dp = 16 / (2·2·2)
+    assert m.shape == (2, 2, 2, 2) and m.dims == ("pp", "dp", "cp", "tp")
+    assert m.coords == {"pp": 0, "dp": 1, "cp": 0, "tp": 1} and m.cp_rank == 0 and m.loss_rank == 8
+    assert group_ranks(m.shape, "cp")[:2] == [[0, 2], [1, 3]]
+    assert group_ranks(m.shape, ("dp", "cp"))[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert rank_of(coords_of(13, m.shape), m.shape) == 13
+    with pytest.raises(ConfigError, match="pp·dp·cp·tp = 1·2·2·1 = 4 but world_size=8"):
+        Mesh(8, dp=2, cp=2)
+    with pytest.raises(ConfigError, match="--cp 4 needs sequences of at least 2·cp = 8 tokens"):
+        Mesh(4, cp=4, model=GPTConfig(block_size=6, n_layer=2, n_head=2, d_model=32))
