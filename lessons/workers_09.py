@@ -21,7 +21,7 @@ from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
 from minipar.models import GPT, GPTConfig
 from minipar.presets import MEDIUM, SMALL  # SMALL: proofs (float64); MEDIUM: timings
-from minipar.tp.overlap import allgather_matmul
+from minipar.tp.overlap import allgather_matmul, matmul_reducescatter
 
 
 def gpt(cfg=SMALL, dtype=torch.float64, seed=0) -> GPT:
@@ -182,6 +182,22 @@ def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: i
                 times[ov].append(t1 - t0)
                 traces[ov] = [(s, k, a - t0, b - t0) for s, k, a, b in trace]
     return {"diff": diff, "time": {ov: statistics.median(v) for ov, v in times.items()}, "trace": traces}
+
+
+def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -> dict:
+    """GEMM + reduce-scatter (minipar.tp.overlap.matmul_reducescatter), both modes, float64: the largest
+    difference from this rank's rows of the full Σ x·Wᵀ, and the elements it sent (CommLog)."""
+    n, me = md.world_size(), md.rank()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, n * T_local, n * d_in_local, generator=g, dtype=torch.float64)
+    w = torch.randn(d_out, n * d_in_local, generator=g, dtype=torch.float64)
+    cols, ref = slice(me * d_in_local, (me + 1) * d_in_local), (x @ w.t())[:, me * T_local : (me + 1) * T_local]
+    out = {}
+    for ov in (True, False):
+        with CommLog() as log:
+            y = matmul_reducescatter(x[..., cols].contiguous(), w[:, cols].contiguous(), overlap=ov)
+        out[ov] = {"diff": (y - ref).abs().max().item(), "sent": log.total("sent") // 8}
+    return out | {"formula": (n - 1) * 2 * T_local * d_out}
 
 
 # ---- 3. compression -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import minipar.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_async_arrival, run_sync
-from minipar.tp.overlap import allgather_matmul
+from minipar.tp.overlap import allgather_matmul, matmul_reducescatter
 
 SHAPES = [(5, 7), (7,), (3, 4, 2)]
 
@@ -139,6 +139,21 @@ def overlap_matmul(T_local: int = 3, d_in: int = 8, d_out: int = 5):
     a = allgather_matmul(x, w, overlap=True, trace=trace)
     b = allgather_matmul(x, w, overlap=False)
     return a, b, full @ w.t(), sorted({(s, k) for s, k, *_ in trace})
+
+
+def overlap_reducescatter(T_local: int = 3, d_in_local: int = 4, d_out: int = 5):
+    """Each rank's columns of a row-parallel GEMM; returns both modes, the reference rows of Σ x·Wᵀ, and
+    the elements this rank sent (CommLog) against a ring reduce-scatter's (N−1)/N · B·T·d_out."""
+    n, me = md.world_size(), md.rank()
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, n * T_local, n * d_in_local, generator=g, dtype=torch.float64)
+    w = torch.randn(d_out, n * d_in_local, generator=g, dtype=torch.float64)
+    cols = slice(me * d_in_local, (me + 1) * d_in_local)
+    with CommLog() as log:
+        a = matmul_reducescatter(x[..., cols].contiguous(), w[:, cols].contiguous(), overlap=True)
+    b = matmul_reducescatter(x[..., cols].contiguous(), w[:, cols].contiguous(), overlap=False)
+    ref = (x @ w.t())[:, me * T_local : (me + 1) * T_local]
+    return a, b, ref, log.total("sent") / 8, (n - 1) * 2 * T_local * d_out
 
 
 def train_losses(cfg):

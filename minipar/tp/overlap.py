@@ -1,4 +1,4 @@
-"""Tensor parallelism, part 5: overlap the sequence-parallel all-gather with the GEMM that needs it.
+"""Tensor parallelism, part 5: overlap the sequence-parallel all-gather (and reduce-scatter) with its GEMM.
 
 With sequence parallelism (:mod:`minipar.tp.mappings`) a column-parallel layer's input arrives
 sharded along the sequence, x_r (B, T/N, d) on rank r, and must be all-gathered before the GEMM
@@ -16,7 +16,18 @@ Same bytes as the all-gather ((N−1)/N · B·T·d elements received per rank), 
 bit (each row is one GEMM either way; only *when* it runs changes). On a GPU the transfer uses
 the NIC/NVLink while the SMs multiply; on 2 CPU cores both compete for the same cores, which is
 why lesson 09 draws the simulated timeline (:mod:`minipar.perf.timeline`) beside the measured one.
-Forward only: a teaching kernel, not wired into :class:`~minipar.tp.layers.ColumnParallelLinear`.
+The mirror image sits at the end of the block: a row-parallel layer's partial product
+x·Wᵀ_r (B, T, d) is reduce-scattered along the sequence (:func:`matmul_reducescatter`). Decomposed,
+the partial sums travel round the ring while the next chunk's GEMM runs — MegaScale §3.2 fuses
+GEMM + reduce-scatter the same way:
+
+    step k = 0 .. N−1:  acc = x[rows of chunk (r − k − 1) mod N] · Wᵀ_r (+ what came from the left)
+                        k < N−1: post send(acc → right), recv(← left); the next GEMM overlaps it
+
+and rank r ends with chunk r summed over all N ranks: a ring reduce-scatter's bytes ((N−1)/N ·
+B·T·d elements sent per rank), the GEMM split in N row blocks.
+Forward only: teaching kernels, not wired into :class:`~minipar.tp.layers.ColumnParallelLinear` /
+``RowParallelLinear``.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.comm import p2p
-from minipar.tp.mappings import _all_gather, tp_rank, tp_size
+from minipar.tp.mappings import _all_gather, _reduce_scatter, tp_rank, tp_size
 
 
 @torch.no_grad()
@@ -80,3 +91,43 @@ def allgather_matmul(
         if k < n - 1:
             cur = nxt
     return out
+
+
+@torch.no_grad()
+def matmul_reducescatter(x: torch.Tensor, weight: torch.Tensor, group=None, overlap: bool = True) -> torch.Tensor:
+    """``reduce_scatter(x @ weight.T, dim=1)`` (sum over the group), optionally decomposed into a ring
+    whose transfers overlap the next chunk's GEMM (see the module doc).
+
+    Args:
+        x: (B, T, d_in_local) this rank's slice of a row-parallel layer's input (all T rows).
+        weight: (d_out, d_in_local) this rank's columns of the row-parallel weight.
+        group: the tensor-parallel group (default: the world).
+        overlap: False = one GEMM, then one reduce-scatter (the baseline).
+    Returns:
+        (B, T/N, d_out): rows ``[r·T/N, (r+1)·T/N)`` of Σ_ranks x·Wᵀ, on rank r.
+    Raises:
+        ValueError: T not divisible by the group size.
+    """
+    n, me = tp_size(group), tp_rank(group)
+    B, T, _ = x.shape
+    if T % n:
+        raise ValueError(f"matmul_reducescatter: T={T} rows do not split over {n} ranks; pad T to a multiple of {n}")
+    if not overlap or n == 1:
+        return _reduce_scatter(x @ weight.t(), 1, group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(n))
+    right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    Tl, reqs, got, sent = T // n, [], None, None  # `sent`: the buffer in flight, alive until its wait
+    for k in range(n):
+        c = (me - k - 1) % n  # the chunk whose partial sum this rank adds to at step k
+        acc = x[:, c * Tl : (c + 1) * Tl] @ weight.t()  # overlaps the transfer posted at step k − 1
+        for r in reqs:
+            r.wait()
+        if got is not None:
+            acc += got
+        if k == n - 1:
+            return acc
+        got, sent = torch.empty_like(acc), acc
+        reqs = p2p.batch_isend_irecv(
+            [p2p.P2P("send", sent, right, group, label=f"partial {c}"),
+             p2p.P2P("recv", got, left, group, label=f"partial {(c - 1) % n}")]
+        )  # fmt: skip
