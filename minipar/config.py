@@ -74,6 +74,9 @@ class TrainConfig:
     dp: int | None = _opt(None, "data-parallel degree (default: the ranks left, world / (tp·pp))", minimum=1)
     tp: int = _opt(1, "tensor-parallel degree (divides --n-head and --d-model)", minimum=1)
     pp: int = _opt(1, "pipeline stages (at most --n-layer)", minimum=1)
+    cp: int = _opt(
+        1, "context-parallel degree: ring attention over a sequence split in 2·cp chunks (lesson 11)", minimum=1
+    )
     schedule: str = _opt("1f1b", "pipeline schedule", choices=SCHEDULES_3D)
     zero: int = _opt(
         0,
@@ -150,7 +153,7 @@ class TrainConfig:
             f"this model (--n-layer {self.n_layer}, --n-head {self.n_head}, "
             f"--d-model {self.d_model}) and --batch-size {self.batch_size}"
         )
-        return Mesh(world_size, self.pp, self.dp, self.tp, model=self.gpt(1), accepts=self.accepts, what=what)
+        return Mesh(world_size, self.pp, self.dp, self.tp, self.cp, model=self.gpt(1), accepts=self.accepts, what=what)
 
     def accepts(self, pp: int, dp: int, tp: int) -> bool:
         """True if this model and batch can run on a (pp, dp, tp) layout (used to list valid layouts)."""

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minipar.cp.ring import ring_attention
 from minipar.errors import ConfigError
 from minipar.moe.dispatch import check_moe
 from minipar.moe.layer import MoE
@@ -90,6 +91,9 @@ class CausalSelfAttention(nn.Module):
 
     ``recompute_core = True`` (set by :func:`minipar.recompute.set_recompute`, mode "selective")
     runs the attention core under :func:`minipar.recompute.checkpoint`: only q, k, v are kept.
+    ``context_parallel = (ranges, group)`` (set by :func:`minipar.parallel3d.build_piece` for --cp > 1,
+    lesson 11): x holds this rank's tokens only, and the core is ring attention over the cp group
+    (:func:`minipar.cp.ring.ring_attention`; no attention dropout).
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -98,11 +102,14 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.dropout, self.explicit, self.recompute_core = cfg.dropout, cfg.attention == "explicit", False
+        self.context_parallel = None  # (ranges, cp group): ring attention over the cp group (lesson 11)
         # Megatron also drops out the projection's output (sbh mask bytes); kept to the explicit layout
         self.resid_drop = nn.Dropout(cfg.dropout) if self.explicit else nn.Identity()
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """:func:`attention_core` with this layer's dropout (0 in eval mode)."""
+        """:func:`attention_core` with this layer's dropout (0 in eval mode), or ring attention under --cp."""
+        if self.context_parallel is not None:
+            return ring_attention(q, k, v, *self.context_parallel)
         return attention_core(q, k, v, self.dropout if self.training else 0.0, self.explicit)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -212,7 +219,8 @@ class GPT(nn.Module):
                 f"sequence length {T} > block_size={self.cfg.block_size}; "
                 f"crop the input or build the model with block_size >= {T}"
             )
-        pos = torch.arange(T, device=idx.device)
+        pos = getattr(self, "positions", None)  # context parallelism: this rank's global positions (lesson 11)
+        pos = torch.arange(T, device=idx.device) if pos is None else pos.to(idx.device)
         return self.drop(self.wte(idx) + self.wpe(pos))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:

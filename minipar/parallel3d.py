@@ -44,6 +44,7 @@ import torch.nn as nn
 from minipar import dist as mdist
 from minipar.clip_grads import clip_grad_norm_
 from minipar.comm import p2p
+from minipar.cp.model import enter_batch, weighted_loss
 from minipar.dp.compression import make_compressor
 from minipar.errors import ConfigError
 from minipar.mesh import Mesh
@@ -127,26 +128,29 @@ class Piece:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
+        x, y = enter_batch(self.stage, x, y, self.mesh)  # --cp: this rank's tokens, ring attention (lesson 11)
         res = self.last = self.executor.step(x, y)  # forward + backward of all micro-batches
         loss = torch.tensor(res.loss if res.loss is not None else 0.0, device=mdist.device())
+        group, n = self.mesh.dp_cp_group, self.mesh.dp_size * self.mesh.cp_size  # dp × cp hold this piece
         if not self.zero:  # average over dp (ZeRO-1 reduce-scatters inside its step, ZeRO-3 in backward)
             if self.compressor is None:
-                all_reduce_grads_flat(self.stage, self.mesh.dp_group, self.mesh.dp_size)
+                all_reduce_grads_flat(self.stage, group, n)
             else:  # lesson 09: bf16 / PowerSGD all-reduce
-                compressed_all_reduce_grads(self.stage, self.compressor, self.mesh.dp_group, self.mesh.dp_size)
+                compressed_all_reduce_grads(self.stage, self.compressor, group, n)
         if self.grad_clip and self.zero == 0:  # the whole model's norm (ZeRO-1 clips inside its step)
             clip_global_(self.stage, self.grad_clip, self.mesh)
         elif self.grad_clip and self.zero == 3:
             clip_sharded_(self.stage, self.grad_clip, group=self.mesh.dp_group)
         self.optimizer.step()
-        if self.mesh.dp_size > 1 and self.owns_loss:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
+        if n > 1 and self.owns_loss:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=group)
         return broadcast_from(loss, self.loss_rank)
 
     @torch.no_grad()
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Forward only through the pipeline (blocking send/recv): mean loss of (B, T) ``x``, ``y`` on every rank."""
         dev, pp, me = mdist.device(), self.mesh.pp_size, self.mesh.pp_rank
+        x, y = enter_batch(self.stage, x, y, self.mesh)
         h = x.to(dev)
         if me > 0:
             h = torch.empty(x.shape[0], x.shape[1], self.cfg.d_model, device=dev)
@@ -156,7 +160,9 @@ class Piece:
             p2p.send(out.contiguous(), self.mesh.ranks["pp"][me + 1], group=self.mesh.pp_group, label=f"eval {me + 1}")
             loss = torch.zeros((), device=dev)
         else:
-            loss = self.stage.loss(out, y.to(dev))
+            loss = weighted_loss(self.stage, out, y.to(dev))
+            if self.mesh.cp_size > 1:
+                dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.cp_group)
         return broadcast_from(loss, self.loss_rank)
 
 
@@ -202,7 +208,7 @@ def clip_global_(stage: GPTStage, max_norm: float, mesh: Mesh) -> torch.Tensor:
     """
     params = [p for p in stage.parameters() if p.grad is not None]
     count = [param_is_not_tensor_parallel_duplicate(p, mesh.tp_rank) for p in params]
-    return clip_grad_norm_([p.grad for p in params], max_norm, count=count, replicas=mesh.dp_size)
+    return clip_grad_norm_([p.grad for p in params], max_norm, count=count, replicas=mesh.dp_size * mesh.cp_size)
 
 
 GRAD_COMPRESSION = ("none", "bf16", "topk", "powersgd")
@@ -263,6 +269,11 @@ def build_piece(
             "group), or 3 (ZeRO-3 per parameter, with --tp 1 --pp 1)"
         )
     check_grad_compression(grad_compression, zero)
+    if mesh.cp_size > 1 and (cfg.dropout or zero == 3):
+        raise ConfigError(
+            f"--cp {mesh.cp_size} with --dropout {cfg.dropout} --zero {zero}: ring attention has no dropout and "
+            "ZeRO-3 shards over dp only; use --dropout 0 and --zero 0 or 1"
+        )
     mesh.check_model(cfg)  # pp <= n_layer; tp divides d_model, n_head, 4·d_model (minipar.mesh)
     pp = mesh.pp_size
     torch.manual_seed(seed)
@@ -273,7 +284,7 @@ def build_piece(
     executor = PipelineExecutor(
         {mesh.pp_rank: stage},
         make_schedule(schedule, pp, microbatches),
-        loss_fn=stage.loss,
+        loss_fn=functools.partial(weighted_loss, stage),
         group=mesh.pp_group,
         pipe_ranks=mesh.ranks.get("pp", [mesh.rank]),
         hidden_size=cfg.d_model,
@@ -292,7 +303,7 @@ def build_piece(
             betas=betas,
             weight_decay=weight_decay,
             max_norm=grad_clip or None,
-            group=mesh.dp_group,
+            group=mesh.dp_cp_group,
         )
     else:
         opt = torch.optim.AdamW(adamw_groups(stage, weight_decay), lr=lr, betas=betas)
@@ -314,7 +325,8 @@ def gather_full_state(piece: Piece, dst: int) -> dict[str, torch.Tensor] | None:
     if mdist.world_size() == 1:
         return sd
     box = [None] * mdist.world_size() if mdist.rank() == dst else None
-    dist.gather_object(sd if piece.mesh.dp_rank == 0 and piece.mesh.tp_rank == 0 else {}, box, dst=dst)
+    first = piece.mesh.dp_rank == 0 and piece.mesh.cp_rank == 0 and piece.mesh.tp_rank == 0
+    dist.gather_object(sd if first else {}, box, dst=dst)
     if mdist.rank() != dst:
         return None
     return {k: v for part in box for k, v in part.items()}

@@ -101,7 +101,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         any output file is touched.
     """
     corpus, _ = check(cfg, mdist.world_size(), mdist.device().type)  # before any output is touched
-    mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp)
+    mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp, cp=cfg.cp)
     loader = make_loader(
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, a = parse_args(argv)
         under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-        nproc = a.nproc if a.nproc is not None else (cfg.dp or 1) * cfg.tp * cfg.pp
+        nproc = a.nproc if a.nproc is not None else (cfg.dp or 1) * cfg.tp * cfg.pp * cfg.cp
         if nproc < 1:
             raise ConfigError(f"--nproc {nproc}: must be >= 1")
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
@@ -297,7 +297,7 @@ def _run(cfg: TrainConfig, a, nproc: int, one_process: bool, world: int) -> tupl
         args=(cfg, progress),
         threads=a.threads or 1,
         prefix=False,
-        stream=Mesh(nproc, cfg.pp, cfg.dp, cfg.tp).loss_rank,
+        stream=Mesh(nproc, cfg.pp, cfg.dp, cfg.tp, cfg.cp).loss_rank,
     )[0]  # the loss rank, live
     return history, True
 

@@ -38,3 +38,53 @@ def attend(T: int, split: str = "balanced", variant: str = "ring", seed: int = 0
         recv=(fwd.total("recv"), bwd.total("recv")),
         p2p=[(rec.op, rec.peer, rec.bytes) for rec in fwd.records + bwd.records],
     )
+
+
+def job_grads_float64(cfg_kw: dict, batch: int, layout: tuple, block_size: int) -> dict | None:
+    """float64: one forward + backward of the global batch on a (pp, dp, cp, tp) layout with the main job's
+    machinery (``Piece``: cp sharding, ring attention, weighted loss, dp × cp average), gradients assembled
+    as the single-device GPT's state dict on rank 0 (None elsewhere), with this rank's token count and
+    the number of ring messages it sent to its cp group. ``block_size`` T need not divide by 2·cp."""
+    from minipar.cp.model import enter_batch
+    from minipar.mesh import init_mesh
+    from minipar.models import GPTConfig
+    from minipar.parallel3d import all_reduce_grads_flat, build_piece, gather_full_state
+
+    torch.set_default_dtype(torch.float64)
+    pp, dp, cp, tp = layout
+    mesh = init_mesh(pp=pp, dp=dp, tp=tp, cp=cp)
+    cfg = GPTConfig(**{**cfg_kw, "block_size": block_size})
+    piece = build_piece(cfg, mesh, microbatches=1)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
+    share = batch // dp
+    sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
+    with CommLog() as log:
+        piece.executor.step(*enter_batch(piece.stage, x[sl], y[sl], mesh))
+    all_reduce_grads_flat(piece.stage, mesh.dp_cp_group, mesh.dp_size * mesh.cp_size)
+    with torch.no_grad():
+        for p in piece.stage.parameters():
+            p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
+    ring = [r for r in log.records if r.op == "isend" and r.peer in mesh.ranks["cp"]]
+    return gather_full_state(piece, 0), len(piece.stage.positions), len(ring)
+
+
+def train_cp(base: dict, ckpt_dir: str | None = None) -> dict:
+    """The main job with --cp 2 --tp 2 (4 ranks); with ``ckpt_dir``: saved at step 2, then resumed from
+    step 2 by --cp 2 --tp 2 again and by --dp 2 --tp 2 (no context parallelism)."""
+    import shutil
+
+    from minipar import checkpoint as ckpt
+    from minipar.config import TrainConfig
+    from minipar.train import train
+
+    if ckpt_dir is None:
+        return {"cp2tp2": train(TrainConfig(**base, cp=2, tp=2), progress="none")}
+    full = train(TrainConfig(**base, cp=2, tp=2, ckpt_dir=ckpt_dir, ckpt_every=2), progress="none")
+    if md.rank() == 0:
+        shutil.rmtree(ckpt.step_dir(ckpt_dir, 4), ignore_errors=True)
+    torch.distributed.barrier()
+    same = train(TrainConfig(**base, cp=2, tp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
+    other = train(TrainConfig(**base, dp=2, tp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
+    return {"cp2tp2": full, "same": same, "other": other}
