@@ -60,8 +60,10 @@ def sha256(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def repository_file_with(size: int, digest: str) -> str | None:
-    """The tracked file of this repository with this content (by size, then SHA-256), or None."""
+def repository_file_with(size: int, digest: str, own: str = "") -> str | None:
+    """The tracked file of this repository with this content (by size, then SHA-256), or None.
+    ``own``: the learner's file; without git (every file under the repository walked, tracked or
+    not) it is not compared with itself."""
     try:
         names = subprocess.run(
             ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=30
@@ -69,6 +71,7 @@ def repository_file_with(size: int, digest: str) -> str | None:
         files = [ROOT / n.decode() for n in names if n]
     except (OSError, subprocess.SubprocessError):  # no git: every file under the repository but the venv
         files = [p for p in ROOT.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts]
+        files = [p for p in files if str(p.resolve()) != own]
     for p in files:
         if p.is_file() and p.stat().st_size == size and sha256(p) == digest:
             return str(p.relative_to(ROOT))
@@ -114,7 +117,8 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
 
     # the data
     data = ev.get("data")
-    ok = bool(data) and os.path.isfile(data) and data == os.path.abspath(cfg.get("data") or "")
+    named = cfg.get("data") or ""  # as given to job.py: maybe relative to where it ran
+    ok = bool(data and named) and os.path.isfile(data) and os.path.basename(data) == os.path.basename(named)
     out.append((ok, f"the text file the run trained on exists ({data}; config.json: {cfg.get('data')})"))
     if not ok:
         return out
@@ -126,7 +130,7 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
         )
     )
     out.append((size >= MIN_BYTES, f"your text is at least {MIN_BYTES} bytes ({size})"))
-    same = repository_file_with(size, digest)
+    same = repository_file_with(size, digest, os.path.realpath(data))
     out.append((same is None, f"your text is not a file of this course ({same or 'no match'}): train on your own"))
 
     # the layout
