@@ -105,9 +105,9 @@ class BucketedDDP:
     def finish(self) -> None:
         """End of backward: every gradient averaged over the group, in ``p.grad``.
 
-        Launch the buckets not launched yet (in order; zero the slots of parameters that got no
-        gradient), ``wait()`` for every bucket, divide the sums by the world size and copy each
-        slot back into ``p.grad`` (same shape as ``p``).
+        Afterwards: every bucket's all-reduce was launched exactly once, in bucket order (those not
+        launched during backward now; a parameter that got no gradient contributes zeros) and
+        waited for; each ``p.grad`` (the shape of ``p``) is the mean of the ranks' gradients.
 
         Hint: lesson 02, "Build it". Forgetting ``wait()`` reads a buffer the all-reduce is still
         writing; forgetting the division steps with N times the gradient.
