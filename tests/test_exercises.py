@@ -319,6 +319,7 @@ def test_homework_a_checker_recomputes_a_real_run(tmp_path):
         # issue 23: several steps against one device; the micro-batches seen by the checker's own hook
         ("tests.homework_refs.hw_b_no_zero_grad", "step 2 of 3, unit wte", ["--case", "2,2"]),
         ("tests.homework_refs.hw_b_full_batch", "1 batch(es) of [4] rows", ["--case", "2,2"]),
+        ("tests.homework_refs.hw_b_one_backward", "reduce-scattered its 6 units 6 times", ["--case", "2,2"]),
     ],
 )
 def test_homework_b_checker(module, expect, case):

@@ -6,7 +6,8 @@ another global batch each, and compares with one device on the whole global batc
 accumulation, plain AdamW):
 
 - the checker's own forward hook on the model sees k forward passes of B_local/k rows per step
-  (one full-batch backward followed by k calls of ``after_backward()`` is no accumulation);
+  (one full-batch backward followed by k calls of ``after_backward()`` is no accumulation), and
+  ZeRO-2 reduce-scatters every unit k times (one backward of the k losses summed is none either);
 - after the k backward passes, every rank's accumulated gradient shards equal its slices of one
   device's gradient at the same weights (a step that kept the previous step's shards — no
   ``opt.zero_grad()`` — is off from the second step on). float32: the sums differ only by the
@@ -76,8 +77,15 @@ def worker(module, k):
     model.register_forward_pre_hook(
         lambda m, args, kwargs: rows.append(int((args[0] if args else kwargs["idx"]).shape[0])), with_kwargs=True
     )
-    seen = {"full_grads": 0, "calls": 0}
+    seen = {"full_grads": 0, "calls": 0, "reduce_scatters": 0}
     captured = {}
+    real_rs = opt._reduce_scatter_unit
+
+    def reduce_scatter_unit(j):  # ZeRO-2 reduce-scatters a unit once per backward pass that reached it
+        seen["reduce_scatters"] += 1
+        real_rs(j)
+
+    opt._reduce_scatter_unit = reduce_scatter_unit
 
     def after_backward():
         seen["calls"] += 1
@@ -96,7 +104,7 @@ def worker(module, k):
         ref = _one_device_grads(model, x, y)
         want = [u.flatten([ref[name_of[id(p)]] for p in ps])[u.lo : u.hi] for u, ps in zip(opt.units, opt.params)]
         rows.clear()
-        seen.update(full_grads=0, calls=0)
+        seen.update(full_grads=0, calls=0, reduce_scatters=0)
         captured.clear()
         sl = slice(r * share, (r + 1) * share)
         mod.accumulation_step(model, opt, x[sl], y[sl], k, after_backward=after_backward)
@@ -135,7 +143,14 @@ def check_step(n: int, k: int, r: int, s: int, res: dict, ref_params: dict) -> s
         return (
             f"{at}: the model ran forward on {len(res['rows'])} batch(es) of {res['rows']} rows (seen by the "
             f"checker's forward hook); expected k = {k} micro-batches of {share // k} rows: split x, y into k "
-            "equal chunks and run forward and backward on each (one full-batch backward is no accumulation)"
+            "equal chunks and run forward and backward on each as model(x, y) (one full-batch backward is no "
+            "accumulation)"
+        )
+    if res["seen"]["reduce_scatters"] != k * len(res["units"]):
+        return (
+            f"{at}: ZeRO-2 reduce-scattered its {len(res['units'])} units {res['seen']['reduce_scatters']} times, "
+            f"expected k = {k} times each: run one backward per micro-batch (one backward of the summed "
+            "losses keeps every micro-batch's activations alive: accumulation saves no memory then)"
         )
     if res["seen"]["calls"] != k:
         return (
