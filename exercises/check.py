@@ -35,8 +35,11 @@ def lessons() -> dict[str, object]:
     return dict(sorted(found.items()))
 
 
-def check_lesson(nn: str, module: str | None = None, solutions: bool = False, out=print) -> dict[str, str]:
-    """Run lesson ``nn``'s checks on ``module`` (default: the learner's file, or the solution).
+def check_lesson(
+    nn: str, module: str | None = None, solutions: bool = False, out=print, only: str | None = None
+) -> dict[str, str]:
+    """Run lesson ``nn``'s checks on ``module`` (default: the learner's file, or the solution); ``only``:
+    just that exercise's (the checker's own tests use it: a mutant is wrong in one exercise).
 
     Returns ``{exercise name: "pass" | "todo" | "fail"}``; prints one line per exercise via ``out``.
     """
@@ -50,6 +53,8 @@ def check_lesson(nn: str, module: str | None = None, solutions: bool = False, ou
         out(f"  ✗ cannot import {name}: {type(exc).__name__}: {exc}")
         return {ex: "fail" for ex, _ in spec.CHECKS}
     for ex, fn in spec.CHECKS:
+        if only is not None and ex != only:
+            continue
         try:
             summary = fn(mod)
             out(f"  ✓ {ex}: {summary}")
