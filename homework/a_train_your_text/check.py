@@ -129,6 +129,8 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
             f"{data} is the file the run hashed (SHA-256 and size as in evidence.json): not changed since",
         )
     )
+    said = str(rep.get("data") or "")
+    out.append((os.path.basename(said) == os.path.basename(data), f"the report names that file (data: {said!r})"))
     out.append((size >= MIN_BYTES, f"your text is at least {MIN_BYTES} bytes ({size})"))
     same = repository_file_with(size, digest, os.path.realpath(data))
     out.append((same is None, f"your text is not a file of this course ({same or 'no match'}): train on your own"))
