@@ -17,15 +17,29 @@ def inputs(T: int, B: int = 2, H: int = 2, D: int = 4, seed: int = 0):
     return [torch.randn(B, H, T, D, dtype=torch.float64, generator=g) for _ in range(4)]
 
 
-def attend(T: int, split: str = "balanced", variant: str = "ring", seed: int = 0) -> dict:
+def attend_cases(cases: list) -> dict:
+    """Every ``(n, T, split, variant)`` case on the group of the first n ranks (one launch for all N; the
+    ring runs on a sub-group, as in the main job): {case: :func:`attend`'s result} on ranks < n."""
+    out = {}
+    for case in cases:
+        n = case[0]
+        group = md.new_group(list(range(n))) if n < md.world_size() else None
+        if md.rank() < n:
+            out[case] = attend(*case[1:], group=group, n=n)
+    return out
+
+
+def attend(
+    T: int, split: str = "balanced", variant: str = "ring", seed: int = 0, group=None, n: int | None = None
+) -> dict:
     """This rank's output and q/k/v gradients for a sequence of T tokens, with the bytes it sent."""
-    n, r = md.world_size(), md.rank()
+    n, r = n or md.world_size(), md.rank()
     ranges = (load_balanced_ranges if split == "balanced" else contiguous_ranges)(T, n)
     q, k, v, g = (shard(t, ranges[r], dim=2) for t in inputs(T, seed=seed))
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
     fn = ring_attention if variant == "ring" else all_gather_attention
     with CommLog() as fwd:
-        out = fn(q, k, v, ranges, None)
+        out = fn(q, k, v, ranges, group)
     with CommLog() as bwd:
         out.backward(g)
     return dict(
@@ -88,3 +102,8 @@ def train_cp(base: dict, ckpt_dir: str | None = None) -> dict:
     same = train(TrainConfig(**base, cp=2, tp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
     other = train(TrainConfig(**base, dp=2, tp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
     return {"cp2tp2": full, "same": same, "other": other}
+
+
+def job_grads_layouts(cfg_kw: dict, batch: int, layouts: list, block_size: int) -> list:
+    """:func:`job_grads_float64` for every layout, in one launch (starting ranks is the slow part)."""
+    return [job_grads_float64(cfg_kw, batch, layout, block_size) for layout in layouts]

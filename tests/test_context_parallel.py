@@ -40,38 +40,40 @@ def _check(results, T):
         assert (got - ref[key]).abs().max().item() < TOL, key
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_ring_attention_equals_full_attention(n):
-    """Forward and gradients, load-balanced split, T = 13 (not a multiple of 2N for N >= 2)."""
-    T = 13
-    _check(launch(w.attend, world_size=n, args=(T, "balanced", "ring")), T)
+CASES = [(n, 13, "balanced", "ring") for n in (1, 2, 3, 4)]
+CASES += [
+    (n, 11, split, variant) for n in (2, 3) for split, variant in (("contiguous", "ring"), ("balanced", "all_gather"))
+]
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_contiguous_split_and_all_gather_variant(n):
-    """The contiguous split (ring), and Llama 3's all-gather K/V (load balanced), T = 11."""
-    T = 11
-    _check(launch(w.attend, world_size=n, args=(T, "contiguous", "ring")), T)
-    _check(launch(w.attend, world_size=n, args=(T, "balanced", "all_gather")), T)
+@pytest.fixture(scope="module")
+def runs():
+    """Every case on real ranks, in one launch of 4 (case n runs on the sub-group of ranks 0..n−1)."""
+    res = launch(w.attend_cases, world_size=4, args=(CASES,))
+    return {case: [res[r][case] for r in range(case[0])] for case in CASES}
 
 
-def test_bytes_equal_the_formula():
+@pytest.mark.parametrize("case", CASES, ids=[f"N{n}-T{T}-{s}-{v}" for n, T, s, v in CASES])
+def test_forward_and_gradients_equal_full_attention(runs, case):
+    """Forward and q, k, v gradients: ring attention (load-balanced, T = 13, N = 1..4; contiguous,
+    T = 11) and Llama 3's all-gather K/V (T = 11): T not a multiple of 2N for N >= 2."""
+    _check(runs[case], case[1])
+
+
+def test_bytes_equal_the_formula(runs):
     """Each rank's sent bytes (CommLog, strict headers excluded) equal ring_attention_bytes and
-    all_gather_attention_bytes, with unequal blocks (T = 13 over 3 ranks); every ring message goes to
-    the right neighbour."""
-    T, n, B, H, D = 13, 3, 2, 2, 4
-    ring = launch(w.attend, world_size=n, args=(T, "balanced", "ring"))
-    for r, res in enumerate(ring):
-        want = ring_attention_bytes(res["ranges"], r, B, H, D, 8)
-        assert res["sent"] == (want["forward"], want["backward"])
-        assert {peer for op, peer, _ in res["p2p"] if op == "isend"} == {(r + 1) % n}
-        assert {peer for op, peer, _ in res["p2p"] if op == "irecv"} == {(r - 1) % n}
-    # received = sent over the ring, in total
-    assert sum(sum(res["recv"]) for res in ring) == sum(sum(res["sent"]) for res in ring)
-    gathered = launch(w.attend, world_size=n, args=(T, "balanced", "all_gather"))
-    want = all_gather_attention_bytes(gathered[0]["ranges"], B, H, D, 8)
-    for res in gathered:
-        assert res["sent"] == (want["forward"], want["backward"])
+    all_gather_attention_bytes with unequal blocks; every ring message goes to the right neighbour."""
+    B, H, D = 2, 2, 4
+    for (n, T, split, variant), ring in runs.items():
+        for r, res in enumerate(ring):
+            if variant == "ring":
+                want = ring_attention_bytes(res["ranges"], r, B, H, D, 8)
+                assert {peer for op, peer, _ in res["p2p"] if op == "isend"} <= {(r + 1) % n}
+                assert {peer for op, peer, _ in res["p2p"] if op == "irecv"} <= {(r - 1) % n}
+            else:
+                want = all_gather_attention_bytes(res["ranges"], B, H, D, 8)
+            assert res["sent"] == (want["forward"], want["backward"]), (n, T, split, variant, r)
+        assert sum(sum(res["recv"]) for res in ring) == sum(sum(res["sent"]) for res in ring)
 
 
 def test_even_split_formula():

@@ -31,14 +31,18 @@ def _close(a, b):
     return max(abs(a[k] - b[k]) for k in a)
 
 
-@pytest.mark.parametrize("layout", [(1, 1, 2, 2), (1, 2, 2, 1), (2, 1, 2, 1)], ids=["cp2tp2", "dp2cp2", "pp2cp2"])
-def test_cp_gradients_equal_one_device_float64(layout):
-    """T = 13 (not a multiple of 2·cp): the dp × cp-averaged gradients equal one device's to 1e-12."""
-    res = launch(w.job_grads_float64, world_size=4, args=(CFG, 4, layout, 13))
-    got = res[0][0]
-    assert all(n_tokens in (6, 7) and ring > 0 for _, n_tokens, ring in res)  # each rank held half, and rang
+LAYOUTS = [(1, 1, 2, 2), (1, 2, 2, 1), (2, 1, 2, 1)]  # (pp, dp, cp, tp): cp2·tp2, dp2·cp2, pp2·cp2
+
+
+def test_cp_gradients_equal_one_device_float64():
+    """T = 13 (not a multiple of 2·cp): the dp × cp-averaged gradients equal one device's to 1e-12, for
+    cp2·tp2, dp2·cp2 and pp2·cp2 (one launch of 4 ranks); every rank held 6 or 7 tokens and rang its ring."""
+    res = launch(w.job_grads_layouts, world_size=4, args=(CFG, 4, LAYOUTS, 13))
     want = one_device_grads_float64({**CFG, "block_size": 13}, 4)
-    check_close(f"{layout} gradients vs one device", {k: got[k] for k in want}, want, 1e-12, "float64", show=False)
+    for i, layout in enumerate(LAYOUTS):
+        assert all(r[i][1] in (6, 7) and r[i][2] > 0 for r in res), layout
+        got = res[0][i][0]
+        check_close(f"{layout} gradients vs one device", {k: got[k] for k in want}, want, 1e-12, "float64", show=False)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ increasing order; the ranks' ranges partition ``range(T)``. Two splits:
 - **load balanced** (:func:`load_balanced_ranges`): the sequence is cut into 2N chunks and rank
   i holds chunks i and 2N − 1 − i, so every rank holds one early and one late chunk and the
   causal work is equal (to a few tokens). Megatron-LM's context parallelism
-  (``get_batch_on_this_cp_rank`` in ``megatron/core/utils.py``), Llama 3 (Dubey et al. 2024,
+  (its ``get_batch_on_this_cp_rank``), Llama 3 (Dubey et al. 2024,
   arXiv:2407.21783, §3.3.2) and ``torch.distributed.tensor.experimental.context_parallel``'s
   head-tail load balancer split this way.
 
