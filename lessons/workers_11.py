@@ -166,3 +166,50 @@ def traces(T: int, n: int) -> dict:
 
     res = launch(_both_traces, world_size=n, args=(T,))
     return {split: [r[split] for r in res] for split in ("contiguous", "balanced")}
+
+
+def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
+    """Ring attention's forward (float32, B·H = 1·8, d = 64, load-balanced) on the cluster clock
+    (``minipar.clock``: compute = this rank's CPU time, each K/V transfer costs α + bytes/β on the link
+    given as (α s, β bytes/s); None = an instant link, i.e. compute alone), overlapped and not.
+    Returns {overlap: the fastest of ``repeats`` virtual times of this rank} and the block bytes."""
+    from minipar.clock import ClusterClock, Link
+
+    n, r = md.world_size(), md.rank()
+    ranges = load_balanced_ranges(T, n)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (shard(torch.randn(1, 8, T, 64, generator=g), ranges[r], dim=2) for _ in range(3))
+    link = Link("instant", 0.0, 1e30) if link_params is None else Link("slowed link", *link_params)
+    out = {}
+    with torch.no_grad():
+        ring_attention(q, k, v, ranges)  # warm-up
+        for overlap in (True, False):
+            best = float("inf")
+            for _ in range(repeats):
+                dist.barrier()
+                with ClusterClock(intra=link, inter=link) as clk:
+                    ring_attention(q, k, v, ranges, overlap=overlap)
+                    best = min(best, clk.now)
+            out[overlap] = best
+    out["block_bytes"] = 2 * 8 * (T // (2 * n)) * 2 * 64 * 4
+    return out
+
+
+def clock_story(T: int = 1024, n: int = 4) -> dict:
+    """Two launches of n ranks on the cluster clock: compute alone (an instant link), then a link slowed
+    so that one K/V block's transfer takes as long as one ring step's compute measured in the first
+    (the ring's break-even point); returns each run's slowest rank, overlapped and not, and the wire time."""
+    from minipar import launch
+
+    alone = launch(clock_ring, world_size=n, args=(T, None))
+    compute = max(r[True] for r in alone)
+    blk = alone[0]["block_bytes"]
+    beta = blk / (compute / n)  # bytes/s: one block per step's compute
+    res = launch(clock_ring, world_size=n, args=(T, (0.0, beta)))
+    return dict(
+        compute=compute,
+        overlapped=max(r[True] for r in res),
+        waited=max(r[False] for r in res),
+        wire=(n - 1) * blk / beta,
+        block_bytes=blk,
+    )

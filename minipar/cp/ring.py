@@ -71,7 +71,7 @@ class RingAttention(torch.autograd.Function):
     """The autograd function behind :func:`ring_attention` (forward and backward are both rings)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ranges, group, scale):
+    def forward(ctx, q, k, v, ranges, group, scale, overlap=True):
         ranks, me = ring_of(group)
         n = len(ranks)
         right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
@@ -82,6 +82,8 @@ class RingAttention(torch.autograd.Function):
             if s < n - 1:  # post the next block's transfer, then compute on this one (overlap)
                 nxt = q.new_empty(2, *q.shape[:2], length(ranges[(src - 1) % n]), q.shape[-1])
                 works = [_post("recv", nxt, left, group, f"kv{s}"), _post("send", kv, right, group, f"kv{s}")]
+                while works and not overlap:  # the contrast: wait for the transfer, then compute
+                    works.pop(0).wait()
             _attend(q, kv[0], kv[1], ranges[me], ranges[src], acc, scale)
             if s < n - 1:
                 for w in works:
@@ -120,7 +122,7 @@ class RingAttention(torch.autograd.Function):
                         dkp += g_k
                         dvp += g_v
             if n == 1:
-                return dq, dkv[0], dkv[1], None, None, None
+                return dq, dkv[0], dkv[1], None, None, None, None
             if incoming is not None:  # add the accumulator that travelled here, then pass it on
                 incoming[0].wait()
                 dkv += incoming[1]
@@ -134,10 +136,12 @@ class RingAttention(torch.autograd.Function):
             send.wait()
         incoming[0].wait()  # after N hops, this rank's own dK/dV is home
         dkv = incoming[1]
-        return dq, dkv[0], dkv[1], None, None, None
+        return dq, dkv[0], dkv[1], None, None, None, None
 
 
-def ring_attention(q, k, v, ranges: list[Ranges], group=None, scale: float | None = None) -> torch.Tensor:
+def ring_attention(
+    q, k, v, ranges: list[Ranges], group=None, scale: float | None = None, overlap: bool = True
+) -> torch.Tensor:
     """Causal attention of this rank's queries to the whole sequence's keys, K/V passed round a ring.
 
     Args:
@@ -146,6 +150,8 @@ def ring_attention(q, k, v, ranges: list[Ranges], group=None, scale: float | Non
             (from :func:`~minipar.cp.split.load_balanced_ranges` or ``contiguous_ranges``).
         group: the context-parallel process group (None: the world; a single process: N = 1).
         scale: softmax scale (default 1/√d).
+        overlap: post each transfer before the block compute and wait after it (default); False waits
+            for it first (the same numbers, for the timing contrast of lesson 11).
     Returns:
         (B, h, L_r, d): rows equal to full causal attention's rows at this rank's positions.
     Raises:
@@ -159,7 +165,7 @@ def ring_attention(q, k, v, ranges: list[Ranges], group=None, scale: float | Non
             f"rank {me}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} but its ranges hold "
             f"{length(ranges[me])} tokens; shard q, k, v with minipar.cp.split.shard(x, ranges[rank], dim=2)"
         )
-    return RingAttention.apply(q, k, v, ranges, group, scale)
+    return RingAttention.apply(q, k, v, ranges, group, scale, overlap)
 
 
 def ring_attention_bytes(ranges: list[Ranges], rank: int, batch: int, heads: int, head_dim: int, elem_bytes: int):
