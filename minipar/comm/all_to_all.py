@@ -9,12 +9,13 @@ rank to rank; rank i's ``input_split_sizes[j]`` must equal rank j's ``output_spl
 Its backward is the same exchange reversed: the gradient of the output block from rank i goes
 back to rank i, so the backward swaps the two split lists. (GShard, Lepikhin et al. 2020,
 arXiv:2006.16668, built the expert-parallel MoE layer this way: a dispatch all-to-all, the
-experts, a combine all-to-all.) ``torch.distributed.nn.functional.all_to_all_single`` is PyTorch's version of this
-function; minipar writes it out so the lesson can show both directions.
+experts, a combine all-to-all.) PyTorch's version of this function is
+``torch.distributed._functional_collectives.all_to_all_single_autograd`` (2.13 deprecates the older
+``torch.distributed.nn.functional.all_to_all_single``); minipar writes it out to show both directions.
 
 Bytes, per rank, of an all-to-all of rows of ``r`` bytes: sent = r · Σ_{j≠me} input_split_sizes[j],
 received = r · Σ_{i≠me} output_split_sizes[i] (the block a rank keeps for itself is not sent);
-``minipar.comm.comm_log`` counts exactly that for ``all_to_all_single`` (:func:`a2a_bytes`).
+``minipar.comm.comm_log`` counts exactly that for ``all_to_all_single``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,6 @@ import torch
 import torch.distributed as dist
 
 from minipar.errors import ConfigError
-
-
-def a2a_bytes(splits: list[int], me: int, row_bytes: int) -> int:
-    """Bytes a rank moves over the wire for one all-to-all: every block but its own (``splits[me]``)."""
-    return row_bytes * (sum(splits) - splits[me])
 
 
 def _exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:

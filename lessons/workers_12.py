@@ -1,0 +1,245 @@
+"""Experiment drivers for lesson 12 (mixture of experts, expert parallelism). They only call minipar and torch.
+
+Child processes import them by name, so they live here and not in the notebook. Everything that
+decides a route runs in float64, so no printed count depends on a CPU's rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import matplotlib.pyplot as plt
+import torch
+import torch.distributed as dist
+
+from minipar.comm.all_to_all import all_to_all
+from minipar.comm.comm_log import CommLog
+from minipar.data import builtin_corpus, make_loader
+from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.moe.dispatch import expert_capacity
+from minipar.moe.layer import MoE
+from minipar.moe.parallel import ExpertParallelMoE
+from minipar.presets import SMALL
+from minipar.train import train
+
+F64 = torch.float64
+
+
+# ---- the idea: a small MoE GPT trained on real text, its routes -----------------------------------
+def moe_gpt(E=4, k=1, alpha=0.01, seed=0) -> GPT:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(
+        vocab_size=builtin_corpus().vocab_size, **SMALL, moe_experts=E, moe_top_k=k, moe_aux_loss_coef=alpha
+    )
+    return GPT(cfg).to(F64)
+
+
+def train_moe(model: GPT, steps: int, lr=3e-3, batch=8, seed=0) -> list[float]:
+    """AdamW on the course corpus, float64; returns the cross-entropy per step (aux loss trained, not logged)."""
+    loader = make_loader(builtin_corpus().split("train", model.cfg.block_size), batch, seed=seed)
+    opt = torch.optim.AdamW(adamw_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
+    ce = []
+    for _ in range(steps):
+        x, y = next(loader)
+        logits, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ce.append(GPT.loss(logits.detach(), y).item())
+    return ce
+
+
+def val_batch(block_size=32, n=16):
+    """The first ``n`` validation windows (fixed): (n, T) inputs."""
+    val = builtin_corpus().split("val", block_size)
+    return torch.stack([val[i][0] for i in range(n)])
+
+
+@torch.no_grad()
+def routes(model: GPT, x: torch.Tensor) -> list[dict]:
+    """Per block: the top-1 expert of every token (B, T) and the stats of its MoE for batch ``x``."""
+    model.eval()
+    out, h = [], model.embed(x)
+    for b in model.blocks:
+        a = h + b.attn(b.ln_1(h))
+        probs, expert, _ = b.mlp.router(b.ln_2(a).reshape(-1, a.shape[-1]))
+        h = b(h)
+        out.append(dict(expert=expert[:, 0].view(x.shape), probs=probs, **b.mlp.stats))
+    model.train()
+    return out
+
+
+def draw_routes(model: GPT, x: torch.Tensor, text: str, title: str):
+    """One row of characters per block, each cell coloured by its top-1 expert; tokens per expert beside."""
+    r = routes(model, x[:1])
+    E = model.cfg.moe_experts
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.7 * len(r)), gridspec_kw={"width_ratios": [4, 1]})
+    grid = torch.stack([layer["expert"][0] for layer in r]).numpy()
+    axes[0].imshow(grid, cmap=plt.get_cmap("tab10", 10), vmin=0, vmax=9, aspect="auto")
+    for i in range(grid.shape[0]):
+        for j, ch in enumerate(text):
+            axes[0].text(j, i, ch if ch.strip() else "␣", ha="center", va="center", fontsize=8)
+    axes[0].set_yticks(range(len(r)), [f"block {i}" for i in range(len(r))])
+    axes[0].set_xticks([])
+    axes[0].set_title(title)
+    full = routes(model, x)
+    for i, layer in enumerate(full):
+        axes[1].bar([e + 0.4 * i for e in range(E)], layer["routed"].tolist(), 0.4, label=f"block {i}")
+    axes[1].axhline(x.numel() * model.cfg.moe_top_k / E, color="k", lw=0.8, ls="--", label="balanced")
+    axes[1].set_xlabel("expert")
+    axes[1].set_title(f"tokens per expert ({x.numel()} tokens)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def imbalance(model: GPT, x: torch.Tensor) -> list[float]:
+    """max over experts of (tokens routed) / (balanced share T·k/E), per block."""
+    E, k = model.cfg.moe_experts, model.cfg.moe_top_k
+    return [layer["routed"].max().item() / (x.numel() * k / E) for layer in routes(model, x)]
+
+
+@torch.no_grad()
+def drops_vs_capacity(model: GPT, x: torch.Tensor, factors) -> list[dict]:
+    """For each capacity factor, per block: the choices the forward dropped, and the formula
+    Σ_e max(0, routed_e − C) on that forward's routes (block 0's routes never change with C; a later
+    block's do, since the blocks before it dropped tokens), and the busiest expert's load."""
+    rows = []
+    before = [b.mlp.capacity_factor for b in model.blocks]
+    try:
+        for cf in factors:
+            for b in model.blocks:
+                b.mlp.capacity_factor = cf
+            model(x)
+            C = expert_capacity(x.numel(), model.cfg.moe_experts, model.cfg.moe_top_k, cf)
+            st = [b.mlp.stats for b in model.blocks]
+            rows.append(
+                dict(
+                    cf=cf,
+                    capacity=C,
+                    dropped=[s["dropped"] for s in st],
+                    formula=[int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st],
+                    busiest=[int(s["routed"].max()) for s in st],
+                )
+            )
+    finally:
+        for b, cf in zip(model.blocks, before):
+            b.mlp.capacity_factor = cf
+    return rows
+
+
+def draw_drops(rows, n_choices: int):
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for i in range(len(rows[0]["dropped"])):
+        ax.plot([r["cf"] for r in rows], [r["dropped"][i] / n_choices for r in rows], "o-", label=f"block {i}")
+    ax.set_xlabel("capacity factor")
+    ax.set_ylabel("choices dropped")
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def draw_balance(models: dict, x: torch.Tensor):
+    """Tokens per expert, per block, for each trained model (``{label: model}``), against the balanced share."""
+    first = next(iter(models.values()))
+    E, L = first.cfg.moe_experts, first.cfg.n_layer
+    fig, axes = plt.subplots(1, L, figsize=(4 * L, 2.8), sharey=True)
+    for j, (label, m) in enumerate(models.items()):
+        for i, layer in enumerate(routes(m, x)):
+            axes[i].bar([e + 0.4 * j for e in range(E)], layer["routed"].tolist(), 0.4, label=label)
+    for i, ax in enumerate(axes):
+        ax.axhline(x.numel() * first.cfg.moe_top_k / E, color="k", lw=0.8, ls="--")
+        ax.set_title(f"block {i}: tokens per expert")
+        ax.set_xlabel("expert")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---- prove it: expert parallelism equals one device ------------------------------------------------
+D, T_RANK = 8, 24
+
+
+def _build(E, k, world):
+    torch.manual_seed(0)
+    moe = MoE(D, E, k, d_ff=16, aux_loss_coef=0.1).to(F64)
+    return moe, torch.randn(world * T_RANK, D, dtype=F64), torch.randn(world * T_RANK, D, dtype=F64)
+
+
+def one_device(E, k, world):
+    """L = (1/N) Σ (y · w) + aux on all N·T tokens, one MoE: output, loss, gradients."""
+    moe, x, w = _build(E, k, world)
+    y = moe(x)
+    loss = (y * w).sum() / world + moe.aux_loss
+    loss.backward()
+    return dict(y=y.detach(), loss=loss.detach(), grads={n: p.grad for n, p in moe.named_parameters()})
+
+
+def expert_parallel(E, k):
+    """Rank worker: this rank's T tokens through ExpertParallelMoE over the world; what CommLog saw."""
+    N, r = dist.get_world_size(), dist.get_rank()
+    moe, x, w = _build(E, k, N)
+    ep = ExpertParallelMoE(moe, balance_group=dist.group.WORLD)
+    part = slice(r * T_RANK, (r + 1) * T_RANK)
+    xs = x[part].clone().requires_grad_(True)  # inside a GPT the layer's input needs a gradient too
+    with CommLog() as log:
+        y = ep(xs)
+        loss = ((y * w[part]).sum() + ep.aux_loss) / N
+        loss.backward()
+    router = ep.router.weight.grad.clone()
+    dist.all_reduce(router)
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    a2a = [
+        (rec.sent, rec.recv) for rec in log.records if rec.op == "all_to_all_single" and rec.dtype == "torch.float64"
+    ]
+    return dict(
+        y=y.detach(),
+        loss=total,
+        router=router,
+        experts={n: p.grad for n, p in ep.experts.named_parameters()},
+        first=ep.first_expert,
+        rows=ep.stats["a2a_rows"],
+        a2a=a2a,
+        routed=ep.stats["routed"],
+    )
+
+
+@contextlib.contextmanager
+def float64():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(F64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def train_float64(cfg):
+    """The main job (:func:`minipar.train.train`) with float64 as the default dtype."""
+    with float64():
+        return train(cfg, "none")
+
+
+# ---- in PyTorch: the same exchange with torch.distributed.nn.functional.all_to_all_single ----------
+def torch_vs_minipar_a2a():
+    """Rank worker: uneven splits, forward and backward through minipar's and PyTorch's autograd all-to-all
+    (``torch.distributed._functional_collectives.all_to_all_single_autograd``; 2.13 deprecates
+    ``torch.distributed.nn.functional.all_to_all_single`` in its favour)."""
+    import torch.distributed._functional_collectives as fc
+
+    N, r = dist.get_world_size(), dist.get_rank()
+    send = [(r + j) % 3 + 1 for j in range(N)]  # rows to each rank: uneven, different on every rank
+    recv = [(i + r) % 3 + 1 for i in range(N)]  # rank i sends (i + r) % 3 + 1 rows to this rank
+    x = torch.randn(sum(send), 4, dtype=F64, generator=torch.Generator().manual_seed(r)).requires_grad_(True)
+    outs, grads = [], []
+    for fn in (
+        lambda t: all_to_all(t, recv, send),
+        lambda t: fc.wait_tensor(fc.all_to_all_single_autograd(t, recv, send, dist.group.WORLD)),
+    ):
+        y = fn(x)
+        (g,) = torch.autograd.grad((y * torch.arange(y.numel(), dtype=F64).view_as(y)).sum(), x)
+        outs.append(y.detach())
+        grads.append(g)
+    return outs, grads
