@@ -27,6 +27,9 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.pp``              pipelines: ``schedules`` (GPipe, 1F1B, interleaved, and a labelled
   simulator), ``stages`` (the GPT cut into stages), ``executor`` (real ranks), ``p2p_order`` (the
   message order NCCL needs), ``trace``, ``native`` [05, 06]
+- ``minipar.moe``             mixture of experts: ``router`` (top-k, load-balancing loss), ``dispatch`` (capacity,
+  dropping, the dispatch/combine plan), ``experts``, ``layer`` (``MoE``), ``parallel`` (``ExpertParallelMoE``:
+  all-to-all dispatch/combine), ``ep`` (the main job's EP groups carved out of dp) [12]
 - ``minipar.clip_grads``      gradient clipping by the global norm over ZeRO shards and TP/PP/DP ranks [03, 07]
 - ``minipar.mesh``            the layout: (pp, dp, tp) degrees checked once, Megatron's rank order, groups [07]
 - ``minipar.parallel3d``      one rank's piece of the 3D job: TP inside a stage, PP across, DP/ZeRO over both [07]
