@@ -78,9 +78,13 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     only), for links of ``betas_gbps`` GB/s per direction (α = 10 µs), in slow motion as lesson
     02's: each rank's step stands for an H100's 6·Ψ·``tokens_there`` FLOPs at 50 % of 989 TFLOP/s.
     The compressors' own work (matrix products, orthogonalisation, casts) is compute on the clock,
-    measured like the model's. Returns ``{"step": {β: {method: seconds}}, "slow": k}`` (the fastest
-    of ``steps`` after a warm-up, slowest rank; β in the cluster's GB/s, seconds the cluster's =
-    virtual / k)."""
+    measured like the model's. The model's forward+backward is the same work for every method, so
+    its time (the fastest of all runs) is measured once and each method's ``extra`` — its
+    communication and its own work, the clock's step minus the model's compute, the fastest of
+    ``steps`` after a warm-up, slowest rank — separately: the comparison is not at the mercy of the
+    noise in the model's CPU time on a loaded machine. Returns ``{"step": {β: {method: model +
+    extra}}, "extra": {β: {method: seconds}}, "slow": k}`` (β in the cluster's GB/s, seconds the
+    cluster's = virtual / k)."""
     from minipar.clock import ClusterClock, Link
 
     torch.manual_seed(0)
@@ -98,24 +102,26 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     t = torch.tensor([here], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     k = t.item() / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
-    out: dict = {}
+    extra: dict = {b: {} for b in betas_gbps}
+    model_best = float("inf")
     for beta in betas_gbps:
         link = Link(f"{beta} GB/s", 10e-6 * k, beta * 1e9 / k)
-        out[beta] = {}
         for method in ("none", "bf16", "powersgd"):
             comp = make_compressor(method, start_iter=0) if method == "powersgd" else make_compressor(method)
-            best = float("inf")
             for i in range(steps + 1):
                 with ClusterClock(link, link) as clk:
-                    model(x, x)[1].backward()
+                    with clk.label("model"):
+                        model(x, x)[1].backward()
                     comp.all_reduce_([p.grad for p in params])
                 model.zero_grad(set_to_none=True)
-                v = torch.tensor([clk.now], dtype=torch.float64)
+                work = sum(t1 - t0 for kind, label, t0, t1 in clk.timeline if kind == "compute" and label == "model")
+                v = torch.tensor([clk.now, work], dtype=torch.float64)
                 dist.all_reduce(v, op=dist.ReduceOp.MAX)
                 if i:
-                    best = min(best, v.item())
-            out[beta][method] = best / k
-    return {"step": out, "slow": k}
+                    model_best = min(model_best, v[1].item())
+                    extra[beta][method] = min(extra[beta].get(method, float("inf")), (v[0] - v[1]).item())
+    step = {b: {m: (model_best + e) / k for m, e in row.items()} for b, row in extra.items()}
+    return {"step": step, "extra": {b: {m: e / k for m, e in row.items()} for b, row in extra.items()}, "slow": k}
 
 
 def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
