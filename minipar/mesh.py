@@ -214,12 +214,12 @@ class Mesh:
 
         if self.dp is None:
             if world % (pp * tp):
-                what = f"tp·cp·pp = {self.tp}·{cp}·{pp}" if cp > 1 else f"tp·pp = {tp}·{pp}"
-                raise ConfigError(f"world_size={world} is not divisible by {what} = {tp * pp}; {valid()}")
+                prod = f"tp·cp·pp = {self.tp}·{cp}·{pp}" if cp > 1 else f"tp·pp = {tp}·{pp}"
+                raise ConfigError(f"world_size={world} is not divisible by {prod} = {tp * pp}; {valid()}")
             self.dp = world // (pp * tp)
         if pp * self.dp * tp != world:
-            what = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
-            raise ConfigError(f"{what} = {pp * self.dp * tp} but world_size={world}; {valid()}")
+            prod = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
+            raise ConfigError(f"{prod} = {pp * self.dp * tp} but world_size={world}; {valid()}")
 
     @property
     def dims(self) -> tuple[str, ...]:
