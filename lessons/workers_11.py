@@ -108,8 +108,8 @@ def reference(T: int) -> dict:
 def torch_context_parallel(T: int) -> dict:
     """PyTorch's public API on this CPU: ``context_parallel`` on a DeviceMesh (gloo), then SDPA.
 
-    Returns the error text if it raises, and — the same numbers another way — torch's own ring
-    (``_templated_ring_attention``, the function ``context_parallel`` dispatches SDPA to on GPUs) run
+    Returns the error text if it raises, and — the same numbers another way — torch's own context-parallel
+    attention (``_templated_ring_attention``, what ``context_parallel`` dispatches SDPA to on GPUs) run
     with the CPU SDPA kernel on the load-balanced shards, next to minipar's, plus torch's head-tail
     load balancer's token order next to minipar's split."""
     import torch.distributed.tensor.experimental._context_parallel._attention as tcp

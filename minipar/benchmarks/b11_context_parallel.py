@@ -2,12 +2,13 @@
 
 PyTorch's public ``context_parallel`` cannot run on CPU in torch 2.13 (no sharding rule for the CPU
 attention kernel, ``aten._scaled_dot_product_flash_attention_for_cpu``; lesson 11 shows the error), so
-the reference is the ring it dispatches to on GPUs, ``_templated_ring_attention``, called with the CPU
-SDPA kernel on the same load-balanced shards (chunks i and 2N − 1 − i): causal attention forward,
-B = 1, 8 heads, d = 64, T = 1024, float32, on 2 and 4 gloo ranks. Both run in the same processes,
-alternating, so they see the same machine load. A second row per N times minipar's forward +
-backward against one device's fused SDPA forward + backward on the whole sequence (reported only:
-on a shared 2-core CPU, N ranks do not get N cores). Target: at most 3× torch's — minipar's block
+the reference is the attention it dispatches to on GPUs, ``_templated_ring_attention`` (K/V exchanged
+by one all-gather, torch 2.13's default rotation), called with the CPU SDPA kernel on the same
+load-balanced shards (chunks i and 2N − 1 − i): causal attention forward, B = 1, 8 heads, d = 64,
+T = 1024, float32, on 2 and 4 gloo ranks. Both run in the same processes, alternating, so they see
+the same machine load. A second row per N times minipar's forward + backward against one device's
+fused SDPA forward + backward on the whole sequence (reported only: on a shared 2-core CPU, N ranks
+do not get N cores). Target: at most 3× torch's — minipar's block
 attention is the unfused matmul-softmax-matmul of ``minipar.cp.blocks`` (it materialises each block's
 scores, to be read), torch's a tiled flash kernel.
 """
