@@ -309,13 +309,15 @@ def num_params(model: nn.Module) -> int:
 
 
 def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups as in GPT-2: decay matrices (dim >= 2), not vectors (biases, LayerNorm).
+    """AdamW parameter groups as in GPT-2: decay matrices (dim >= 2), not vectors (biases, LayerNorm),
+    nor a parameter marked ``no_weight_decay`` (the experts' stacked biases, (E, f), are biases).
 
     The one definition every optimizer in the course uses (``minipar.config.build``, the 3D job,
     :func:`minipar.zero.zero`), so their updates match exactly.
     """
     ps = list(model.parameters())
+    decay = [p.dim() >= 2 and not getattr(p, "no_weight_decay", False) for p in ps]
     return [
-        {"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for p, d in zip(ps, decay) if d], "weight_decay": weight_decay},
+        {"params": [p for p, d in zip(ps, decay) if not d], "weight_decay": 0.0},
     ]

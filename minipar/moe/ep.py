@@ -112,12 +112,18 @@ class MoEPiece:
         loss = ce.detach().clone()
         if dp > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
-        return loss
+        return self._from_loss_rank(loss)
 
     @torch.no_grad()
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of (B, T) ``x``, ``y`` (every rank the same windows)."""
-        return self._forward(x.to(mdist.device()), y.to(mdist.device()))[0]
+        """Mean cross-entropy of (B, T) ``x``, ``y``: every rank runs the same windows, rank ``loss_rank``'s
+        value is broadcast (an expert sees a rank's rows in another order on each rank: the last bits differ)."""
+        return self._from_loss_rank(self._forward(x.to(mdist.device()), y.to(mdist.device()))[0])
+
+    def _from_loss_rank(self, t: torch.Tensor) -> torch.Tensor:
+        if dist.is_initialized() and mdist.world_size() > 1:
+            dist.broadcast(t, self.loss_rank)
+        return t
 
 
 def build_moe_piece(

@@ -33,6 +33,9 @@ class Experts(nn.Module):
             nn.init.normal_(self.w_proj, 0.0, proj_std)
         self.b_fc = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias else None
         self.b_proj = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None
+        for b in (self.b_fc, self.b_proj):
+            if b is not None:
+                b.no_weight_decay = True  # stacked biases are 2-D: minipar.models.adamw_groups skips them
 
     @property
     def n_experts(self) -> int:
