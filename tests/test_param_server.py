@@ -28,21 +28,8 @@ def reference_sync(steps, workers):
 
 
 def reference_delayed(updates, workers, tau):
-    """Delayed SGD on one device: update t uses the gradient at parameters of version max(0, t − τ)."""
-    model, versions = tiny_model(), {}
-    flat = flat_params(model)
-    opt_p = flat.clone()
-    opt = sgd([opt_p])
-    versions[0] = opt_p.clone()
-    for t in range(updates):
-        load_flat_(model, versions[max(0, t - tau)])
-        model.zero_grad()
-        x, y = batch(t % workers, t // workers)
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt_p.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        opt.step()
-        versions[t + 1] = opt_p.clone()
-    return opt_p
+    """Delayed SGD on one device: update t is worker t mod W's gradient at parameters of version max(0, t − τ)."""
+    return reference_replay([t % workers for t in range(updates)], [min(t, tau) for t in range(updates)])
 
 
 @pytest.mark.parametrize("world,servers", [(3, 1), (4, 2)])
