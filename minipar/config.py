@@ -218,6 +218,8 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tu
     if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
         check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
     dp = cfg.layout(world_size).dp_size
+    if dp % cfg.ep:  # also when dp was left to the world size (minipar.moe.ep carves EP out of dp)
+        raise ConfigError(f"--ep {cfg.ep} must divide the {dp} data-parallel ranks; use --dp a multiple of {cfg.ep}")
     if cfg.dtype == "fp16" and device_type != "cuda":
         raise ConfigError("--dtype fp16 needs a GPU; use --dtype bf16 on CPU")
     corpus = CharCorpus(load_text(cfg.data))

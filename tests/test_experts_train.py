@@ -70,3 +70,8 @@ def test_cli_trains_on_text(tmp_path, capsys):
 def test_bad_moe_settings_are_one_line(kw, text):
     with pytest.raises(ConfigError, match=text):
         TrainConfig(**{**MOE, **kw}).validate()
+
+
+def test_ep_must_divide_the_ranks_left_to_dp(capsys):
+    assert main(["--moe-experts", "4", "--ep", "2", "--nproc", "3", "--steps", "1", "--out", ""]) == 2
+    assert "--ep 2 must divide the 3 data-parallel ranks" in capsys.readouterr().err
