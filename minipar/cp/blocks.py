@@ -9,7 +9,7 @@ Then, exactly,
     o   = exp(lse_A − lse) · o_A + exp(lse_B − lse) · o_B
 
 so attention over a sequence whose keys live on N ranks is N block attentions merged in any
-order: what ring attention (Liu et al. 2023, arXiv:2310.01889, §3) computes while the key/value
+order: what ring attention (Liu et al. 2023, arXiv:2310.01889) computes while the key/value
 blocks travel. The backward of a block needs only the final ``lse`` and the final output
 (FlashAttention-2, Dao 2023, arXiv:2307.08691, Algorithm 2): ``P = exp(S − lse)``,
 ``dV = Pᵀ·dO``, ``dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O))``, ``dQ = dS·K·scale``, ``dK = dSᵀ·Q·scale``

@@ -3,7 +3,7 @@
     out = ring_attention(q, k, v, ranges, group)   # q, k, v: this rank's tokens (B, h, L_r, d)
 
 Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise Transformers for Near-Infinite
-Context", arXiv:2310.01889, §3: the N ranks of ``group`` stand in a ring; each keeps its queries
+Context", arXiv:2310.01889: the N ranks of ``group`` stand in a ring; each keeps its queries
 and passes its key/value block to the right neighbour N − 1 times, so at step s rank r holds the
 block of rank (r − s) mod N, attends to it (:func:`minipar.cp.blocks.block_attention`, causal
 mask from global positions) and merges the result into its running (out, lse)
