@@ -30,8 +30,11 @@ Modules, one concept each (read them top to bottom; the lesson that teaches each
 - ``minipar.moe``             mixture of experts: ``router`` (top-k, load-balancing loss), ``dispatch`` (capacity,
   dropping, the dispatch/combine plan), ``experts``, ``layer`` (``MoE``), ``parallel`` (``ExpertParallelMoE``:
   all-to-all dispatch/combine), ``ep`` (the main job's EP groups carved out of dp) [12]
+- ``minipar.cp``              context parallelism: ``split`` (load-balanced chunks i and 2N−1−i, any length),
+  ``blocks`` (block attention + online-softmax merge), ``ring`` (ring attention, forward and backward rings),
+  ``all_gather`` (Llama 3's K/V all-gather), ``model`` (the main job's ``--cp``) [11]
 - ``minipar.clip_grads``      gradient clipping by the global norm over ZeRO shards and TP/PP/DP ranks [03, 07]
-- ``minipar.mesh``            the layout: (pp, dp, tp) degrees checked once, Megatron's rank order, groups [07]
+- ``minipar.mesh``            the layout: (pp, dp, [cp,] tp) degrees checked once, Megatron's rank order, groups [07]
 - ``minipar.parallel3d``      one rank's piece of the 3D job: TP inside a stage, PP across, DP/ZeRO over both [07]
 - ``minipar.checkpoint``      sharded checkpoints with torch.distributed.checkpoint, any layout [07]
 - ``minipar.perf``            a MODEL of step time, MFU and memory per layout: ``hardware`` (GPU presets, this CPU
