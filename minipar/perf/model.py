@@ -144,6 +144,13 @@ def _links(dev: Device, lay: Layout) -> dict:
     }
 
 
+def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> float:
+    """Bytes of one ring-attention message of a rank holding ``s`` tokens: its K and V, 2·b·s·(kv heads
+    on this TP rank)·d_head·bpv. Ring attention sends c − 1 of them forward and 2c − 1 backward (the dK/dV
+    accumulators make one more hop home): :func:`minipar.cp.ring.ring_attention_bytes`, lesson 11."""
+    return 2 * b * s * model.kv * (model.hidden // model.heads) / min(t, model.kv) * bpv
+
+
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Per-term seconds of the pipeline, megatron counts: per-layer FLOPs, per-stage times, the simulated schedule."""
     t, p, b, v, c, L = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp, _links(dev, layout)
@@ -160,9 +167,8 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if layout.recompute == "full" else 0.0)
     if "tp" in layout.overlap:
         tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
-    hk = model.kv * (model.hidden // model.heads)  # ring attention: c−1 steps of this rank's K and V
-    step = L["cp"][0] + 2 * b * s * hk / min(t, model.kv) * bpv / L["cp"][1] if c > 1 else 0.0
-    cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c)
+    step = L["cp"][0] + cp_block_bytes(model, b, s, t, bpv) / L["cp"][1] if c > 1 else 0.0  # ring attention
+    cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
