@@ -21,7 +21,9 @@ Bytes per rank and all-to-all, rows of d elements of b bytes: d·b · (rows sent
 with k choices per token and balanced routing, (ep−1)/ep · T·k·d·b. A training step makes four
 per layer (dispatch, combine and their two backward mirrors) plus the small count exchange.
 Drop-free (``capacity_factor=None``) the result equals :class:`~minipar.moe.layer.MoE` on one
-device on the concatenation of the ranks' tokens (tests/test_experts.py, float64).
+device on the concatenation of the ranks' tokens (tests/test_experts.py, float64). With a capacity
+factor each rank drops its own choices past C = ceil(cf · T_local · k / E) before sending (Switch's
+per-device capacity), so an expert gets at most ep·C rows and the drops differ from one device's.
 """
 
 from __future__ import annotations
