@@ -65,7 +65,7 @@ test-portability: $(STAMP)            ## every notebook under strict nbval with 
 # with two busy-loop processes beside them: their verdicts read the clock, not the wall, so they must
 # hold on a loaded machine (the busy loops end with the recipe's shell, even if it is killed).
 CLOCK_LESSONS := lessons/02_data_parallel.ipynb lessons/05_pipeline_microbatches.ipynb lessons/06_1f1b.ipynb \
-                 lessons/07_3d_parallel.ipynb lessons/09_communication.ipynb
+                 lessons/07_3d_parallel.ipynb lessons/09_communication.ipynb lessons/11_context_parallel.ipynb
 test-loaded: $(STAMP)                 ## the cluster-clock lessons under strict nbval beside two busy loops
 	@busy="import os; p = os.getppid(); exec('while os.getppid() == p: pass')"; \
 	$(PY) -c "$$busy" & h1=$$!; $(PY) -c "$$busy" & h2=$$!; \
