@@ -65,6 +65,7 @@ def test_cli_trains_on_text(tmp_path, capsys):
         (dict(moe_experts=4, ep=2, dp=3), "--ep 2 must divide --dp 3"),
         (dict(moe_experts=4, moe_top_k=5), "moe_top_k=5"),
         (dict(moe_experts=4, tp=2), "drop --tp"),
+        (dict(moe_experts=4, cp=2), "drop --cp"),
     ],
 )
 def test_bad_moe_settings_are_one_line(kw, text):

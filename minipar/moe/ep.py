@@ -183,7 +183,7 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
 
     Raises:
         ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E and dp);
-            a setting the MoE job does not combine with (tp, pp, ZeRO, compression, micro-batches,
+            a setting the MoE job does not combine with (tp, pp, cp, ZeRO, compression, micro-batches,
             recomputation, checkpoints).
     """
     if ep > 1 and not experts:
@@ -194,6 +194,7 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
+        "--cp": getattr(cfg, "cp", 1) > 1,  # Megatron carves EP out of dp·cp; minipar's EP uses dp only
         "--zero": cfg.zero != 0,
         "--grad-compression": cfg.grad_compression != "none",
         "--microbatches": cfg.microbatches > 1,
