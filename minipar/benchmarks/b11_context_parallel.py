@@ -46,7 +46,7 @@ def job(repeats: int) -> dict:
     n, r = dist.get_world_size(), dist.get_rank()
     ranges = load_balanced_ranges(T, n)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (shard(torch.randn(B, H, T, D, generator=g), ranges[r], dim=2) for _ in range(3))
+    q, k, v = (shard(torch.randn(B, H, T, D, generator=g, device="cpu"), ranges[r], dim=2) for _ in range(3))
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
     def theirs():
@@ -72,7 +72,7 @@ def job(repeats: int) -> dict:
 def _one_device(repeats: int) -> float:
     """Median seconds of one fused SDPA forward + backward on the whole sequence (this process)."""
     g = torch.Generator().manual_seed(0)
-    full = [torch.randn(B, H, T, D, generator=g) for _ in range(3)]
+    full = [torch.randn(B, H, T, D, generator=g, device="cpu") for _ in range(3)]
     out = []
     for i in range(repeats + 1):
         qq, kk, vv = (t.clone().requires_grad_() for t in full)

@@ -40,7 +40,7 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     dist.barrier()
-    dt = torch.tensor([time.perf_counter() - t], dtype=torch.float64)
+    dt = torch.tensor([time.perf_counter() - t], dtype=torch.float64, device="cpu")
     dist.all_reduce(dt, op=dist.ReduceOp.MAX)
     return dt.item()
 
@@ -52,9 +52,9 @@ def job(runs: int) -> dict:
     torch.manual_seed(0)
     dense = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
     ep = ExpertParallelMoE(MoE(D, E, 1))
-    x = torch.randn(T, D, generator=torch.Generator().manual_seed(r)).requires_grad_(True)
+    x = torch.randn(T, D, generator=torch.Generator().manual_seed(r), device="cpu").requires_grad_(True)
     splits = [T // 4 + 37 * j for j in range(N)]  # uneven rows to each rank, the same pattern on all
-    rows = torch.randn(sum(splits), D, requires_grad=True)
+    rows = torch.randn(sum(splits), D, requires_grad=True, device="cpu")
     recv = [splits[r]] * N
     steps = {
         "dense": lambda: dense(x).sum().backward(),

@@ -26,13 +26,14 @@ class Experts(nn.Module):
         self, n_experts: int, d_model: int, d_ff: int, proj_std: float = 0.02, bias: bool = True, init: bool = True
     ):
         super().__init__()
-        self.w_fc = nn.Parameter(torch.empty(n_experts, d_model, d_ff))
-        self.w_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model))
+        # device-ok (this and the 3 below): built on CPU like every nn module here; the model moves with .to(dev)
+        self.w_fc = nn.Parameter(torch.empty(n_experts, d_model, d_ff))  # device-ok
+        self.w_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model))  # device-ok
         if init:  # init=False: no draw from the random stream (a shard is filled by copying)
             nn.init.normal_(self.w_fc, 0.0, 0.02)
             nn.init.normal_(self.w_proj, 0.0, proj_std)
-        self.b_fc = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias else None
-        self.b_proj = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None
+        self.b_fc = nn.Parameter(torch.zeros(n_experts, d_ff)) if bias else None  # device-ok
+        self.b_proj = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None  # device-ok
         for b in (self.b_fc, self.b_proj):
             if b is not None:
                 b.no_weight_decay = True  # stacked biases are 2-D: minipar.models.adamw_groups skips them

@@ -47,8 +47,11 @@ def expert_major(counts: torch.Tensor) -> torch.Tensor:
             received order (source-major). Returns (Σ counts,) int64 indices into the received rows.
     """
     starts = (counts.reshape(-1).cumsum(0) - counts.reshape(-1)).view_as(counts)
-    blocks = [torch.arange(s, s + c) for e in range(counts.shape[1]) for s, c in zip(starts[:, e], counts[:, e])]
-    return torch.cat(blocks) if blocks else torch.zeros(0, dtype=torch.int64)
+    dev = counts.device
+    blocks = [
+        torch.arange(s, s + c, device=dev) for e in range(counts.shape[1]) for s, c in zip(starts[:, e], counts[:, e])
+    ]
+    return torch.cat(blocks) if blocks else torch.zeros(0, dtype=torch.int64, device=dev)
 
 
 class ExpertParallelMoE(nn.Module):

@@ -78,7 +78,8 @@ class Router(nn.Module):
         if not 1 <= top_k <= n_experts:
             raise ConfigError(f"moe top_k={top_k} must be between 1 and moe_experts={n_experts}")
         self.top_k = top_k
-        self.weight = nn.Parameter(torch.empty(n_experts, d_model).normal_(0.0, 0.02))
+        w = torch.empty(n_experts, d_model)  # device-ok: built on CPU, moved with the model
+        self.weight = nn.Parameter(w.normal_(0.0, 0.02))
 
     def forward(self, x: torch.Tensor):
         return route(x @ self.weight.t(), self.top_k)

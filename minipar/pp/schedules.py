@@ -141,22 +141,45 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
     return out
 
 
+def zb_h1(p: int, m: int) -> list[list[Action]]:
+    """ZB-H1 (arXiv:2401.10241 §2.1) for ``p`` ranks and ``m`` micro-batches, one stage per rank.
+
+    Rank r: warm-up ``w = min(p−r−1, m)`` forwards; then ``F, I`` pairs as in 1F1B, each followed by
+    a W once r pairs have run (W of micro-batch k runs r pairs after its I); the cool-down runs
+    ``I, W``; the r delayed W's close the step. Rank r holds at most p micro-batches whose W has
+    not run (every rank like 1F1B's rank 0) and ``p − r`` whose I has not (as 1F1B).
+    """
+    _check_pm(p, m)
+    out = []
+    for r in range(p):
+        w = min(p - r - 1, m)
+        acts = [Action(r, "F", k) for k in range(w)]
+        nw = 0
+        for k in range(m - w):
+            acts += [Action(r, "F", w + k), Action(r, "I", k)]
+            if k >= r:
+                acts.append(Action(r, "W", nw))
+                nw += 1
+        for k in range(m - w, m):  # cool-down: every I is followed by a W that was waiting
+            acts += [Action(r, "I", k), Action(r, "W", nw)]
+            nw += 1
+        acts += [Action(r, "W", k) for k in range(nw, m)]
+        out.append(acts)
+    return out
+
+
 SCHEDULES: dict[str, Callable[..., list[list[Action]]]] = {
     "gpipe": gpipe,
     "1f1b": one_f_one_b,
     "interleaved": interleaved_1f1b,
+    "zb-h1": zb_h1,
 }
 
 
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
-    """``make_schedule("1f1b", p, m)``; ``v`` only for ``"interleaved"`` (default 2 there); ``"zb-h1"``:
-    :func:`minipar.pp.zero_bubble.zb_h1` (imported here: that module builds on this one)."""
-    if name == "zb-h1" and v == 1:
-        from minipar.pp.zero_bubble import zb_h1
-
-        return zb_h1(p, m)
+    """``make_schedule("1f1b", p, m)``; ``v`` only for ``"interleaved"`` (default 2 there)."""
     if name not in SCHEDULES:
-        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(SCHEDULES) + ['zb-h1']}")
+        raise ConfigError(f"schedule {name!r} is unknown; use one of {sorted(SCHEDULES)}")
     if name == "interleaved":
         return interleaved_1f1b(p, m, v if v > 1 else 2)
     if v != 1:

@@ -38,34 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.pp.schedules import Action, _check_pm
-
-
-def zb_h1(p: int, m: int) -> list[list[Action]]:
-    """ZB-H1 (arXiv:2401.10241 §2.1) for ``p`` ranks and ``m`` micro-batches, one stage per rank.
-
-    Rank r: warm-up ``w = min(p−r−1, m)`` forwards; then ``F, I`` pairs as in 1F1B, each followed by
-    a W once r pairs have run (W of micro-batch k runs r pairs after its I); the cool-down runs
-    ``I, W``; the r delayed W's close the step. Rank r holds at most p micro-batches whose W has
-    not run (every rank like 1F1B's rank 0) and ``p − r`` whose I has not (as 1F1B).
-    """
-    _check_pm(p, m)
-    out = []
-    for r in range(p):
-        w = min(p - r - 1, m)
-        acts = [Action(r, "F", k) for k in range(w)]
-        nw = 0
-        for k in range(m - w):
-            acts += [Action(r, "F", w + k), Action(r, "I", k)]
-            if k >= r:
-                acts.append(Action(r, "W", nw))
-                nw += 1
-        for k in range(m - w, m):  # cool-down: every I is followed by a W that was waiting
-            acts += [Action(r, "I", k), Action(r, "W", nw)]
-            nw += 1
-        acts += [Action(r, "W", k) for k in range(nw, m)]
-        out.append(acts)
-    return out
+from minipar.pp.schedules import Action, _check_pm, zb_h1  # noqa: F401 (zb_h1 lives with the other schedules)
 
 
 def zb_h1_bubble(p: int, m: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> float:
