@@ -132,6 +132,6 @@ def plan_rows() -> list[Row]:
     return [
         Row("07", "python -m minipar.plan: custom 70B shape, fixed layout, --json (seconds)", dt, unit="s",
             target="<= 5", ok=ok and dt <= 5, note="" if ok else f"exit {p.returncode}: {p.stderr[-200:]}"),
-        Row("07", f"planner test set ({len(errs)} published runs): median |error|", 100 * med, unit="%",
+        Row("07", f"planner test set ({len(errs)} published runs): median absolute error", 100 * med, unit="%",
             target="<= 7", ok=med <= 0.07, note=f"worst {worst:.0%} (minipar.perf.runs; issue #22 target 15 %)"),
     ]  # fmt: skip
