@@ -17,6 +17,18 @@ from minipar.presets import MEDIUM
 from minipar.tp.overlap import allgather_matmul
 
 
+def _slowest_fastest(fn, repeats: int) -> float:
+    """Thread CPU seconds of ``fn(i)``: the fastest of ``repeats`` on each rank, the slowest rank's."""
+    best = float("inf")
+    for i in range(repeats):
+        c0 = time.thread_time()
+        fn(i)
+        best = min(best, time.thread_time() - c0)
+    t = torch.tensor([best], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
 def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out: int = 512, steps: int = 4) -> dict:
     """``allgather_matmul`` on the cluster clock, gather-then-GEMM and overlapped in turn, with every
     message of a ring step costing ``ratio`` × one chunk's GEMM as measured here (the fastest of 5,
@@ -29,14 +41,8 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
 
     g = torch.Generator().manual_seed(md.rank())
     x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
-    best = float("inf")
-    for _ in range(5):
-        c0 = time.thread_time()
-        x @ w.t()
-        best = min(best, time.thread_time() - c0)
-    t = torch.tensor([best], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * t.item(), float("inf"))
+    gemm = _slowest_fastest(lambda i: x @ w.t(), 5)
+    link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * gemm, float("inf"))
     out, spans = {False: (float("inf"), []), True: (float("inf"), [])}, {}
     for i in range(steps + 1):
         for ov in (False, True):
@@ -93,15 +99,12 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
         0, builtin_corpus().vocab_size, (4, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
     )
     params = list(model.parameters())
-    here = float("inf")
-    for _ in range(3):
-        c0 = time.thread_time()
+
+    def fwd_bwd(i):
         model(x, x)[1].backward()
-        here = min(here, time.thread_time() - c0)
         model.zero_grad(set_to_none=True)
-    t = torch.tensor([here], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    k = t.item() / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
+
+    k = _slowest_fastest(fwd_bwd, 3) / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
     extra: dict = {b: {} for b in betas_gbps}
     model_best = float("inf")
     for beta in betas_gbps:
@@ -158,22 +161,19 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
         loss.backward()
         return loss.detach()
 
-    best = float("inf")
-    for k in range(3):
-        c0 = time.thread_time()
+    def one_gradient(k):
         grad_fn(model, max(md.rank() - 1, 0), k)
-        best = min(best, time.thread_time() - c0)
         model.zero_grad(set_to_none=True)
-    c = torch.tensor([best], dtype=torch.float64)
-    dist.all_reduce(c, op=dist.ReduceOp.MAX)
+
+    c = _slowest_fastest(one_gradient, 3)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    link = Link(f"push = {push:g} × a gradient's compute", 0.0, nbytes / (push * c.item()))
+    link = Link(f"push = {push:g} × a gradient's compute", 0.0, nbytes / (push * c))
     with ClusterClock(link, link, straggler={1: straggler}) as clk:
         if mode == "sync":
             res = run_sync(model, grad_fn, gradients // workers, sgd)
         else:
             res = run_async_arrival(model, grad_fn, gradients, sgd, clk)
-    out = {"timeline": list(clk.timeline), "now": clk.now, "c": c.item()}
+    out = {"timeline": list(clk.timeline), "now": clk.now, "c": c}
     if md.rank() == 0:
         return out | {k: res[k] for k in ("order", "staleness") if k in res}
     return out | {"losses": res["losses"]}
