@@ -19,7 +19,7 @@ import torch.nn as nn
 from minipar import dist as mdist
 from minipar.errors import ConfigError
 from minipar.models import GPT
-from minipar.pp.schedules import Action
+from minipar.pp.schedules import Action, Overlap
 
 
 def native_schedule(name: str, stages: dict[int, nn.Module], n_stages: int, m: int, loss_fn=GPT.loss, group=None):
@@ -69,13 +69,14 @@ def v_shape(p: int):
     return lambda s: s if s < p else 2 * p - 1 - s
 
 
-def torch_pipeline_order(name: str, p: int, m: int) -> list[list[Action]]:
+def torch_pipeline_order(name: str, p: int, m: int, fused: bool = False) -> list[list[Action]]:
     """The per-rank action lists of ``torch.distributed.pipelining``'s ``"zb-h1"`` (ScheduleInterleavedZeroBubble
     with one stage per rank), ``"zbv"`` (ScheduleZBVZeroBubble) or ``"dualpipev"`` (ScheduleDualPipeV; these
     two: 2 stages per rank, V placement) for p ranks and m micro-batches, read from ``pipeline_order``
     without processes (the constructor only needs stage metadata). An
     OVERLAP_F_B action (DualPipe's overlapped forward and backward chunk) becomes its two actions in
-    order; idle slots (None) are dropped. Feed to ``simulate(..., place=v_shape(p))`` (V schedules).
+    order, or with ``fused=True`` one :class:`~minipar.pp.simulation.Overlap` (a pair that ends
+    together); idle slots (None) are dropped. Feed to ``simulate(..., place=v_shape(p))`` (V schedules).
 
     Raises:
         ConfigError: an unknown name; ``m < 2p`` for DualPipeV (PyTorch needs m ≥ stages).
@@ -104,7 +105,11 @@ def torch_pipeline_order(name: str, p: int, m: int) -> list[list[Action]]:
     for r in range(p):
         acts = []
         for a in sched.pipeline_order[r]:
-            for sub in (a.sub_actions or (a,)) if a is not None else ():
-                acts.append(Action(sub.stage_index, sub.computation_type.value, sub.microbatch_index))
+            subs = (
+                [Action(x.stage_index, x.computation_type.value, x.microbatch_index) for x in a.sub_actions or (a,)]
+                if a
+                else []
+            )
+            acts += [Overlap(*sorted(subs, key=lambda x: x.kind != "F"))] if fused and len(subs) == 2 else subs
         out.append(acts)
     return out

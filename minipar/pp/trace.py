@@ -32,7 +32,7 @@ from minipar.clock import ClusterClock
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor, TraceEvent
-from minipar.pp.schedules import Action, Simulation, bubble_formula, make_schedule, parse, simulate
+from minipar.pp.schedules import Action, Simulation, bubble_formula, make_schedule, parse, simulate, unpack
 from minipar.pp.stages import build_stages
 from minipar.pp.zero_bubble import zb_h1_bubble
 
@@ -161,9 +161,11 @@ def _events(traces) -> list[list[TraceEvent]]:
 
 
 def from_simulation(sim: Simulation) -> list[list[TraceEvent]]:
-    """A simulation's timeline as trace events (so :func:`gantt` draws both the same way)."""
+    """A simulation's timeline as trace events (so :func:`gantt` draws both the same way); an overlapped
+    pair (F&B) becomes two events over the pair's span, each with half of it as work."""
+    tl = [[(a, t0, t1, len(unpack(e))) for e, t0, t1 in tl for a in unpack(e)] for tl in sim.timeline]
     return [
-        [TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, t1 - t0) for a, t0, t1 in tl] for r, tl in enumerate(sim.timeline)
+        [TraceEvent(r, a.kind, a.stage, a.mb, t0, t1, (t1 - t0) / n) for a, t0, t1, n in x] for r, x in enumerate(tl)
     ]
 
 
@@ -289,7 +291,8 @@ def stage_durations(traces, cpu: bool = True):
 def gantt(ax, traces, title: str = "", unit: float = 1e-3, show_wait: bool = True, n_stages: int | None = None):
     """Draw a Gantt chart: one row per rank, forward boxes blue, backward (or I) orange, W green (darker
     for later virtual stages), the micro-batch number in each box; white gaps are the bubble, thin
-    grey bars (``R``) the time spent waiting for a message. ``unit``: seconds per x unit (1e-3 = ms;
+    grey bars (``R``) the time spent waiting for a message; an overlapped pair (two actions over one span,
+    DualPipe's F&B) is drawn as two half-height boxes. ``unit``: seconds per x unit (1e-3 = ms;
     1 for a simulation in abstract time units)."""
     tr = _events(traces)
     starts = [e.t0 for r in tr for e in r if e.kind in "FBIW"]
@@ -299,13 +302,15 @@ def gantt(ax, traces, title: str = "", unit: float = 1e-3, show_wait: bool = Tru
     cols = {"F": [(0.55, 0.71, 0.90), (0.25, 0.47, 0.75)], "B": [(0.98, 0.72, 0.45), (0.85, 0.45, 0.15)]}
     cols.update(I=cols["B"], W=[(0.60, 0.80, 0.55), (0.35, 0.60, 0.30)])  # split backward: I orange, W green
     for r, events in enumerate(tr):
+        pairs = [x for x, y in zip(events, events[1:]) if (x.t0, x.t1) == (y.t0, y.t1) and x.kind in "FBIW"]
         for e in events:
             x0, w = (e.t0 - base) / unit, (e.t1 - e.t0) / unit
             if e.kind in "FBIW":
                 chunk = e.stage // p
                 c = cols[e.kind][min(chunk, 1)] if S > p else cols[e.kind][0]
-                ax.barh(r, w, left=x0, height=0.8, color=c, edgecolor="black", linewidth=0.4)
-                ax.text(x0 + w / 2, r, str(e.mb), ha="center", va="center", fontsize=7)
+                y = r + (0 if (e.t0, e.t1) not in {(x.t0, x.t1) for x in pairs} else -0.2 if e in pairs else 0.2)
+                ax.barh(y, w, left=x0, height=0.8 if y == r else 0.4, color=c, edgecolor="black", linewidth=0.4)
+                ax.text(x0 + w / 2, y, str(e.mb), ha="center", va="center", fontsize=7 if y == r else 6)
             elif e.kind == "R" and show_wait:
                 ax.barh(r + 0.45, w, left=x0, height=0.1, color="0.5")
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
