@@ -143,7 +143,7 @@ class TrainConfig:
             check_moe_job(self.moe_experts, self.moe_top_k, self.ep, self.dp, self)
 
     def layout(self, world_size: int) -> Mesh:
-        """The (pp, dp, tp) layout of this run on ``world_size`` ranks, checked against the model.
+        """The (pp, dp, tp) layout of this run (ep folded into dp) on ``world_size`` ranks, checked against the model.
 
         Raises:
             ConfigError: see :class:`minipar.mesh.Mesh`; a world-size error lists the layouts this
@@ -153,7 +153,9 @@ class TrainConfig:
             f"this model (--n-layer {self.n_layer}, --n-head {self.n_head}, "
             f"--d-model {self.d_model}) and --batch-size {self.batch_size}"
         )
-        return Mesh(world_size, self.pp, self.dp, self.tp, self.cp, model=self.gpt(1), accepts=self.accepts, what=what)
+        return Mesh(
+            world_size, self.pp, self.dp, self.tp, self.cp, self.ep, model=self.gpt(1), accepts=self.accepts, what=what
+        )
 
     def accepts(self, pp: int, dp: int, tp: int) -> bool:
         """True if this model and batch can run on a (pp, dp, tp) layout (used to list valid layouts)."""
@@ -161,12 +163,14 @@ class TrainConfig:
             model_fits(self.gpt(1), pp, tp)
             and self.batch_size % dp == 0
             and self.batch_size // dp % self.microbatches == 0
+            and dp % self.ep == 0
         )
 
     def meta(self, corpus: CharCorpus) -> dict:
         """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary
         (:func:`minipar.checkpoint.save_3d` adds the layout; checked by :mod:`minipar.resume_check`)."""
-        shape = {k: getattr(self, k) for k in ("n_layer", "n_head", "d_model", "block_size", "data")}
+        keys = ("n_layer", "n_head", "d_model", "block_size", "data") + (("moe_experts",) if self.moe_experts else ())
+        shape = {k: getattr(self, k) for k in keys}
         return {**shape, "vocab": "".join(corpus.chars)}
 
     def gpt(self, vocab_size: int) -> GPTConfig:
@@ -217,9 +221,7 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> tu
         check_folder(cfg.out, "--out")
     if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
         check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
-    dp = cfg.layout(world_size).dp_size
-    if dp % cfg.ep:  # also when dp was left to the world size (minipar.moe.ep carves EP out of dp)
-        raise ConfigError(f"--ep {cfg.ep} must divide the {dp} data-parallel ranks; use --dp a multiple of {cfg.ep}")
+    dp = cfg.layout(world_size).dp_size  # the Mesh checks ep | dp, also when dp is left to the world size
     if cfg.dtype == "fp16" and device_type != "cuda":
         raise ConfigError("--dtype fp16 needs a GPU; use --dtype bf16 on CPU")
     corpus = CharCorpus(load_text(cfg.data))

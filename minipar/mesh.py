@@ -1,4 +1,4 @@
-"""The layout of a job: its (pp, dp, [cp,] tp) degrees, checked once, and every rank's coordinates and groups.
+"""The layout of a job: its (pp, dp, [cp,] tp) degrees and ep folded into dp, checked once, and every rank's groups.
 
 One object, :class:`Mesh` (minipar's torchtitan ``ParallelDims``, ``torchtitan/distributed/
 parallel_dims.py``), holds what every part of a job asks about its layout:
@@ -24,6 +24,14 @@ Megatron's own example, 16 GPUs with tp=2, pp=4 (so dp=2):
 
 It is the row-major order of a (pp, dp, tp) array, the same as
 ``torch.distributed.device_mesh.init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``.
+
+Expert parallelism (``ep``, lesson 12) adds no ranks: each dp group is split as dp = edp · ep, ep
+fastest. Runs of ``ep`` consecutive dp ranks are **EP groups** (all E experts once, tokens traded by
+all-to-all); dp ranks at stride ``ep`` are **expert-data-parallel (edp) groups** (the same experts).
+As torchtitan's ``ParallelDims`` (``dp_shard = dp_shard_mod_ep · dp_shard_in_ep``, ep inner; it needs
+``dp_shard·cp % ep == 0``, so its ep may borrow cp) and Megatron-LM's expert-model-parallel groups
+(``megatron/core/parallel_state.py``). minipar folds ep into dp only (ep divides dp): the MoE job
+refuses cp. dp = 8, ep = 4: EP groups [0..3] [4..7], expert-dp groups [0,4] [1,5] [2,6] [3,7].
 """
 
 from __future__ import annotations
@@ -84,6 +92,33 @@ def group_ranks(shape: tuple[int, ...], dim: str | tuple[str, ...]) -> list[list
         c = coords_of(r, shape)
         groups.setdefault(tuple(c[d] for d in dims if d not in along), []).append(r)
     return sorted(groups.values())
+
+
+def expert_group_ranks(shape: tuple[int, ...], ep: int) -> tuple[list[list[int]], list[list[int]]]:
+    """``(EP groups, expert-dp groups)`` of a (pp, dp, [cp,] tp) mesh with ``ep`` folded into dp: each dp
+    group cut into runs of ``ep`` consecutive members, and into ``ep`` groups at stride ``ep``; sorted.
+
+    Raises:
+        ConfigError: ``ep`` does not divide dp (:func:`check_ep`).
+    """
+    runs, strides = [], []
+    for dp_ranks in group_ranks(shape, "dp"):
+        check_ep(ep, len(dp_ranks))
+        runs += [dp_ranks[i : i + ep] for i in range(0, len(dp_ranks), ep)]
+        strides += [dp_ranks[j::ep] for j in range(ep)]
+    return sorted(runs), sorted(strides)
+
+
+def check_ep(ep: int, dp: int) -> None:
+    """Raise :class:`ConfigError` unless ``ep`` is an integer >= 1 dividing ``dp`` (ep is carved out of dp)."""
+    if not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"--ep {ep!r}: must be an integer >= 1")
+    if dp % ep:
+        fits = ", ".join(str(d) for d in range(1, dp + 1) if dp % d == 0)
+        raise ConfigError(
+            f"--ep {ep} must divide the {dp} data-parallel ranks (expert parallelism is carved out of dp); "
+            f"use --ep {fits}, or --dp a multiple of {ep}"
+        )
 
 
 def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
@@ -152,15 +187,17 @@ class Mesh:
         loss_rank: the rank that owns the loss and logs (last stage, dp 0, tp 0).
     Raises:
         ConfigError: a degree < 1, a layout that does not fit the model, pp·tp not dividing
-            world_size, or pp·dp·tp != world_size; each message names the value and the fix.
+            world_size, pp·dp·tp != world_size, ep not dividing dp; each names the value and the fix.
 
     Context parallelism (lesson 11) is a dimension like the others, between dp and tp in the rank
     order (Megatron: tp fastest, then cp, then dp, then pp): ``cp`` > 1 makes the shape
     (pp, dp, cp, tp), adds ``cp_group`` (the ring of ring attention) and ``dp_cp_group`` (the dp × cp
     ranks that hold the same model piece and average gradients); with cp = 1 the shape stays
-    (pp, dp, tp) and nothing changes. A dimension that folds others instead of adding ranks (ep inside
-    dp·cp, as Megatron's expert groups) is not in DIMS: a degree field, a divisibility check in
-    ``__post_init__`` and its own group list in :func:`init_mesh`.
+    (pp, dp, tp) and nothing changes.
+
+    ``ep`` (default 1) folds into dp, not in DIMS: it must divide dp; ``ep_rank = dp_rank % ep``,
+    ``edp_rank = dp_rank // ep``; ep > 1 adds ``ep_group`` and ``edp_group`` (:func:`expert_group_ranks`);
+    with ep = 1 ``ep_group`` is None (no all-to-all) and ``edp_group`` is the dp group.
     """
 
     world_size: int = 1
@@ -168,6 +205,7 @@ class Mesh:
     dp: int | None = None
     tp: int = 1
     cp: int = 1
+    ep: int = 1
     rank: int = 0
     groups: dict[str, object] = field(default_factory=dict, repr=False)
     ranks: dict[str, list[int]] = field(default_factory=dict)
@@ -196,6 +234,21 @@ class Mesh:
         averaged over this group (Megatron's data-parallel group "with context parallel"); = dp_group when cp = 1."""
         return self.groups.get("dp_cp", self.groups.get("dp"))
 
+    ep_size = _size("ep")
+    ep_rank = property(lambda self: self.dp_rank % self.ep, doc="index in the EP group, dp_rank % ep")
+    edp_size = property(lambda self: self.dp // self.ep, doc="ranks holding the same experts, dp / ep")
+    edp_rank = property(lambda self: self.dp_rank // self.ep, doc="index in the expert-dp group, dp_rank // ep")
+
+    @property
+    def ep_group(self):
+        """This rank's expert-parallel ProcessGroup (None when ep = 1: no all-to-all to run)."""
+        return self.groups.get("ep")
+
+    @property
+    def edp_group(self):
+        """This rank's expert-data-parallel ProcessGroup (same experts, other EP groups); = dp_group when ep = 1."""
+        return self.groups.get("edp", self.groups.get("dp"))
+
     def __post_init__(self, model, accepts, what) -> None:
         for d in DIMS:
             v = getattr(self, d)
@@ -220,6 +273,7 @@ class Mesh:
         if pp * self.dp * tp != world:
             prod = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
             raise ConfigError(f"{prod} = {pp * self.dp * tp} but world_size={world}; {valid()}")
+        check_ep(self.ep, self.dp)
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -256,6 +310,7 @@ def init_mesh(
     tp: int = 1,
     *,
     cp: int = 1,
+    ep: int = 1,
     model: GPTConfig | None = None,
     group_cache: dict | None = None,
 ) -> Mesh:
@@ -263,7 +318,8 @@ def init_mesh(
     it, with the same arguments).
 
     Every TP, DP and PP group is created with minipar's bounded timeout, in the same order on
-    every rank (as ``new_group`` requires), including one-rank groups for size-1 dimensions.
+    every rank (as ``new_group`` requires), including one-rank groups for size-1 dimensions; then,
+    with cp > 1, the dp × cp groups, and with ep > 1 the EP and expert-dp groups (:func:`expert_group_ranks`).
     Without a process group, a 1×1×1 mesh with ``groups`` all None is returned.
 
     Args:
@@ -274,10 +330,14 @@ def init_mesh(
     Raises:
         ConfigError: see :class:`Mesh`.
     """
-    mesh = Mesh(mdist.world_size(), pp, dp, tp, cp, rank=mdist.rank(), model=model)
-    for dim in mesh.dims + ((("dp", "cp"),) if cp > 1 else ()):
-        key = dim if isinstance(dim, str) else "dp_cp"
-        for ranks in group_ranks(mesh.shape, dim):
+    mesh = Mesh(mdist.world_size(), pp, dp, tp, cp, ep, rank=mdist.rank(), model=model)
+    lists = [(d, group_ranks(mesh.shape, d)) for d in mesh.dims]
+    if cp > 1:
+        lists.append(("dp_cp", group_ranks(mesh.shape, ("dp", "cp"))))
+    if ep > 1:
+        lists += zip(("ep", "edp"), expert_group_ranks(mesh.shape, ep))
+    for key, all_ranks in lists:
+        for ranks in all_ranks:
             if group_cache is not None and tuple(ranks) in group_cache:
                 g = group_cache[tuple(ranks)]
             else:

@@ -33,7 +33,6 @@ resumes under any other.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -50,6 +49,7 @@ from minipar.data import CharCorpus, make_loader
 from minipar.errors import ConfigError, NonFiniteLossError
 from minipar.mesh import Mesh, init_mesh
 from minipar.models import GPT
+from minipar.moe.checkpoint import load_moe, save_moe
 from minipar.moe.ep import build_moe_piece, moe_full_model
 from minipar.outdir import hold
 from minipar.parallel3d import broadcast_from, build_piece, full_model
@@ -101,12 +101,14 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         any output file is touched.
     """
     corpus, _ = check(cfg, mdist.world_size(), mdist.device().type)  # before any output is touched
-    mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp, cp=cfg.cp)
+    mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep)  # ep: groups carved out of dp
     loader = make_loader(
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )
     gpt_cfg = cfg.gpt(corpus.vocab_size)
-    build = build_piece if not gpt_cfg.moe_experts else functools.partial(build_moe_piece, ep=cfg.ep)  # lesson 12
+    moe = bool(gpt_cfg.moe_experts)  # lesson 12: experts over mesh.ep_group (minipar.moe.ep)
+    build = build_moe_piece if moe else build_piece
+    save_ckpt, load_ckpt = (save_moe, load_moe) if moe else (ckpt.save_3d, ckpt.load_3d)
     piece = build(
         gpt_cfg,
         mesh,
@@ -122,7 +124,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         seed=cfg.seed,
     )
     is_logger = mdist.rank() == piece.loss_rank
-    start = resume(cfg, piece, loader, is_logger) if cfg.resume else 0
+    start = resume(cfg, piece, loader, is_logger, load_ckpt) if cfg.resume else 0
     tokens_per_step = cfg.batch_size * cfg.block_size
     with torch.device("meta"):
         flops_per_token = GPT(gpt_cfg).flops_per_token()  # 6N + 12·L·d·T (see GPT.flops_per_token)
@@ -154,7 +156,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             loss = piece.step(x, y, lr)  # schedule, dp grad sync, global clip, AdamW
         last_finite = check_finite(loss.item(), step, last_finite, cfg)  # the same on every rank: all stop
         if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
-            ckpt.save_3d(cfg.ckpt_dir, step + 1, piece, loader, meta=cfg.meta(corpus))
+            save_ckpt(cfg.ckpt_dir, step + 1, piece, loader, meta=cfg.meta(corpus))
         if step % cfg.log_every == 0:
             now = time.perf_counter()
             tok_s = tokens_per_step * (cfg.log_every if step > start else 1) / (now - t_last)
@@ -184,7 +186,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    gather = moe_full_model if gpt_cfg.moe_experts else full_model
+    gather = moe_full_model if moe else full_model
     model = gather(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
     if log_file is not None:
         log_file.close()
@@ -192,12 +194,13 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
     return history
 
 
-def resume(cfg: TrainConfig, piece, loader, verbose: bool = True) -> int:
+def resume(cfg: TrainConfig, piece, loader, verbose: bool = True, load=ckpt.load_3d) -> int:
     """Load the newest complete checkpoint in ``cfg.ckpt_dir`` (any layout); return the step to start at.
 
     ``verbose``: say what was loaded, or which directory was searched and found empty (the loss
     rank says it, so the line is streamed live); and, in one warning line, which newer checkpoints
-    were skipped as damaged and by which file (:func:`minipar.resume_check.newest_good`).
+    were skipped as damaged and by which file (:func:`minipar.resume_check.newest_good`). ``load``: how to
+    read it into ``piece`` (:func:`minipar.checkpoint.load_3d`; the MoE job's :func:`minipar.moe.checkpoint.load_moe`).
     """
     path, damaged = newest_good(cfg.ckpt_dir)  # the one check_resume checked
     if verbose and damaged and path is not None:
@@ -215,7 +218,7 @@ def resume(cfg: TrainConfig, piece, loader, verbose: bool = True) -> int:
                 flush=True,
             )
         return 0
-    step = ckpt.load_3d(path, piece, loader)
+    step = load(path, piece, loader)
     if verbose:
         print(f"resumed from {os.path.basename(path)} (step {step})", flush=True)
     return step
@@ -297,7 +300,7 @@ def _run(cfg: TrainConfig, a, nproc: int, one_process: bool, world: int) -> tupl
         args=(cfg, progress),
         threads=a.threads or 1,
         prefix=False,
-        stream=Mesh(nproc, cfg.pp, cfg.dp, cfg.tp, cfg.cp).loss_rank,
+        stream=Mesh(nproc, cfg.pp, cfg.dp, cfg.tp, cfg.cp, cfg.ep).loss_rank,
     )[0]  # the loss rank, live
     return history, True
 

@@ -61,3 +61,68 @@ def ep_rank(E, k):
         rows=(sent, recvd),
         counts=[rec for rec in log.records if rec.op == "all_to_all_single" and rec.dtype == "torch.int64"],
     )
+
+
+# --------------------------------------------------------------------- the MoE job (tests/test_experts_train.py)
+def moe_job_reference(cfg):
+    """One device, the plainest loop, float64: the MoE GPT, ``x.chunk(m)`` micro-batches each adding
+    (its cross-entropy + its aux loss) / m to the gradients, torch's clip, AdamW. Returns [(step, ce)]:
+    the mean cross-entropy of every step's batch, before its update (what the job logs as ``loss``)."""
+    from minipar.config import build, lr_at
+    from minipar.data import CharCorpus, load_text, make_loader
+    from minipar.models import GPT
+    from tests._workers_train import float64
+
+    with float64():
+        corpus = CharCorpus(load_text(cfg.data))
+        loader = make_loader(corpus.split("train", cfg.block_size), cfg.batch_size, seed=cfg.seed)
+        model, opt = build(cfg, corpus.vocab_size)
+        m, out = cfg.microbatches, []
+        for step in range(cfg.steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg)
+            x, y = next(loader)
+            ce = 0.0
+            for xm, ym in zip(x.chunk(m), y.chunk(m)):
+                logits, loss = model(xm, ym)  # loss = cross-entropy + Σ aux (GPT.forward)
+                (loss / m).backward()
+                ce += GPT.loss(logits, ym).item() / m
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            out.append((step, ce))
+    return out
+
+
+def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int) -> dict:
+    """dp4·ep2 saving every ``every`` steps; the later checkpoints deleted (as if it died after the
+    first); resumed with ep 2, ep 4 and ep 1 (the checkpoint holds whole expert tensors)."""
+    import os
+    import shutil
+
+    from minipar import checkpoint as ckpt
+    from minipar.config import TrainConfig
+    from tests._workers_train import train_float64
+
+    full = train_float64(TrainConfig(**base, dp=4, ep=2, ckpt_dir=ckpt_dir, ckpt_every=every))
+    if dist.get_rank() == 0:
+        for s in range(2 * every, steps + 1, every):
+            shutil.rmtree(ckpt.step_dir(ckpt_dir, s), ignore_errors=True)
+    dist.barrier()
+    files = sorted(os.listdir(ckpt_dir))
+    resumed = {ep: train_float64(TrainConfig(**base, dp=4, ep=ep, ckpt_dir=ckpt_dir, resume=True)) for ep in (2, 4, 1)}
+    return {"full": full, "resumed": resumed, "files": files}
+
+
+def mesh_ep_groups(pp: int, tp: int, ep: int) -> dict:
+    """``init_mesh(pp, tp=tp, ep=ep)`` on this rank: its ep/edp coordinates, group ranks, and the sums of
+    the global ranks over its EP and expert-dp groups (real process groups, not just lists)."""
+    from minipar.mesh import init_mesh
+
+    mesh = init_mesh(pp=pp, tp=tp, ep=ep)
+    sums = []
+    for g in (mesh.ep_group, mesh.edp_group):
+        t = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(t, group=g)
+        sums.append(int(t.item()))
+    return dict(ep_rank=mesh.ep_rank, edp_rank=mesh.edp_rank, ep=mesh.ranks["ep"], edp=mesh.ranks["edp"], sums=sums)

@@ -8,6 +8,11 @@ over these few steps. A real bug (an expert gradient divided by dp/ep instead of
 balanced per rank instead of over the batch, a router not averaged) moves them by > 1e-4.
 Routing is a discrete choice: a weight difference of 1e-8 could flip a token whose two best
 experts tie within 1e-8; the seeded runs here have no such token (a flip would fail the bound).
+
+Micro-batches, recomputation and checkpoints (issue #25) are proven the same way: against the plainest
+one-device loop accumulating the same micro-batches (``moe_job_reference``: the aux loss is per
+micro-batch, so the reference must split the batch the same way), against the job on one device, and
+against a run without a stop.
 """
 
 import pytest
@@ -15,6 +20,7 @@ import pytest
 from minipar import ConfigError, launch
 from minipar.config import TrainConfig
 from minipar.train import main
+from tests import _workers_moe as wm
 from tests import _workers_train as wt
 
 LOSS_BOUND = 1e-5
@@ -62,10 +68,12 @@ def test_cli_trains_on_text(tmp_path, capsys):
     [
         (dict(moe_experts=0, ep=2), "--ep 2 needs experts"),
         (dict(moe_experts=3, ep=2, dp=2), "must divide moe_experts=3"),
-        (dict(moe_experts=4, ep=2, dp=3), "--ep 2 must divide --dp 3"),
+        (dict(moe_experts=4, ep=2, dp=3), "--ep 2 must divide the 3 data-parallel ranks.*use --ep 1, 3"),
         (dict(moe_experts=4, moe_top_k=5), "moe_top_k=5"),
         (dict(moe_experts=4, tp=2), "drop --tp"),
         (dict(moe_experts=4, cp=2), "drop --cp"),
+        (dict(moe_experts=4, zero=1), "drop --zero"),
+        (dict(moe_experts=4, pp=2, grad_compression="bf16"), "drop --pp, --grad-compression"),
     ],
 )
 def test_bad_moe_settings_are_one_line(kw, text):
@@ -76,3 +84,53 @@ def test_bad_moe_settings_are_one_line(kw, text):
 def test_ep_must_divide_the_ranks_left_to_dp(capsys):
     assert main(["--moe-experts", "4", "--ep", "2", "--nproc", "3", "--steps", "1", "--out", ""]) == 2
     assert "--ep 2 must divide the 3 data-parallel ranks" in capsys.readouterr().err
+
+
+def _train_losses(h):
+    return [(r["step"], r["loss"]) for r in h if "loss" in r]
+
+
+def _close(got, want, what):
+    assert [s for s, _ in got] == [s for s, _ in want], what
+    worst = max(abs(a - b) for (_, a), (_, b) in zip(got, want))
+    assert worst < LOSS_BOUND, (what, worst, got, want)
+
+
+@pytest.mark.parametrize("world,ep", [(2, 2), (4, 2)])
+def test_microbatches_equal_one_device_accumulating_the_same_microbatches(world, ep):
+    """--microbatches 2 with experts: equal to the plainest one-device loop over x.chunk(2) (aux per
+    micro-batch) and to the job on one device; the ranks' micro-batch j together is one device's j
+    (the loader strides rows over ranks). Accumulating
+    the whole batch instead (aux over 8 rows, not 4) moves the losses by ~8e-5: the bound sees it."""
+    cfg = dict(MOE, microbatches=2, out=None)
+    ref = wm.moe_job_reference(TrainConfig(**cfg))
+    one = _train_losses(wt.train_float64(TrainConfig(**cfg)))
+    many = launch(wt.train_float64, world_size=world, args=(TrainConfig(**cfg, dp=world, ep=ep),))
+    _close(one, ref, "one device vs the reference loop")
+    _close(_train_losses(many[0]), ref, f"dp{world}·ep{ep} vs the reference loop")
+    whole = wm.moe_job_reference(TrainConfig(**{**cfg, "microbatches": 1}))
+    assert max(abs(a - b) for (_, a), (_, b) in zip(whole, ref)) > 5 * LOSS_BOUND  # the split matters
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recompute_equals_one_device(mode):
+    """--recompute with experts on dp2·ep2: the same losses as one device without recomputation (full
+    recomputation re-runs the all-to-alls in backward and keeps the aux loss's gradient)."""
+    one = wt.train_float64(TrainConfig(**MOE, out=None))
+    many = launch(wt.train_float64, world_size=2, args=(TrainConfig(**MOE, dp=2, ep=2, recompute=mode, out=None),))
+    for (s, k, a), (s2, k2, b) in zip(_losses(one), _losses(many[0]), strict=True):
+        assert (s, k) == (s2, k2) and abs(a - b) < LOSS_BOUND, (mode, s, k, a, b)
+
+
+def test_checkpoint_resumes_under_another_ep(tmp_path):
+    """Saved by dp4·ep2 at step 3 (of 6); resumed with ep 2, 4 and 1, and on one device: steps 3-5 and
+    the final val loss equal the uninterrupted run's (the checkpoint holds whole expert tensors)."""
+    d = str(tmp_path / "ck")
+    out = launch(wm.moe_save_and_resume, world_size=4, args=(dict(MOE, out=None), d, 6, 3))[0]
+    assert out["files"] == ["step_00000003"]
+    full = [r for r in _losses(out["full"]) if r[0] >= 3]
+    single = wt.train_float64(TrainConfig(**MOE, out=None, ckpt_dir=d, resume=True))
+    for name, h in [*((f"ep{ep}", h) for ep, h in out["resumed"].items()), ("one device", single)]:
+        got = [r for r in _losses(h) if r[0] >= 3]
+        assert [r[:2] for r in got] == [r[:2] for r in full], name
+        assert max(abs(a[2] - b[2]) for a, b in zip(got, full)) < LOSS_BOUND, name

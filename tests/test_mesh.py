@@ -3,9 +3,10 @@
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.mesh import Mesh, coords_of, factorizations, group_ranks, rank_of
+from minipar.mesh import Mesh, coords_of, expert_group_ranks, factorizations, group_ranks, rank_of
 from minipar.models import GPTConfig
 from tests import _workers_mesh as w
+from tests import _workers_moe as wm
 
 
 def test_megatron_16_gpu_example():
@@ -68,3 +69,37 @@ def test_context_parallel_dimension():
         Mesh(8, dp=2, cp=2)
     with pytest.raises(ConfigError, match="--cp 4 needs sequences of at least 2·cp = 8 tokens"):
         Mesh(4, cp=4, model=GPTConfig(block_size=6, n_layer=2, n_head=2, d_model=32))
+
+
+def test_expert_parallel_folds_into_dp():
+    """ep (lesson 12) adds no ranks: each dp group splits as edp · ep, ep fastest (torchtitan's
+    dp_shard_mod_ep · dp_shard_in_ep). dp4·ep2: EP groups [0,1] [2,3], expert-dp groups [0,2] [1,3]."""
+    assert expert_group_ranks((1, 4, 1), 2) == ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+    assert expert_group_ranks((1, 8, 1), 4) == ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]])
+    # with tp = 2 and pp = 2 the dp groups stride by tp, and the EP groups are cut from each of them
+    assert expert_group_ranks((2, 2, 2), 2)[0] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert expert_group_ranks((1, 4, 1), 1) == ([[0], [1], [2], [3]], [[0, 1, 2, 3]])
+    m = Mesh(8, ep=2, rank=5)  # dp = 8
+    assert m.shape == (1, 8, 1) and (m.ep_size, m.edp_size, m.ep_rank, m.edp_rank) == (2, 4, 1, 2)
+    assert Mesh(8, ep=1).ep_group is None  # no expert parallelism: no group, edp_group is the dp group
+
+
+def test_bad_ep_is_one_line_naming_the_fix():
+    with pytest.raises(ConfigError, match=r"^--ep 3 must divide the 4 data-parallel ranks .*use --ep 1, 2, 4, or --dp"):
+        Mesh(4, ep=3)
+    with pytest.raises(ConfigError, match=r"--ep 4 must divide the 2 data-parallel ranks"):
+        Mesh(8, tp=2, pp=2, ep=4)  # dp = 2 left by tp·pp
+    with pytest.raises(ConfigError, match="--ep 0: must be an integer >= 1"):
+        Mesh(4, ep=0)
+    with pytest.raises(ConfigError) as e:
+        Mesh(6, ep=4)
+    assert "\n" not in str(e.value)
+
+
+def test_ep_groups_are_real_process_groups():
+    """dp4·ep2 on 4 ranks: each rank's EP group and expert-dp group, all-reduced over."""
+    out = launch(wm.mesh_ep_groups, world_size=4, args=(1, 1, 2))
+    assert [o["ep"] for o in out] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [o["edp"] for o in out] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [(o["ep_rank"], o["edp_rank"]) for o in out] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert [o["sums"] for o in out] == [[1, 2], [1, 4], [5, 2], [5, 4]]

@@ -8,7 +8,9 @@ et al. 2022, arXiv:2201.05596): the dp ranks ``[r0, r1, ...]`` are cut into runs
 consecutive ranks; each run is an **EP group** that holds all E experts once (E/ep per rank) and
 exchanges tokens with all-to-alls. The ranks holding the *same* experts in different runs form an
 **expert-data-parallel group** (stride ``ep``, size dp/ep). Every rank still trains on its own
-1/dp of the batch. With dp = 4, ep = 2: EP groups [0,1] [2,3], expert-dp groups [0,2] [1,3].
+1/dp of the batch. With dp = 4, ep = 2: EP groups [0,1] [2,3], expert-dp groups [0,2] [1,3]. Both
+are the :class:`~minipar.mesh.Mesh`'s (``mesh.ep_group``, ``mesh.edp_group``; built by
+:func:`minipar.mesh.init_mesh` with ``ep``), the one place where groups are made.
 
 Gradients, for the global loss L = (1/dp) Σ_r L_r (each L_r the mean over rank r's tokens):
 
@@ -22,10 +24,19 @@ The load-balancing loss uses f counted over the whole dp batch (an all-reduce of
 layer; Megatron-LM's global-batch balancing): the ranks' aux losses then average to the one-device
 aux loss on the whole batch, and the job equals one device (tests/test_experts_train.py).
 Logged and evaluated losses are the cross-entropy alone; the aux loss is trained, not logged.
+
+With ``microbatches`` = m (gradient accumulation) each rank runs ``x.chunk(m)``; the loader gives
+rank r the global rows r, r + dp, r + 2dp, ... so micro-batch j of all ranks together is micro-batch
+j of one device (``x.chunk(m)`` of the global batch): the aux loss is per micro-batch, f counted over
+the ranks' micro-batch j, and the job equals one device accumulating the same m micro-batches.
+``recompute``: "selective" re-runs the attention core (the MoE layer untouched); "full" re-runs each
+block in backward, its all-to-alls included, with the aux loss returned as a second output of the
+recomputed function so its gradient survives (:func:`_full_recompute`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,22 +46,11 @@ import torch.nn as nn
 from minipar import dist as mdist
 from minipar.clip_grads import clip_grad_norm_
 from minipar.errors import ConfigError
-from minipar.mesh import Mesh
+from minipar.mesh import Mesh, check_ep
 from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.moe.dispatch import check_moe
 from minipar.moe.parallel import ExpertParallelMoE
-
-
-def expert_groups(dp_ranks: list[int], ep: int) -> tuple[list[list[int]], list[list[int]]]:
-    """``(EP groups, expert-dp groups)`` of a dp group's global ranks: runs of ``ep``, and stride ``ep``.
-
-    Raises:
-        ConfigError: ``ep`` does not divide the dp size.
-    """
-    if ep < 1 or len(dp_ranks) % ep:
-        raise ConfigError(f"--ep {ep} must divide --dp {len(dp_ranks)}: expert parallelism is carved out of dp")
-    runs = [dp_ranks[i : i + ep] for i in range(0, len(dp_ranks), ep)]
-    return runs, [dp_ranks[j::ep] for j in range(ep)]
+from minipar.recompute import checkpoint, set_recompute
 
 
 def is_expert(name: str) -> bool:
@@ -60,19 +60,22 @@ def is_expert(name: str) -> bool:
 
 @dataclass
 class MoEPiece:
-    """This rank's MoE GPT (experts sharded), its groups and AdamW. ``stage`` is the model (the main
-    job's name for "what this rank runs")."""
+    """This rank's MoE GPT (experts sharded over ``mesh.ep_group``) and AdamW. ``stage`` is the model
+    (the main job's name for "what this rank runs"); ``microbatches``: gradient-accumulation steps."""
 
     cfg: GPTConfig
     mesh: Mesh
     stage: nn.Module
     optimizer: torch.optim.Optimizer
     grad_clip: float
-    ep: int
-    ep_group: object = None
-    edp_group: object = None
+    microbatches: int = 1
 
     owns_loss = True
+    zero = 0  # minipar.checkpoint's name: plain AdamW
+
+    @property
+    def ep(self) -> int:
+        return self.mesh.ep_size
 
     @property
     def loss_rank(self) -> int:
@@ -84,12 +87,18 @@ class MoEPiece:
         return GPT.loss(logits, y), aux
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
-        """One AdamW step on this dp rank's (B/dp, T) share; returns the global batch's mean cross-entropy."""
+        """One AdamW step on this dp rank's (B/dp, T) share, accumulated over ``x.chunk(microbatches)``
+        (each micro-batch's loss: its mean cross-entropy + its aux loss, / m); returns the global batch's
+        mean cross-entropy (0-d, on every rank)."""
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
-        ce, aux = self._forward(x.to(mdist.device()), y.to(mdist.device()))
-        (ce + aux).backward()
+        m, dev = self.microbatches, mdist.device()
+        loss = torch.zeros((), device=dev)
+        for xm, ym in zip(x.to(dev).chunk(m), y.to(dev).chunk(m)):
+            ce, aux = self._forward(xm, ym)
+            ((ce + aux) / m).backward()
+            loss += ce.detach() / m
         named = [(n, p) for n, p in self.stage.named_parameters() if p.grad is not None]
         dp = self.mesh.dp_size
         if dp > 1:
@@ -102,14 +111,12 @@ class MoEPiece:
                 for n, p in named:
                     if is_expert(n):
                         if dp > self.ep:
-                            dist.all_reduce(p.grad, group=self.edp_group)
+                            dist.all_reduce(p.grad, group=self.mesh.edp_group)
                         p.grad.div_(dp)
         if self.grad_clip:  # dense counted on EP rank 0 of each EP group, experts on all: every element dp/ep times
-            first = dist.get_rank(self.ep_group) == 0 if self.ep_group is not None else True
-            count = [is_expert(n) or first for n, _ in named]
+            count = [is_expert(n) or self.mesh.ep_rank == 0 for n, _ in named]
             clip_grad_norm_([p.grad for _, p in named], self.grad_clip, count=count, replicas=dp // self.ep)
         self.optimizer.step()
-        loss = ce.detach().clone()
         if dp > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
         return self._from_loss_rank(loss)
@@ -126,49 +133,71 @@ class MoEPiece:
         return t
 
 
+def _full_recompute(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``block(x)`` keeping only ``x``: no graph in forward, re-run in backward (:func:`minipar.recompute.checkpoint`).
+
+    The block's MoE sets ``mlp.aux_loss`` as a side effect, which a no-grad forward would leave without a
+    graph; returning it as a second output of the recomputed function keeps its gradient path.
+    """
+    if not torch.is_grad_enabled():
+        return block._forward(x)
+    out, aux = checkpoint(lambda h: (block._forward(h), block.mlp.aux_loss), x)
+    block.mlp.aux_loss = aux
+    return out
+
+
 def build_moe_piece(
-    cfg: GPTConfig, mesh: Mesh, *, ep: int = 1, lr: float, weight_decay: float, grad_clip: float, seed: int, **dense
+    cfg: GPTConfig,
+    mesh: Mesh,
+    *,
+    microbatches: int = 1,
+    recompute: str = "none",
+    lr: float,
+    weight_decay: float,
+    grad_clip: float,
+    seed: int,
+    **dense,
 ) -> MoEPiece:
     """This rank's piece: ``torch.manual_seed(seed); GPT(cfg)`` on every rank (one device's weights),
-    each block's MoE replaced by an :class:`~minipar.moe.parallel.ExpertParallelMoE` over its EP group
-    (its E/ep experts kept), AdamW over what it holds. A collective (creates every EP and expert-dp group).
-    ``dense``: the dense job's other settings (schedule, zero, ...), which :func:`check_moe_job` has
-    already required to be their defaults.
+    each block's MoE replaced by an :class:`~minipar.moe.parallel.ExpertParallelMoE` over ``mesh.ep_group``
+    (its E/ep experts kept, load balanced over ``mesh.dp_group``), AdamW over what it holds.
+    ``recompute``: none / selective / full (see the module doc). ``dense``: the dense job's other settings
+    (schedule, zero, ...), which :func:`check_moe_job` has already required to be their defaults.
 
     Raises:
-        ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing dp or E.
+        ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing E; ep > 1 without a process group.
     """
+    ep = mesh.ep_size
     if not cfg.moe_experts or mesh.tp_size * mesh.pp_size > 1:
         raise ConfigError(f"--moe-experts {cfg.moe_experts} on tp{mesh.tp_size}·pp{mesh.pp_size}: use --tp 1 --pp 1")
     if cfg.moe_experts % ep:
         raise ConfigError(f"--ep {ep} must divide --moe-experts {cfg.moe_experts}: each EP rank holds E/ep experts")
     torch.manual_seed(seed)
     model = GPT(cfg).to(mdist.device())
-    piece_groups = [None, None]
+    if ep > 1 and mesh.ep_group is None:
+        raise ConfigError(f"--ep {ep} needs {ep} ranks or more (a process group); run with --dp >= {ep}")
     if dist.is_initialized() and mdist.world_size() > 1:
-        runs, strides = expert_groups(mesh.ranks["dp"], ep)
-        for i, ranks in enumerate([*runs, *strides]):  # every rank creates every group, in the same order
-            g = mdist.new_group(ranks)
-            if mesh.rank in ranks:
-                piece_groups[0 if i < len(runs) else 1] = g
+        group = mesh.ep_group if ep > 1 else mesh.groups["tp"]  # ep = 1: a one-rank group (None is the world)
         for b in model.blocks:
-            b.mlp = ExpertParallelMoE(b.mlp, group=piece_groups[0], balance_group=mesh.dp_group)
-    elif ep > 1:
-        raise ConfigError(f"--ep {ep} needs {ep} ranks or more; run with --dp >= {ep}")
+            b.mlp = ExpertParallelMoE(b.mlp, group=group, balance_group=mesh.dp_group)
+    set_recompute(model, "selective" if recompute == "selective" else "none")
+    if recompute == "full":
+        for b in model.blocks:
+            b.forward = functools.partial(_full_recompute, b)
     opt = torch.optim.AdamW(adamw_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
-    return MoEPiece(cfg, mesh, model, opt, grad_clip, ep, *piece_groups)
+    return MoEPiece(cfg, mesh, model, opt, grad_clip, microbatches)
 
 
 @torch.no_grad()
 def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
     """The whole GPT on rank ``dst`` (experts all-gathered over its EP group), None elsewhere. Collective."""
-    if piece.ep_group is None:
+    if piece.mesh.ep_group is None:
         return piece.stage if mdist.rank() == dst else None
     state = {}
     for n, p in piece.stage.state_dict().items():
         if is_expert(n):
             parts = [torch.empty_like(p) for _ in range(piece.ep)]
-            dist.all_gather(parts, p.contiguous(), group=piece.ep_group)
+            dist.all_gather(parts, p.contiguous(), group=piece.mesh.ep_group)
             p = torch.cat(parts)
         state[n] = p
     if mdist.rank() != dst:
@@ -181,26 +210,28 @@ def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
 def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> None:
     """The main job's MoE rules, one line each (``cfg``: the TrainConfig, for the other settings).
 
+    Accepted with experts: dp, ep, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``
+    (tests/test_experts_train.py proves each equal to one device).
     Raises:
-        ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E and dp);
-            a setting the MoE job does not combine with (tp, pp, cp, ZeRO, compression, micro-batches,
-            recomputation, checkpoints).
+        ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E, and dp:
+            :func:`minipar.mesh.check_ep`); a setting the MoE job does not combine with (tp, pp, cp,
+            ZeRO, gradient compression), naming the flags to drop.
     """
     if ep > 1 and not experts:
         raise ConfigError(f"--ep {ep} needs experts to shard: add --moe-experts E (a multiple of {ep})")
     check_moe(experts, top_k, None, ep)
-    if dp is not None and dp % ep:
-        raise ConfigError(f"--ep {ep} must divide --dp {dp}: expert parallelism is carved out of the dp ranks")
+    if dp is not None:
+        check_ep(ep, dp)
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
         "--cp": getattr(cfg, "cp", 1) > 1,  # Megatron carves EP out of dp·cp; minipar's EP uses dp only
         "--zero": cfg.zero != 0,
         "--grad-compression": cfg.grad_compression != "none",
-        "--microbatches": cfg.microbatches > 1,
-        "--recompute": cfg.recompute != "none",
-        "--ckpt-every/--resume": bool(cfg.ckpt_every or cfg.resume),
     }
     bad = [k for k, v in clash.items() if v]
     if bad:
-        raise ConfigError(f"--moe-experts {experts} runs with data and expert parallelism only: drop {', '.join(bad)}")
+        raise ConfigError(
+            f"--moe-experts {experts} runs with data and expert parallelism (and micro-batches, recompute, "
+            f"checkpoints) only: drop {', '.join(bad)}"
+        )

@@ -1,0 +1,109 @@
+"""Checkpoints of the MoE job (:mod:`minipar.moe.ep`): logical single-device tensors, any ep on resume.
+
+    save_moe(ckpt_dir, step, piece, loader, meta)     # collective
+    step = load_moe(path, piece, loader)              # collective; ep may differ from the saver's
+
+The same format as the dense job's :func:`minipar.checkpoint.state_3d` (``model.<name>``,
+``optim.exp_avg.<name>``, ``optim.exp_avg_sq.<name>``, the fused ``qkv`` as its ``.q``/``.k``/``.v``
+thirds, ``progress``, ``rng``; written with DCP by
+:func:`minipar.checkpoint.save`), every tensor the single-device GPT's: an expert tensor, of which
+EP rank r holds rows ``[r·E/ep, (r+1)·E/ep)`` (dim 0 is the expert), is all-gathered over the EP
+group before saving (E/ep · ep rows, the whole (E, ...) tensor; course-sized models: a production job
+would save ``DTensor`` shards, as torchtitan does for its expert mesh), and each rank cuts its own rows
+back out after loading. So a run saved with dp4·ep2 resumes with ep 1, 2 or 4, or on one device, and
+:mod:`minipar.resume_check` checks it against the model like any other checkpoint
+(tests/test_experts_train.py: saved at step 3 with ep 2, resumed with ep 1 and ep 4, equal to a
+run without a stop).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from minipar import checkpoint as ckpt
+
+
+def _expert_rows(piece) -> dict[str, tuple[int, int]]:
+    """``{expert param name: (first row, rows)}`` of this rank's block of each expert tensor."""
+    r = piece.mesh.ep_rank
+    return {n: (r * p.shape[0], p.shape[0]) for n, p in piece.stage.named_parameters() if ".experts." in n}
+
+
+@torch.no_grad()
+def _full(piece, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` (shaped like this rank's params) with every expert tensor all-gathered over the EP group."""
+    rows, group, ep = _expert_rows(piece), piece.mesh.ep_group, piece.mesh.ep_size
+    out = {}
+    for n, t in tensors.items():
+        if n in rows and group is not None:
+            parts = [torch.empty_like(t) for _ in range(ep)]
+            dist.all_gather(parts, t.contiguous(), group=group)
+            t = torch.cat(parts)
+        out[n] = t
+    return out
+
+
+def _logical(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The checkpoint's names: the fused ``qkv`` as ``.q``/``.k``/``.v`` thirds (views, so loading fills them)."""
+    out = {}
+    for n, t in tensors.items():
+        if n.endswith(("attn.qkv.weight", "attn.qkv.bias")):
+            out.update({f"{n}.{k}": part for k, part in zip("qkv", t.chunk(3))})
+        else:
+            out[n] = t
+    return out
+
+
+def _state(piece, loader, step: int, weights: dict, moments: dict) -> dict:
+    pos = loader.state_dict()
+    return {
+        "model": _logical(weights),
+        "optim": {k: _logical(v) for k, v in moments.items()},
+        "progress": torch.tensor(  # device-ok: saved as plain CPU tensors, as minipar.checkpoint.state_3d does
+            [step, pos["epoch"], pos["step_in_epoch"]], dtype=torch.long
+        ),
+        "rng": torch.get_rng_state(),
+    }
+
+
+def save_moe(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) -> str:
+    """Save the MoE job's checkpoint ``step`` (collective): full expert tensors, AdamW moments, the
+    loader's position, the RNG state; ``meta`` plus the layout (``"dp4·ep2"``). Returns its directory."""
+    opt, m = piece.optimizer, piece.mesh
+    named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
+    weights = _full(piece, {n: p.detach() for n, p in piece.stage.named_parameters()})
+    moments = {k: _full(piece, {n: opt.state[p][k] for n, p in named}) for k in ckpt.MOMENTS}
+    meta = None if meta is None else {**meta, "layout": f"dp{m.dp_size}·ep{m.ep_size}"}
+    return ckpt.save(ckpt_dir, step, _state(piece, loader, step, weights, moments), meta)
+
+
+@torch.no_grad()
+def load_moe(path: str, piece, loader) -> int:
+    """Load checkpoint ``path`` (saved with any ep, or by one device) into ``piece``; returns its step.
+
+    Every rank reads the whole tensors, then keeps its rows of the expert ones. Collective.
+    """
+    opt, rows = piece.optimizer, _expert_rows(piece)
+    ckpt.init_optimizer_state(None, opt)
+    params = dict(piece.stage.named_parameters())
+
+    def full_like(n: str, t: torch.Tensor) -> torch.Tensor:
+        return t.new_empty((t.shape[0] * piece.mesh.ep_size, *t.shape[1:])) if n in rows else t
+
+    weights = {n: full_like(n, p.detach()) for n, p in params.items()}
+    moments = {k: {n: full_like(n, opt.state[p][k]) for n, p in params.items()} for k in ckpt.MOMENTS}
+    state = _state(piece, loader, 0, weights, moments)
+    ckpt.load(path, state)
+    for n, p in params.items():
+        if n in rows:
+            a, k = rows[n]
+            p.copy_(weights[n][a : a + k])
+            for key in ckpt.MOMENTS:
+                opt.state[p][key].copy_(moments[key][n][a : a + k])
+    step, epoch, in_epoch = state["progress"].tolist()
+    for st in opt.state.values():
+        st["step"] = torch.tensor(float(step))  # device-ok: AdamW keeps "step" on CPU, as torch.optim does
+    loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
+    torch.set_rng_state(state["rng"])
+    return step
