@@ -68,3 +68,12 @@ def test_wrong_input_is_one_line_naming_the_value_and_the_fix(argv, message, cap
     assert main(argv) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.startswith(f"error: {message}") and cap.err.count("\n") == 1, cap.err
+
+
+def test_the_search_picks_context_parallelism_for_long_sequences(capsys):
+    """At 128K tokens a 70B model on 256 H100s: with cp = 1 every rank keeps the whole sequence's activations;
+    the search tries cp (ring attention) and its best layout uses it."""
+    argv = ["--model", "70b", "--seq", "131072", "--gpus", "256", "--gpu", "h100", "--global-batch", "64"]
+    assert main([*argv, "--flash-attention", "--json", "--top", "3"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert rows and all("·cp" in r["layout"] and r["fits"] for r in rows), rows

@@ -68,6 +68,8 @@ def activation_bytes_per_layer(
     full keeps the layer's input, 2·s·b·h (÷t with sequence parallelism, §4.3). The 24 generalised from
     the paper's terms: Q 2, K and V 2·h_kv/h each, the output projection's input 2, the MLP's 2·f/h per
     kept (b, s, f) tensor (2 for GELU: its input and output; 3 gated: gate, up, product). cp divides s.
+    The 10 replicated: two LayerNorm inputs 4, the QKV and MLP inputs 2 each, two dropout masks 1 each
+    (8 without dropout, ``model.dropout`` False).
     Written for 2-byte values, scaled by bytes_per_value/2. Raises ConfigError for another ``recompute``."""
     if recompute not in ("none", "selective", "full"):
         raise ConfigError(f"recompute={recompute!r}: use 'none', 'selective' or 'full'")
@@ -80,7 +82,8 @@ def activation_bytes_per_layer(
         hk, f = model.kv * (h // a), model.f
         split = (4 * h + 4 * hk + 2 * f * (3 if model.gated else 2)) * s * b
         core = 0 if recompute == "selective" or flash_attention else 5 * a * s * model.seq * b
-        x = (10 * sbh + split + core) / t if seq_parallel else 10 * sbh + (split + core) / t
+        rep = (10 if model.dropout else 8) * sbh
+        x = (rep + split + core) / t if seq_parallel else rep + (split + core) / t
     return x * bytes_per_value / 2
 
 

@@ -18,7 +18,8 @@ class ModelShape:
     sequence ``seq``, vocabulary ``vocab``; ``bias``: minipar's ``GPTConfig.bias`` (minipar counts only);
     ``kv_heads`` key/value heads (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245;
     None: = heads); ``ffn`` the MLP's inner width (None: 4·hidden); ``gated``: a gated MLP (SwiGLU,
-    Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama."""
+    Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama; ``dropout``:
+    the block keeps two dropout masks for backward (GPT-style; Llama has no dropout: False)."""
 
     layers: int
     hidden: int
@@ -29,6 +30,7 @@ class ModelShape:
     kv_heads: int | None = None
     ffn: int | None = None
     gated: bool = False
+    dropout: bool = True
 
     def __post_init__(self):
         for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn"):
@@ -86,7 +88,9 @@ class Layout:
     arXiv:2205.14135: no s² scores in memory, causal blocks skipped, one extra QKᵀ in backward);
     ``scatter_gather`` (Narayanan et al. 2021 §4.1: a stage sends 1/t of its activation per TP rank
     across nodes and all-gathers it over NVLink); ``first_stage_layers`` / ``last_stage_layers``:
-    uneven stages (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``; None: l/pp each)."""
+    uneven first/last pipeline stages (v = 1) or first/last model chunks (v > 1): :meth:`chunk_layers`
+    (None: even); ``cp_allgather``: context parallelism by all-gathering K and V before attention and
+    reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped."""
 
     dp: int
     tp: int
@@ -105,34 +109,55 @@ class Layout:
     scatter_gather: bool = True
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    cp_allgather: bool = False
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
-    def stage_layers(self, layers: int) -> list[int]:
-        """Blocks per pipeline stage (stage 0 .. pp−1): first/last as given, the rest shared evenly.
+    def chunk_layers(self, layers: int) -> list[int]:
+        """Blocks per virtual stage (model chunk) k = 0 .. pp·v−1; chunk k lives on rank k mod pp
+        (Narayanan et al. 2021 §2.2.2). Without uneven stages: layers/(pp·v) each. With
+        ``first_stage_layers`` / ``last_stage_layers``: v = 1, pipeline stages 0 and pp−1 hold them
+        (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``); v > 1, the FIRST and LAST MODEL
+        CHUNK hold them (chunk 0 on rank 0, with the embedding; chunk pp·v−1 on rank pp−1, with the
+        logit layer and the loss), as Llama 3 removes one block from each (Grattafiori et al. 2024,
+        arXiv:2407.21783, §3.3.2); 0 is allowed (a chunk with only the embedding or the loss). The
+        other chunks share the rest evenly. (Megatron-LM under v > 1 spreads its first/last count
+        over all v chunks of rank 0 / pp−1 instead, each count divisible by v; that layout is not
+        expressible here.)
 
         Raises:
-            ConfigError: counts that leave a stage empty or do not divide the middle stages evenly.
+            ConfigError: a negative count, first/last with pp·v = 1, or counts that leave the other
+                chunks an uneven share or none.
         """
-        p, first, last = self.pp, self.first_stage_layers, self.last_stage_layers
+        S, first, last = self.pp * self.v, self.first_stage_layers, self.last_stage_layers
         if first is None and last is None:
-            return [layers // p] * p
-        if p == 1:
+            return [layers // S] * S
+        if S == 1:
             raise ConfigError("first/last_stage_layers need pp > 1")
         fixed = [x for x in (first, last) if x is not None]
-        rest, n_rest = layers - sum(fixed), p - len(fixed)
-        if min(fixed) < 1 or rest < n_rest or (n_rest == 0 and rest) or (n_rest and rest % n_rest):
+        rest, n_rest = layers - sum(fixed), S - len(fixed)
+        if min(fixed) < 0 or rest < n_rest or (n_rest == 0 and rest) or (n_rest and rest % n_rest):
+            what = "stages" if self.v == 1 else "model chunks (pp·v)"
             raise ConfigError(
-                f"first_stage_layers={first}, last_stage_layers={last} with {layers} layers on pp={p}: the other "
-                f"{n_rest} stages must share the remaining {rest} layers evenly, at least 1 each"
+                f"first_stage_layers={first}, last_stage_layers={last} with {layers} layers on pp={self.pp}, "
+                f"v={self.v}: the other {n_rest} {what} must share the remaining {rest} layers evenly, at least 1 each"
             )
         mid = rest // n_rest if n_rest else 0
-        out = [mid] * p
+        out = [mid] * S
         out[0] = first if first is not None else mid
         out[-1] = last if last is not None else mid
         return out
+
+    def stage_layers(self, layers: int) -> list[int]:
+        """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`).
+
+        Raises:
+            ConfigError: as :meth:`chunk_layers`.
+        """
+        chunks = self.chunk_layers(layers)
+        return [sum(chunks[r :: self.pp]) for r in range(self.pp)]
 
     def __str__(self) -> str:
         s = f"dp{self.dp}·tp{self.tp}·pp{self.pp}" + (f"·cp{self.cp}" if self.cp > 1 else "") + f"·b{self.micro_batch}"
@@ -143,6 +168,7 @@ class Layout:
         s += {"none": "", "selective": "·sel-rc", "full": "·full-rc"}[self.recompute]
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
+        s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 
@@ -167,9 +193,9 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
         ConfigError: an unknown recompute, ZeRO stage or schedule; a degree below 1; tp not dividing
             heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
             sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
-            dividing them, or uneven first/last stages with v = 1; minipar: more stages than
-            layers); ZeRO-3 with pp > 1; a batch not divisible by dp·b; interleaving with m not a
-            multiple of pp.
+            dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
+            minipar: more stages than layers, or uneven stages); ZeRO-3 with pp > 1; a batch not
+            divisible by dp·b; interleaving with m not a multiple of pp.
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
@@ -200,13 +226,11 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
                 f"pp·v = {p}·{v} stages for {model.layers} layers (minipar counts: even stages, pp·v <= layers)"
             )
     elif uneven:
-        if v > 1:
-            raise ConfigError(f"uneven first/last stages with v={v}: the model supports them with v = 1 only")
-        layout.stage_layers(model.layers)
+        layout.chunk_layers(model.layers)
     elif model.layers % (p * v):
         raise ConfigError(
             f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
-            "or uneven stages (--first-stage-layers/--last-stage-layers, v = 1)"
+            "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
         )
     if layout.zero == 3 and p > 1:
         raise ConfigError(

@@ -38,13 +38,16 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   layer's compute (MegaScale, arXiv:2402.15627, §3.2).
 - **CP** (ring attention, Liu et al. 2023, arXiv:2310.01889): c − 1 steps per layer, each passing this
   rank's K and V (2·b·(s/c)·h_kv values ÷ t) while the attention of one chunk runs; only the excess is
-  exposed; the backward passes twice the bytes. DP gradients are reduced over d·c ranks.
+  exposed; the backward passes twice the bytes. ``cp_allgather`` (Llama 3, arXiv:2407.21783, §3.3.2):
+  c − 1 blocks all-gathered before attention, again and a reduce-scatter of dK, dV in backward, exposed.
+  DP gradients are reduced over d·c ranks.
 - **PP**: each action sends one b·s·h activation or gradient; with scatter/gather (Narayanan §4.1) or
   sequence parallelism 1/t of it crosses nodes, then an all-gather over NVLink. ``"pp"`` in overlap
   hides it (MegaScale §3.2).
 - **Pipeline time**: megatron: the makespan of the real schedule (:func:`minipar.pp.schedules.simulate`
-  of 1F1B, interleaved 1F1B or GPipe) with each virtual stage's own forward and backward time (uneven
-  first/last stages, the logit layer on the last); the bubble is what the busiest rank leaves idle.
+  of 1F1B, interleaved 1F1B or GPipe) with each virtual stage's own forward and backward time (its own
+  blocks, :meth:`~minipar.perf.layout.Layout.chunk_layers`: uneven first/last stages or chunks; the
+  logit layer on the last); the bubble is what the busiest rank leaves idle.
   minipar: uniform stages, (m + p − 1) stage times (Narayanan §2.2.1).
 - **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`dp_time`. Under gradient
   accumulation only the last micro-batch's backward can hide the gradient reduction (bucket by
@@ -53,8 +56,9 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
 - **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`,
   over d·c ranks), activations per Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
-  × the micro-batches stage i holds (min(p − i, m) under 1F1B, × (1 + (p−1)/(p·v)) on stage 0
-  interleaved, §4.2.3; m under GPipe); the busiest stage. Fits if ≤ ``usable_mem`` (0.9, ASSUMED).
+  × the blocks each rank holds at its peak along the real schedule (:func:`minipar.perf.memory.held_layers`:
+  min(p − i, m)·l/p under 1F1B, l·(1 + (p−1)/(p·v)) on rank 0 interleaved, §4.2.3; each chunk's own
+  blocks); the busiest rank. Fits if ≤ ``usable_mem`` (0.9, ASSUMED). :mod:`minipar.perf.memory`.
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
@@ -78,6 +82,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 )
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (memory_per_gpu: read by tests, search)
 from minipar.perf.timeline import overlap_formula
 from minipar.pp.schedules import make_schedule, simulate
 
@@ -169,6 +174,8 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
     step = L["cp"][0] + cp_block_bytes(model, b, s, t, bpv) / L["cp"][1] if c > 1 else 0.0  # ring attention
     cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
+    if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
+        cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
@@ -177,8 +184,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         if layout.scatter_gather and not sp and t > 1:
             p2p += all_reduce_time(t, msg, L["tp"]) / 2  # the all-gather over NVLink
     logit = logit_flops(model, b) / c / t / eff
-    layers = layout.stage_layers(model.layers) if v == 1 else [model.layers // (p * v)] * (p * v)
-    S = p * v
+    layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
     lf = [n * (f_l + tp_f + cp_f) + p2p for n in layers]
     lb = [n * (b_l + tp_b + cp_b) + p2p for n in layers]
     lf[-1], lb[-1] = lf[-1] + logit, lb[-1] + 2 * logit  # the logit layer runs on the last stage
@@ -247,7 +253,7 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     bucket is always exposed); the weights' all-gather hides behind the first micro-batch's forward
     (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 per micro-batch behind its own passes."""
     n, z, bpv = layout.dp * layout.cp, layout.zero, dev.bytes_per_value
-    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, _stage_layers(model, layout, dev)))
+    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
     link = _links(dev, layout)["dp"]
     grads = all_reduce_time(n, layout.grad_bytes * psi, link) / (2 if z else 1)
     gather = all_reduce_time(n, bpv * psi, link) / 2 if z else 0.0
@@ -259,10 +265,6 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     if not hide:
         return grads + gather
     return _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
-
-
-def _stage_layers(model: ModelShape, layout: Layout, dev: Device):
-    return layout.stage_layers(model.layers) if dev.counts == "megatron" and layout.v == 1 else None
 
 
 def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) -> Estimate:
@@ -277,7 +279,7 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     time = pipeline(model, dev, layout, m)
     pipe, _, fwd1, bwd1 = (time.pop(k) for k in ("pipe", "busy", "fwd1", "bwd1"))
     dp_t = dp_time(model, dev, layout, m, fwd1, bwd1)
-    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, _stage_layers(model, layout, dev)))
+    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
     n_opt = layout.dp * layout.cp if layout.zero else 1
     opt_t = (32 * psi / n_opt / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
     host_t = 2 * dev.bytes_per_value * psi / dev.host_bw if layout.offload else 0.0
@@ -295,33 +297,3 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         model_flops(model, global_batch, "none") / total / n / dev.peak_flops,
         layout.tp > 1 and _links(dev, layout)["tp"] == dev.inter != dev.intra,
     )
-
-
-def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
-    """Bytes per device of the busiest stage: params, grads, optimizer (ZeRO formula over dp·cp),
-    activations (stage i holds min(p − i, m) micro-batches under 1F1B), total (all on the device)
-    and host (offloaded optimizer state)."""
-    from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
-
-    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
-    bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
-    params = stage_params(model, p, t, dev.counts, _stage_layers(model, layout, dev))
-    layers = _stage_layers(model, layout, dev) or [-(-model.layers // p)] * p
-    per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, sp, bpv, flash, c)
-    best = None
-    for i in range(p):
-        states = zero_bytes_formula(params[i], layout.zero, d * c, mixed_precision=bpv == 2)
-        opt = 0.0 if layout.offload else states["optimizer"]
-        if layout.schedule == "gpipe":
-            inflight = m
-        else:
-            inflight = min(p - i, m) * (1 + (p - 1) / (p * v) if v > 1 and i == 0 else 1)
-        acts = layers[i] * inflight * per_layer
-        if layout.recompute == "full":  # the layer being recomputed holds its full activations
-            acts += activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
-        mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
-        mem["total"] = sum(mem.values())
-        mem["host"] = states["optimizer"] if layout.offload else 0
-        if best is None or mem["total"] > best["total"]:
-            best = mem
-    return best

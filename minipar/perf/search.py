@@ -1,6 +1,6 @@
 """Search the layouts with the performance model: enumerate, estimate, reject, rank; and score a ranking.
 
-:func:`plan` answers "which (dp, tp, pp, b, v, ZeRO, recompute) for N devices?" with
+:func:`plan` answers "which (dp, tp, pp, cp, b, v, ZeRO, recompute) for N devices?" with
 :func:`minipar.perf.model.estimate` on every valid layout (``python -m minipar.plan`` prints it);
 :func:`rank_correlation` says how well a model's ordering of layouts matches a measured one
 (lesson 07 checks the model against every factorization of 8 ranks on this CPU).
@@ -15,6 +15,19 @@ from minipar.perf.factors import divisors
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.model import estimate, memory_per_gpu
+
+CP_MIN_TOKENS = 4096  # tokens each context-parallel rank keeps, at least, in the default search (ASSUMED)
+
+
+def cp_degrees(model: ModelShape, dev: Device, gpus: int) -> list[int]:
+    """Context-parallel degrees the search tries by default: 1, and every c > 1 dividing ``gpus`` that
+    splits the sequence into 2·c load-balanced chunks (Megatron-LM's causal split; Llama 3,
+    arXiv:2407.21783, §3.3.2) and leaves each rank at least :data:`CP_MIN_TOKENS` tokens (ASSUMED: a
+    rule that keeps the search small; Llama 3 kept 8,192 per rank at 128K). GPU counts only (minipar's
+    GPT has no CP): [1] for the CPU counts."""
+    if dev.counts != "megatron":
+        return [1]
+    return [c for c in divisors(gpus) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= CP_MIN_TOKENS)]
 
 
 def plan(
@@ -33,6 +46,7 @@ def plan(
     offload: bool = False,
     max_bubble: float | None = 0.25,
     flash_attention: bool = False,
+    cps=None,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -43,19 +57,24 @@ def plan(
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
             (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
             ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``: fixed.
+            ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
+            only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
     divide the devices per node is kept and costed on the inter-node link), "does not fit" (memory >
     ``usable_mem``), "bubble";
+    context-parallel layouts are judged by the same reasons (their memory keeps s/cp tokens per rank,
+    their time pays the ring's exposed K/V exchange);
     an invalid combination (:func:`minipar.perf.layout.check_layout`) is skipped, so nothing is raised
     for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
     """
     out = []
-    for tp in divisors(gpus):
-        for pp in divisors(gpus // tp):
-            dp = gpus // (tp * pp)
+    cps = cp_degrees(model, dev, gpus) if cps is None else cps
+    for tp, cp in ((tp, cp) for tp in divisors(gpus) for cp in cps if gpus % (tp * cp) == 0):
+        for pp in divisors(gpus // (tp * cp)):
+            dp = gpus // (tp * pp * cp)
             if microbatches is None:
                 sizes = micro_batches
             else:
@@ -77,6 +96,7 @@ def plan(
                                 offload,
                                 overlap,
                                 schedule=schedule,
+                                cp=cp,
                                 flash_attention=flash_attention,
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))

@@ -1,0 +1,72 @@
+"""Memory per device of one layout (a MODEL, :mod:`minipar.perf.model`): states by ZeRO's formula,
+activations by Korthikanti et al.'s counts held as long as the pipeline schedule holds them.
+
+Units: bytes. Sources per function.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from minipar.perf.flops import activation_bytes_per_layer, stage_params
+from minipar.perf.hardware import Device
+from minipar.perf.layout import Layout, ModelShape
+from minipar.pp.schedules import make_schedule
+
+
+def stage_layers_of(model: ModelShape, layout: Layout, dev: Device):
+    """Blocks per pipeline rank under the megatron counts (:meth:`Layout.stage_layers`); None for minipar's."""
+    return layout.stage_layers(model.layers) if dev.counts == "megatron" else None
+
+
+@functools.lru_cache(maxsize=1024)
+def held_layers(p: int, m: int, v: int, schedule: str, chunks: tuple) -> tuple:
+    """Per rank, the most blocks' activations it holds at once: the peak, along that rank's actions in
+    the real schedule (:func:`minipar.pp.schedules.make_schedule`: 1F1B, interleaved 1F1B if v > 1, or
+    GPipe), of Σ ``chunks[stage]`` over the forwards whose backward has not run yet (one micro-batch
+    each). Uniform chunks give Narayanan et al. 2021 §4.2.3: min(p − i, m)·l/p on stage i under 1F1B,
+    l·(1 + (p − 1)/(p·v)) on rank 0 interleaved; uneven chunks count each chunk's own blocks. The peak
+    is reached in the warm-up, so m is capped at 3p (GPipe: m·layers, no cap)."""
+    if schedule == "gpipe" and v == 1:
+        return tuple(m * chunks[r] for r in range(p))
+    sched = make_schedule("interleaved" if v > 1 else schedule, p, min(m, 3 * p), v)
+    out = []
+    for acts in sched:
+        held = peak = 0.0
+        for a in acts:
+            held += chunks[a.stage] if a.kind == "F" else -chunks[a.stage]
+            peak = max(peak, held)
+        out.append(peak)
+    return tuple(out)
+
+
+def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
+    """Bytes per device of the busiest pipeline rank: params, grads, optimizer (ZeRO's formula over the
+    dp·cp ranks that hold the same weights; Rajbhandari et al. 2020, arXiv:1910.02054), activations
+    (:func:`~minipar.perf.flops.activation_bytes_per_layer` × :func:`held_layers`, each model chunk
+    with its own block count; full recomputation adds the one block being recomputed), total (all on
+    the device) and host (offloaded optimizer state). Raises ConfigError for an invalid layout."""
+    from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
+
+    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
+    bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
+    params = stage_params(model, p, t, dev.counts, stage_layers_of(model, layout, dev))
+    if dev.counts == "megatron":
+        chunks = tuple(layout.chunk_layers(model.layers))
+    else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage
+        chunks = (-(-model.layers // p) / v,) * (p * v)
+    held = held_layers(p, m, v, layout.schedule, chunks)
+    per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, sp, bpv, flash, c)
+    best = None
+    for i in range(p):
+        states = zero_bytes_formula(params[i], layout.zero, d * c, mixed_precision=bpv == 2)
+        opt = 0.0 if layout.offload else states["optimizer"]
+        acts = held[i] * per_layer
+        if layout.recompute == "full":  # the layer being recomputed holds its full activations
+            acts += activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+        mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
+        mem["total"] = sum(mem.values())
+        mem["host"] = states["optimizer"] if layout.offload else 0
+        if best is None or mem["total"] > best["total"]:
+            best = mem
+    return best
