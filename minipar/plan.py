@@ -5,11 +5,15 @@
         --vocab 128256 --seq 8192 --gpus 1024 --gpu h100 --global-batch 2048 \\
         --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
 
-Searches every layout (dp, tp, pp, micro-batch b, interleaving v, ZeRO stage, recompute) and prints
-the best with their modelled MFU, step time and memory per GPU, then one line per reason the others
-were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --v --micro-batch --zero
---recompute --sp --flash-attention --first-stage-layers --last-stage-layers``), evaluates exactly
-that layout. ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
+Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b,
+interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, step time and
+memory per GPU, then one line per reason the others were rejected; or, given ``--tp --pp --dp`` (and
+optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp --flash-attention
+--first-stage-layers --last-stage-layers``), evaluates exactly that layout. ``--first/last-stage-layers``:
+the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's
+126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
+:meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks
+(Llama). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
 ``fits`` and the time terms. Only the command line: the model is :mod:`minipar.perf.model`.
@@ -39,9 +43,9 @@ FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last
 def check_args(a: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` (one line: the flag, the value, the fix) for an impossible input."""
     for flag in ("gpus", "gpus_per_node", "global_batch", "top", *SHAPE, *FIXED):
-        v = getattr(a, flag)
-        if v is not None and v < 1:
-            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be an integer >= 1")
+        v, least = getattr(a, flag), 0 if flag.endswith("stage_layers") else 1  # a chunk may hold no block
+        if v is not None and v < least:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be an integer >= {least}")
     bad = [x for x in a.overlap.split(",") if x and x not in OVERLAP]
     if bad:
         raise ConfigError(
@@ -59,12 +63,21 @@ def check_args(a: argparse.Namespace) -> None:
 def _shape(a) -> tuple[str, ModelShape]:
     if a.layers is not None:
         shape = ModelShape(
-            a.layers, a.hidden, a.heads, a.seq or 2048, a.vocab or 51200, True, a.kv_heads, a.ffn, a.swiglu
+            a.layers,
+            a.hidden,
+            a.heads,
+            a.seq or 2048,
+            a.vocab or 51200,
+            True,
+            a.kv_heads,
+            a.ffn,
+            a.swiglu,
+            not a.no_dropout,
         )
         return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape
     base = MODELS[a.model]
     over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn") if getattr(a, k) is not None}
-    return a.model, replace(base, **over, gated=base.gated or a.swiglu)
+    return a.model, replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
 
 
 def _device(a):
@@ -114,6 +127,7 @@ def parser() -> argparse.ArgumentParser:
     for f in SHAPE:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {f}")
     p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
+    p.add_argument("--no-dropout", action="store_true", help="no dropout masks kept (Llama): activation memory")
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU's (8)")
@@ -128,6 +142,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
     p.add_argument("--recompute", default=None, choices=("none", "selective", "full"))
     p.add_argument("--sp", action="store_true", help="sequence parallelism (fixed layout)")
+    p.add_argument("--cp-allgather", action="store_true", help="CP by all-gathered K/V, Llama 3's (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
     p.add_argument("--json", action="store_true", help="one JSON object per layout per line")
     p.add_argument("--moe-experts", type=int, default=None, help="experts per MLP: print the MoE counts (lesson 12)")
@@ -157,6 +172,7 @@ def main(argv=None) -> int:
                 a.sp,
                 overlap=overlap,
                 cp=a.cp or 1,
+                cp_allgather=a.cp_allgather,
                 flash_attention=a.flash_attention,
                 first_stage_layers=a.first_stage_layers,
                 last_stage_layers=a.last_stage_layers,

@@ -110,15 +110,15 @@ def rows(quick: bool) -> list[Row]:
 
 
 def plan_rows() -> list[Row]:
-    """The planner's command line on a custom shape and a fixed layout (issue #22: JSON in under 5 s,
-    the Python start-up included), and its error on the declared test set (minipar.perf.runs)."""
+    """The planner's command line on a custom shape and a fixed layout, and its search (issue #22: under
+    5 s each, the Python start-up included), and its error on the declared test set (minipar.perf.runs)."""
     import json
     import statistics
     import subprocess
     import sys
     import time
 
-    from minipar.perf.runs import out_of_sample
+    from minipar.perf.runs import known_miss, out_of_sample
 
     cmd = [sys.executable, "-m", "minipar.plan", "--layers", "80", "--hidden", "8192", "--heads", "64",
            "--kv-heads", "8", "--ffn", "28672", "--swiglu", "--vocab", "32000", "--seq", "4096", "--gpus", "64",
@@ -127,11 +127,23 @@ def plan_rows() -> list[Row]:
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     dt = time.perf_counter() - t0
     ok = p.returncode == 0 and all("mfu" in json.loads(line) for line in p.stdout.splitlines() if line.strip())
-    errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in out_of_sample()]
+    search = [sys.executable, "-m", "minipar.plan", "--model", "70b", "--gpus", "64", "--gpu", "h100", "--seq", "4096",
+              "--global-batch", "1024", "--json"]  # fmt: skip
+    t0 = time.perf_counter()
+    q = subprocess.run(search, capture_output=True, text=True, timeout=120)
+    ds = time.perf_counter() - t0
+    rows = out_of_sample()
+    errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in rows]
     med, worst = statistics.median(errs), max(errs)
+    hit = [x for x, (label, *_) in zip(errs, rows) if not known_miss(label)]
     return [
         Row("07", "python -m minipar.plan: custom 70B shape, fixed layout, --json (seconds)", dt, unit="s",
             target="<= 5", ok=ok and dt <= 5, note="" if ok else f"exit {p.returncode}: {p.stderr[-200:]}"),
+        Row("07", "python -m minipar.plan: search 70B on 64 H100s (tp, pp, cp, dp, b, v, ZeRO, recompute; s)", ds,
+            unit="s", target="<= 5", ok=q.returncode == 0 and ds <= 5,
+            note="" if q.returncode == 0 else f"exit {q.returncode}: {q.stderr[-200:]}"),
         Row("07", f"planner test set ({len(errs)} published runs): median absolute error", 100 * med, unit="%",
-            target="<= 7", ok=med <= 0.07, note=f"worst {worst:.0%} (minipar.perf.runs; issue #22 target 15 %)"),
+            target="<= 7", ok=med <= 0.07,
+            note=f"worst {worst:.0%}; {len(hit)} rows not known misses: worst {max(hit):.0%} (minipar.perf.runs; "
+            "known misses: DeepSpeed ZeRO-3, Llama 3 on H100; issue #22 target 15 %)"),
     ]  # fmt: skip
