@@ -127,6 +127,78 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     return {"step": step, "extra": {b: {m: e / k for m, e in row.items()} for b, row in extra.items()}, "slow": k}
 
 
+def exposed(timeline) -> float:
+    """Seconds of communication not covered by this rank's compute: the union of the ``comm`` spans
+    minus the ``compute`` spans (waiting for a late peer before a collective starts is in neither)."""
+    comm = sorted((t0, t1) for kind, _, t0, t1 in timeline if kind == "comm")
+    work = [(t0, t1) for kind, _, t0, t1 in timeline if kind == "compute"]
+    total, end = 0.0, float("-inf")
+    for t0, t1 in comm:  # walk the union of the comm intervals, subtracting compute inside each piece
+        t0 = max(t0, end)
+        if t1 > t0:
+            total += (t1 - t0) - sum(max(0.0, min(t1, c1) - max(t0, c0)) for c0, c1 in work)
+            end = t1
+    return total
+
+
+def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
+    """ZeRO-1 (``minipar.zero``, the MEDIUM GPT untied, float32, 4 sequences of 64 per rank) on the
+    cluster clock: the optimizer step, loading the next batch and the next forward, with the updated
+    weights' all-gather blocking (``step()`` waits for every unit) and overlapped
+    (``overlap_param_gather=True``: MegaScale §3.2's per-chunk prefetch). The link is chosen so that
+    one transformer block's gather costs ``ratio`` × that block's forward as measured here (the
+    fastest of 5, the slowest rank). Returns ``{"same": bool}`` (losses and weights bit-identical),
+    and per mode (False/True) the fastest window's ``exposed`` (virtual seconds not covered by
+    compute, slowest rank) and this rank's ``timeline``; ``gather`` (virtual seconds of each unit's
+    gather, forward order), ``names``, ``fwd`` (one block's forward)."""
+    from minipar.clock import ClusterClock, Link, collective_time
+    from minipar.zero import zero
+    from minipar.zero.flat import default_units
+
+    V, n = builtin_corpus().vocab_size, dist.get_world_size()
+    cfg = GPTConfig(vocab_size=V, tie_weights=False, **MEDIUM)
+
+    def batch(gen):  # "data loading"
+        return torch.randint(0, V, (4, MEDIUM["block_size"]), generator=gen)
+
+    torch.manual_seed(0)
+    probe = GPT(cfg)
+    h = torch.randn(4, MEDIUM["block_size"], MEDIUM["d_model"])
+    with torch.no_grad():
+        fwd = _slowest_fastest(lambda i: probe.blocks[0](h), 5)
+    unit_bytes = [4 * sum(p.numel() for p in m.parameters()) for _, m in default_units(probe)]
+    beta = (n - 1) / n * unit_bytes[2] / (ratio * fwd)  # units: wte, wpe, blocks.0, ...
+    link = Link(f"a block's gather = {ratio:g} of its forward", 0.0, beta)
+    out, results = {}, {}
+    for overlap in (False, True):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        opt = zero(model, 2, lr=1e-3, overlap_param_gather=overlap)
+        gen = torch.Generator().manual_seed(md.rank())
+        x, best, losses = batch(gen), (float("inf"), []), []
+        for i in range(steps + 1):
+            _, loss = model(x, x)
+            loss.backward()
+            losses.append(loss.item())
+            with ClusterClock(link, link) as clk:
+                opt.step()
+                opt.zero_grad()
+                x = batch(gen)
+                model(x, x)
+            v = torch.tensor([exposed(clk.timeline)], dtype=torch.float64)
+            dist.all_reduce(v, op=dist.ReduceOp.MAX)
+            if i and v.item() < best[0]:
+                best = (v.item(), list(clk.timeline))
+        opt.wait_params()
+        out[overlap] = {"exposed": best[0], "timeline": best[1]}
+        results[overlap] = (losses, {k: t.clone() for k, t in model.state_dict().items()})
+    (l0, p0), (l1, p1) = results[False], results[True]
+    same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
+    gather = [collective_time("ring", n, b, link) for b in unit_bytes]
+    names = [name for name, _ in default_units(probe)]
+    return out | {"same": same, "gather": gather, "names": names, "fwd": fwd}
+
+
 def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
     """One ring step's transfer over one chunk's GEMM for a column-parallel MLP input (h → 4h) with
     sequence parallelism: (tokens/t)·h bf16 values over NVLink 4 against 2·(tokens/t)·h·(4h/t) FLOPs

@@ -20,6 +20,13 @@ parameters if the others send it the result. So, with N ranks:
 Both need the same bytes on the wire as data parallelism's all-reduce, 2Ψ elements per rank
 (§7.2.1: a ring all-reduce *is* a reduce-scatter followed by an all-gather).
 
+**Overlapped weight all-gather** (``overlap_param_gather=True``; Megatron-LM's
+``--overlap-param-gather``; MegaScale, Jiang et al. 2024, arXiv:2402.15627, §3.2): ``step()`` does not
+wait for the all-gather of the updated weights. It issues the first unit's gather asynchronously
+(it travels while the next batch is loaded); each unit's forward then issues the next unit's gather
+and waits only for its own, so unit k+1's weights travel while unit k computes. Same bytes, same
+numbers (bit for bit); only the first gather is left exposed.
+
 The flat shards, their collectives and the sharded AdamW live in :mod:`minipar.zero.flat`.
 
     opt = ZeroOptimizer(model, stage=2, lr=3e-3, weight_decay=0.1)    # like torch.optim.AdamW(...)
@@ -29,6 +36,7 @@ The flat shards, their collectives and the sharded AdamW live in :mod:`minipar.z
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
@@ -53,7 +61,10 @@ class ZeroOptimizer(ShardOptimizer):
         lr, betas, eps, weight_decay: as ``torch.optim.AdamW``; weight decay on matrices only.
         max_norm: clip the global gradient norm to this (None: no clipping).
         group: the data-parallel process group (default: the world).
-        units: ``[(name, module), ...]`` (default :func:`default_units`).
+        units: ``[(name, module), ...]`` (default :func:`default_units`), in forward order.
+        overlap_param_gather: after ``step()``, gather each unit's updated weights asynchronously,
+            one unit ahead of the forward (module docstring). Read the weights other than through
+            a forward (a state dict, a checkpoint) after :meth:`wait_params`.
     Raises:
         ConfigError: a bad stage, ``max_norm`` <= 0, tied/uncovered parameters, ranks that start
         from different weights.
@@ -70,6 +81,7 @@ class ZeroOptimizer(ShardOptimizer):
         max_norm: float | None = None,
         group=None,
         units=None,
+        overlap_param_gather: bool = False,
     ):
         if stage not in (1, 2):
             raise ConfigError(
@@ -91,6 +103,12 @@ class ZeroOptimizer(ShardOptimizer):
         self.grad_shards: list[torch.Tensor | None] = [None] * len(self.units)
         self._ready = [0] * len(self.units)
         self._hooks = []
+        self.overlap_param_gather = overlap_param_gather
+        self._gathers: list = [None] * len(self.units)  # (work, shard copy) in flight, per unit
+        self._issued = len(self.units)  # units whose gather of this step has been issued
+        if overlap_param_gather:
+            for j, (_, m) in enumerate(units):
+                self._hooks.append(m.register_forward_pre_hook(lambda mod, args, j=j: self._before_forward(j)))
         if stage == 2:
             for j, ps in enumerate(self.params):
                 for p in ps:
@@ -119,12 +137,37 @@ class ZeroOptimizer(ShardOptimizer):
                 self._reduce_scatter_unit(j)
         return [g if g is not None else torch.zeros_like(s) for g, s in zip(self.grad_shards, self.shards)]
 
+    # overlap_param_gather: gathers issued one unit ahead of the forward, each waited just before its unit
+    def _issue_gather(self, j: int) -> None:
+        shard = self.shards[j].clone()
+        work = dist.all_gather_single(self.flats[j], shard, group=self.group, async_op=True)
+        self._gathers[j] = (work, shard)
+
+    def _before_forward(self, j: int) -> None:
+        while self._issued < min(j + 2, len(self.units)):  # this unit's gather (if late) and the next one's
+            self._issue_gather(self._issued)
+            self._issued += 1
+        for k in range(j + 1):
+            if self._gathers[k] is not None:
+                self._gathers[k][0].wait()
+                self._gathers[k] = None
+
+    def wait_params(self) -> None:
+        """Finish every weight all-gather still pending (``overlap_param_gather``): the full weights are current."""
+        self._before_forward(len(self.units) - 1)
+
     @torch.no_grad()
     def step(self) -> None:
-        """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights."""
+        """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights
+        (with ``overlap_param_gather``: the first unit's gather issued, the others by the next forward)."""
+        self.wait_params()
         self._adamw_step(self._grad_shards())
-        for _u, flat, shard in zip(self.units, self.flats, self.shards):
-            all_gather_flat(flat, shard.clone(), self.group)
+        if self.overlap_param_gather and mdist.world_size(self.group) > 1:
+            self._issued = 1
+            self._issue_gather(0)
+        else:
+            for _u, flat, shard in zip(self.units, self.flats, self.shards):
+                all_gather_flat(flat, shard.clone(), self.group)
         if self.stage == 1:
             self.grad_shards = [None] * len(self.units)
 
@@ -142,6 +185,7 @@ class ZeroOptimizer(ShardOptimizer):
         Counted from the tensors that exist (:func:`minipar.memory.state_bytes`) plus the gradient
         shards; compare with :func:`zero_bytes_formula`.
         """
+        self.wait_params()
         d = state_bytes(self.model, self.optimizer)
         d["params"] = sum(f.numel() * f.element_size() for f in self.flats)  # includes the few padding bytes
         d["grads"] += sum(g.numel() * g.element_size() for g in self.grad_shards if g is not None)
