@@ -4,7 +4,11 @@
   Table 1, 10 rows, A100-80GB on Selene. The model's one chosen constant (``GEMM_EFF`` in
   :mod:`minipar.perf.hardware`) was picked on these rows: :func:`fit_gemm_efficiency` re-runs the choice.
 - **Test set** (:mod:`minipar.perf.runs`): rows the constants were NOT chosen on: MegaScale
-  (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan Table 2.
+  (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan Table 2;
+  Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783) Table 4, the only H100 rows (405B, GQA,
+  SwiGLU, uneven pipeline chunks, context parallelism at 128K). The fit set is A100-only: the GEMM
+  efficiency it picks is applied to every GPU preset unchanged (the Llama 3 rows show what that
+  costs on H100s: :func:`minipar.perf.runs.llama3_row`).
 
 Each row states its layout and where each setting comes from (the paper, the authors' scripts, or
 an assumption). ``tests/test_perf_model.py`` prints the errors of both sets; lesson 07 and the
