@@ -137,7 +137,7 @@ def llama3_row(row, dev: Device | None = None) -> Estimate:
     same kernels reach a smaller fraction of a 3.2× higher peak, with power capping at 700 W (a fit
     on H100 rows would pin it, and these rows must not be that fit); (2) 16K-GPU effects the model
     leaves out everywhere: stragglers, the RoCE fabric's oversubscription between pods, document
-    masking's load imbalance (§3.3.2); (3) at 128K the attention core is 58 % of the model FLOPs by
+    masking's load imbalance (§3.3.2); (3) at 128K the attention core is 57 % of the model FLOPs by
     the full-square count: if the paper counted only the causal half, its 38 % would read 53 % by
     ours, and the row's error would be about +20 %, like the 8K rows (a different MFU definition,
     not a fix: the row is scored by the declared count). Memory: the 8,192-GPU row (m = 32, the
