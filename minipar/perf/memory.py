@@ -26,7 +26,13 @@ def held_layers(p: int, m: int, v: int, schedule: str, chunks: tuple) -> tuple:
     GPipe), of Σ ``chunks[stage]`` over the forwards whose backward has not run yet (one micro-batch
     each). Uniform chunks give Narayanan et al. 2021 §4.2.3: min(p − i, m)·l/p on stage i under 1F1B,
     l·(1 + (p − 1)/(p·v)) on rank 0 interleaved; uneven chunks count each chunk's own blocks. The peak
-    is reached in the warm-up, so m is capped at 3p (GPipe: m·layers, no cap)."""
+    is reached in the warm-up, so m is capped at 3p (GPipe: m·layers, no cap). Units: blocks (× one
+    micro-batch's activations of one block, :func:`~minipar.perf.flops.activation_bytes_per_layer`).
+
+    Raises:
+        ConfigError: from :func:`~minipar.pp.schedules.make_schedule` (e.g. interleaving with m not a
+            multiple of p).
+    """
     if schedule == "gpipe" and v == 1:
         return tuple(m * chunks[r] for r in range(p))
     sched = make_schedule("interleaved" if v > 1 else schedule, p, min(m, 3 * p), v)

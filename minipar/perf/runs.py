@@ -173,8 +173,8 @@ def known_miss(label: str) -> bool:
 
 def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, float]]:
     """Every test row as ``(label, estimate, metric, published)``; metric ``"mfu"`` or ``"tflops_per_gpu"``.
-    ``dev``: the A100 rows' device (default the A100 preset); the Llama 3 rows run on their H100s unless
-    another device is given."""
+    ``dev``: the A100 rows' device (default the A100 preset); the Llama 3 rows always run on their own
+    H100s (:func:`llama3_row`'s default device)."""
     dev = dev or GPUS["a100"]
     out = []
     for n, B, meg, ms in MEGASCALE_TABLE2:
@@ -191,7 +191,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     for row in NARAYANAN_TABLE2:
         e = narayanan_table2_row(row, dev)
         out.append((f"Narayanan T2 {row[0]} {row[3]:5d} GPUs b={row[5]} {row[1]}", e, "tflops_per_gpu", row[6]))
-    for row in LLAMA3_TABLE4:  # H100 rows: their own device unless one is given
-        e = llama3_row(row, None if dev is GPUS["a100"] else dev)
+    for row in LLAMA3_TABLE4:  # H100 rows: always their own device
+        e = llama3_row(row)
         out.append((f"Llama3 T4 405B {row[0]:5d} H100 s={row[5]} cp{row[2]}", e, "mfu", row[7]))
     return out
