@@ -7,9 +7,11 @@ imports nothing, so :mod:`minipar.tp` can use :mod:`minipar.perf.factors` withou
 - :mod:`minipar.perf.layout`     a dense model's shape (GQA, SwiGLU, FFN), a layout (dp, tp, pp, cp, b, v, ZeRO, ...)
 - :mod:`minipar.perf.flops`      FLOPs, activation bytes and parameters per stage, from the shape
 - :mod:`minipar.perf.model`      seconds and bytes per layout, α–β links: :func:`~minipar.perf.model.estimate`
-- :mod:`minipar.perf.search`     every layout estimated, rejected or ranked; rank correlation with a measurement
+- :mod:`minipar.perf.memory`     bytes per device: ZeRO's states, activations held along the real schedule
+- :mod:`minipar.perf.search`     every layout (cp included) estimated, rejected or ranked; rank correlation
 - :mod:`minipar.perf.published`  the FIT set (Megatron-LM Table 1) and preset shapes
-- :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2), not tuned on
+- :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2; Llama 3
+                                 Table 4 on H100s), not tuned on
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 - :mod:`minipar.perf.factors`    divisors (pure arithmetic)
 
