@@ -130,7 +130,9 @@ def llama3_row(row, dev: Device | None = None) -> Estimate:
     TP on H100); no recomputation at 128K either (the same 8,192 tokens per CP rank as the 8K rows);
     FSDP's gather/reduce overlapped behind compute (its prefetch); TP communication not overlapped
     (Megatron-LM's default); MFU counting attention as the full s² square (PaLM App. B, Megatron-LM;
-    the paper does not give its count), as every other row here.
+    the paper does not give its count), as every other row here. Sensitivity, looked at after the
+    rule and NOT adopted: v = 4 (two blocks per chunk, one in the first and last) reads +18 %, +12 %
+    and +54 % (a bigger bubble, nearer the published numbers for the wrong reason).
 
     The model MISSES these rows, all optimistic (+22 … +24 % at 8K, +69 % at 128K). First-principles
     reasons, not modelled: (1) the one GEMM efficiency (0.68) was chosen on A100 rows; on H100 the
@@ -141,7 +143,7 @@ def llama3_row(row, dev: Device | None = None) -> Estimate:
     the full-square count: if the paper counted only the causal half, its 38 % would read 53 % by
     ours, and the row's error would be about +20 %, like the 8K rows (a different MFU definition,
     not a fix: the row is scored by the declared count). Memory: the 8,192-GPU row (m = 32, the
-    interleaved warm-up holds 140 blocks on rank 1) is modelled at 76.5 GiB: under 80 GiB, above
+    interleaved warm-up holds 141 blocks on rank 1) is modelled at 76.5 GiB: under 80 GiB, above
     the assumed 90 % limit (``usable_mem``), so ``fits`` is False for it.
     """
     n, t, c, p, d, seq, per_dp, _ = row
