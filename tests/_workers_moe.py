@@ -94,9 +94,9 @@ def moe_job_reference(cfg):
     return out
 
 
-def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int) -> dict:
-    """dp4·ep2 saving every ``every`` steps; the later checkpoints deleted (as if it died after the
-    first); resumed with ep 2, ep 4 and ep 1 (the checkpoint holds whole expert tensors)."""
+def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int, saver: dict, resumers: list) -> dict:
+    """dp4 with ``saver``'s settings (ep, zero) saving every ``every`` steps; the later checkpoints deleted
+    (as if it died after the first); resumed with each of ``resumers`` (the checkpoint holds whole tensors)."""
     import os
     import shutil
 
@@ -104,13 +104,13 @@ def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int) -> di
     from minipar.config import TrainConfig
     from tests._workers_train import train_float64
 
-    full = train_float64(TrainConfig(**base, dp=4, ep=2, ckpt_dir=ckpt_dir, ckpt_every=every))
+    full = train_float64(TrainConfig(**base, **saver, dp=4, ckpt_dir=ckpt_dir, ckpt_every=every))
     if dist.get_rank() == 0:
         for s in range(2 * every, steps + 1, every):
             shutil.rmtree(ckpt.step_dir(ckpt_dir, s), ignore_errors=True)
     dist.barrier()
     files = sorted(os.listdir(ckpt_dir))
-    resumed = {ep: train_float64(TrainConfig(**base, dp=4, ep=ep, ckpt_dir=ckpt_dir, resume=True)) for ep in (2, 4, 1)}
+    resumed = [train_float64(TrainConfig(**base, **kw, dp=4, ckpt_dir=ckpt_dir, resume=True)) for kw in resumers]
     return {"full": full, "resumed": resumed, "files": files}
 
 

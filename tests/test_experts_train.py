@@ -72,7 +72,7 @@ def test_cli_trains_on_text(tmp_path, capsys):
         (dict(moe_experts=4, moe_top_k=5), "moe_top_k=5"),
         (dict(moe_experts=4, tp=2), "drop --tp"),
         (dict(moe_experts=4, cp=2), "drop --cp"),
-        (dict(moe_experts=4, zero=1), "drop --zero"),
+        (dict(moe_experts=4, zero=3), r"drop --zero 3 \(use --zero 1\)"),
         (dict(moe_experts=4, pp=2, grad_compression="bf16"), "drop --pp, --grad-compression"),
     ],
 )
@@ -122,15 +122,34 @@ def test_recompute_equals_one_device(mode):
         assert (s, k) == (s2, k2) and abs(a - b) < LOSS_BOUND, (mode, s, k, a, b)
 
 
-def test_checkpoint_resumes_under_another_ep(tmp_path):
-    """Saved by dp4·ep2 at step 3 (of 6); resumed with ep 2, 4 and 1, and on one device: steps 3-5 and
-    the final val loss equal the uninterrupted run's (the checkpoint holds whole expert tensors)."""
+@pytest.mark.parametrize(
+    "saver, resumers",
+    [
+        (dict(ep=2), [dict(ep=2), dict(ep=4), dict(ep=1)]),
+        (dict(ep=2, zero=1), [dict(ep=2, zero=1), dict(ep=4), dict(ep=1, zero=1)]),
+    ],
+)
+def test_checkpoint_resumes_under_another_ep(tmp_path, saver, resumers):
+    """Saved by dp4·ep2 (with or without ZeRO-1) at step 3 (of 6); resumed with ep 2, 4 and 1 (with and
+    without ZeRO-1), and on one device: steps 3-5 and the final val loss equal the uninterrupted run's
+    (the checkpoint holds whole expert tensors and whole moments)."""
     d = str(tmp_path / "ck")
-    out = launch(wm.moe_save_and_resume, world_size=4, args=(dict(MOE, out=None), d, 6, 3))[0]
+    out = launch(wm.moe_save_and_resume, world_size=4, args=(dict(MOE, out=None), d, 6, 3, saver, resumers))[0]
     assert out["files"] == ["step_00000003"]
     full = [r for r in _losses(out["full"]) if r[0] >= 3]
     single = wt.train_float64(TrainConfig(**MOE, out=None, ckpt_dir=d, resume=True))
-    for name, h in [*((f"ep{ep}", h) for ep, h in out["resumed"].items()), ("one device", single)]:
+    for name, h in [*zip(map(str, resumers), out["resumed"]), ("one device", single)]:
         got = [r for r in _losses(h) if r[0] >= 3]
         assert [r[:2] for r in got] == [r[:2] for r in full], name
         assert max(abs(a[2] - b[2]) for a, b in zip(got, full)) < LOSS_BOUND, name
+
+
+@pytest.mark.parametrize("world,ep,m", [(2, 2, 1), (4, 2, 2)])
+def test_zero1_equals_one_device(world, ep, m):
+    """--zero 1 with experts: AdamW moments of the dense parameters sharded over dp, of the experts over
+    expert-dp (dp4·ep2: 2 ranks per expert); clipped by the whole model's norm: the one-device losses."""
+    one = wt.train_float64(TrainConfig(**MOE, microbatches=m, out=None))
+    cfg = TrainConfig(**MOE, dp=world, ep=ep, zero=1, microbatches=m, out=None)
+    many = launch(wt.train_float64, world_size=world, args=(cfg,))
+    for (s, k, a), (s2, k2, b) in zip(_losses(one), _losses(many[0]), strict=True):
+        assert (s, k) == (s2, k2) and abs(a - b) < LOSS_BOUND, (world, ep, m, s, k, a, b)

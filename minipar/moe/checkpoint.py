@@ -13,10 +13,13 @@ would save ``DTensor`` shards, as torchtitan does for its expert mesh), and each
 back out after loading. So a run saved with dp4·ep2 resumes with ep 1, 2 or 4, or on one device, and
 :mod:`minipar.resume_check` checks it against the model like any other checkpoint
 (tests/test_experts_train.py: saved at step 3 with ep 2, resumed with ep 1 and ep 4, equal to a
-run without a stop).
+run without a stop). With ZeRO-1 (:mod:`minipar.moe.zero`) the moments' flat shards are first
+all-gathered over their group (dp, or expert-dp), as :func:`minipar.checkpoint.moment_tensors` does.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -67,14 +70,38 @@ def _state(piece, loader, step: int, weights: dict, moments: dict) -> dict:
     }
 
 
+def _zero_parts(piece) -> list:
+    """With ZeRO-1 (:class:`~minipar.moe.zero.MoEZero1`): stand-ins for :func:`minipar.checkpoint.moment_tensors`
+    and :func:`~minipar.checkpoint.set_zero_moments`, one per ZeroOptimizer (dense, experts); else []."""
+    return [SimpleNamespace(optimizer=opt, zero=1) for opt in piece.optimizer.parts] if piece.zero else []
+
+
+def _moments(piece) -> dict[str, dict[str, torch.Tensor]]:
+    """``{"exp_avg": {name: tensor}, ...}`` shaped like this rank's params: AdamW's live state, or with
+    ZeRO-1 the flat shards all-gathered over their group (copies; collective)."""
+    parts = _zero_parts(piece)
+    if not parts:
+        opt = piece.optimizer
+        named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
+        return {k: {n: opt.state[p][k] for n, p in named} for k in ckpt.MOMENTS}
+    out = {k: {} for k in ckpt.MOMENTS}
+    for part in parts:
+        for k, d in ckpt.moment_tensors(part).items():
+            out[k].update(d)
+    return out
+
+
+def _inner(piece) -> list[torch.optim.Optimizer]:
+    return [p.optimizer.optimizer for p in _zero_parts(piece)] or [piece.optimizer]
+
+
 def save_moe(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) -> str:
     """Save the MoE job's checkpoint ``step`` (collective): full expert tensors, AdamW moments, the
     loader's position, the RNG state; ``meta`` plus the layout (``"dp4·ep2"``). Returns its directory."""
-    opt, m = piece.optimizer, piece.mesh
-    named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
+    m = piece.mesh
     weights = _full(piece, {n: p.detach() for n, p in piece.stage.named_parameters()})
-    moments = {k: _full(piece, {n: opt.state[p][k] for n, p in named}) for k in ckpt.MOMENTS}
-    meta = None if meta is None else {**meta, "layout": f"dp{m.dp_size}·ep{m.ep_size}"}
+    moments = {k: _full(piece, v) for k, v in _moments(piece).items()}
+    meta = None if meta is None else {**meta, "layout": f"dp{m.dp_size}·ep{m.ep_size}" + (" zero1" * piece.zero)}
     return ckpt.save(ckpt_dir, step, _state(piece, loader, step, weights, moments), meta)
 
 
@@ -84,15 +111,17 @@ def load_moe(path: str, piece, loader) -> int:
 
     Every rank reads the whole tensors, then keeps its rows of the expert ones. Collective.
     """
-    opt, rows = piece.optimizer, _expert_rows(piece)
-    ckpt.init_optimizer_state(None, opt)
+    rows = _expert_rows(piece)
+    for inner in _inner(piece):
+        ckpt.init_optimizer_state(None, inner)
     params = dict(piece.stage.named_parameters())
+    local = _moments(piece)  # live state (plain AdamW) or gathered copies (ZeRO-1), this rank's shapes
 
     def full_like(n: str, t: torch.Tensor) -> torch.Tensor:
         return t.new_empty((t.shape[0] * piece.mesh.ep_size, *t.shape[1:])) if n in rows else t
 
     weights = {n: full_like(n, p.detach()) for n, p in params.items()}
-    moments = {k: {n: full_like(n, opt.state[p][k]) for n, p in params.items()} for k in ckpt.MOMENTS}
+    moments = {k: {n: full_like(n, local[k][n]) for n in params} for k in ckpt.MOMENTS}
     state = _state(piece, loader, 0, weights, moments)
     ckpt.load(path, state)
     for n, p in params.items():
@@ -100,9 +129,11 @@ def load_moe(path: str, piece, loader) -> int:
             a, k = rows[n]
             p.copy_(weights[n][a : a + k])
             for key in ckpt.MOMENTS:
-                opt.state[p][key].copy_(moments[key][n][a : a + k])
+                local[key][n].copy_(moments[key][n][a : a + k])
+    for part in _zero_parts(piece):
+        ckpt.set_zero_moments(part, local)  # the full per-parameter moments cut back into the flat shards
     step, epoch, in_epoch = state["progress"].tolist()
-    for st in opt.state.values():
+    for st in (st for inner in _inner(piece) for st in inner.state.values()):
         st["step"] = torch.tensor(float(step))  # device-ok: AdamW keeps "step" on CPU, as torch.optim does
     loader.load_state_dict({"epoch": epoch, "step_in_epoch": in_epoch})
     torch.set_rng_state(state["rng"])

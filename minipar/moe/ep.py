@@ -29,6 +29,7 @@ With ``microbatches`` = m (gradient accumulation) each rank runs ``x.chunk(m)``;
 rank r the global rows r, r + dp, r + 2dp, ... so micro-batch j of all ranks together is micro-batch
 j of one device (``x.chunk(m)`` of the global batch): the aux loss is per micro-batch, f counted over
 the ranks' micro-batch j, and the job equals one device accumulating the same m micro-batches.
+``zero=1``: ZeRO-1 with the dense shards over dp and the experts' over expert-dp (:mod:`minipar.moe.zero`).
 ``recompute``: "selective" re-runs the attention core (the MoE layer untouched); "full" re-runs each
 block in backward, its all-to-alls included, with the aux loss returned as a second output of the
 recomputed function so its gradient survives (:func:`_full_recompute`).
@@ -50,6 +51,7 @@ from minipar.mesh import Mesh, check_ep
 from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.moe.dispatch import check_moe
 from minipar.moe.parallel import ExpertParallelMoE
+from minipar.moe.zero import MoEZero1
 from minipar.recompute import checkpoint, set_recompute
 
 
@@ -69,9 +71,9 @@ class MoEPiece:
     optimizer: torch.optim.Optimizer
     grad_clip: float
     microbatches: int = 1
+    zero: int = 0  # 1: ZeRO-1, dense over dp and experts over expert-dp (minipar.moe.zero.MoEZero1)
 
     owns_loss = True
-    zero = 0  # minipar.checkpoint's name: plain AdamW
 
     @property
     def ep(self) -> int:
@@ -99,6 +101,8 @@ class MoEPiece:
             ce, aux = self._forward(xm, ym)
             ((ce + aux) / m).backward()
             loss += ce.detach() / m
+        if self.zero:  # reduce-scatter, global clip, sharded AdamW, all-gather: MoEZero1.step
+            return self._finish(loss)
         named = [(n, p) for n, p in self.stage.named_parameters() if p.grad is not None]
         dp = self.mesh.dp_size
         if dp > 1:
@@ -116,8 +120,11 @@ class MoEPiece:
         if self.grad_clip:  # dense counted on EP rank 0 of each EP group, experts on all: every element dp/ep times
             count = [is_expert(n) or self.mesh.ep_rank == 0 for n, _ in named]
             clip_grad_norm_([p.grad for _, p in named], self.grad_clip, count=count, replicas=dp // self.ep)
+        return self._finish(loss)
+
+    def _finish(self, loss: torch.Tensor) -> torch.Tensor:
         self.optimizer.step()
-        if dp > 1:
+        if self.mesh.dp_size > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
         return self._from_loss_rank(loss)
 
@@ -152,6 +159,7 @@ def build_moe_piece(
     *,
     microbatches: int = 1,
     recompute: str = "none",
+    zero: int = 0,
     lr: float,
     weight_decay: float,
     grad_clip: float,
@@ -161,12 +169,16 @@ def build_moe_piece(
     """This rank's piece: ``torch.manual_seed(seed); GPT(cfg)`` on every rank (one device's weights),
     each block's MoE replaced by an :class:`~minipar.moe.parallel.ExpertParallelMoE` over ``mesh.ep_group``
     (its E/ep experts kept, load balanced over ``mesh.dp_group``), AdamW over what it holds.
-    ``recompute``: none / selective / full (see the module doc). ``dense``: the dense job's other settings
-    (schedule, zero, ...), which :func:`check_moe_job` has already required to be their defaults.
+    ``recompute``: none / selective / full (see the module doc); ``zero``: 0, or 1 for
+    :class:`~minipar.moe.zero.MoEZero1`. ``dense``: the dense job's other settings (schedule, ...), which
+    :func:`check_moe_job` has already required to be their defaults.
 
     Raises:
-        ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing E; ep > 1 without a process group.
+        ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing E; ep > 1 without a process
+            group; zero not 0 or 1.
     """
+    if zero not in (0, 1):
+        raise ConfigError(f"--zero {zero} with --moe-experts: use --zero 1 (or 0); ZeRO-3 is dense-only here")
     ep = mesh.ep_size
     if not cfg.moe_experts or mesh.tp_size * mesh.pp_size > 1:
         raise ConfigError(f"--moe-experts {cfg.moe_experts} on tp{mesh.tp_size}·pp{mesh.pp_size}: use --tp 1 --pp 1")
@@ -184,8 +196,11 @@ def build_moe_piece(
     if recompute == "full":
         for b in model.blocks:
             b.forward = functools.partial(_full_recompute, b)
-    opt = torch.optim.AdamW(adamw_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
-    return MoEPiece(cfg, mesh, model, opt, grad_clip, microbatches)
+    if zero == 1:
+        opt = MoEZero1(model, mesh, lr=lr, weight_decay=weight_decay, max_norm=grad_clip or None)
+    else:
+        opt = torch.optim.AdamW(adamw_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95))
+    return MoEPiece(cfg, mesh, model, opt, grad_clip, microbatches, zero)
 
 
 @torch.no_grad()
@@ -210,12 +225,12 @@ def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
 def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> None:
     """The main job's MoE rules, one line each (``cfg``: the TrainConfig, for the other settings).
 
-    Accepted with experts: dp, ep, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``
-    (tests/test_experts_train.py proves each equal to one device).
+    Accepted with experts: dp, ep, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``,
+    ``--zero 1`` (tests/test_experts_train.py proves each equal to one device).
     Raises:
         ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E, and dp:
             :func:`minipar.mesh.check_ep`); a setting the MoE job does not combine with (tp, pp, cp,
-            ZeRO, gradient compression), naming the flags to drop.
+            ZeRO-3, gradient compression), naming the flags to drop.
     """
     if ep > 1 and not experts:
         raise ConfigError(f"--ep {ep} needs experts to shard: add --moe-experts E (a multiple of {ep})")
@@ -226,12 +241,12 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
         "--cp": getattr(cfg, "cp", 1) > 1,  # Megatron carves EP out of dp·cp; minipar's EP uses dp only
-        "--zero": cfg.zero != 0,
+        "--zero 3 (use --zero 1)": cfg.zero == 3,
         "--grad-compression": cfg.grad_compression != "none",
     }
     bad = [k for k, v in clash.items() if v]
     if bad:
         raise ConfigError(
             f"--moe-experts {experts} runs with data and expert parallelism (and micro-batches, recompute, "
-            f"checkpoints) only: drop {', '.join(bad)}"
+            f"checkpoints, ZeRO-1) only: drop {', '.join(bad)}"
         )
