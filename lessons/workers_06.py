@@ -9,7 +9,7 @@ import minipar.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.models import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor
-from minipar.pp.schedules import Action
+from minipar.pp.schedules import Action, unpack
 from minipar.pp.stages import build_stages
 
 
@@ -88,3 +88,41 @@ def hook_phases(n_layer: int = 2) -> dict:
         phase[0] = "W"
         store.flush((0, 0))
     return fired
+
+
+def pipelines_vs_table2(pp: int = 8, m: int = 20) -> dict:
+    """SIMULATE four schedules on the same work: ``pp`` stages of 1/pp of the model, ``m`` micro-batches,
+    F = I = W = 1 time unit, a full B = 2, an overlapped pair F&B = F + B = 3 (no gain from the overlap).
+    1F1B, ZB-H1 and DualPipe on ``pp`` ranks; PyTorch's DualPipeV on ``pp/2`` ranks (two stages each,
+    its OVERLAP_F_B pairs fused). Returns, per schedule: the simulation, devices, parameters per device
+    (in stages), copies of the model, peak activations per device (micro-batches × stages), the
+    simulated idle per rank (the most of any rank) and DeepSeek-V3 Table 2's formula for it."""
+    from minipar.pp.dualpipe import dualpipe, idle_per_rank, route, table2_bubble
+    from minipar.pp.native import torch_pipeline_order, v_shape
+    from minipar.pp.schedules import one_f_one_b, simulate, zb_h1
+
+    full = lambda a: 2.0 if a.kind == "B" else 1.0  # noqa: E731 — B = I + W
+    F, B, W = 1, 2, 1
+    sims = {
+        "1F1B": (simulate(one_f_one_b(pp, m), F, B), 1, (pp - 1) * (F + B)),
+        "ZB-H1": (simulate(zb_h1(pp, m), F, B - W, t_w=W), 1, (pp - 1) * (F + B - 2 * W)),
+        "DualPipe": (simulate(dualpipe(pp, m), F, full, t_w=W, place=v_shape(pp), route=route(pp, m)), 1, None),
+        "DualPipeV (PyTorch)": (
+            simulate(torch_pipeline_order("dualpipev", pp // 2, m, fused=True), F, full, t_w=W, place=v_shape(pp // 2)),
+            2,
+            None,
+        ),
+    }
+    out = {}
+    for name, (sim, scale, formula) in sims.items():
+        stages = len({a.stage for e in sim.timeline[0] for a in unpack(e[0])})
+        out[name] = dict(
+            sim=sim,
+            devices=sim.p,
+            params=stages,
+            copies=stages * sim.p // pp,
+            act=max(sim.peak_inflight) * scale,  # the V's chunks count ½ of a 1/(pp/2) stage: ×2 in 1/pp stages
+            idle=max(idle_per_rank(sim)),
+            formula=table2_bubble(pp, F, B, W) if formula is None else formula,
+        )
+    return out
