@@ -80,7 +80,8 @@ class TrainConfig:
     schedule: str = _opt("1f1b", "pipeline schedule", choices=SCHEDULES_3D)
     zero: int = _opt(
         0,
-        "1: ZeRO-1 over the dp group (AdamW moments sharded); 3: ZeRO-3 per parameter over the dp group "
+        "1: ZeRO-1 over the dp group (AdamW moments sharded; with --moe-experts the experts' over the expert-dp "
+        "group); 3: ZeRO-3 per parameter over the dp group "
         "(minipar.zero.fully_shard; with --dtype bf16 it gathers and computes in bf16), needs --tp 1 --pp 1",
         choices=(0, 1, 3),
     )
