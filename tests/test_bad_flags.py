@@ -28,6 +28,10 @@ CASES = [
     (["--n-layer", "0"], "--n-layer 0: must be an integer >= 1"),
     (["--d-model", "-8"], "--d-model -8: must be an integer >= 1"),
     (["--sample-chars", "-1"], "--sample-chars -1: must be an integer >= 0"),
+    (["--ep", "0"], "--ep 0: must be an integer >= 1"),
+    (["--moe-experts", "4", "--ep", "2", "--dp", "3"], "--ep 2 must divide the 3 data-parallel ranks"),
+    (["--moe-experts", "4", "--zero", "3"], "--moe-experts 4 runs with data and expert parallelism"),
+    (["--moe-experts", "4", "--tp", "2", "--cp", "2"], "--moe-experts 4 runs with data and expert parallelism"),
 ]
 
 
@@ -105,3 +109,19 @@ def test_a_text_without_a_newline_trains_and_samples(tmp_path):
     out = tmp_path / "run"
     assert main(TINY_RUN + ["--steps", "2", "--data", str(data), "--out", str(out), "--threads", "1"]) == 0
     assert (out / "sample.txt").read_text().strip()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--moe-experts", "6", "--ep", "3", "--nproc", "4"], "--ep 3 must divide the 4 data-parallel ranks"),
+        (["--moe-experts", "4", "--ep", "4", "--nproc", "8", "--pp", "2"], "--moe-experts 4 runs with data"),
+    ],
+)
+def test_bad_expert_layout_stops_before_any_rank(tmp_path, capsys, argv, message):
+    """--ep is checked with the layout (minipar.mesh.Mesh folds it into dp), before a rank starts: one line, exit 2."""
+    out = tmp_path / "run"
+    assert main([*argv, "--steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()

@@ -153,3 +153,23 @@ def test_zero1_equals_one_device(world, ep, m):
     many = launch(wt.train_float64, world_size=world, args=(cfg,))
     for (s, k, a), (s2, k2, b) in zip(_losses(one), _losses(many[0]), strict=True):
         assert (s, k) == (s2, k2) and abs(a - b) < LOSS_BOUND, (world, ep, m, s, k, a, b)
+
+
+def test_cli_zero1_microbatches_checkpoint_then_resume_with_another_ep(tmp_path, capsys):
+    """The command line: dp2·ep2 --zero 1 --microbatches 2 --recompute full saving every 4 steps, then
+    --resume from step 4 with --ep 1 and no ZeRO (the checkpoint's layout is written beside it)."""
+    import json
+    import shutil
+
+    out = tmp_path / "run"
+    flags = ["--moe-experts", "4", "--moe-top-k", "2", "--dp", "2", "--steps", "8", "--batch-size", "8"]
+    flags += ["--block-size", "16", "--n-layer", "2", "--d-model", "16", "--n-head", "2", "--eval-every", "4"]
+    flags += ["--eval-batches", "1", "--sample-chars", "0", "--out", str(out)]
+    first = ["--ep", "2", "--zero", "1", "--microbatches", "2", "--recompute", "full", "--ckpt-every", "4"]
+    assert main(flags + first) == 0
+    meta = json.loads((out / "ckpt" / "step_00000004" / "minipar.json").read_text())
+    assert meta["layout"] == "dp2·ep2 zero1" and meta["moe_experts"] == 4
+    shutil.rmtree(out / "ckpt" / "step_00000008")
+    capsys.readouterr()
+    assert main(flags + ["--ep", "1", "--resume"]) == 0
+    assert "resumed at step 4: val loss" in capsys.readouterr().out
