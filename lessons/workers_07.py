@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import torch
@@ -19,7 +18,6 @@ from minipar.memory import state_bytes
 from minipar.mesh import init_mesh
 from minipar.models import GPTConfig
 from minipar.parallel3d import build_piece
-from minipar.perf.hardware import measured_peak_flops
 from minipar.train import train
 
 
@@ -82,55 +80,14 @@ _GROUPS: dict[tuple, object] = {}  # a sweep's process groups by ranks: each mad
 ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]  # bytes
 
 
-def sweep(cfg_kw: dict, batch: int, m: int, steps: int, layouts) -> dict:
-    """For every (pp, dp, tp) in ``layouts``, on this world: build the piece, time ``steps`` steps,
-    measure memory and bytes sent per dimension. Also measures the hardware the planner needs: a
-    rank's matmul FLOP/s and the all-reduce time of ``ALL_REDUCE_SIZES`` (for lesson 01's α–β fit)."""
-    hw = {
-        "peak_flops": measured_peak_flops(md.device()) if md.rank() == 0 else 0.0,
-        "sizes": ALL_REDUCE_SIZES,
-        "times": [],
-    }
-    for nbytes in ALL_REDUCE_SIZES:  # lesson 01's α–β sweep, on this world
+def all_reduce_times(sizes=tuple(ALL_REDUCE_SIZES), repeats: int = 5) -> tuple[list[int], list[float]]:
+    """Lesson 01's α–β sweep on this world: the median wall-clock seconds of an all_reduce of each size
+    in ``sizes`` (bytes), as ``(sizes, times)`` (every rank returns its own; lesson 07 fits rank 0's)."""
+    times = []
+    for nbytes in sizes:
         t = torch.ones(nbytes // 4)
-        hw["times"].append(median_time(lambda: dist.all_reduce(t), repeats=5, warmup=0, barrier=True))
-    out = {"hw": hw, "runs": {}}
-    cfg = GPTConfig(**cfg_kw)
-    g = torch.Generator().manual_seed(0)
-    for pp, dp, tp in layouts:
-        mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
-        piece = build_piece(cfg, mesh, microbatches=m)
-        x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
-        warmup = 1 if steps > 1 else 0  # the first step (buffers, first messages) is not timed
-        step_time = median_time(
-            lambda: piece.step(x, x, 1e-3), repeats=steps - warmup, warmup=warmup, barrier=True, slowest=True
-        )  # a step ends when the slowest rank ends
-        piece.executor.count_memory = True
-        with CommLog() as log:
-            piece.step(x, x, 1e-3)
-        mem = state_bytes(piece.stage, piece.optimizer)
-        mem["activations"] = piece.last.peak_act_bytes
-        out["runs"][(pp, dp, tp)] = {"time": step_time, "mem": mem, "sent": by_dimension(log.records, mesh)}
-    return out
-
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1
-
-
-def layer_overhead(cfg_kw: dict, micro_batch: int, repeats: int = 20) -> float:
-    """Seconds for one transformer block's forward + backward on this process, minus its FLOPs at
-    the measured matmul peak: the per-layer cost that does not shrink with the model (planner input)."""
-    from minipar.models import Block
-
-    cfg = GPTConfig(**cfg_kw)
-    block = Block(cfg)
-    x = torch.randn(
-        micro_batch, cfg.block_size, cfg.d_model, generator=torch.Generator().manual_seed(0), requires_grad=True
-    )
-    t = median_time(lambda: block(x).sum().backward(), repeats=repeats, warmup=2)
-    flops = 6 * (12 * cfg.d_model**2) * micro_batch * cfg.block_size
-    return max(0.0, t - flops / measured_peak_flops(torch.device("cpu")))
+        times.append(median_time(lambda: dist.all_reduce(t), repeats=repeats, warmup=0, barrier=True))
+    return list(sizes), times
 
 
 def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) -> dict | None:
@@ -194,7 +151,10 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     Also measures, on every rank and in the clock's own terms (thread CPU time, best of 5), the
     compute the planner needs: a 512×512 matmul's FLOP/s and one block's forward + backward on
     ``batch // (dp·m)`` = ``batch // 2 // m`` rows beyond its FLOPs (the mean over ranks).
-    Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): virtual seconds}}``."""
+    The warm-up step also counts this rank's tensor bytes (parameters, gradients, AdamW's state and
+    the saved activations' peak, ``minipar.memory.state_bytes``), the planner's memory to compare.
+    Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): virtual seconds},
+    "mem": {(pp, dp, tp): bytes on this rank}}``."""
     import time
 
     from minipar.clock import ClusterClock
@@ -219,12 +179,16 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
         [peak, max(0.0, layer - 6 * 12 * cfg.d_model**2 * mb * cfg.block_size / peak)], dtype=torch.float64
     )
     dist.all_reduce(c)
-    out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}}
+    out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}, "mem": {}}
     for pp, dp, tp in layouts:
         mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
         piece = build_piece(cfg, mesh, microbatches=m)
         x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
+        piece.executor.count_memory = True  # the warm-up step counts saved activations (not timed)
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages
+        piece.executor.count_memory = False
+        held = state_bytes(piece.stage, piece.optimizer)
+        out["mem"][(pp, dp, tp)] = held["params"] + held["grads"] + held["optimizer"] + piece.last.peak_act_bytes
         best = float("inf")
         for _ in range(steps):
             with ClusterClock(link, link) as clk:
@@ -234,3 +198,31 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
             best = min(best, t.item())
         out["runs"][(pp, dp, tp)] = best
     return out
+
+
+def plot_clock_vs_model(layouts, clock_t: dict, est: dict):
+    """Left: each layout's step on the cluster clock next to minipar.perf's estimate (log scale);
+    right: the estimate's terms (compute, bubble, tp, pp, dp) stacked."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = ["pp{}dp{}tp{}".format(*lay) for lay in layouts]
+    x = np.arange(len(layouts))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.2))
+    ax.bar(x - 0.2, [clock_t[lay] * 1e3 for lay in layouts], 0.4, label="cluster clock")
+    ax.bar(x + 0.2, [est[lay].time["total"] * 1e3 for lay in layouts], 0.4, label="minipar.perf")
+    ax.set_yscale("log")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("every factorization of 8: one step", fontsize=9)
+    bottom = np.zeros(len(layouts))
+    for part in ("compute", "bubble", "tp", "pp", "dp"):
+        v = np.array([est[lay].time[part] * 1e3 for lay in layouts])
+        bx.bar(x, v, bottom=bottom, label=part)
+        bottom += v
+    bx.set_ylabel("ms")
+    bx.set_title("minipar.perf's terms", fontsize=9)
+    for a in (ax, bx):
+        a.set_xticks(x, names, rotation=60, fontsize=7)
+        a.legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
