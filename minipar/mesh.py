@@ -30,8 +30,8 @@ fastest. Runs of ``ep`` consecutive dp ranks are **EP groups** (all E experts on
 all-to-all); dp ranks at stride ``ep`` are **expert-data-parallel (edp) groups** (the same experts).
 As torchtitan's ``ParallelDims`` (``dp_shard = dp_shard_mod_ep · dp_shard_in_ep``, ep inner; it needs
 ``dp_shard·cp % ep == 0``, so its ep may borrow cp) and Megatron-LM's expert-model-parallel groups
-(``megatron/core/parallel_state.py``). minipar folds ep into dp only (ep divides dp): the MoE job
-refuses cp. dp = 8, ep = 4: EP groups [0..3] [4..7], expert-dp groups [0,4] [1,5] [2,6] [3,7].
+(``megatron/core/parallel_state.py``). minipar folds ep into dp only (ep divides dp; with cp, each
+cp index has its own EP groups). dp = 8, ep = 4: EP groups [0..3] [4..7], expert-dp groups [0,4] [1,5] [2,6] [3,7].
 """
 
 from __future__ import annotations

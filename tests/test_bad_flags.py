@@ -30,8 +30,8 @@ CASES = [
     (["--sample-chars", "-1"], "--sample-chars -1: must be an integer >= 0"),
     (["--ep", "0"], "--ep 0: must be an integer >= 1"),
     (["--moe-experts", "4", "--ep", "2", "--dp", "3"], "--ep 2 must divide the 3 data-parallel ranks"),
-    (["--moe-experts", "4", "--zero", "3"], "--moe-experts 4 runs with data and expert parallelism"),
-    (["--moe-experts", "4", "--tp", "2", "--cp", "2"], "--moe-experts 4 runs with data and expert parallelism"),
+    (["--moe-experts", "4", "--zero", "3"], "--moe-experts 4 runs with data, expert and context"),
+    (["--moe-experts", "4", "--tp", "2", "--cp", "2"], "--moe-experts 4 runs with data, expert and context"),
 ]
 
 

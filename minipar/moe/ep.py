@@ -1,6 +1,6 @@
 """The main job's expert parallelism: EP groups carved out of the data-parallel ranks.
 
-    piece = build_moe_piece(cfg, mesh, ep=2, lr=3e-3, ...)    # cfg.moe_experts > 0; tp = pp = 1
+    piece = build_moe_piece(cfg, mesh, lr=3e-3, ...)          # cfg.moe_experts > 0; tp = pp = 1; mesh.ep_size
     loss = piece.step(x, y, lr)                                # x, y: this dp rank's share
 
 Layout (Megatron-LM's expert parallelism; DeepSpeed-MoE's "expert + data parallelism", Rajbhandari
@@ -29,6 +29,10 @@ With ``microbatches`` = m (gradient accumulation) each rank runs ``x.chunk(m)``;
 rank r the global rows r, r + dp, r + 2dp, ... so micro-batch j of all ranks together is micro-batch
 j of one device (``x.chunk(m)`` of the global batch): the aux loss is per micro-batch, f counted over
 the ranks' micro-batch j, and the job equals one device accumulating the same m micro-batches.
+With ``--cp`` (lesson 11) each rank runs its 2 chunks of every sequence (:func:`minipar.cp.model.enter_batch`:
+ring attention, global positions, the loss weight cp·L_r/T, also on the aux loss); EP groups are cut from
+each cp index's dp group (:class:`~minipar.mesh.Mesh`), the balancing counts summed over dp × cp, dense
+gradients averaged over dp × cp, and an expert's summed over expert-dp and cp and divided by dp·cp.
 ``zero=1``: ZeRO-1 with the dense shards over dp and the experts' over expert-dp (:mod:`minipar.moe.zero`).
 ``recompute``: "selective" re-runs the attention core (the MoE layer untouched); "full" re-runs each
 block in backward, its all-to-alls included, with the aux loss returned as a second output of the
@@ -46,6 +50,7 @@ import torch.nn as nn
 
 from minipar import dist as mdist
 from minipar.clip_grads import clip_grad_norm_
+from minipar.cp.model import enter_batch, weighted_loss
 from minipar.errors import ConfigError
 from minipar.mesh import Mesh, check_ep
 from minipar.models import GPT, GPTConfig, adamw_groups
@@ -85,8 +90,8 @@ class MoEPiece:
 
     def _forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits, _ = self.stage(x)
-        aux = sum(b.mlp.aux_loss for b in self.stage.blocks)
-        return GPT.loss(logits, y), aux
+        aux = sum(b.mlp.aux_loss for b in self.stage.blocks) * getattr(self.stage, "cp_weight", 1.0)
+        return weighted_loss(self.stage, logits, y), aux  # --cp: weights cp·L_r/T (minipar.cp.model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
         """One AdamW step on this dp rank's (B/dp, T) share, accumulated over ``x.chunk(microbatches)``
@@ -97,6 +102,7 @@ class MoEPiece:
         self.optimizer.zero_grad(set_to_none=True)
         m, dev = self.microbatches, mdist.device()
         loss = torch.zeros((), device=dev)
+        x, y = enter_batch(self.stage, x, y, self.mesh)  # --cp: this rank's tokens, ring attention (lesson 11)
         for xm, ym in zip(x.to(dev).chunk(m), y.to(dev).chunk(m)):
             ce, aux = self._forward(xm, ym)
             ((ce + aux) / m).backward()
@@ -104,35 +110,40 @@ class MoEPiece:
         if self.zero:  # reduce-scatter, global clip, sharded AdamW, all-gather: MoEZero1.step
             return self._finish(loss)
         named = [(n, p) for n, p in self.stage.named_parameters() if p.grad is not None]
-        dp = self.mesh.dp_size
-        if dp > 1:
+        mesh, n = self.mesh, self.mesh.dp_size * self.mesh.cp_size  # n: the ranks that share the batch
+        if n > 1:
             with torch.no_grad():
-                dense = [p.grad for n, p in named if not is_expert(n)]
+                dense = [p.grad for name, p in named if not is_expert(name)]
                 flat = torch.cat([g.reshape(-1) for g in dense])
-                dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
+                dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=mesh.dp_cp_group)
                 for g, part in zip(dense, flat.split([g.numel() for g in dense])):
                     g.copy_(part.view_as(g))
-                for n, p in named:
-                    if is_expert(n):
-                        if dp > self.ep:
-                            dist.all_reduce(p.grad, group=self.mesh.edp_group)
-                        p.grad.div_(dp)
-        if self.grad_clip:  # dense counted on EP rank 0 of each EP group, experts on all: every element dp/ep times
-            count = [is_expert(n) or self.mesh.ep_rank == 0 for n, _ in named]
-            clip_grad_norm_([p.grad for _, p in named], self.grad_clip, count=count, replicas=dp // self.ep)
+                for name, p in named:  # the same experts: expert-dp × cp ranks; sum there, / (dp·cp)
+                    if is_expert(name):
+                        for size, group in ((mesh.edp_size, mesh.edp_group), (mesh.cp_size, mesh.cp_group)):
+                            if size > 1:
+                                dist.all_reduce(p.grad, group=group)
+                        p.grad.div_(n)
+        if self.grad_clip:  # dense counted on EP rank 0 of each EP group, experts on all: each element n/ep times
+            count = [is_expert(name) or mesh.ep_rank == 0 for name, _ in named]
+            clip_grad_norm_([p.grad for _, p in named], self.grad_clip, count=count, replicas=n // self.ep)
         return self._finish(loss)
 
     def _finish(self, loss: torch.Tensor) -> torch.Tensor:
         self.optimizer.step()
-        if self.mesh.dp_size > 1:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_group)
+        if self.mesh.dp_size * self.mesh.cp_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_cp_group)
         return self._from_loss_rank(loss)
 
     @torch.no_grad()
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of (B, T) ``x``, ``y``: every rank runs the same windows, rank ``loss_rank``'s
         value is broadcast (an expert sees a rank's rows in another order on each rank: the last bits differ)."""
-        return self._from_loss_rank(self._forward(x.to(mdist.device()), y.to(mdist.device()))[0])
+        x, y = enter_batch(self.stage, x, y, self.mesh)
+        loss = self._forward(x.to(mdist.device()), y.to(mdist.device()))[0]
+        if self.mesh.cp_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.cp_group)
+        return self._from_loss_rank(loss)
 
     def _from_loss_rank(self, t: torch.Tensor) -> torch.Tensor:
         if dist.is_initialized() and mdist.world_size() > 1:
@@ -191,7 +202,7 @@ def build_moe_piece(
     if dist.is_initialized() and mdist.world_size() > 1:
         group = mesh.ep_group if ep > 1 else mesh.groups["tp"]  # ep = 1: a one-rank group (None is the world)
         for b in model.blocks:
-            b.mlp = ExpertParallelMoE(b.mlp, group=group, balance_group=mesh.dp_group)
+            b.mlp = ExpertParallelMoE(b.mlp, group=group, balance_group=mesh.dp_cp_group)
     set_recompute(model, "selective" if recompute == "selective" else "none")
     if recompute == "full":
         for b in model.blocks:
@@ -206,11 +217,11 @@ def build_moe_piece(
 @torch.no_grad()
 def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
     """The whole GPT on rank ``dst`` (experts all-gathered over its EP group), None elsewhere. Collective."""
-    if piece.mesh.ep_group is None:
-        return piece.stage if mdist.rank() == dst else None
+    if mdist.world_size() == 1:
+        return piece.stage if mdist.rank() == dst else None  # (with --cp the stage runs ring attention: not this)
     state = {}
     for n, p in piece.stage.state_dict().items():
-        if is_expert(n):
+        if is_expert(n) and piece.ep > 1:
             parts = [torch.empty_like(p) for _ in range(piece.ep)]
             dist.all_gather(parts, p.contiguous(), group=piece.mesh.ep_group)
             p = torch.cat(parts)
@@ -225,12 +236,12 @@ def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
 def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> None:
     """The main job's MoE rules, one line each (``cfg``: the TrainConfig, for the other settings).
 
-    Accepted with experts: dp, ep, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``,
-    ``--zero 1`` (tests/test_experts_train.py proves each equal to one device).
+    Accepted with experts: dp, ep, ``--cp``, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``,
+    ``--zero 1`` without cp (tests/test_experts_train.py proves each equal to one device).
     Raises:
         ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E, and dp:
-            :func:`minipar.mesh.check_ep`); a setting the MoE job does not combine with (tp, pp, cp,
-            ZeRO-3, gradient compression), naming the flags to drop.
+            :func:`minipar.mesh.check_ep`); a setting the MoE job does not combine with (tp, pp, ZeRO-3,
+            ZeRO with cp, gradient compression), naming the flags to drop.
     """
     if ep > 1 and not experts:
         raise ConfigError(f"--ep {ep} needs experts to shard: add --moe-experts E (a multiple of {ep})")
@@ -240,13 +251,13 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
-        "--cp": getattr(cfg, "cp", 1) > 1,  # Megatron carves EP out of dp·cp; minipar's EP uses dp only
+        "--zero (with --cp: ZeRO-1 shards over dp only here)": getattr(cfg, "cp", 1) > 1 and cfg.zero != 0,
         "--zero 3 (use --zero 1)": cfg.zero == 3,
         "--grad-compression": cfg.grad_compression != "none",
     }
     bad = [k for k, v in clash.items() if v]
     if bad:
         raise ConfigError(
-            f"--moe-experts {experts} runs with data and expert parallelism (and micro-batches, recompute, "
-            f"checkpoints, ZeRO-1) only: drop {', '.join(bad)}"
+            f"--moe-experts {experts} runs with data, expert and context parallelism (and micro-batches, "
+            f"recompute, checkpoints, ZeRO-1) only: drop {', '.join(bad)}"
         )
