@@ -94,9 +94,10 @@ class MoEPiece:
         return weighted_loss(self.stage, logits, y), aux  # --cp: weights cp·L_r/T (minipar.cp.model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
-        """One AdamW step on this dp rank's (B/dp, T) share, accumulated over ``x.chunk(microbatches)``
-        (each micro-batch's loss: its mean cross-entropy + its aux loss, / m); returns the global batch's
-        mean cross-entropy (0-d, on every rank)."""
+        """One AdamW step on this dp rank's (B/dp, T) int64 share ``x``, ``y`` (with cp: this rank's 2 chunks
+        of each sequence are cut here), accumulated over ``x.chunk(microbatches)`` (each micro-batch adds
+        the gradient of (its mean cross-entropy + its aux loss) / m); returns the global batch's mean
+        cross-entropy in nats (0-d, the same on every rank)."""
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -179,17 +180,19 @@ def build_moe_piece(
 ) -> MoEPiece:
     """This rank's piece: ``torch.manual_seed(seed); GPT(cfg)`` on every rank (one device's weights),
     each block's MoE replaced by an :class:`~minipar.moe.parallel.ExpertParallelMoE` over ``mesh.ep_group``
-    (its E/ep experts kept, load balanced over ``mesh.dp_group``), AdamW over what it holds.
+    (its E/ep experts kept, load balanced over ``mesh.dp_cp_group``), AdamW over what it holds.
     ``recompute``: none / selective / full (see the module doc); ``zero``: 0, or 1 for
     :class:`~minipar.moe.zero.MoEZero1`. ``dense``: the dense job's other settings (schedule, ...), which
     :func:`check_moe_job` has already required to be their defaults.
 
     Raises:
         ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing E; ep > 1 without a process
-            group; zero not 0 or 1.
+            group; zero not 0 or 1, or zero with cp > 1.
     """
-    if zero not in (0, 1):
-        raise ConfigError(f"--zero {zero} with --moe-experts: use --zero 1 (or 0); ZeRO-3 is dense-only here")
+    if zero not in (0, 1) or (zero and mesh.cp_size > 1):
+        raise ConfigError(
+            f"--zero {zero} with --moe-experts and --cp {mesh.cp_size}: use --zero 1 (or 0), and --zero 0 with --cp"
+        )
     ep = mesh.ep_size
     if not cfg.moe_experts or mesh.tp_size * mesh.pp_size > 1:
         raise ConfigError(f"--moe-experts {cfg.moe_experts} on tp{mesh.tp_size}·pp{mesh.pp_size}: use --tp 1 --pp 1")
