@@ -24,7 +24,7 @@ import torch
 
 from minipar.data import CharCorpus, check_fits, load_text
 from minipar.errors import ConfigError
-from minipar.mesh import Mesh, model_fits
+from minipar.mesh import Mesh, check_model_fits
 from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.moe.ep import check_moe_job
 from minipar.outdir import check_folder
@@ -161,7 +161,7 @@ class TrainConfig:
     def accepts(self, pp: int, dp: int, tp: int) -> bool:
         """True if this model and batch can run on a (pp, dp, tp) layout (used to list valid layouts)."""
         return (
-            model_fits(self.gpt(1), pp, tp)
+            _fits(self.gpt(1), pp, tp)
             and self.batch_size % dp == 0
             and self.batch_size // dp % self.microbatches == 0
             and dp % self.ep == 0
@@ -184,6 +184,15 @@ class TrainConfig:
             moe_experts=self.moe_experts,
             moe_top_k=self.moe_top_k,
         )
+
+
+def _fits(model: GPTConfig, pp: int, tp: int) -> bool:
+    """True if :func:`minipar.mesh.check_model_fits` passes (used to list the layouts a model accepts)."""
+    try:
+        check_model_fits(model, pp, tp)
+    except ConfigError:
+        return False
+    return True
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -142,15 +142,6 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
     check_tp_config(model, tp)
 
 
-def model_fits(model: GPTConfig, pp: int, tp: int) -> bool:
-    """True if :func:`check_model_fits` passes (used to list the layouts a model accepts)."""
-    try:
-        check_model_fits(model, pp, tp)
-    except ConfigError:
-        return False
-    return True
-
-
 def _coord(dim: str) -> property:
     return property(lambda self: self.coords[dim], doc=f"this rank's index along {dim}, 0 .. {dim}_size - 1")
 
@@ -249,6 +240,11 @@ class Mesh:
         """This rank's expert-data-parallel ProcessGroup (same experts, other EP groups); = dp_group when ep = 1."""
         return self.groups.get("edp", self.groups.get("dp"))
 
+    @property
+    def edp_cp_group(self):
+        """Every rank holding this rank's experts (expert-dp × cp); = edp_group when cp = 1, dp_cp_group when ep = 1."""
+        return self.groups.get("edp_cp", self.edp_group if self.cp == 1 else self.dp_cp_group)
+
     def __post_init__(self, model, accepts, what) -> None:
         for d in DIMS:
             v = getattr(self, d)
@@ -336,6 +332,11 @@ def init_mesh(
         lists.append(("dp_cp", group_ranks(mesh.shape, ("dp", "cp"))))
     if ep > 1:
         lists += zip(("ep", "edp"), expert_group_ranks(mesh.shape, ep))
+    if ep > 1 and cp > 1:  # the same experts in every cp index: split each dp × cp group by ep_rank
+        dp_cp = group_ranks(mesh.shape, ("dp", "cp"))
+        lists.append(
+            ("edp_cp", [[r for r in g if coords_of(r, mesh.shape)["dp"] % ep == j] for g in dp_cp for j in range(ep)])
+        )
     for key, all_ranks in lists:
         for ranks in all_ranks:
             if group_cache is not None and tuple(ranks) in group_cache:

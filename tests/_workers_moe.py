@@ -114,15 +114,16 @@ def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int, saver
     return {"full": full, "resumed": resumed, "files": files}
 
 
-def mesh_ep_groups(pp: int, tp: int, ep: int) -> dict:
-    """``init_mesh(pp, tp=tp, ep=ep)`` on this rank: its ep/edp coordinates, group ranks, and the sums of
-    the global ranks over its EP and expert-dp groups (real process groups, not just lists)."""
+def mesh_ep_groups(pp: int, tp: int, ep: int, cp: int = 1) -> dict:
+    """``init_mesh(pp, tp=tp, cp=cp, ep=ep)`` on this rank: its ep/edp coordinates, group ranks, and the sums
+    of the global ranks over its EP, expert-dp and expert-dp × cp groups (real process groups, not just lists)."""
     from minipar.mesh import init_mesh
 
-    mesh = init_mesh(pp=pp, tp=tp, ep=ep)
+    mesh = init_mesh(pp=pp, tp=tp, cp=cp, ep=ep)
     sums = []
-    for g in (mesh.ep_group, mesh.edp_group):
+    for g in (mesh.ep_group, mesh.edp_group, mesh.edp_cp_group):
         t = torch.tensor([float(dist.get_rank())])
         dist.all_reduce(t, group=g)
         sums.append(int(t.item()))
-    return dict(ep_rank=mesh.ep_rank, edp_rank=mesh.edp_rank, ep=mesh.ranks["ep"], edp=mesh.ranks["edp"], sums=sums)
+    ranks = {k: mesh.ranks.get(k) for k in ("ep", "edp", "edp_cp")}
+    return dict(ep_rank=mesh.ep_rank, edp_rank=mesh.edp_rank, sums=sums, **ranks)

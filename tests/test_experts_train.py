@@ -71,7 +71,6 @@ def test_cli_trains_on_text(tmp_path, capsys):
         (dict(moe_experts=4, ep=2, dp=3), "--ep 2 must divide the 3 data-parallel ranks.*use --ep 1, 3"),
         (dict(moe_experts=4, moe_top_k=5), "moe_top_k=5"),
         (dict(moe_experts=4, tp=2), "drop --tp"),
-        (dict(moe_experts=4, cp=2, zero=1), r"drop --zero \(with --cp"),
         (dict(moe_experts=4, zero=3), r"drop --zero 3 \(use --zero 1\)"),
         (dict(moe_experts=4, pp=2, grad_compression="bf16"), "drop --pp, --grad-compression"),
     ],
@@ -175,11 +174,20 @@ def test_cli_zero1_microbatches_checkpoint_then_resume_with_another_ep(tmp_path,
     assert "resumed at step 4: val loss" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("world,kw", [(2, dict(cp=2, microbatches=2)), (4, dict(dp=2, cp=2, ep=2, recompute="full"))])
+@pytest.mark.parametrize(
+    "world,kw",
+    [
+        (2, dict(cp=2, microbatches=2)),
+        (4, dict(dp=2, cp=2, ep=2, recompute="full")),
+        (4, dict(dp=2, cp=2, ep=2, zero=1)),
+        (4, dict(dp=2, cp=2, ep=1, zero=1)),
+    ],
+)
 def test_context_parallel_equals_one_device(world, kw):
     """--cp with experts: every rank runs its 2 chunks of each sequence (ring attention), the aux loss
     weighted like the cross-entropy (cp·L_r/T) and balanced over dp × cp, experts' gradients summed over
-    expert-dp × cp: the one-device losses (with 2 micro-batches, the one device accumulates the same 2)."""
+    expert-dp × cp: the one-device losses (with 2 micro-batches, the one device accumulates the same 2).
+    With --zero 1 the dense shards span dp × cp and the experts' expert-dp × cp (Mesh.edp_cp_group)."""
     one = wt.train_float64(TrainConfig(**MOE, microbatches=kw.get("microbatches", 1), out=None))
     many = launch(wt.train_float64, world_size=world, args=(TrainConfig(**{**MOE, **kw}, out=None),))
     assert _losses(many[0]) == _losses(many[-1])

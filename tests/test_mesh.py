@@ -102,4 +102,14 @@ def test_ep_groups_are_real_process_groups():
     assert [o["ep"] for o in out] == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert [o["edp"] for o in out] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [(o["ep_rank"], o["edp_rank"]) for o in out] == [(0, 0), (1, 0), (0, 1), (1, 1)]
-    assert [o["sums"] for o in out] == [[1, 2], [1, 4], [5, 2], [5, 4]]
+    assert [o["sums"] for o in out] == [[1, 2, 2], [1, 4, 4], [5, 2, 2], [5, 4, 4]]  # edp_cp = edp at cp = 1
+
+
+def test_ep_with_context_parallelism_on_4_ranks():
+    """dp2·cp2·ep2 (rank = 2·dp + cp): each cp index has its own EP group ([0,2], [1,3]); the ranks holding
+    the same experts are expert-dp × cp: [0,1] (ep_rank 0) and [2,3] (ep_rank 1), ZeRO-1's expert group."""
+    out = launch(wm.mesh_ep_groups, world_size=4, args=(1, 1, 2, 2))
+    assert [o["ep"] for o in out] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [o["edp"] for o in out] == [[0], [1], [2], [3]]
+    assert [o["edp_cp"] for o in out] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [o["sums"][2] for o in out] == [1, 1, 5, 5]

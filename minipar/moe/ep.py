@@ -33,7 +33,8 @@ With ``--cp`` (lesson 11) each rank runs its 2 chunks of every sequence (:func:`
 ring attention, global positions, the loss weight cp·L_r/T, also on the aux loss); EP groups are cut from
 each cp index's dp group (:class:`~minipar.mesh.Mesh`), the balancing counts summed over dp × cp, dense
 gradients averaged over dp × cp, and an expert's summed over expert-dp and cp and divided by dp·cp.
-``zero=1``: ZeRO-1 with the dense shards over dp and the experts' over expert-dp (:mod:`minipar.moe.zero`).
+``zero=1``: ZeRO-1 with the dense shards over dp (× cp) and the experts' over expert-dp (× cp)
+(:mod:`minipar.moe.zero`).
 ``recompute``: "selective" re-runs the attention core (the MoE layer untouched); "full" re-runs each
 block in backward, its all-to-alls included, with the aux loss returned as a second output of the
 recomputed function so its gradient survives (:func:`_full_recompute`).
@@ -187,12 +188,10 @@ def build_moe_piece(
 
     Raises:
         ConfigError: no experts in ``cfg``; tp or pp > 1; ep not dividing E; ep > 1 without a process
-            group; zero not 0 or 1, or zero with cp > 1.
+            group; zero not 0 or 1.
     """
-    if zero not in (0, 1) or (zero and mesh.cp_size > 1):
-        raise ConfigError(
-            f"--zero {zero} with --moe-experts and --cp {mesh.cp_size}: use --zero 1 (or 0), and --zero 0 with --cp"
-        )
+    if zero not in (0, 1):
+        raise ConfigError(f"--zero {zero} with --moe-experts: use --zero 1 (or 0); ZeRO-3 is dense-only here")
     ep = mesh.ep_size
     if not cfg.moe_experts or mesh.tp_size * mesh.pp_size > 1:
         raise ConfigError(f"--moe-experts {cfg.moe_experts} on tp{mesh.tp_size}·pp{mesh.pp_size}: use --tp 1 --pp 1")
@@ -240,11 +239,11 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
     """The main job's MoE rules, one line each (``cfg``: the TrainConfig, for the other settings).
 
     Accepted with experts: dp, ep, ``--cp``, ``--microbatches``, ``--recompute``, ``--ckpt-every``/``--resume``,
-    ``--zero 1`` without cp (tests/test_experts_train.py proves each equal to one device).
+    ``--zero 1`` (tests/test_experts_train.py proves each equal to one device).
     Raises:
         ConfigError: ``--ep`` without experts; E, k or ep inconsistent (ep must divide E, and dp:
             :func:`minipar.mesh.check_ep`); a setting the MoE job does not combine with (tp, pp, ZeRO-3,
-            ZeRO with cp, gradient compression), naming the flags to drop.
+            gradient compression), naming the flags to drop.
     """
     if ep > 1 and not experts:
         raise ConfigError(f"--ep {ep} needs experts to shard: add --moe-experts E (a multiple of {ep})")
@@ -254,7 +253,6 @@ def check_moe_job(experts: int, top_k: int, ep: int, dp: int | None, cfg) -> Non
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
-        "--zero (with --cp: ZeRO-1 shards over dp only here)": getattr(cfg, "cp", 1) > 1 and cfg.zero != 0,
         "--zero 3 (use --zero 1)": cfg.zero == 3,
         "--grad-compression": cfg.grad_compression != "none",
     }

@@ -8,14 +8,14 @@ moments of 1/N of the parameters, N the ranks that hold the same copy. In the Mo
 ranks hold copies: every dp rank holds the dense parameters (attention, LayerNorms, embeddings, routers),
 but only the dp/ep ranks of an expert-data-parallel group hold the same experts. So, as Megatron-LM's
 distributed optimizer does with its separate expert-data-parallel buffers, two
-:class:`~minipar.zero.stage12.ZeroOptimizer` s: the dense units over ``mesh.dp_group`` (N = dp), the
-``blocks.i.mlp.experts`` units over ``mesh.edp_group`` (N = dp/ep).
+:class:`~minipar.zero.stage12.ZeroOptimizer` s: the dense units over ``mesh.dp_cp_group`` (N = dp·cp), the
+``blocks.i.mlp.experts`` units over ``mesh.edp_cp_group`` (N = dp·cp/ep; with cp = 1, dp and expert-dp).
 
-Gradients (see :mod:`minipar.moe.ep`): dense = mean over dp, which the dense reduce-scatter gives;
-experts = (sum over expert-dp) / dp = (mean over expert-dp) / ep, so the expert shards are divided
+Gradients (see :mod:`minipar.moe.ep`): dense = mean over dp·cp, which the dense reduce-scatter gives;
+experts = (sum over expert-dp × cp) / (dp·cp) = (mean there) / ep, so the expert shards are divided
 by ep after their reduce-scatter. Clipping uses the whole model's norm: each dense element lies in one
-dp rank's shard and each expert element in one rank's shard (its EP block, its edp slice), so one
-all-reduce over dp of every rank's squared shard norms counts every element once. The AdamW groups
+rank's shard and each expert element in one rank's shard (its EP block, its slice), so one all-reduce
+over dp × cp of every rank's squared shard norms counts every element once. The AdamW groups
 are ``adamw_groups``' (the experts' stacked biases, (E/ep, f), not decayed): the same update as
 without ZeRO, tests/test_experts_train.py.
 """
@@ -79,8 +79,8 @@ class MoEZero1:
         dense, experts = moe_units(model)
         kw = dict(stage=1, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, max_norm=None)
         self.parts = (
-            ZeroOptimizer(model, units=dense, group=mesh.dp_group, **kw),
-            ZeroOptimizer(model, units=experts, group=mesh.edp_group, **kw),
+            ZeroOptimizer(model, units=dense, group=mesh.dp_cp_group, **kw),
+            ZeroOptimizer(model, units=experts, group=mesh.edp_cp_group, **kw),
         )
         for opt in self.parts:
             _regroup(opt, weight_decay)
@@ -98,7 +98,7 @@ class MoEZero1:
         for g in experts:
             g.div_(self.mesh.ep_size)
         if self.max_norm:
-            clip_grad_norm_(dense + experts, self.max_norm, group=self.mesh.dp_group)
+            clip_grad_norm_(dense + experts, self.max_norm, group=self.mesh.dp_cp_group)
         for opt, grads in zip(self.parts, (dense, experts)):
             opt._adamw_step(grads)
             for flat, shard in zip(opt.flats, opt.shards):
