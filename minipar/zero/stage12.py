@@ -158,11 +158,10 @@ class ZeroOptimizer(ShardOptimizer):
 
     @torch.no_grad()
     def step(self) -> None:
-        """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights
-        (with ``overlap_param_gather``: the first unit's gather issued, the others by the next forward)."""
-        self.wait_params()
+        """Reduce-scatter gradients (stage 1), AdamW on this rank's shard, all-gather the weights."""
+        self.wait_params()  # overlap_param_gather (lesson 09): gathers no forward has waited for yet
         self._adamw_step(self._grad_shards())
-        if self.overlap_param_gather and mdist.world_size(self.group) > 1:
+        if self.overlap_param_gather and mdist.world_size(self.group) > 1:  # lesson 09: the next forward waits
             self._issued = 1
             self._issue_gather(0)
         else:
