@@ -225,7 +225,7 @@ def ddp_on_clock(
     rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
     and the links used.
     """
-    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, slow_motion
+    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, compute_seconds, slow_motion
 
     x = torch.randint(
         0,
@@ -238,18 +238,16 @@ def ddp_on_clock(
         model, opt = build(MEDIUM)
         runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
     net = runs[True][0]
-    here = float("inf")
-    for _ in range(3):  # calibration: compute only (no_sync: no all-reduce)
-        c0 = time.thread_time()
+
+    def fwd_bwd(i):  # calibration: compute only (no_sync: no all-reduce)
         with net.no_sync():
             net(x, x)[1].backward()
-        here = min(here, time.thread_time() - c0)
         net.module.zero_grad(set_to_none=True)
-    t = torch.tensor([here], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # one value on every rank: the links must be the same
+
+    here = compute_seconds(fwd_bwd, 3)  # one value on every rank: the links must be the same
     psi = sum(p.numel() for p in net.module.parameters())
     t_there = 6 * psi * tokens_there / (0.5 * 989e12)
-    intra, inter = (slow_motion(link, t.item(), t_there) for link in (NVLINK4, IB_NDR))
+    intra, inter = (slow_motion(link, here, t_there) for link in (NVLINK4, IB_NDR))
     best: dict = {}
     for i in range(steps + 1):
         for overlap, (ddp, opt) in runs.items():
@@ -267,7 +265,7 @@ def ddp_on_clock(
                 best[overlap] = (v.item(), [tuple(s) for s in clk.timeline])
     return dict(
         {ov: dict(virtual_s=b[0], timeline=b[1]) for ov, b in best.items()},
-        t_here=t.item(),
+        t_here=here,
         t_there=t_there,
         links=(intra, inter),
         params=psi,

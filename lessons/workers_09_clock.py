@@ -4,29 +4,16 @@ as a GPU cluster would time them. They only call minipar and torch; child proces
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 
 import minipar.dist as md
+from minipar.clock import compute_seconds
 from minipar.data import builtin_corpus
 from minipar.dp.compression import make_compressor
 from minipar.models import GPT, GPTConfig
 from minipar.presets import MEDIUM
 from minipar.tp.overlap import allgather_matmul
-
-
-def _slowest_fastest(fn, repeats: int) -> float:
-    """Thread CPU seconds of ``fn(i)``: the fastest of ``repeats`` on each rank, the slowest rank's."""
-    best = float("inf")
-    for i in range(repeats):
-        c0 = time.thread_time()
-        fn(i)
-        best = min(best, time.thread_time() - c0)
-    t = torch.tensor([best], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 
 def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out: int = 512, steps: int = 4) -> dict:
@@ -41,7 +28,7 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
 
     g = torch.Generator().manual_seed(md.rank())
     x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
-    gemm = _slowest_fastest(lambda i: x @ w.t(), 5)
+    gemm = compute_seconds(lambda i: x @ w.t(), 5)
     link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * gemm, float("inf"))
     out, spans = {False: (float("inf"), []), True: (float("inf"), [])}, {}
     for i in range(steps + 1):
@@ -104,7 +91,7 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
         model(x, x)[1].backward()
         model.zero_grad(set_to_none=True)
 
-    k = _slowest_fastest(fwd_bwd, 3) / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
+    k = compute_seconds(fwd_bwd, 3) / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
     extra: dict = {b: {} for b in betas_gbps}
     model_best = float("inf")
     for beta in betas_gbps:
@@ -165,7 +152,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     probe = GPT(cfg)
     h = torch.randn(4, MEDIUM["block_size"], MEDIUM["d_model"])
     with torch.no_grad():
-        fwd = _slowest_fastest(lambda i: probe.blocks[0](h), 5)
+        fwd = compute_seconds(lambda i: probe.blocks[0](h), 5)
     unit_bytes = [4 * sum(p.numel() for p in m.parameters()) for _, m in default_units(probe)]
     beta = (n - 1) / n * unit_bytes[2] / (ratio * fwd)  # units: wte, wpe, blocks.0, ...
     link = Link(f"a block's gather = {ratio:g} of its forward", 0.0, beta)
@@ -237,7 +224,7 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
         grad_fn(model, max(md.rank() - 1, 0), k)
         model.zero_grad(set_to_none=True)
 
-    c = _slowest_fastest(one_gradient, 3)
+    c = compute_seconds(one_gradient, 3)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     link = Link(f"push = {push:g} × a gradient's compute", 0.0, nbytes / (push * c))
     with ClusterClock(link, link, straggler={1: straggler}) as clk:

@@ -15,13 +15,14 @@ Use it on every rank, around any torch.distributed code:
 - :mod:`minipar.clock.hooks`  the scoped wrappers that let it see torch.distributed's calls
 """
 
-from minipar.clock.clock import ClusterClock, Span, collective_time
+from minipar.clock.clock import ClusterClock, Span, collective_time, compute_seconds
 from minipar.clock.links import IB_NDR, NVLINK4, PCIE5, Link, cluster_links, link_of, scaled, slow_motion
 
 __all__ = [
     "ClusterClock",
     "Span",
     "collective_time",
+    "compute_seconds",
     "Link",
     "NVLINK4",
     "IB_NDR",

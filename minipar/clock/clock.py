@@ -88,6 +88,21 @@ def collective_time(algo: str, n_ranks: int, nbytes: float, link: Link) -> float
     raise ConfigError(f"collective_time(algo={algo!r}): use 'allreduce', 'ring' or 'chain'")
 
 
+def compute_seconds(fn, repeats: int = 3, group=None) -> float:
+    """What the clock would count as compute for ``fn(i)``: thread CPU seconds, the fastest of
+    ``repeats`` calls (``i`` = 0, 1, ...) on each rank, then the slowest rank's, so every rank of
+    ``group`` gets one value and links scaled from it are the same everywhere (as
+    :class:`ClusterClock` checks). Call it outside a clock (it all-reduces)."""
+    best = float("inf")
+    for i in range(repeats):
+        c0 = time.thread_time()
+        fn(i)
+        best = min(best, time.thread_time() - c0)
+    t = torch.tensor([best], dtype=torch.float64, device=hooks.group_device(group))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
 def _node_fn(node_of):
     if node_of is None:
         return lambda r: 0
