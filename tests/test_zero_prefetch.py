@@ -8,6 +8,7 @@ import torch
 
 from minipar import launch
 from minipar.models import GPT, GPTConfig
+from minipar.zero.flat import default_units
 
 CFG = GPTConfig(vocab_size=17, block_size=8, n_layer=3, n_head=2, d_model=16, tie_weights=False)
 
@@ -64,7 +65,7 @@ def zero12_worker(stage: int, overlap: bool, steps: int = 3):
     opt = zero(model, stage, lr=1e-2, overlap_param_gather=overlap)
     in_flight = []
     if overlap:
-        for _, m in _units(model):
+        for _, m in default_units(model):
             m.register_forward_pre_hook(lambda mod, args: in_flight.append(sum(g is not None for g in opt._gathers)))
     gen = torch.Generator().manual_seed(1 + mdist.rank())
     losses = []
@@ -78,12 +79,6 @@ def zero12_worker(stage: int, overlap: bool, steps: int = 3):
         opt.zero_grad()
     opt.wait_params()
     return losses, {k: v.clone() for k, v in model.state_dict().items()}, in_flight
-
-
-def _units(model):
-    from minipar.zero.flat import default_units
-
-    return default_units(model)
 
 
 def test_overlapped_param_gather_equals_blocking_zero12_bit_for_bit_and_keeps_the_next_gather_in_flight():

@@ -139,12 +139,14 @@ def reduce_scatter_mean(shard_out: torch.Tensor, full: torch.Tensor, group=None)
     return shard_out.div_(n)
 
 
-def all_gather_flat(full_out: torch.Tensor, shard: torch.Tensor, group=None) -> torch.Tensor:
-    """``full_out`` (padded,) <- every rank's shard (padded/N,), in rank order."""
+def all_gather_flat(full_out: torch.Tensor, shard: torch.Tensor, group=None, async_op: bool = False):
+    """``full_out`` (padded,) <- every rank's shard (padded/N,), in rank order. Returns ``full_out``,
+    or with ``async_op`` the work to wait on before reading it (None on one rank: copied at once)."""
     if mdist.world_size(group) == 1:
-        return full_out.copy_(shard)
-    dist.all_gather_single(full_out, shard, group=group)
-    return full_out
+        full_out.copy_(shard)
+        return None if async_op else full_out
+    work = dist.all_gather_single(full_out, shard, group=group, async_op=async_op)
+    return work if async_op else full_out
 
 
 def check_same_start(names: list[str], flats: list[torch.Tensor], group=None) -> None:

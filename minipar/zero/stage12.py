@@ -36,7 +36,6 @@ The flat shards, their collectives and the sharded AdamW live in :mod:`minipar.z
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from minipar import dist as mdist
@@ -140,8 +139,7 @@ class ZeroOptimizer(ShardOptimizer):
     # overlap_param_gather: gathers issued one unit ahead of the forward, each waited just before its unit
     def _issue_gather(self, j: int) -> None:
         shard = self.shards[j].clone()
-        work = dist.all_gather_single(self.flats[j], shard, group=self.group, async_op=True)
-        self._gathers[j] = (work, shard)
+        self._gathers[j] = (all_gather_flat(self.flats[j], shard, self.group, async_op=True), shard)
 
     def _before_forward(self, j: int) -> None:
         while self._issued < min(j + 2, len(self.units)):  # this unit's gather (if late) and the next one's
