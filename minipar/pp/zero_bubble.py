@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.pp.schedules import Action, _check_pm, zb_h1  # noqa: F401 (zb_h1 lives with the other schedules)
+from minipar.pp.schedules import _check_pm, zb_h1  # noqa: F401 (zb_h1 lives with the other schedules)
 
 
 def zb_h1_bubble(p: int, m: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> float:
