@@ -105,11 +105,9 @@ def torch_pipeline_order(name: str, p: int, m: int, fused: bool = False) -> list
     for r in range(p):
         acts = []
         for a in sched.pipeline_order[r]:
-            subs = (
-                [Action(x.stage_index, x.computation_type.value, x.microbatch_index) for x in a.sub_actions or (a,)]
-                if a
-                else []
-            )
+            if a is None:  # an idle slot
+                continue
+            subs = [Action(x.stage_index, x.computation_type.value, x.microbatch_index) for x in a.sub_actions or (a,)]
             acts += [Overlap(*sorted(subs, key=lambda x: x.kind != "F"))] if fused and len(subs) == 2 else subs
         out.append(acts)
     return out
