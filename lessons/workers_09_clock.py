@@ -153,7 +153,8 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     h = torch.randn(4, MEDIUM["block_size"], MEDIUM["d_model"])
     with torch.no_grad():
         fwd = compute_seconds(lambda i: probe.blocks[0](h), 5)
-    unit_bytes = [4 * sum(p.numel() for p in m.parameters()) for _, m in default_units(probe)]
+    units = default_units(probe)
+    unit_bytes = [4 * sum(p.numel() for p in m.parameters()) for _, m in units]
     beta = (n - 1) / n * unit_bytes[2] / (ratio * fwd)  # units: wte, wpe, blocks.0, ...
     link = Link(f"a block's gather = {ratio:g} of its forward", 0.0, beta)
     out, results = {}, {}
@@ -182,8 +183,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     (l0, p0), (l1, p1) = results[False], results[True]
     same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
     gather = [collective_time("ring", n, b, link) for b in unit_bytes]
-    names = [name for name, _ in default_units(probe)]
-    return out | {"same": same, "gather": gather, "names": names, "fwd": fwd}
+    return out | {"same": same, "gather": gather, "names": [name for name, _ in units], "fwd": fwd}
 
 
 def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
