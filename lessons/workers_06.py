@@ -103,14 +103,15 @@ def pipelines_vs_table2(pp: int = 8, m: int = 20) -> dict:
 
     full = lambda a: 2.0 if a.kind == "B" else 1.0  # noqa: E731 — B = I + W
     F, B, W = 1, 2, 1
+    table2 = table2_bubble(pp, F, B, W)  # DualPipe's row; DualPipeV on pp/2 ranks is the same pipeline
     sims = {
         "1F1B": (simulate(one_f_one_b(pp, m), F, B), 1, (pp - 1) * (F + B)),
         "ZB-H1": (simulate(zb_h1(pp, m), F, B - W, t_w=W), 1, (pp - 1) * (F + B - 2 * W)),
-        "DualPipe": (simulate(dualpipe(pp, m), F, full, t_w=W, place=v_shape(pp), route=route(pp, m)), 1, None),
+        "DualPipe": (simulate(dualpipe(pp, m), F, full, t_w=W, place=v_shape(pp), route=route(pp, m)), 1, table2),
         "DualPipeV (PyTorch)": (
             simulate(torch_pipeline_order("dualpipev", pp // 2, m, fused=True), F, full, t_w=W, place=v_shape(pp // 2)),
             2,
-            None,
+            table2,
         ),
     }
     out = {}
@@ -123,6 +124,6 @@ def pipelines_vs_table2(pp: int = 8, m: int = 20) -> dict:
             copies=stages * sim.p // pp,
             act=max(sim.peak_inflight) * scale,  # the V's chunks count ½ of a 1/(pp/2) stage: ×2 in 1/pp stages
             idle=max(idle_per_rank(sim)),
-            formula=table2_bubble(pp, F, B, W) if formula is None else formula,
+            formula=formula,
         )
     return out
