@@ -172,10 +172,11 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if layout.recompute == "full" else 0.0)
     if "tp" in layout.overlap:
         tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
-    step = L["cp"][0] + cp_block_bytes(model, b, s, t, bpv) / L["cp"][1] if c > 1 else 0.0  # ring attention
-    cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
+    step = L["cp"][0] + cp_block_bytes(model, b, s, t, bpv) / L["cp"][1] if c > 1 else 0.0  # one K/V block
     if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
         cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
+    else:  # ring attention: each step's transfer hides behind one chunk's attention
+        cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
