@@ -187,8 +187,7 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
         piece.executor.count_memory = True  # the warm-up step counts saved activations (not timed)
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages
         piece.executor.count_memory = False
-        held = state_bytes(piece.stage, piece.optimizer)
-        out["mem"][(pp, dp, tp)] = held["params"] + held["grads"] + held["optimizer"] + piece.last.peak_act_bytes
+        out["mem"][(pp, dp, tp)] = state_bytes(piece.stage, piece.optimizer)["total"] + piece.last.peak_act_bytes
         best = float("inf")
         for _ in range(steps):
             with ClusterClock(link, link) as clk:
