@@ -82,7 +82,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 )
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
-from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (memory_per_gpu: read by tests, search)
+from minipar.perf.memory import memory_per_gpu, stage_layers_of
 from minipar.perf.timeline import overlap_formula
 from minipar.pp.schedules import make_schedule, simulate
 

@@ -14,7 +14,8 @@ from minipar.errors import ConfigError
 from minipar.perf.factors import divisors
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
-from minipar.perf.model import estimate, memory_per_gpu
+from minipar.perf.memory import memory_per_gpu
+from minipar.perf.model import estimate
 
 CP_MIN_TOKENS = 4096  # tokens each context-parallel rank keeps, at least, in the default search (ASSUMED)
 
