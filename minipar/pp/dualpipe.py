@@ -35,7 +35,7 @@ is ``p + 1`` micro-batches of one stage, as the table says. It reproduces Figure
 from __future__ import annotations
 
 from minipar.errors import ConfigError
-from minipar.pp.simulation import Action, Overlap
+from minipar.pp.simulation import Action, Overlap, idle_per_rank  # noqa: F401 (idle_per_rank re-exported)
 
 
 def check_dualpipe(p: int, m: int) -> None:
@@ -132,8 +132,3 @@ def table2_bubble(p: int, f: float, b: float, w: float, fb: float | None = None)
     """DeepSeek-V3 Table 2, DualPipe row: idle time per rank ``(PP/2 − 1)(F&B + B − 3W)`` (time
     units of f, b, w; ``fb`` = F&B, default f + b: no overlap gain). ``PP`` = p (even)."""
     return (p // 2 - 1) * ((f + b if fb is None else fb) + b - 3 * w)
-
-
-def idle_per_rank(sim) -> list[float]:
-    """Per rank, the time it is not computing: ``makespan − Σ durations`` (a Simulation's units)."""
-    return [sim.makespan - sum(t1 - t0 for _, t0, t1 in tl) for tl in sim.timeline]

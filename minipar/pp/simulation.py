@@ -115,6 +115,11 @@ class Simulation:
         return "\n".join(f"rank {r}: " + " ".join((c or "·").rjust(w) for c in row) for r, row in enumerate(g))
 
 
+def idle_per_rank(sim: Simulation) -> list[float]:
+    """Per rank, the time it is not computing: ``makespan − Σ durations`` (a Simulation's units)."""
+    return [sim.makespan - sum(t1 - t0 for _, t0, t1 in tl) for tl in sim.timeline]
+
+
 def num_stages(schedule: list[list]) -> int:
     return 1 + max(a.stage for acts in schedule for e in acts for a in unpack(e))
 
