@@ -22,29 +22,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-import torch.distributed as dist
 
 from minipar import checkpoint as ckpt
+from minipar.moe.ep import gather_experts, is_expert
 
 
 def _expert_rows(piece) -> dict[str, tuple[int, int]]:
     """``{expert param name: (first row, rows)}`` of this rank's block of each expert tensor."""
     r = piece.mesh.ep_rank
-    return {n: (r * p.shape[0], p.shape[0]) for n, p in piece.stage.named_parameters() if ".experts." in n}
-
-
-@torch.no_grad()
-def _full(piece, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``tensors`` (shaped like this rank's params) with every expert tensor all-gathered over the EP group."""
-    rows, group, ep = _expert_rows(piece), piece.mesh.ep_group, piece.mesh.ep_size
-    out = {}
-    for n, t in tensors.items():
-        if n in rows and group is not None:
-            parts = [torch.empty_like(t) for _ in range(ep)]
-            dist.all_gather(parts, t.contiguous(), group=group)
-            t = torch.cat(parts)
-        out[n] = t
-    return out
+    return {n: (r * p.shape[0], p.shape[0]) for n, p in piece.stage.named_parameters() if is_expert(n)}
 
 
 def _logical(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -99,8 +85,8 @@ def save_moe(ckpt_dir: str, step: int, piece, loader, meta: dict | None = None) 
     """Save the MoE job's checkpoint ``step`` (collective): full expert tensors, AdamW moments, the
     loader's position, the RNG state; ``meta`` plus the layout (``"dp4·ep2"``). Returns its directory."""
     m = piece.mesh
-    weights = _full(piece, {n: p.detach() for n, p in piece.stage.named_parameters()})
-    moments = {k: _full(piece, v) for k, v in _moments(piece).items()}
+    weights = gather_experts(piece, {n: p.detach() for n, p in piece.stage.named_parameters()})
+    moments = {k: gather_experts(piece, v) for k, v in _moments(piece).items()}
     meta = None if meta is None else {**meta, "layout": f"dp{m.dp_size}·ep{m.ep_size}" + (" zero1" * piece.zero)}
     return ckpt.save(ckpt_dir, step, _state(piece, loader, step, weights, moments), meta)
 

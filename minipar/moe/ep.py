@@ -217,20 +217,28 @@ def build_moe_piece(
 
 
 @torch.no_grad()
+def gather_experts(piece: MoEPiece, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` (shaped like this rank's parameters) with every expert tensor all-gathered over the EP
+    group: (E/ep, ...) -> (E, ...), EP rank r's rows at ``[r·E/ep, (r+1)·E/ep)``. Collective when ep > 1."""
+    out = {}
+    for n, t in tensors.items():
+        if is_expert(n) and piece.ep > 1:
+            parts = [torch.empty_like(t) for _ in range(piece.ep)]
+            dist.all_gather(parts, t.contiguous(), group=piece.mesh.ep_group)
+            t = torch.cat(parts)
+        out[n] = t
+    return out
+
+
+@torch.no_grad()
 def moe_full_model(piece: MoEPiece, dst: int) -> GPT | None:
     """The whole GPT on rank ``dst`` (experts all-gathered over its EP group), None elsewhere. Collective."""
     if mdist.world_size() == 1:
         return piece.stage if mdist.rank() == dst else None  # (with --cp the stage runs ring attention: not this)
-    state = {}
-    for n, p in piece.stage.state_dict().items():
-        if is_expert(n) and piece.ep > 1:
-            parts = [torch.empty_like(p) for _ in range(piece.ep)]
-            dist.all_gather(parts, p.contiguous(), group=piece.mesh.ep_group)
-            p = torch.cat(parts)
-        state[n] = p
+    state = gather_experts(piece, piece.stage.state_dict())
     if mdist.rank() != dst:
         return None
-    model = GPT(piece.cfg).to(p.device)
+    model = GPT(piece.cfg).to(mdist.device())
     model.load_state_dict(state)
     return model
 
