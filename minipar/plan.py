@@ -68,11 +68,10 @@ def _shape(a) -> tuple[str, ModelShape]:
             a.heads,
             a.seq or 2048,
             a.vocab or 51200,
-            True,
-            a.kv_heads,
-            a.ffn,
-            a.swiglu,
-            not a.no_dropout,
+            kv_heads=a.kv_heads,
+            ffn=a.ffn,
+            gated=a.swiglu,
+            dropout=not a.no_dropout,
         )
         return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape
     base = MODELS[a.model]
