@@ -63,15 +63,10 @@ def _zero_parts(piece) -> list:
 
 
 def _moments(piece) -> dict[str, dict[str, torch.Tensor]]:
-    """``{"exp_avg": {name: tensor}, ...}`` shaped like this rank's params: AdamW's live state, or with
-    ZeRO-1 the flat shards all-gathered over their group (copies; collective)."""
-    parts = _zero_parts(piece)
-    if not parts:
-        opt = piece.optimizer
-        named = [(n, p) for n, p in piece.stage.named_parameters() if opt.state.get(p)]
-        return {k: {n: opt.state[p][k] for n, p in named} for k in ckpt.MOMENTS}
+    """``{"exp_avg": {name: tensor}, ...}`` shaped like this rank's params: :func:`minipar.checkpoint.moment_tensors`
+    of the piece (AdamW's live state), or with ZeRO-1 of each part (flat shards all-gathered: copies; collective)."""
     out = {k: {} for k in ckpt.MOMENTS}
-    for part in parts:
+    for part in _zero_parts(piece) or [piece]:
         for k, d in ckpt.moment_tensors(part).items():
             out[k].update(d)
     return out
