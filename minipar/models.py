@@ -316,8 +316,12 @@ def adamw_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     :func:`minipar.zero.zero`), so their updates match exactly.
     """
     ps = list(model.parameters())
-    decay = [p.dim() >= 2 and not getattr(p, "no_weight_decay", False) for p in ps]
     return [
-        {"params": [p for p, d in zip(ps, decay) if d], "weight_decay": weight_decay},
-        {"params": [p for p, d in zip(ps, decay) if not d], "weight_decay": 0.0},
+        {"params": [p for p in ps if decays(p)], "weight_decay": weight_decay},
+        {"params": [p for p in ps if not decays(p)], "weight_decay": 0.0},
     ]
+
+
+def decays(p: torch.Tensor) -> bool:
+    """:func:`adamw_groups`' rule for one parameter: a matrix (dim >= 2) not marked ``no_weight_decay``."""
+    return p.dim() >= 2 and not getattr(p, "no_weight_decay", False)

@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from minipar.clip_grads import clip_grad_norm_
 from minipar.mesh import Mesh
+from minipar.models import decays
 from minipar.zero.flat import all_gather_flat, default_units
 from minipar.zero.stage12 import ZeroOptimizer
 
@@ -49,14 +50,14 @@ def moe_units(model: nn.Module) -> tuple[list, list]:
 
 
 def _regroup(opt: ZeroOptimizer, weight_decay: float) -> None:
-    """Rebuild ``opt``'s AdamW groups with :func:`minipar.models.adamw_groups`' rule (dim >= 2 and not
-    ``no_weight_decay``), which the flat shards' shapes alone cannot tell (a stacked bias is 2-D)."""
+    """Rebuild ``opt``'s AdamW groups with :func:`minipar.models.adamw_groups`' rule (:func:`~minipar.models.decays`),
+    which the flat shards' shapes alone cannot tell (a stacked bias is 2-D)."""
     decay, no_decay, k = [], [], 0
     for j, u in enumerate(opt.units):
         for i, _a, _b in u.segments():
             p, v = opt.params[j][i], opt.pieces[k][3]
             k += 1
-            (decay if p.dim() >= 2 and not getattr(p, "no_weight_decay", False) else no_decay).append(v)
+            (decay if decays(p) else no_decay).append(v)
     old = opt.optimizer.param_groups[0]
     groups = [
         g
