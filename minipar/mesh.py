@@ -328,12 +328,12 @@ def init_mesh(
     """
     mesh = Mesh(mdist.world_size(), pp, dp, tp, cp, ep, rank=mdist.rank(), model=model)
     lists = [(d, group_ranks(mesh.shape, d)) for d in mesh.dims]
+    dp_cp = group_ranks(mesh.shape, ("dp", "cp")) if cp > 1 else []
     if cp > 1:
-        lists.append(("dp_cp", group_ranks(mesh.shape, ("dp", "cp"))))
+        lists.append(("dp_cp", dp_cp))
     if ep > 1:
         lists += zip(("ep", "edp"), expert_group_ranks(mesh.shape, ep))
     if ep > 1 and cp > 1:  # the same experts in every cp index: split each dp × cp group by ep_rank
-        dp_cp = group_ranks(mesh.shape, ("dp", "cp"))
         lists.append(
             ("edp_cp", [[r for r in g if coords_of(r, mesh.shape)["dp"] % ep == j] for g in dp_cp for j in range(ep)])
         )
