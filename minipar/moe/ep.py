@@ -58,6 +58,7 @@ from minipar.models import GPT, GPTConfig, adamw_groups
 from minipar.moe.dispatch import check_moe
 from minipar.moe.parallel import ExpertParallelMoE
 from minipar.moe.zero import MoEZero1
+from minipar.parallel3d import broadcast_from
 from minipar.recompute import checkpoint, set_recompute
 
 
@@ -135,7 +136,7 @@ class MoEPiece:
         self.optimizer.step()
         if self.mesh.dp_size * self.mesh.cp_size > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.dp_cp_group)
-        return self._from_loss_rank(loss)
+        return broadcast_from(loss, self.loss_rank)
 
     @torch.no_grad()
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -145,12 +146,7 @@ class MoEPiece:
         loss = self._forward(x.to(mdist.device()), y.to(mdist.device()))[0]
         if self.mesh.cp_size > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=self.mesh.cp_group)
-        return self._from_loss_rank(loss)
-
-    def _from_loss_rank(self, t: torch.Tensor) -> torch.Tensor:
-        if dist.is_initialized() and mdist.world_size() > 1:
-            dist.broadcast(t, self.loss_rank)
-        return t
+        return broadcast_from(loss, self.loss_rank)
 
 
 def _full_recompute(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
