@@ -76,14 +76,14 @@ train: $(STAMP)                       ## the main job (flags: make train ARGS="-
 	$(PY) -m minipar.train $(ARGS)
 
 bench: $(STAMP)                       ## minipar vs PyTorch-native, ratios -> runs/bench/results.md
-	$(PY) -m minipar.bench --out runs/bench
+	$(PY) -m minipar.course.bench --out runs/bench
 
 # On a node with >= 1 CUDA GPU: unit tests' 2-rank cases on NCCL, the main job on 1 GPU (fp32, bf16) and on
 # every layout of all GPUs (torchrun), 3D vs 1 GPU, GPU benchmarks -> one table, runs/gpu_check/results.md.
-# python -m minipar.gpu_check exits 0 all passed, 1 a check failed, 3 no CUDA device (nothing ran);
+# python -m minipar.course.gpu_check exits 0 all passed, 1 a check failed, 3 no CUDA device (nothing ran);
 # make then reports "Error 1" / "Error 3" (and exits 2 itself).
 gpu-check: $(STAMP)                   ## the GPU check-list (needs a GPU; exit 3 without one)
-	$(PY) -m minipar.gpu_check --out runs/gpu_check $(ARGS)
+	$(PY) -m minipar.course.gpu_check --out runs/gpu_check $(ARGS)
 
 execute: $(STAMP)                     ## re-run notebooks in place (NB=lessons/00_single_device.ipynb for one)
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=900 \

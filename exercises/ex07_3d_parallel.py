@@ -9,7 +9,7 @@ Exercises (run ``make check LESSON=07``):
 Megatron-LM's order (``megatron/core/parallel_state.py``; Narayanan et al. 2021, arXiv:2104.04473
 §3): tensor-parallel ranks are adjacent, then data-parallel, then pipeline:
 ``rank = pp_rank·(dp·tp) + dp_rank·tp + tp_rank`` — the row-major order of a (pp, dp, tp) array,
-as ``minipar.mesh`` and ``init_device_mesh(..., (pp, dp, tp))``.
+as ``minipar.runtime.mesh`` and ``init_device_mesh(..., (pp, dp, tp))``.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def build_groups(pp: int, dp: int, tp: int) -> dict[str, tuple[object, list[int]
     Returns:
         ``{"pp": (group, ranks), "dp": (group, ranks), "tp": (group, ranks)}`` for this rank.
 
-    Rules: ``minipar.dist.new_group(ranks)`` is collective — *every* rank calls it for *every*
+    Rules: ``minipar.runtime.dist.new_group(ranks)`` is collective — *every* rank calls it for *every*
     group, in the same order, even for groups it is not in (else the ranks wait on each other).
     Create real groups even of size 1 (``group=None`` would mean the whole world).
 
-    Hint: lesson 07, "The idea" (``minipar.mesh.init_mesh``). Use :func:`group_ranks`.
+    Hint: lesson 07, "The idea" (``minipar.runtime.mesh.init_mesh``). Use :func:`group_ranks`.
     """
     raise NotImplementedError("not implemented yet: build_groups")

@@ -10,7 +10,7 @@ Exercises (run ``make check LESSON=08``):
 
 Both are checked in one process: the first against a plain transformer block in float64, with
 dropout on (same outputs and gradients, and only the inputs kept), the second against
-``minipar.amp.DynamicLossScaler`` on a sequence of clean and overflowing steps.
+``minipar.optim.amp.DynamicLossScaler`` on a sequence of clean and overflowing steps.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def loss_scale_step(
         optimizer step, S ← S · backoff, clean ← 0); otherwise True, clean + 1, and when that
         reaches ``growth_interval``, S ← S · growth and clean ← 0.
 
-    Invariant: the same scales as ``torch.amp.GradScaler`` / ``minipar.amp.DynamicLossScaler``.
+    Invariant: the same scales as ``torch.amp.GradScaler`` / ``minipar.optim.amp.DynamicLossScaler``.
 
     Hint: lesson 08, "fp16 and dynamic loss scaling". ``torch.isfinite(g).all()`` for every g
     first; only then unscale (never unscale a skipped step: the caller zeroes those gradients).

@@ -17,15 +17,15 @@ import time
 
 import torch
 
-from minipar.config import TrainConfig
-from minipar.memory import (
+from minipar.job.config import TrainConfig
+from minipar.model.gpt import GPT, GPTConfig, num_params
+from minipar.model.memory import (
     activation_bytes_formula,
     measure_peak,
     release_freed_memory,
     saved_activation_bytes,
     state_bytes,
 )
-from minipar.models import GPT, GPTConfig, num_params
 from minipar.train import train
 
 
@@ -138,7 +138,7 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
     """Counted and measured bytes of AdamW training of ``GPT(cfg)`` on (batch, block_size) inputs.
 
     Run it in a fresh process (``launch(step_memory, world_size=1, ...)``). Returns bytes:
-    ``params``, ``grads``, ``optimizer`` (counted after a step, :func:`minipar.memory.state_bytes`),
+    ``params``, ``grads``, ``optimizer`` (counted after a step, :func:`minipar.model.memory.state_bytes`),
     ``activations`` (saved for backward, :func:`saved_activation_bytes`), ``weight_copies`` (under
     bf16 autocast: the bf16 copies of the Linear weights autocast saves, 2 bytes each, included
     in ``activations``), ``act_formula`` (:func:`activation_bytes_formula`, fp32),
@@ -215,7 +215,7 @@ def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3)
 def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> list[int]:
     """Peak RSS of ``repeats`` successive AdamW steps of ``GPT(cfg)``, each measured, bytes.
 
-    Shows why :func:`minipar.memory.release_freed_memory` exists: without it glibc keeps what
+    Shows why :func:`minipar.model.memory.release_freed_memory` exists: without it glibc keeps what
     the first steps freed, the later steps reuse it, and their peaks read ~0.
     """
     if release:
@@ -267,7 +267,7 @@ def memory_timeline(cfg: GPTConfig, batch: int) -> dict:
     """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist),
     by category, from ``torch.profiler`` (``profile_memory=True``; ``export_memory_timeline``, the CPU
     counterpart of ``torch.cuda.memory._record_memory_history``'s picture). ``zero_grad(set_to_none=True)``
-    as in :func:`minipar.reference.train_single_device`.
+    as in :func:`minipar.job.reference.train_single_device`.
 
     Returns ``{"t": ms since the step began, per allocation/free event, "bytes": {category: list},
     "total": list}`` (bytes alive after each event)."""

@@ -18,7 +18,7 @@ from contextlib import redirect_stdout
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
 from minipar.comm.comm_log import CommLog
 

@@ -9,14 +9,14 @@ import time
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.data import builtin_corpus, make_loader
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
-from minipar.models import GPT, GPTConfig
-from minipar.presets import MEDIUM, SMALL  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.presets import MEDIUM, SMALL  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
 
 # The bounds of the equivalence proof (float64, lr 3e-3, 5 AdamW steps), derived, not fitted:
 # reordering a float64 sum moves a gradient by δ ≤ n·2⁻⁵³·Σ|terms| ≲ 1e-13 here; AdamW's update

@@ -11,10 +11,10 @@ import warnings
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.memory import state_bytes
-from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.model.gpt import GPT, GPTConfig, adamw_groups
+from minipar.model.memory import state_bytes
 from minipar.zero import zero
 from minipar.zero.fully_shard import MixedPrecisionPolicy, full_state_dict, fully_shard
 

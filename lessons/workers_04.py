@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
-from minipar.bench import median_time
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog, label
+from minipar.course.bench import median_time
 from minipar.data import builtin_corpus, make_loader
-from minipar.memory import saved_activation_bytes, state_bytes
-from minipar.models import GPT, Block, GPTConfig
+from minipar.model.gpt import GPT, Block, GPTConfig
+from minipar.model.memory import saved_activation_bytes, state_bytes
 from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize_block_
 from minipar.tp.mappings import new_tp_group, tp_rank
 

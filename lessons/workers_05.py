@@ -1,6 +1,6 @@
 """Lesson 05's experiment drivers: pipeline runs on the cluster clock, read as bubbles and throughput.
 
-Everything here calls minipar (``minipar.pp.trace``, ``minipar.pp.schedules``, ``minipar.clock``);
+Everything here calls minipar (``minipar.course.pipeline_trace``, ``minipar.pp.schedules``, ``minipar.clock``);
 nothing re-implements it.
 """
 
@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 from minipar import launch
+from minipar.course.pipeline_trace import RunSpec, message_bytes, read_clock, stage_durations, traced_run  # noqa: F401 (message_bytes: for the lesson)
 from minipar.pp.schedules import Action
-from minipar.pp.trace import RunSpec, message_bytes, read_clock, stage_durations, traced_run  # noqa: F401 (message_bytes: for the lesson)
 
 
 def on_clock(spec: RunSpec, p: int) -> dict:
     """Run ``spec`` (its ``clock`` set) on ``p`` ranks and read its fastest step on the cluster clock
-    (:func:`minipar.pp.trace.read_clock`: ``clock``, ``simulated``, ``medians``, ``formula``, ``trace``...)."""
+    (:func:`minipar.course.pipeline_trace.read_clock`: ``clock``, ``simulated``, ``medians``, ``formula``,
+    ``trace``...)."""
     out = launch(traced_run, world_size=p, args=(spec,))
     return {**read_clock(out, spec), "losses": out[-1]["losses"]}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.models import GPT, GPTConfig
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import Action, unpack
 from minipar.pp.stages import build_stages
@@ -41,8 +41,8 @@ def coupled_vs_decoupled(spec, link, steps: int = 4) -> dict:
     import dataclasses
 
     from minipar.clock import ClusterClock
+    from minipar.course.pipeline_trace import model_and_data
     from minipar.pp.schedules import make_schedule
-    from minipar.pp.trace import model_and_data
 
     p, me = md.world_size(), md.rank()
     model, batches = model_and_data(dataclasses.replace(spec, steps=2 * steps + 1))

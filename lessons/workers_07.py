@@ -8,16 +8,16 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-import minipar.dist as md
-from minipar import checkpoint as ckpt
-from minipar.bench import median_time
+import minipar.runtime.dist as md
+from minipar.checkpoint import dcp as ckpt
 from minipar.comm.comm_log import CommLog
-from minipar.config import TrainConfig
+from minipar.course.bench import median_time
 from minipar.data import CharCorpus, load_text
-from minipar.memory import state_bytes
-from minipar.mesh import init_mesh
-from minipar.models import GPTConfig
-from minipar.parallel3d import build_piece
+from minipar.job.config import TrainConfig
+from minipar.job.parallelize import build_piece
+from minipar.model.gpt import GPTConfig
+from minipar.model.memory import state_bytes
+from minipar.runtime.mesh import init_mesh
 from minipar.train import train
 
 
@@ -95,14 +95,14 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere).
 
     The gradients are gathered with the parameters' own machinery: each parameter's ``.data`` is
-    replaced by its gradient, then :func:`minipar.parallel3d.gather_full_state` all-gathers the TP
+    replaced by its gradient, then :func:`minipar.job.parallelize.gather_full_state` all-gathers the TP
     slices and the stages exactly as it does for weights.
     """
     import torch
 
-    from minipar.mesh import init_mesh
-    from minipar.models import GPTConfig
-    from minipar.parallel3d import all_reduce_grads_flat, build_piece, gather_full_state
+    from minipar.job.parallelize import all_reduce_grads_flat, build_piece, gather_full_state
+    from minipar.model.gpt import GPTConfig
+    from minipar.runtime.mesh import init_mesh
 
     torch.set_default_dtype(torch.float64)
     pp, dp, tp = layout
@@ -126,7 +126,7 @@ def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
     """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
     import torch
 
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
 
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -152,13 +152,13 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     compute the planner needs: a 512×512 matmul's FLOP/s and one block's forward + backward on
     ``batch // (dp·m)`` = ``batch // 2 // m`` rows beyond its FLOPs (the mean over ranks).
     The warm-up step also counts this rank's tensor bytes (parameters, gradients, AdamW's state and
-    the saved activations' peak, ``minipar.memory.state_bytes``), the planner's memory to compare.
+    the saved activations' peak, ``minipar.model.memory.state_bytes``), the planner's memory to compare.
     Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): virtual seconds},
     "mem": {(pp, dp, tp): bytes on this rank}}``."""
     import time
 
     from minipar.clock import ClusterClock
-    from minipar.models import Block
+    from minipar.model.gpt import Block
 
     def cpu_best(fn, repeats=5):
         best = float("inf")

@@ -14,13 +14,13 @@ import time
 import torch
 import torch.utils.checkpoint
 
-from minipar.amp import DynamicLossScaler, MixedPrecisionAdamW
 from minipar.data import builtin_corpus
-from minipar.memory import SavedTensorMeter, saved_activation_bytes
-from minipar.models import GPT, Block, GPTConfig
-from minipar.offload import OffloadedAdamW
-from minipar.presets import MEDIUM, SMALL
-from minipar.recompute import set_recompute
+from minipar.model.gpt import GPT, Block, GPTConfig
+from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
+from minipar.model.presets import MEDIUM, SMALL
+from minipar.model.recompute import set_recompute
+from minipar.optim.amp import DynamicLossScaler, MixedPrecisionAdamW
+from minipar.optim.offload import OffloadedAdamW
 
 MODES = ("none", "selective", "full")
 # Timings and memory use MEDIUM with a block of 128, not its 64: activations grow with the sequence length
@@ -299,7 +299,7 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
-    from minipar.config import TrainConfig
+    from minipar.job.config import TrainConfig
     from minipar.train import train
 
     cfg = TrainConfig(
@@ -333,7 +333,7 @@ def grad_scaler_trajectory(
     interval: int = 3,
 ) -> dict:
     """The same gradients (finite, or with an inf/nan) through ``torch.amp.GradScaler("cpu")`` and
-    :class:`minipar.amp.DynamicLossScaler`: per step (scale after the step, stepped?)."""
+    :class:`minipar.optim.amp.DynamicLossScaler`: per step (scale after the step, stepped?)."""
     p = torch.nn.Parameter(torch.zeros(4))
     opt = torch.optim.SGD([p], lr=1.0)
     native = torch.amp.GradScaler("cpu", init_scale=init, growth_interval=interval)

@@ -13,14 +13,14 @@ import warnings
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.data import builtin_corpus, make_loader
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
-from minipar.models import GPT, GPTConfig
-from minipar.presets import MEDIUM, SMALL  # SMALL: proofs (float64); MEDIUM: timings
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.presets import MEDIUM, SMALL  # SMALL: proofs (float64); MEDIUM: timings
 from minipar.tp.overlap import allgather_matmul, matmul_reducescatter
 
 
@@ -205,7 +205,7 @@ def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -
 
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
-    from minipar.config import TrainConfig
+    from minipar.job.config import TrainConfig
     from minipar.train import train
 
     cfg = TrainConfig(
@@ -229,7 +229,7 @@ def main_job_losses(method: str, steps: int = 200) -> dict:
 
 def bytes_per_step(ratio: float = 0.01, rank: int = 4) -> dict:
     """Bytes each compressor hands to the collectives for the main job's default GPT (one step), measured."""
-    from minipar.config import TrainConfig
+    from minipar.job.config import TrainConfig
 
     torch.manual_seed(0)
     model = GPT(TrainConfig().gpt(builtin_corpus().vocab_size)).to(torch.float32)  # the main job's defaults

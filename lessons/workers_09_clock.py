@@ -7,12 +7,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.clock import compute_seconds
 from minipar.data import builtin_corpus
 from minipar.dp.compression import make_compressor
-from minipar.models import GPT, GPTConfig
-from minipar.presets import MEDIUM
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.presets import MEDIUM
 from minipar.tp.overlap import allgather_matmul
 
 

@@ -16,9 +16,9 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from minipar import dist as md
-from minipar.bench import median_time
+from minipar.course.bench import median_time
 from minipar.dp.ddp import DistributedDataParallel
+from minipar.runtime import dist as md
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "ddp_plain.py"

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import minipar.cp.ring as ring_mod
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.cp.all_gather import all_gather_attention
 from minipar.cp.ring import ring_attention
@@ -70,8 +70,8 @@ def draw_blocks(traces: list, T: int, n: int, ax, title: str) -> None:
 
 def attend(T: int, split: str = "balanced", variant: str = "ring") -> dict:
     """This rank's output and q/k/v gradients, the bytes it sent forward and backward, and the
-    bytes autograd saved in the forward (``minipar.memory.saved_activation_bytes``)."""
-    from minipar.memory import saved_activation_bytes
+    bytes autograd saved in the forward (``minipar.model.memory.saved_activation_bytes``)."""
+    from minipar.model.memory import saved_activation_bytes
 
     n, r = md.world_size(), md.rank()
     ranges = split_of(split, T, n)
@@ -95,8 +95,8 @@ def attend(T: int, split: str = "balanced", variant: str = "ring") -> dict:
 
 
 def reference(T: int) -> dict:
-    """Full causal attention on one process (``minipar.models.attention_core``), float64."""
-    from minipar.models import attention_core
+    """Full causal attention on one process (``minipar.model.gpt.attention_core``), float64."""
+    from minipar.model.gpt import attention_core
 
     q, k, v, g = inputs(T)
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))

@@ -15,11 +15,11 @@ import torch.distributed as dist
 from minipar.comm.all_to_all import all_to_all
 from minipar.comm.comm_log import CommLog
 from minipar.data import builtin_corpus, make_loader
-from minipar.models import GPT, GPTConfig, adamw_groups
-from minipar.moe.dispatch import expert_capacity
-from minipar.moe.layer import MoE
-from minipar.moe.parallel import ExpertParallelMoE
-from minipar.presets import SMALL
+from minipar.ep.parallel import ExpertParallelMoE
+from minipar.model.gpt import GPT, GPTConfig, adamw_groups
+from minipar.model.moe.dispatch import expert_capacity
+from minipar.model.moe.layer import MoE
+from minipar.model.presets import SMALL
 from minipar.train import train
 
 F64 = torch.float64

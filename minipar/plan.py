@@ -100,7 +100,7 @@ def _row(e) -> dict:
 def moe_summary(name: str, model: ModelShape, a) -> int:
     """With ``--moe-experts E --moe-top-k k --ep N``: total vs active parameters, FLOPs per token, and the
     all-to-all bytes per GPU of one step (:mod:`minipar.perf.flops`); the layout search models dense models only."""
-    from minipar.moe.dispatch import check_moe  # imports torch: only this path needs it
+    from minipar.model.moe.dispatch import check_moe  # imports torch: only this path needs it
 
     E, k, ep = a.moe_experts, a.moe_top_k, a.ep
     check_moe(E, k, None, ep)

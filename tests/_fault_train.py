@@ -2,8 +2,8 @@
 
 Restart tests run this under ``torchrun --max-restarts 1`` instead of ``-m minipar.train``: rank RANK
 kills itself as it reaches step STEP, on the first attempt only (``TORCHELASTIC_RESTART_COUNT``, which
-``minipar.dist`` keeps equal on every node), so the restarted job must resume from its checkpoint.
-The hook replaces the ``lr_at`` (:func:`minipar.config.lr_at`) that ``minipar.train``'s loop calls
+``minipar.runtime.dist`` keeps equal on every node), so the restarted job must resume from its checkpoint.
+The hook replaces the ``lr_at`` (:func:`minipar.job.config.lr_at`) that ``minipar.train``'s loop calls
 once per step, before the step, so the job itself carries no test code.
 """
 
@@ -12,7 +12,7 @@ import signal
 import sys
 
 import minipar.train as job
-from minipar import dist as mdist
+from minipar.runtime import dist as mdist
 
 
 def inject(rank: int, step: int) -> None:

@@ -7,7 +7,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 
 
 def rank_info():

@@ -7,8 +7,8 @@ import torch.distributed as dist
 
 # the float64 gradient proof is the lesson's own (lessons/workers_07.py), tested here on more layouts
 from lessons.workers_07 import grads_float64, one_device_grads_float64  # noqa: F401
-from minipar import checkpoint as ckpt
-from minipar.config import TrainConfig
+from minipar.checkpoint import dcp as ckpt
+from minipar.job.config import TrainConfig
 from minipar.train import train
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.clock import ClusterClock, Link
 from minipar.comm import p2p
 from minipar.comm.comm_log import CommLog
@@ -116,7 +116,7 @@ def scoped() -> dict:
 
 def pipeline_1f1b(m: int = 4) -> dict:
     """Two identical 1F1B steps (p = world size), clock off then on: the losses, and the clocked step's spans."""
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
     from minipar.pp.executor import PipelineExecutor
     from minipar.pp.schedules import make_schedule
     from minipar.pp.stages import build_stages
@@ -140,7 +140,7 @@ def pipeline_on_clock(
 ) -> dict:
     """``steps`` 1F1B steps (p = world size) of a 4-layer GPT on the cluster clock (NVLink 4 at its real
     speed, or a link costing ``alpha`` seconds per message); the last step's clock timeline, virtual seconds."""
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
     from minipar.pp.executor import PipelineExecutor
     from minipar.pp.schedules import make_schedule
     from minipar.pp.stages import build_stages
@@ -178,7 +178,7 @@ def ddp_on_clock(alpha: float = 0.5e-3, steps: int = 3) -> dict:
     ``alpha``; overlap off and on alternating. Per mode, the fastest step: virtual seconds,
     compute, backward compute, all-reduce time (this rank's clock)."""
     from minipar.dp.ddp import DistributedDataParallel
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
 
     link = Link("alpha", alpha, float("inf"))
     x = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(md.rank()))

@@ -5,7 +5,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar import ConfigError
 from minipar.comm.collectives import (
     ReduceOp,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_async_arrival, run_sync

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.cp.all_gather import all_gather_attention
 from minipar.cp.ring import ring_attention
@@ -60,9 +60,9 @@ def job_grads_float64(cfg_kw: dict, batch: int, layout: tuple, block_size: int) 
     as the single-device GPT's state dict on rank 0 (None elsewhere), with this rank's token count and
     the number of ring messages it sent to its cp group. ``block_size`` T need not divide by 2·cp."""
     from minipar.cp.model import enter_batch
-    from minipar.mesh import init_mesh
-    from minipar.models import GPTConfig
-    from minipar.parallel3d import all_reduce_grads_flat, build_piece, gather_full_state
+    from minipar.job.parallelize import all_reduce_grads_flat, build_piece, gather_full_state
+    from minipar.model.gpt import GPTConfig
+    from minipar.runtime.mesh import init_mesh
 
     torch.set_default_dtype(torch.float64)
     pp, dp, cp, tp = layout
@@ -89,8 +89,8 @@ def train_cp(base: dict, ckpt_dir: str | None = None) -> dict:
     step 2 by --cp 2 --tp 2 again and by --dp 2 --tp 2 (no context parallelism)."""
     import shutil
 
-    from minipar import checkpoint as ckpt
-    from minipar.config import TrainConfig
+    from minipar.checkpoint import dcp as ckpt
+    from minipar.job.config import TrainConfig
     from minipar.train import train
 
     if ckpt_dir is None:

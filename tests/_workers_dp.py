@@ -8,11 +8,11 @@ shows.
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from lessons.workers_02 import LOSS_BOUND, PARAM_BOUND, build, train
 from minipar.data import builtin_corpus
 from minipar.dp.ddp import DistributedDataParallel
-from minipar.presets import SMALL
+from minipar.model.presets import SMALL
 
 __all__ = [
     "LOSS_BOUND",

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.zero.fully_shard import full_state_dict, fully_shard
 
@@ -93,7 +93,7 @@ def train_options(opt_name, batches, accumulate=1, prefetch=True, replicate=Fals
 def gpt_layout(cfg):
     """The GPT after fully_shard on every block and the root: module kinds, and every parameter's
     (name, shape, full shape, sharded?) as seen by walking ``named_modules()``."""
-    from minipar.models import GPT
+    from minipar.model.gpt import GPT
 
     torch.manual_seed(0)
     model = GPT(cfg)

@@ -2,7 +2,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from minipar.mesh import init_mesh
+from minipar.runtime.mesh import init_mesh
 
 
 def mesh_vs_torch(pp, dp, tp):

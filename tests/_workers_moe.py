@@ -4,8 +4,8 @@ import torch
 import torch.distributed as dist
 
 from minipar.comm.comm_log import CommLog
-from minipar.moe.layer import MoE
-from minipar.moe.parallel import ExpertParallelMoE
+from minipar.ep.parallel import ExpertParallelMoE
+from minipar.model.moe.layer import MoE
 
 D, T_RANK = 8, 24  # model width; tokens per rank
 
@@ -68,9 +68,9 @@ def moe_job_reference(cfg):
     """One device, the plainest loop, float64: the MoE GPT, ``x.chunk(m)`` micro-batches each adding
     (its cross-entropy + its aux loss) / m to the gradients, torch's clip, AdamW. Returns [(step, ce)]:
     the mean cross-entropy of every step's batch, before its update (what the job logs as ``loss``)."""
-    from minipar.config import build, lr_at
     from minipar.data import CharCorpus, load_text, make_loader
-    from minipar.models import GPT
+    from minipar.job.config import build, lr_at
+    from minipar.model.gpt import GPT
     from tests._workers_train import float64
 
     with float64():
@@ -100,8 +100,8 @@ def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int, saver
     import os
     import shutil
 
-    from minipar import checkpoint as ckpt
-    from minipar.config import TrainConfig
+    from minipar.checkpoint import dcp as ckpt
+    from minipar.job.config import TrainConfig
     from tests._workers_train import train_float64
 
     full = train_float64(TrainConfig(**base, **saver, dp=4, ckpt_dir=ckpt_dir, ckpt_every=every))
@@ -117,7 +117,7 @@ def moe_save_and_resume(base: dict, ckpt_dir: str, steps: int, every: int, saver
 def mesh_ep_groups(pp: int, tp: int, ep: int, cp: int = 1) -> dict:
     """``init_mesh(pp, tp=tp, cp=cp, ep=ep)`` on this rank: its ep/edp coordinates, group ranks, and the sums
     of the global ranks over its EP, expert-dp and expert-dp × cp groups (real process groups, not just lists)."""
-    from minipar.mesh import init_mesh
+    from minipar.runtime.mesh import init_mesh
 
     mesh = init_mesh(pp=pp, tp=tp, cp=cp, ep=ep)
     sums = []

@@ -2,9 +2,9 @@
 
 import torch
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.data import CharCorpus, load_text
-from minipar.models import GPT, GPTConfig
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import make_schedule
 from minipar.pp.stages import build_stages

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar.data import CharCorpus, load_text, make_loader
-from minipar.models import GPT, GPTConfig, adamw_groups
+from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads
 from minipar.tp.mappings import new_tp_group
 
@@ -109,7 +109,7 @@ def equivalence_suite(steps: int = 3) -> dict:
 def block_comm_counts(B: int = 2, T: int = 8) -> dict:
     """Collectives of one tensor-parallel block's forward and backward, counted by ``CommLog``, per op."""
     from minipar.comm.comm_log import CommLog, label
-    from minipar.models import Block
+    from minipar.model.gpt import Block
     from minipar.tp.gpt import parallelize_block_
 
     cfg = small_cfg(103)

@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from minipar.reference import train_single_device
+from minipar.job.reference import train_single_device
 from minipar.train import train
 
 
@@ -32,6 +32,6 @@ def train_float64(cfg, progress="none"):
 
 
 def reference_float64(cfg):
-    """:func:`minipar.reference.train_single_device` in float64."""
+    """:func:`minipar.job.reference.train_single_device` in float64."""
     with float64():
         return train_single_device(cfg)

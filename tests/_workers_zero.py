@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-import minipar.dist as md
-from minipar.models import GPT, GPTConfig
+import minipar.runtime.dist as md
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.zero import zero
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lessons"))

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZeRO
 
-import minipar.dist as md
-from minipar.models import GPT, GPTConfig
+import minipar.runtime.dist as md
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.zero.redundancy import ZeroRedundancyOptimizer
 
 CFG = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, d_model=32, tie_weights=True)

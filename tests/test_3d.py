@@ -26,8 +26,9 @@ import sys
 
 import pytest
 
-from minipar import ConfigError, gpu_check, launch
-from minipar.config import TrainConfig
+from minipar import ConfigError, launch
+from minipar.course import gpu_check
+from minipar.job.config import TrainConfig
 from minipar.train import main, train
 from tests import _workers_3d as w
 
@@ -63,7 +64,7 @@ CFG64 = dict(vocab_size=64, block_size=16, n_layer=4, n_head=4, d_model=32)
 def test_3d_gradients_equal_one_device_float64(layout, microbatches):
     """float64, before the optimizer: the dp-averaged gradients of a (pp, dp, tp) layout, assembled as
     the single-device GPT's tensors, equal one device's to 1e-12 (bound derived in the module doc)."""
-    from minipar.verify import check_close
+    from minipar.course.verify import check_close
 
     got = launch(w.grads_float64, world_size=8, args=(CFG64, 8, microbatches, layout))[0]
     want = w.one_device_grads_float64(CFG64, 8)
@@ -113,7 +114,7 @@ def test_two_torchrun_nodes_run_one_8_rank_3d_job(tmp_path, one_device):
     """Two torchrun invocations (--nnodes 2, --node-rank 0/1, c10d rendezvous on 127.0.0.1), 4 ranks
     each, form one dp2·tp2·pp2 job. Rank 5 is SIGKILLed as it reaches step 3 (``tests._fault_train``);
     ``--max-restarts 1`` restarts the workers on both nodes, which agree on the attempt number
-    (``minipar.dist._elastic_store``), resume from the step-2 checkpoint without manual action and end
+    (``minipar.runtime.dist._elastic_store``), resume from the step-2 checkpoint without manual action and end
     with the uninterrupted single-device losses, every step logged once. (It is also the restart test
     of a single node: the same restart, resume and log, with one more node; one run covers both.)"""
     with socket.socket() as s:
@@ -249,9 +250,9 @@ def test_cli_bad_layout_is_one_line(capsys, args, text):
 def test_layout_errors_name_the_fix():
     """In-process (one device): a pipeline longer than the model, a tp that does not divide the heads."""
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2"):
-        from minipar.mesh import Mesh
-        from minipar.models import GPTConfig
-        from minipar.parallel3d import build_piece
+        from minipar.job.parallelize import build_piece
+        from minipar.model.gpt import GPTConfig
+        from minipar.runtime.mesh import Mesh
 
         build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh(3, pp=3))
 

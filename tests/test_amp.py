@@ -1,7 +1,7 @@
 import torch
 
-from minipar.amp import DynamicLossScaler, bytes_per_param
-from minipar.offload import device_bytes, transfer_bytes_per_step
+from minipar.optim.amp import DynamicLossScaler, bytes_per_param
+from minipar.optim.offload import device_bytes, transfer_bytes_per_step
 
 
 def test_scaler_skips_halves_and_grows():
@@ -37,8 +37,8 @@ def _steps(opt, model, n=3, x=None):
 
 
 def test_offloaded_equals_on_device_and_counts_bytes():
-    from minipar.amp import MixedPrecisionAdamW
-    from minipar.offload import OffloadedAdamW
+    from minipar.optim.amp import MixedPrecisionAdamW
+    from minipar.optim.offload import OffloadedAdamW
 
     a, b = _tiny(), _tiny()
     pa, pb = MixedPrecisionAdamW(a, lr=1e-2), OffloadedAdamW(b, lr=1e-2)
@@ -52,7 +52,7 @@ def test_offloaded_equals_on_device_and_counts_bytes():
 
 
 def test_fp16_overflow_skips_and_halves():
-    from minipar.amp import MixedPrecisionAdamW
+    from minipar.optim.amp import MixedPrecisionAdamW
 
     m = _tiny()
     s = DynamicLossScaler(init_scale=2.0**40, growth_interval=100)
@@ -64,7 +64,7 @@ def test_fp16_overflow_skips_and_halves():
 
 
 def test_saved_tensor_meter_live_returns_to_zero():
-    from minipar.memory import SavedTensorMeter, saved_activation_bytes
+    from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
 
     m = _tiny()
     x = torch.randn(4, 6)

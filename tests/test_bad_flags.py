@@ -8,8 +8,8 @@ nothing and said nothing, ``--lr inf`` trained, ``--threads -2`` gave a tracebac
 
 import pytest
 
-from minipar.config import parse_args
 from minipar.errors import ConfigError
+from minipar.job.cli import parse_args
 from minipar.train import main
 
 CASES = [
@@ -119,7 +119,8 @@ def test_a_text_without_a_newline_trains_and_samples(tmp_path):
     ],
 )
 def test_bad_expert_layout_stops_before_any_rank(tmp_path, capsys, argv, message):
-    """--ep is checked with the layout (minipar.mesh.Mesh folds it into dp), before a rank starts: one line, exit 2."""
+    """--ep is checked with the layout (minipar.runtime.mesh.Mesh folds it into dp), before a rank starts:
+    one line, exit 2."""
     out = tmp_path / "run"
     assert main([*argv, "--steps", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

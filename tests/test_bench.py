@@ -1,9 +1,9 @@
-"""minipar.bench.median_time: the one timing loop of the lessons and benchmarks, alone and on ranks."""
+"""minipar.course.bench.median_time: the one timing loop of the lessons and benchmarks, alone and on ranks."""
 
 import time
 
 from minipar import launch
-from minipar.bench import median_time
+from minipar.course.bench import median_time
 
 
 def test_median_of_the_timed_runs_only():
@@ -14,7 +14,7 @@ def test_median_of_the_timed_runs_only():
 
 def slow_rank_one():
     """Rank 1's runs take 50 ms, rank 0's none: with slowest=True both report rank 1's median."""
-    from minipar import dist as md
+    from minipar.runtime import dist as md
 
     me = md.rank()
     return median_time(lambda: time.sleep(0.05 * me), repeats=3, barrier=True, slowest=True)

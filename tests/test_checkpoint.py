@@ -1,8 +1,8 @@
 """Checkpoints: resume continues the same trajectory, across layouts, and after a killed rank."""
 
-from minipar import checkpoint as ckpt
 from minipar import launch
-from minipar.config import TrainConfig
+from minipar.checkpoint import dcp as ckpt
+from minipar.job.config import TrainConfig
 from minipar.train import train
 
 SMALL = dict(

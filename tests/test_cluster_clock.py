@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 from minipar import launch
 from minipar.clock import IB_NDR, NVLINK4, PCIE5, ClusterClock, Link, collective_time, scaled
+from minipar.course.pipeline_trace import from_clock, measured_bubble, measured_durations
 from minipar.errors import ConfigError
 from minipar.pp.schedules import bubble_formula, make_schedule, simulate
-from minipar.pp.trace import from_clock, measured_bubble, measured_durations
 from tests import _workers_clock as w
 
 TOL = 2e-3  # seconds of CPU time between a program's clk.now and the clock's next mark
@@ -207,7 +207,7 @@ def test_a_receive_posted_after_the_send_starts_the_transfer_then():
 
 def test_check_bound_and_slow_motion():
     from minipar.clock import slow_motion
-    from minipar.verify import ProofError, check_bound
+    from minipar.course.verify import ProofError, check_bound
 
     line = check_bound("bubble", 0.3, lo=0.25, bound_text="at least 25.0 %", show=False)
     assert line == "bubble: at least 25.0 % ✓ ⏱ 30.0%"

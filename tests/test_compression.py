@@ -96,7 +96,8 @@ def test_orthogonalize_and_errors():
 def test_main_job_grad_compression_flag():
     """--grad-compression reaches the dp all-reduce; bf16 stays within bf16 rounding of fp32 losses,
     and bad combinations fail before any rank starts."""
-    from minipar.config import TrainConfig, parse_args
+    from minipar.job.cli import parse_args
+    from minipar.job.config import TrainConfig
     from tests._workers_comm import train_losses
 
     base = dict(

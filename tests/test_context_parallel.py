@@ -14,7 +14,7 @@ from minipar.cp.all_gather import all_gather_attention_bytes
 from minipar.cp.blocks import block_attention, merge
 from minipar.cp.ring import ring_attention_bytes
 from minipar.cp.split import causal_work, contiguous_ranges, load_balanced_ranges, positions, shard, unshard
-from minipar.models import attention_core
+from minipar.model.gpt import attention_core
 from tests import _workers_cp as w
 
 # Bound (absolute), derived: float64 throughout; a block merge rescales by exp(lse_a − lse) and adds, so

@@ -11,10 +11,11 @@ sums, ~1e-7 relative per operation), as the 3D tests.
 
 import pytest
 
-from minipar import gpu_check, launch
-from minipar.config import TrainConfig
+from minipar import launch
+from minipar.course import gpu_check
+from minipar.course.verify import check_close
+from minipar.job.config import TrainConfig
 from minipar.train import train
-from minipar.verify import check_close
 from tests import _workers_cp as w
 from tests._workers_3d import one_device_grads_float64
 

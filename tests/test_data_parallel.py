@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
+from minipar.course.verify import max_abs_diff
 from minipar.data import CharWindows, check_dataset, make_loader
 from minipar.dp.buckets import make_buckets
 from minipar.dp.ddp import DistributedDataParallel
-from minipar.verify import max_abs_diff
 from tests import _workers_dp as w
 
 torch.set_num_threads(1)  # as every rank: with 2 threads a loaded 2-core machine runs ~20x slower

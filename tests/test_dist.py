@@ -1,10 +1,10 @@
-"""minipar.dist without a launcher: one-process world, backend choice, bad configuration."""
+"""minipar.runtime.dist without a launcher: one-process world, backend choice, bad configuration."""
 
 import pytest
 import torch
 import torch.distributed as dist
 
-import minipar.dist as md
+import minipar.runtime.dist as md
 from minipar import ConfigError
 
 

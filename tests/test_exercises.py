@@ -82,7 +82,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("06", "ex06_i_transposed", "linear_backward_* (stretch)", "dL/dx"),
     ("06", "ex06_split_autograd", "linear_backward_* (stretch)", "without autograd"),
     ("06", "ex06_w_lifo", "linear_backward_* (stretch)", "oldest first"),
-    ("07", "ex07_coords_minipar", "coords_of", "minipar/mesh.py"),
+    ("07", "ex07_coords_minipar", "coords_of", "minipar/runtime/mesh.py"),
     ("07", "ex07_pp_fastest", "coords_of", "tp varies fastest"),
     # mismatched new_group calls either hang (the ranks wait) or pair the wrong ranks, by timing: one hint for both
     ("07", "ex07_own_group_only", "build_groups", "same calls in the same order"),

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.moe.dispatch import combine, dispatch, expert_capacity, make_plan
-from minipar.moe.layer import MoE
-from minipar.moe.parallel import expert_major
-from minipar.moe.router import load_balancing_loss, route
-from minipar.verify import check_close
+from minipar.course.verify import check_close
+from minipar.ep.parallel import expert_major
+from minipar.model.moe.dispatch import combine, dispatch, expert_capacity, make_plan
+from minipar.model.moe.layer import MoE
+from minipar.model.moe.router import load_balancing_loss, route
 from tests import _workers_moe as w
 
 BOUND = 1e-12
@@ -111,7 +111,7 @@ def test_expert_parallel_equals_one_device(world, E, k):
 def test_planner_counts_moe_parameters_flops_and_all_to_all(capsys):
     """minipar.perf.flops counts what the model holds (up to the final LayerNorm, 2h, which Megatron's
     count leaves out) and what GPT.flops_per_token computes; Mixtral 8x7B's shape gives its 47B / 13B."""
-    from minipar.models import GPT, GPTConfig, num_params
+    from minipar.model.gpt import GPT, GPTConfig, num_params
     from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
     from minipar.perf.layout import shape_of
     from minipar.plan import main as plan

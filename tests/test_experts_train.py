@@ -18,7 +18,7 @@ against a run without a stop.
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.config import TrainConfig
+from minipar.job.config import TrainConfig
 from minipar.train import main
 from tests import _workers_moe as wm
 from tests import _workers_train as wt

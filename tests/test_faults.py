@@ -15,7 +15,7 @@ import time
 import pytest
 
 from minipar import ConfigError
-from minipar.config import TrainConfig
+from minipar.job.config import TrainConfig
 from minipar.train import main, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,7 +162,7 @@ def test_bad_batch_for_the_layout_starts_no_rank(monkeypatch, capsys):
 
 
 def _advice(cfg) -> str:
-    from minipar.config import check
+    from minipar.job.config import check
 
     with pytest.raises(ConfigError) as e:
         check(cfg)
@@ -173,7 +173,7 @@ def test_block_size_advice_fits_both_splits():
     """Following the advice works at once (before: --batch-size 4, then --block-size 46512, then ...)."""
     import re
 
-    from minipar.config import check
+    from minipar.job.config import check
 
     msg = _advice(TrainConfig(block_size=100000, out=None))
     t = int(re.search(r"use --block-size (\d+) or less", msg).group(1))
@@ -188,7 +188,7 @@ def test_block_size_advice_fits_both_splits():
 def test_a_tiny_text_asks_for_a_longer_one(tmp_path):
     import re
 
-    from minipar.config import check
+    from minipar.job.config import check
 
     f = tmp_path / "ten.txt"
     f.write_text("0123456789")
@@ -260,7 +260,7 @@ def test_resume_with_an_empty_or_no_checkpoint_dir_says_so(tmp_path, capsys):
 
 
 def test_help_every_flag_once():
-    from minipar.config import parser
+    from minipar.job.cli import parser
 
     p = parser()
     for action in p._actions:

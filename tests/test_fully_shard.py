@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.models import GPT
+from minipar.model.gpt import GPT
 from minipar.zero.fully_shard import MixedPrecisionPolicy
 from tests import _workers_fully_shard as w
 from tests import _workers_zero as wz

@@ -7,14 +7,14 @@ import sys
 import pytest
 
 from minipar import ConfigError, launch
-from minipar import gpu_check as g
+from minipar.course import gpu_check as g
 from tests import test_3d
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _rank():
-    import minipar.dist as md
+    import minipar.runtime.dist as md
 
     return md.backend()
 
@@ -22,7 +22,7 @@ def _rank():
 @pytest.mark.skipif(g.cuda_devices()[0] > 0, reason="this machine has a GPU")
 def test_without_cuda_it_says_so_and_exits_3():
     p = subprocess.run(
-        [sys.executable, "-m", "minipar.gpu_check", "--out", ""],
+        [sys.executable, "-m", "minipar.course.gpu_check", "--out", ""],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -44,7 +44,7 @@ def import_graph() -> dict[str, set[str]]:
             else:
                 continue
             for t in targets:
-                while t and t not in mods:  # `import minipar.pp.trace.x` -> minipar.pp.trace
+                while t and t not in mods:  # `import minipar.course.pipeline_trace.x` -> minipar.course.pipeline_trace
                     t = t.rpartition(".")[0]
                 if t and t != name and t.startswith("minipar"):
                     deps.add(t)
@@ -89,31 +89,73 @@ def test_the_checker_finds_a_circle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_imports_point_one_way():
-    """Lower layers never import higher ones: dist/errors import no strategy; strategies no job;
-    the plainest loop (reference) not the main job."""
-    graph = import_graph()
-    low = {"minipar.dist", "minipar.errors", "minipar.comm.comm_log", "minipar.comm.collectives"}
-    strategies = ("minipar.dp", "minipar.zero", "minipar.tp", "minipar.pp")
-    jobs = {
-        "minipar.train",
-        "minipar.config",
-        "minipar.parallel3d",
-        "minipar.reference",
-        "minipar.bench",
-        "minipar.plan",
-    }
-    jobs |= {"minipar.perf.model", "minipar.perf.search", "minipar.perf.published"}
-    for m in low:
-        bad = {d for d in graph[m] if d.startswith(strategies) or d in jobs}
-        assert not bad, f"{m} (a low layer) imports {bad}"
+# The layers of the package, bottom to top (minipar/__init__.py draws them). A folder (or a root module)
+# may import from its own layer's other folders and from layers below, never from one above; no two
+# folders import each other in a circle (test_no_circle_between_folders).
+LAYERS = [
+    ("errors",),
+    ("data",),
+    ("runtime",),
+    ("comm",),
+    ("model", "optim"),
+    ("dp", "zero", "tp", "pp", "cp", "ep"),  # one folder per parallelism
+    ("checkpoint",),
+    ("perf",),
+    ("clock",),
+    ("job",),
+    ("train", "plan"),
+    ("course",),  # beside the library: nothing outside it imports it
+]
+LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def folder_of(module: str) -> str | None:
+    """``minipar.zero.stage12`` -> ``zero``; ``minipar.train`` -> ``train``; ``minipar`` -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """``{(folder, folder it imports): [the module edges behind it]}``, edges inside one folder left out."""
+    edges: dict[tuple[str, str], list[str]] = {}
     for m, deps in graph.items():
-        if m.startswith(strategies):
-            assert not deps & jobs, f"strategy {m} imports the job layer: {deps & jobs}"
-        if m == "minipar.reference":
-            assert "minipar.train" not in deps, "the plain reference loop imports the main job"
-        if m.startswith("minipar.perf"):  # the model may read strategies' formulas; tp only uses perf.factors
-            assert not any(d.startswith("minipar.tp") for d in deps), f"{m} imports tensor parallelism"
+        for d in deps:
+            a, b = folder_of(m), folder_of(d)
+            if a and b and a != b:
+                edges.setdefault((a, b), []).append(f"{m} -> {d}")
+    return edges
+
+
+def test_every_folder_has_a_layer():
+    """A new folder or root module must be placed in LAYERS (and in minipar/__init__.py's drawing)."""
+    missing = {folder_of(m) for m in import_graph() if folder_of(m)} - set(LAYER_OF)
+    assert not missing, f"place these in tests/test_imports.py's LAYERS: {sorted(missing)}"
+
+
+def test_imports_point_down_the_layers():
+    """No folder imports one above it: runtime imports no parallelism, a parallelism no job, nothing the course."""
+    up = {
+        (a, b): why
+        for (a, b), why in folder_graph(import_graph()).items()
+        if LAYER_OF.get(a, len(LAYERS)) < LAYER_OF.get(b, len(LAYERS))
+    }
+    assert not up, "imports that point up the layers: " + "; ".join(f"{a} -> {b} ({w[0]})" for (a, b), w in up.items())
+
+
+def test_no_circle_between_folders():
+    """No circle between subpackages, although each module-level graph is acyclic: zero -> ep -> zero would be one."""
+    edges = folder_graph(import_graph())
+    folders: dict[str, set[str]] = {}
+    for a, b in edges:
+        folders.setdefault(a, set()).add(b)
+    cycle = find_cycle(folders)
+    assert cycle is None, "circle between folders: " + " -> ".join(cycle)
+
+
+def test_the_layer_checker_sees_an_upward_import():
+    graph = {"minipar.runtime.dist": {"minipar.zero.flat"}, "minipar.zero.flat": set()}
+    assert folder_graph(graph) == {("runtime", "zero"): ["minipar.runtime.dist -> minipar.zero.flat"]}
+    assert LAYER_OF["runtime"] < LAYER_OF["zero"]
 
 
 def test_no_old_flat_names():
@@ -138,5 +180,31 @@ def test_no_old_flat_names():
         "data_parallel",
         "compression",
         "param_server",
+        # issue #33: the flat root of 26 modules became layers (runtime/, model/, optim/, job/, course/ ...)
+        "dist",
+        "launch",
+        "rank_process",
+        "root_cause",
+        "mesh",
+        "models",
+        "presets",
+        "recompute",
+        "memory",
+        "amp",
+        "offload",
+        "clip_grads",
+        "config",
+        "parallel3d",
+        "outdir",
+        "run_log",
+        "reference",
+        "resume_check",
+        "bench",
+        "benchmarks",
+        "gpu_check",
+        "verify",
+        "moe",
+        "pp.trace",
+        "perf.factors",
     ):
         assert f"minipar.{old}" not in mods

@@ -1,4 +1,4 @@
-"""minipar.launch and minipar.dist on real gloo process groups (bounded timeouts: nothing can hang)."""
+"""minipar.launch and minipar.runtime.dist on real gloo process groups (bounded timeouts: nothing can hang)."""
 
 import os
 import socket
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from minipar import ConfigError, RankFailedError, launch
-from minipar.rank_process import JobFolder
-from minipar.root_cause import summary
+from minipar.runtime.rank_process import JobFolder
+from minipar.runtime.root_cause import summary
 from tests import _workers as w
 
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from minipar import launch
-from minipar.memory import activation_bytes_formula, saved_activation_bytes
-from minipar.models import GPT, GPTConfig
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.memory import activation_bytes_formula, saved_activation_bytes
 from minipar.perf.layout import ModelShape
 from minipar.perf.model import activation_bytes_per_layer
 

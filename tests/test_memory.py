@@ -1,9 +1,9 @@
-"""minipar.memory: counted bytes equal the ZeRO-paper formula; the measured peak is real."""
+"""minipar.model.memory: counted bytes equal the ZeRO-paper formula; the measured peak is real."""
 
 import torch
 
-from minipar.memory import adam_bytes_formula, measure_peak, saved_activation_bytes, state_bytes
-from minipar.models import GPT, GPTConfig, num_params
+from minipar.model.gpt import GPT, GPTConfig, num_params
+from minipar.model.memory import adam_bytes_formula, measure_peak, saved_activation_bytes, state_bytes
 
 
 def test_counted_state_equals_formula_after_a_step():

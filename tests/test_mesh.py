@@ -1,10 +1,11 @@
-"""minipar.mesh: Megatron's rank order, equal to torch's init_device_mesh, and clear layout errors."""
+"""minipar.runtime.mesh: Megatron's rank order, equal to torch's init_device_mesh, and clear layout errors."""
 
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.mesh import Mesh, coords_of, expert_group_ranks, factorizations, group_ranks, rank_of
-from minipar.models import GPTConfig
+from minipar.job.config import check_model_fits
+from minipar.model.gpt import GPTConfig
+from minipar.runtime.mesh import Mesh, coords_of, expert_group_ranks, factorizations, group_ranks, rank_of
 from tests import _workers_mesh as w
 from tests import _workers_moe as wm
 
@@ -37,9 +38,9 @@ def test_layout_names_sizes_and_model_checks():
     assert all(isinstance(getattr(Mesh, f"{d}_{k}"), property) for d in ("pp", "dp", "tp") for k in ("rank", "size"))
     assert (m.cp_rank, m.cp_size, m.cp_group) == (0, 1, None)  # no --cp: the 3-D shape, no ring
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2 blocks; use --pp <= 2"):
-        Mesh(6, pp=3, model=GPTConfig(n_layer=2, n_head=2, d_model=32))
+        check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=3, tp=1)
     with pytest.raises(ConfigError, match="n_head=2 is not divisible by tp=4"):
-        Mesh(4, tp=4, model=GPTConfig(n_layer=2, n_head=2, d_model=32))
+        check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=1, tp=4)
 
 
 def test_groups_match_init_device_mesh_on_8_ranks():
@@ -68,7 +69,7 @@ def test_context_parallel_dimension():
     with pytest.raises(ConfigError, match="pp·dp·cp·tp = 1·2·2·1 = 4 but world_size=8"):
         Mesh(8, dp=2, cp=2)
     with pytest.raises(ConfigError, match="--cp 4 needs sequences of at least 2·cp = 8 tokens"):
-        Mesh(4, cp=4, model=GPTConfig(block_size=6, n_layer=2, n_head=2, d_model=32))
+        check_model_fits(GPTConfig(block_size=6, n_layer=2, n_head=2, d_model=32), pp=1, tp=1, cp=4)
 
 
 def test_expert_parallel_folds_into_dp():

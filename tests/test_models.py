@@ -1,10 +1,10 @@
-"""minipar.models: shapes, causality, the pieces a pipeline stage is made of."""
+"""minipar.model.gpt: shapes, causality, the pieces a pipeline stage is made of."""
 
 import pytest
 import torch
 
 from minipar import ConfigError
-from minipar.models import GPT, GPTConfig, MLPNet, num_params
+from minipar.model.gpt import GPT, GPTConfig, MLPNet, num_params
 
 
 @pytest.fixture

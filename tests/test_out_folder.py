@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from minipar.outdir import LOCK, hold
+from minipar.job.outdir import LOCK, hold
 from minipar.train import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -16,8 +16,7 @@ from dataclasses import replace
 import pytest
 
 from minipar import ConfigError
-from minipar.models import GPT, GPTConfig
-from minipar.perf.factors import divisors
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.perf.hardware import GPUS, cpu_device
 from minipar.perf.layout import Layout, ModelShape, shape_of
 from minipar.perf.memory import held_layers
@@ -53,6 +52,7 @@ from minipar.perf.runs import (
 from minipar.perf.search import CP_MIN_TOKENS, cp_degrees, plan, rank_correlation
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, make_schedule, one_f_one_b, simulate
+from minipar.runtime.mesh import divisors
 from minipar.zero.flat import zero_bytes_formula
 
 TOL = 0.15

@@ -108,7 +108,7 @@ def test_partition():
 def test_trace_analysis_agrees_with_the_simulation():
     """The measurement code (pipeline_trace) applied to a simulated timeline gives the simulator's
     own bubble, and feeding durations back reproduces the timeline."""
-    from minipar.pp.trace import from_simulation, measured_bubble, measured_durations
+    from minipar.course.pipeline_trace import from_simulation, measured_bubble, measured_durations
 
     sim = simulate(interleaved_1f1b(4, 8, 2), t_f=lambda a: 1 + a.stage % 3, t_b=2)
     tr = from_simulation(sim)
@@ -121,8 +121,8 @@ def test_trace_analysis_agrees_with_the_simulation():
 def test_cpu_time_bubble_and_stage_medians():
     """``cpu=True`` reads TraceEvent.cpu (equal to the span for a simulation); the simulator fed
     with per-stage medians of a balanced run gives exactly the formula, and never less (GPipe)."""
+    from minipar.course.pipeline_trace import from_simulation, measured_bubble, stage_durations
     from minipar.pp.schedules import bubble_formula
-    from minipar.pp.trace import from_simulation, measured_bubble, stage_durations
 
     for m in (1, 2, 4, 8):
         sim = simulate(gpipe(3, m), t_f=1, t_b=2)

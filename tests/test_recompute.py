@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from minipar.errors import ConfigError
-from minipar.memory import saved_activation_bytes
-from minipar.models import Block, GPTConfig
+from minipar.model.gpt import Block, GPTConfig
+from minipar.model.memory import saved_activation_bytes
+from minipar.model.recompute import CheckpointedBlock, checkpoint
 from minipar.perf.layout import ModelShape
 from minipar.perf.model import activation_bytes_per_layer
-from minipar.recompute import CheckpointedBlock, checkpoint
 
 
 def _run(mode, seed=0):

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from minipar import launch
-from minipar.config import TrainConfig, parse_args
 from minipar.errors import ConfigError
-from minipar.memory import SavedTensorMeter
-from minipar.models import GPT, GPTConfig
-from minipar.recompute import set_recompute
+from minipar.job.config import TrainConfig, parse_args
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.memory import SavedTensorMeter
+from minipar.model.recompute import set_recompute
 from tests import _workers_train as wt
 
 SMALL = dict(
@@ -103,7 +103,7 @@ def test_planner_accounts_for_recompute_and_offload():
 def test_full_recompute_peak_is_inputs_plus_one_layer():
     """Lesson 08's "predict" answer: with full recompute the step's peak of saved bytes is the L block
     inputs, plus one block recomputed in full (its input counted once), plus the embedding's tensors."""
-    from minipar.memory import saved_activation_bytes
+    from minipar.model.memory import saved_activation_bytes
 
     cfg = GPTConfig(vocab_size=50, block_size=32, n_layer=3, n_head=4, d_model=32, dropout=0.1, attention="explicit")
     torch.manual_seed(0)

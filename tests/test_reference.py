@@ -2,7 +2,7 @@
 
 This is the anchor of every equivalence claim: ``minipar.train`` runs even a 1×1×1 layout through
 its parallel machinery (pipeline executor with one stage, TP model with tp = 1), so it is checked
-here against ``minipar.reference.train_single_device``, a plain forward/backward/AdamW loop.
+here against ``minipar.job.reference.train_single_device``, a plain forward/backward/AdamW loop.
 Both sides run in float64 (``tests/_workers_train``), so the bound is derived, not fitted to one
 CPU: the same arithmetic in another order (micro-batch sums, flat gradient buffers, the ranks'
 all-reduce, another CPU's kernels) moves a float64 gradient by δ ≲ 1e-13, AdamW (eps 1e-8,
@@ -13,7 +13,7 @@ rounding of a number ~4.6: a few ulps, ~1e-7 measured, still two orders below th
 """
 
 from minipar import launch
-from minipar.config import TrainConfig
+from minipar.job.config import TrainConfig
 from tests import _workers_train as wt
 
 CFG = dict(

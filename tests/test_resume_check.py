@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from minipar import checkpoint as ckpt
+from minipar.checkpoint import dcp as ckpt
 from minipar.train import main
 
 TINY = ["--batch-size", "4", "--block-size", "16", "--n-layer", "2", "--n-head", "2", "--d-model", "16"]

@@ -1,7 +1,7 @@
 """Lesson 04: tensor parallelism (minipar.tp.mappings, minipar.tp.layers, minipar.tp.gpt, minipar.tp.dtensor).
 
 The core claim: TP = 1, 2, 4 training — with and without sequence parallelism, and PyTorch's
-DTensor TP — equals single-device training of ``minipar.models.GPT`` from the same seed on the
+DTensor TP — equals single-device training of ``minipar.model.gpt.GPT`` from the same seed on the
 same batches of the built-in corpus (vocabulary 103, padded to 104 on 2 and 4 ranks).
 """
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.models import GPTConfig
+from minipar.model.gpt import GPTConfig
 from minipar.tp.gpt import TensorParallelGPT, check_tp_config
 from minipar.tp.mappings import check_divisible, new_tp_group
 from tests import _workers_tp as w

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from minipar import launch
-from minipar.config import TrainConfig
+from minipar.job.config import TrainConfig
 from minipar.train import main, train
 from tests import _workers_train as wt
 

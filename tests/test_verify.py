@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from minipar.verify import ProofError, check_close, check_equal, max_abs_diff, verdict
+from minipar.course.verify import ProofError, check_close, check_equal, max_abs_diff, verdict
 
 
 def test_verdict_hides_the_rounding_value_and_raises_when_false():

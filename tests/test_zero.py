@@ -6,7 +6,7 @@ import torch
 
 from minipar import ConfigError, launch
 from minipar.data import CharCorpus, make_loader
-from minipar.models import GPT, GPTConfig, num_params
+from minipar.model.gpt import GPT, GPTConfig, num_params
 from minipar.zero import zero
 from minipar.zero.flat import default_units, zero_bytes_formula
 from minipar.zero.stage3 import ShardedUnit

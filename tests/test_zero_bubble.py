@@ -11,10 +11,10 @@ import torch
 import torch.nn as nn
 
 from minipar import ConfigError, launch
+from minipar.course.pipeline_trace import RunSpec, traced_run
 from minipar.pp.native import torch_pipeline_order, v_shape
 from minipar.pp.p2p_order import check_p2p_order, p2p_order
 from minipar.pp.schedules import Action, make_schedule, one_f_one_b, parse, simulate
-from minipar.pp.trace import RunSpec, traced_run
 from minipar.pp.zero_bubble import WeightGradStore, split_linears, zb_h1, zb_h1_bubble
 from tests import _workers_pp as W
 

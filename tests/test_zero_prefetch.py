@@ -7,14 +7,14 @@ the same shards, so the run equals the one without prefetch bit for bit (float64
 import torch
 
 from minipar import launch
-from minipar.models import GPT, GPTConfig
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.zero.flat import default_units
 
 CFG = GPTConfig(vocab_size=17, block_size=8, n_layer=3, n_head=2, d_model=16, tie_weights=False)
 
 
 def worker(prefetch: bool, steps: int = 3):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
     from minipar.zero import zero
 
     torch.manual_seed(0)
@@ -57,7 +57,7 @@ def test_prefetch_equals_no_prefetch_and_issues_each_gather_before_the_previous_
 def zero12_worker(stage: int, overlap: bool, steps: int = 3):
     """ZeRO-1/2 on 2 ranks, float64, gradient accumulation over 2 micro-batches; with overlap_param_gather
     also records, per forward of a unit, how many weight all-gathers were still in flight (issued, not waited)."""
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
     from minipar.zero import zero
 
     torch.manual_seed(0)

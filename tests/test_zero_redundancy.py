@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from minipar import ConfigError, launch
-from minipar.verify import max_abs_diff
+from minipar.course.verify import max_abs_diff
 from minipar.zero.redundancy import ZeroRedundancyOptimizer, partition_by_size
 from tests import _workers_zero_redundancy as w
 

@@ -24,7 +24,7 @@ import traceback
 import torch
 
 TIMEOUT_S = 10.0  # the checker's process-group timeout (seconds) unless MINIPAR_TIMEOUT is set
-EXACT = 1e-12  # float64 bound for results that are the same arithmetic reordered (see minipar.verify)
+EXACT = 1e-12  # float64 bound for results that are the same arithmetic reordered (see minipar.course.verify)
 
 
 class NotDone(Exception):
@@ -109,7 +109,7 @@ def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
     from minipar.errors import RankFailedError
 
     t = timeout_s()
-    os.environ["MINIPAR_TIMEOUT"] = f"{t:g}"  # sub-groups (minipar.dist.new_group) get the same short timeout
+    os.environ["MINIPAR_TIMEOUT"] = f"{t:g}"  # sub-groups (minipar.runtime.dist.new_group) get the same short timeout
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):

@@ -25,8 +25,8 @@ AUTOGRAD = Refuse(
 OPTIM = Refuse(
     {
         "torch/optim/": "this exercise is the AdamW update: write its arithmetic yourself, not torch.optim",
-        "minipar/amp.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
-        "minipar/offload.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
+        "minipar/optim/amp.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
+        "minipar/optim/offload.py": "this exercise is the AdamW update: write its arithmetic yourself, not minipar's",
     }
 )
 

@@ -40,17 +40,17 @@ CASES = [(1, 10, None), (3, 10, None), (4, 1000, None), (4, 2, None), (4, 7, [1,
 
 
 def _group(members):
-    import minipar.dist
-    from minipar import dist as mdist
+    import minipar.runtime.dist
+    from minipar.runtime import dist as mdist
 
     if members is None:
         return None, True
-    g = minipar.dist.new_group(members)
+    g = minipar.runtime.dist.new_group(members)
     return g, mdist.rank() in members
 
 
 def rs_worker(module, numel, members):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     group, inside = _group(members)
@@ -64,7 +64,7 @@ def rs_worker(module, numel, members):
 
 
 def ag_worker(module, numel, members):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     group, inside = _group(members)

@@ -78,7 +78,7 @@ def train_worker(module):
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     n, r = mdist.world_size(), mdist.rank()

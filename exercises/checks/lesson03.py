@@ -19,7 +19,7 @@ ZERO = "this exercise is ZeRO-1's sharded step: write it yourself"
 RULES = Refuse(
     {
         "minipar/zero/": ZERO + ", not minipar's",
-        "minipar/parallel3d.py": ZERO + ", not minipar's",
+        "minipar/job/parallelize.py": ZERO + ", not minipar's",
         "torch/distributed/optim/": ZERO + ", not PyTorch's ZeroRedundancyOptimizer",
         "torch/distributed/fsdp/": ZERO + ", not PyTorch's FSDP",
         "torch/distributed/_composable/": ZERO + ", not PyTorch's FSDP",
@@ -42,7 +42,7 @@ def start(numel):
 
 
 def worker(module, numel):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     p, state, seen = start(numel), {}, []

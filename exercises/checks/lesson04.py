@@ -25,7 +25,7 @@ LAYOUTS = [(1, 1), (3, 3), (4, 4), (4, 2)]  # (world size, tensor-parallel group
 
 
 def _group(tp):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     world, me = mdist.world_size(), mdist.rank()
     if tp == world:
@@ -39,7 +39,7 @@ def _group(tp):
 
 
 def fg_worker(module, tp):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     group, ranks = _group(tp)

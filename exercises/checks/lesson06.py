@@ -17,7 +17,7 @@ MODULE = "ex06_1f1b"
 
 
 def _tiny_gpt():
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=17, block_size=8, n_layer=3, n_head=2, d_model=8))
@@ -30,9 +30,9 @@ def _batch(m):
 
 def run_worker(module, m):
     """Run the learner's schedule with minipar's executor (float64); return this rank's gradients."""
-    from minipar import dist as mdist
     from minipar.pp.executor import PipelineExecutor
     from minipar.pp.stages import build_stages
+    from minipar.runtime import dist as mdist
 
     torch.set_default_dtype(torch.float64)  # the executor's receive buffers follow the default dtype
     mod = importlib.import_module(module)

@@ -1,4 +1,4 @@
-"""Checks for lesson 07: mesh coordinates and groups against ``minipar.mesh``, then real groups on 4 ranks."""
+"""Checks for lesson 07: mesh coordinates and groups against ``minipar.runtime.mesh``, then real groups on 4 ranks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 MESH = "this exercise is the device mesh: write it yourself"
 RULES = Refuse(
-    {"minipar/mesh.py": MESH + ", not minipar's", "torch/distributed/device_mesh.py": MESH + ", not init_device_mesh"}
+    {
+        "minipar/runtime/mesh.py": MESH + ", not minipar's",
+        "torch/distributed/device_mesh.py": MESH + ", not init_device_mesh",
+    }
 )
 
 TITLE = "3D parallel"
@@ -20,13 +23,13 @@ DIMS = ("pp", "dp", "tp")
 
 
 def shapes():
-    from minipar.mesh import factorizations
+    from minipar.runtime.mesh import factorizations
 
     return [s for w in (1, 4, 8, 12) for s in factorizations(w)]
 
 
 def check_coords(mod) -> str:
-    from minipar.mesh import coords_of
+    from minipar.runtime.mesh import coords_of
 
     seen = []
     for shape in shapes():
@@ -40,11 +43,11 @@ def check_coords(mod) -> str:
                     "rank = pp·(dp·tp) + dp·tp + tp — tp varies fastest, pp slowest"
                 )
     finally_own(mod, ["coords_of"], seen)
-    return f"{len(shapes())} shapes of 1, 4, 8, 12 ranks: every rank's (pp, dp, tp) = minipar.mesh"
+    return f"{len(shapes())} shapes of 1, 4, 8, 12 ranks: every rank's (pp, dp, tp) = minipar.runtime.mesh"
 
 
 def check_group_ranks(mod) -> str:
-    from minipar.mesh import group_ranks
+    from minipar.runtime.mesh import group_ranks
 
     seen = []
     for shape in shapes():
@@ -58,13 +61,13 @@ def check_group_ranks(mod) -> str:
                     f"ranks whose other two coordinates are equal (sorted)"
                 )
     finally_own(mod, ["group_ranks"], seen)
-    return f"{len(shapes())} shapes × pp, dp, tp: = minipar.mesh.group_ranks"
+    return f"{len(shapes())} shapes × pp, dp, tp: = minipar.runtime.mesh.group_ranks"
 
 
 def groups_worker(module, shape):
     import torch.distributed as dist
 
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     with Watch(RULES, own=mod, ops=False) as w:
@@ -79,7 +82,7 @@ def groups_worker(module, shape):
 
 
 def check_build_groups(mod) -> str:
-    from minipar.mesh import coords_of, group_ranks
+    from minipar.runtime.mesh import coords_of, group_ranks
 
     layouts = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (2, 1, 2), (4, 1, 1)]
     seen = []

@@ -1,6 +1,6 @@
 """Checks for lesson 08: a hand-written recompute Function against a plain transformer block (float64,
 dropout on: outputs, gradients, bytes kept, the caller's RNG stream), and one step of dynamic loss
-scaling against ``minipar.amp.DynamicLossScaler``. In one process; no timings."""
+scaling against ``minipar.optim.amp.DynamicLossScaler``. In one process; no timings."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ SCALING = "this exercise is dynamic loss scaling: write it yourself"
 RULES = Refuse(
     {
         "torch/utils/checkpoint.py": RECOMPUTE + ", not torch.utils.checkpoint",
-        "minipar/recompute.py": RECOMPUTE + ", not minipar's",
-        "minipar/amp.py": SCALING + ", not minipar's DynamicLossScaler",
+        "minipar/model/recompute.py": RECOMPUTE + ", not minipar's",
+        "minipar/optim/amp.py": SCALING + ", not minipar's DynamicLossScaler",
         "torch/amp/": SCALING + ", not torch.amp.GradScaler",
     }
 )
@@ -46,7 +46,7 @@ MODULE = "ex08_memory"
 
 
 def _block():
-    from minipar.models import Block, GPTConfig
+    from minipar.model.gpt import Block, GPTConfig
 
     torch.manual_seed(0)
     return Block(GPTConfig(d_model=32, n_head=4, dropout=0.1, attention="explicit", block_size=16)).double()
@@ -84,7 +84,7 @@ def _run(blk, x, go, fn_wrap, learner=None):
 
 
 def check_checkpoint(mod) -> str:
-    from minipar.memory import SavedTensorMeter
+    from minipar.model.memory import SavedTensorMeter
 
     blk = _block()
     x = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -156,7 +156,7 @@ def _several_inputs(mod, blk) -> None:
 
 
 def check_loss_scale(mod) -> str:
-    from minipar.amp import DynamicLossScaler
+    from minipar.optim.amp import DynamicLossScaler
 
     seen = []
     pattern = [1, 1, 0, 1, 1, 1, 1, "nan", 1, 1, 1, 1, 1, 1]  # 0: an inf gradient

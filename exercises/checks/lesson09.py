@@ -63,7 +63,7 @@ def check_topk(mod) -> str:
 
 
 def powersgd_worker(module, n, k, r, seed):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     gen = torch.Generator().manual_seed(seed + mdist.rank())

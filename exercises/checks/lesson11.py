@@ -85,7 +85,7 @@ def check_merge(mod) -> str:
 
 
 def ring_worker(module, members, equal):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     if members is None:

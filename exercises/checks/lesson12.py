@@ -13,7 +13,8 @@ from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 MOE = "this exercise is the MoE bookkeeping: write it yourself"
 RULES = Refuse(
     {
-        "minipar/moe/": MOE + ", not minipar's",
+        "minipar/model/moe/": MOE + ", not minipar's",
+        "minipar/ep/": MOE + ", not minipar's expert parallelism",
         "minipar/comm/all_to_all.py": MOE + ", not minipar's all-to-all",
         "torch/distributed/nn/": MOE + ", with torch.distributed's all_to_all_single",
         "torch/distributed/_functional_collectives.py": MOE + ", with torch.distributed's all_to_all_single",
@@ -103,7 +104,7 @@ def case(rank, T, k, E, skip):
 
 
 def ep_worker(module, tokens, k, per, skip):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
     r, n = mdist.rank(), mdist.world_size()

@@ -90,7 +90,7 @@ def _records(path) -> list[dict]:
 def revalidate(cfg_dict: dict, ckpt_dir: str) -> list[dict]:
     """Runs on one rank: reload the checkpoint at step ``steps`` and evaluate it (``minipar.train``'s
     resume path with pp = dp = tp = 1: the loop starts at the last step, evaluates, stops)."""
-    from minipar.config import TrainConfig
+    from minipar.job.config import TrainConfig
     from minipar.train import train
 
     keep = {k: v for k, v in cfg_dict.items() if k in TrainConfig.__dataclass_fields__}
@@ -181,7 +181,7 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
 
     # the validation loss, recomputed from the checkpoint on one device
     from minipar import launch
-    from minipar.checkpoint import read_meta, step_dir
+    from minipar.checkpoint.dcp import read_meta, step_dir
 
     ckpt_dir = cfg.get("ckpt_dir") or str(out_dir / "ckpt")
     meta = read_meta(step_dir(ckpt_dir, steps)) if os.path.isdir(step_dir(ckpt_dir, steps)) else None

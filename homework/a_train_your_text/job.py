@@ -24,13 +24,13 @@ import json
 import os
 
 from minipar import launch
-from minipar.config import TrainConfig
+from minipar.job.config import TrainConfig
 
 
 def run_rank(cfg: TrainConfig) -> dict:
     """Runs on every rank (given): train with the main job, then read this rank's memory counters."""
-    from minipar import dist as mdist
-    from minipar.memory import rss_bytes
+    from minipar.model.memory import rss_bytes
+    from minipar.runtime import dist as mdist
     from minipar.train import train
 
     rss_idle = rss_bytes()  # torch imported, nothing built yet
@@ -43,7 +43,7 @@ def run_rank(cfg: TrainConfig) -> dict:
 def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
     """TODO: return ``(pp, dp, tp, microbatches)`` with pp·dp·tp = world, valid for ``cfg``'s model.
 
-    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.mesh.check_model_fits``);
+    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.job.parallelize.check_model_fits``);
     dp·microbatches divides batch_size (all three: ``cfg.accepts(pp, dp, tp)``). Use at least two of
     the three dimensions. Say in your write-up why (e.g. the planner's ranking:
     ``minipar.perf.search.plan``, lesson 07 "Plan it").

@@ -27,7 +27,7 @@ def accumulation_step(model, opt, x: torch.Tensor, y: torch.Tensor, k: int, afte
     """TODO: one optimizer step over this rank's batch ``x``, ``y`` (B_local, T), in ``k`` micro-batches.
 
     Args:
-        model: a ``minipar.models.GPT`` (``model(x, y)`` returns ``(logits, loss)``, loss = mean over tokens).
+        model: a ``minipar.model.gpt.GPT`` (``model(x, y)`` returns ``(logits, loss)``, loss = mean over tokens).
         opt: ``ZeroOptimizer(model, stage=2, ...)`` over the data-parallel group (it reduce-scatters in backward).
         k: micro-batches; ``B_local % k == 0``.
         after_backward: if given, call ``after_backward()`` after each micro-batch's backward (the
@@ -50,9 +50,9 @@ def train_worker(steps: int, k: int, global_batch: int, block: int) -> dict:
     """Given: a small GPT trained with ZeRO-2 + your accumulation on the launched ranks."""
     import time
 
-    from minipar import dist as mdist
     from minipar.data import CharCorpus, load_text, make_loader
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
+    from minipar.runtime import dist as mdist
     from minipar.zero.stage12 import ZeroOptimizer
 
     corpus = CharCorpus(load_text())

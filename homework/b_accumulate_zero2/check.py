@@ -36,7 +36,7 @@ PARAM_BOUND = STEPS * 1e-5  # each step may move a parameter by ≤ lr·δ/eps �
 
 
 def _model():
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=23, block_size=T, n_layer=2, n_head=2, d_model=16))
@@ -64,7 +64,7 @@ def worker(module, k):
     ``p.grad`` tensors (``after_backward``), the accumulated shards at ``opt.step()`` and, for each
     unit, the slice of one device's gradient at the same weights they must equal.
     """
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
     from minipar.zero.stage12 import ZeroOptimizer
 
     mod = importlib.import_module(module)

@@ -11,7 +11,7 @@
 Every rank keeps a virtual time ``now`` (seconds since it entered the block):
 
 - **Compute** advances it by the CPU time of the rank's own thread (``time.thread_time``; run ranks
-  with one intra-op thread, as :func:`minipar.launch.launch` does) between two communication
+  with one intra-op thread, as :func:`minipar.runtime.launch.launch` does) between two communication
   calls, times the rank's ``straggler`` factor. Other processes that TIME-SHARE the cores
   stretch wall time, not a thread's CPU time. A load that slows each instruction (a busy SMT
   sibling, a VM whose host core is shared: 1.8× seen in CI with two busy loops) stretches CPU

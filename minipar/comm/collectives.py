@@ -31,7 +31,7 @@ Safety. Every function first exchanges 12 integers per rank (shape, dtype, conti
 the message it gets is *silently* half-filled by gloo, so unchecked mismatches would give wrong
 numbers. A rank outside ``group`` raises at once. A
 peer that never arrives makes the others raise a RuntimeError naming the rank they waited for
-after the process-group timeout (``minipar.dist.default_timeout``), never hang.
+after the process-group timeout (``minipar.runtime.dist.default_timeout``), never hang.
 
 Communication accounting: each call is one ``minipar.comm.comm_log`` record (``op`` =
 ``"ring_all_reduce"``, ...) whose bytes are the measured sums of its sends and receives, listed
@@ -120,7 +120,7 @@ def _ring(name: str, tensor: torch.Tensor, group, op=None, check: bool = True) -
     if me < 0:
         raise ConfigError(
             f"{name}: global rank {dist.get_rank()} is not in the group of ranks {ranks}; "
-            f"call it only on those ranks (if minipar.dist.rank() in {ranks}: ...)"
+            f"call it only on those ranks (if minipar.runtime.dist.rank() in {ranks}: ...)"
         )
     if not check:
         return ranks, me
@@ -242,7 +242,7 @@ def ring_reduce_scatter(
             ``tensor.view(-1)``, i = this rank's index in the group) holds the reduction over
             the group; the other chunks hold partial results. Pass ``t.clone()`` to keep ``t``.
         op: ``ReduceOp.SUM``, ``AVG`` (sum, then ÷N), ``PRODUCT``, ``MAX`` or ``MIN``.
-        group: a process group (``minipar.dist.new_group``); default: the world.
+        group: a process group (``minipar.runtime.dist.new_group``); default: the world.
         check: exchange shapes/dtypes first and raise on a mismatch (see the module doc).
         trace: if a list, one dict per step is appended (phase, step, chunk sent, chunk
             received, a copy of the flat tensor after the step), for pictures.

@@ -18,9 +18,12 @@ ranks' keys and values (:mod:`minipar.cp.ring`). Two things change besides atten
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 
+from minipar.cp.ring import ring_attention
 from minipar.cp.split import Ranges, length, load_balanced_ranges, positions, shard
 
 
@@ -30,7 +33,7 @@ def set_context_parallel(module: nn.Module, T: int, mesh) -> list[Ranges]:
     ranges = load_balanced_ranges(T, mesh.cp_size)
     for m in module.modules():
         if hasattr(m, "context_parallel"):
-            m.context_parallel = (ranges, mesh.cp_group)
+            m.context_parallel = functools.partial(ring_attention, ranges=ranges, group=mesh.cp_group)
     module.positions = positions(ranges[mesh.cp_rank])
     return ranges
 

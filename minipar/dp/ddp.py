@@ -98,7 +98,7 @@ class DistributedDataParallel(nn.Module):
         if not dist.is_initialized():
             raise ConfigError(
                 "DistributedDataParallel needs a process group; run inside minipar.launch or torchrun "
-                "(or call minipar.dist.init() for a one-process world)"
+                "(or call minipar.runtime.dist.init() for a one-process world)"
             )
         self.module = module
         self.bucket_cap_mb = float(bucket_cap_mb)

@@ -1,7 +1,6 @@
 """Performance: one model of step time and memory per layout, with two device descriptions (lesson 07).
 
-A MODEL (arithmetic with sources), not a measurement. Import from the submodules (this package
-imports nothing, so :mod:`minipar.tp` can use :mod:`minipar.perf.factors` without loading the model):
+A MODEL (arithmetic with sources), not a measurement. Import from the submodules (this package imports nothing):
 
 - :mod:`minipar.perf.hardware`   devices and links: A100/H100/H200/B200 presets, networks, this CPU measured
 - :mod:`minipar.perf.layout`     a dense model's shape (GQA, SwiGLU, FFN), a layout (dp, tp, pp, cp, b, v, ZeRO, ...)
@@ -13,7 +12,6 @@ imports nothing, so :mod:`minipar.tp` can use :mod:`minipar.perf.factors` withou
 - :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2; Llama 3
                                  Table 4 on H100s), not tuned on
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
-- :mod:`minipar.perf.factors`    divisors (pure arithmetic)
 
 ``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`.
 """

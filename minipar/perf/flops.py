@@ -124,7 +124,7 @@ def gpt_flops_per_token(model: ModelShape) -> float:
     model built on the meta device (no memory, no data)."""
     import torch
 
-    from minipar.models import GPT, GPTConfig
+    from minipar.model.gpt import GPT, GPTConfig
 
     l, h, a, s, V = model.layers, model.hidden, model.heads, model.seq, model.vocab
     with torch.device("meta"):

@@ -73,7 +73,7 @@ class ModelShape:
 
 
 def shape_of(cfg) -> ModelShape:
-    """:class:`ModelShape` of a ``minipar.models.GPTConfig``."""
+    """:class:`ModelShape` of a ``minipar.model.gpt.GPTConfig``."""
     return ModelShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.block_size, cfg.vocab_size, cfg.bias)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 
 from minipar.errors import ConfigError
-from minipar.perf.factors import divisors
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
+from minipar.runtime.mesh import divisors
 
 CP_MIN_TOKENS = 4096  # tokens each context-parallel rank keeps, at least, in the default search (ASSUMED)
 

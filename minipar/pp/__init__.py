@@ -9,6 +9,8 @@ Read in this order:
 - :mod:`minipar.pp.dualpipe`   DeepSeek-V3's bidirectional DualPipe (arXiv:2412.19437 §3.2.1), simulated
 - :mod:`minipar.pp.executor`   an executor that runs any schedule over a rank's stages on real ranks
 - :mod:`minipar.pp.p2p_order`  the point-to-point message order a schedule implies, checked for NCCL
-- :mod:`minipar.pp.trace`      traced runs, measured bubble, Gantt charts (checked against the simulator)
 - :mod:`minipar.pp.native`     the same schedules with ``torch.distributed.pipelining``
+
+Traced runs and Gantt charts of these schedules (lessons 05-06) are course tooling:
+:mod:`minipar.course.pipeline_trace`.
 """

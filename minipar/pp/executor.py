@@ -55,13 +55,13 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minipar import dist as mdist
 from minipar.comm import p2p
 from minipar.errors import ConfigError
-from minipar.memory import saved_activation_bytes
-from minipar.models import GPT
+from minipar.model.gpt import GPT
+from minipar.model.memory import saved_activation_bytes
 from minipar.pp.schedules import Action, num_microbatches, num_stages, simulate
 from minipar.pp.zero_bubble import WeightGradStore, split_linears
+from minipar.runtime import dist as mdist
 
 
 @dataclass

@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from minipar import dist as mdist
 from minipar.errors import ConfigError
-from minipar.models import GPT
+from minipar.model.gpt import GPT
 from minipar.pp.schedules import Action, Overlap
+from minipar.runtime import dist as mdist
 
 
 def native_schedule(name: str, stages: dict[int, nn.Module], n_stages: int, m: int, loss_fn=GPT.loss, group=None):

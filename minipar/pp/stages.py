@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from minipar.errors import ConfigError
-from minipar.models import GPT
+from minipar.model.gpt import GPT
 
 
 def partition_layers(n_layer: int, n_stages: int, layers_per_stage: list[int] | None = None) -> list[tuple[int, int]]:

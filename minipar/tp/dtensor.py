@@ -1,4 +1,4 @@
-"""The PyTorch-native equivalent of lesson 04: DTensor tensor parallelism on ``minipar.models.GPT``.
+"""The PyTorch-native equivalent of lesson 04: DTensor tensor parallelism on ``minipar.model.gpt.GPT``.
 
 ``torch.distributed.tensor.parallel.parallelize_module`` replaces a module's weights by DTensors
 sharded over a ``DeviceMesh`` and wraps its inputs/outputs with the redistributions that
@@ -23,7 +23,7 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
 
-from minipar.models import GPT
+from minipar.model.gpt import GPT
 from minipar.tp.gpt import check_tp_config
 
 

@@ -1,4 +1,4 @@
-"""Tensor parallelism, part 3: the course's GPT (``minipar.models.GPT``) with parallel layers swapped in.
+"""Tensor parallelism, part 3: the course's GPT (``minipar.model.gpt.GPT``) with parallel layers swapped in.
 
 Per transformer block (Shoeybi et al. 2019, arXiv:1909.08053, §3, Fig. 3-4):
 
@@ -49,7 +49,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar.errors import ConfigError
-from minipar.models import GPT, Block, GPTConfig
+from minipar.model.gpt import GPT, Block, GPTConfig
 from minipar.tp.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -165,7 +165,7 @@ def parallelize_gpt_(model: GPT, group=None, sequence_parallel: bool = False) ->
 
 
 class TensorParallelGPT(GPT):
-    """``minipar.models.GPT`` split over a tensor-parallel group: the same model and forward, with
+    """``minipar.model.gpt.GPT`` split over a tensor-parallel group: the same model and forward, with
     parallel layers (:func:`parallelize_gpt_`) and the vocabulary-parallel loss.
 
     Args:

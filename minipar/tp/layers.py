@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar import dist as mdist
+from minipar.runtime import dist as mdist
 from minipar.tp.mappings import (
     SEQ_DIM,
     _all_gather,
@@ -98,7 +98,7 @@ class ColumnParallelLinear(_ParallelLayer):
         bias: a bias of ``out_features/N`` per rank (split like the rows).
         gather_output: all-gather the output to (..., out_features); default keep (..., out/N).
         group: the tensor-parallel group (default: the world).
-        device: where the weight lives (default ``minipar.dist.device()``: ``cuda:LOCAL_RANK`` under NCCL).
+        device: where the weight lives (default ``minipar.runtime.dist.device()``: ``cuda:LOCAL_RANK`` under NCCL).
         sequence_parallel: the input is (B, T/N, in), sharded along the sequence; it is
             all-gathered along T (backward: reduce-scatter) instead of passing through ``f``.
         stride: the full weight is ``stride`` stacked blocks (e.g. 3 for a fused ``[q; k; v]``);
@@ -159,7 +159,7 @@ class RowParallelLinear(_ParallelLayer):
         input_is_parallel: the input already is (..., in/N) (e.g. a column-parallel output);
             otherwise it is (..., in) and each rank takes its slice (Megatron's default: False).
         group: the tensor-parallel group (default: the world).
-        device: where the weight lives (default ``minipar.dist.device()``).
+        device: where the weight lives (default ``minipar.runtime.dist.device()``).
         sequence_parallel: reduce-scatter the output along T to (B, T/N, out) instead of
             all-reducing it; the bias then sees T/N positions, so its gradient is tagged for
             :func:`minipar.tp.gpt.allreduce_sequence_parallel_grads`.

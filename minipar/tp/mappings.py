@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.errors import ConfigError
-from minipar.perf.factors import divisors
+from minipar.runtime.mesh import divisors
 
 SEQ_DIM = 1  # activations are (B, T, d): the sequence is dim 1
 
@@ -71,17 +71,17 @@ def new_tp_group(tp: int):
 
     Consecutive ranks, because tensor parallelism belongs inside a node (lesson 04, "why TP stays
     inside a node"): on a GPU cluster ranks 0-7 share one node's NVLink. Collective: every rank
-    calls it. Groups get minipar's bounded timeout (``minipar.dist.new_group``). Returns ``None``
+    calls it. Groups get minipar's bounded timeout (``minipar.runtime.dist.new_group``). Returns ``None``
     (= the default group) when ``tp`` equals the world size.
 
     Note: every TP function reads ``group=None`` as *the world* (torch's convention), while
-    ``minipar.mesh`` stores ``None`` for a size-1 dimension. For tp = 1 inside a larger world,
+    ``minipar.runtime.mesh`` stores ``None`` for a size-1 dimension. For tp = 1 inside a larger world,
     pass ``new_tp_group(1)`` (real one-rank groups), not ``mesh.tp_group``.
 
     Raises:
         ConfigError: ``tp`` < 1 or not a divisor of the world size (the message lists the divisors).
     """
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     world = mdist.world_size()
     if not isinstance(tp, int) or tp < 1 or world % tp:

@@ -15,9 +15,9 @@ One definition of "which parameters are TP-sharded" (Megatron-LM ``tensor_parall
 Everything else is derived from the marks: :func:`shard_of` (this rank's piece of a full tensor),
 :func:`gather_full` / :func:`gather_state_dict` (the full tensors back: how a TP model is proven
 equal to one device, and how the 3D job assembles its model), :func:`param_is_not_tensor_parallel_duplicate`
-(a whole-model gradient norm counts a replicated tensor once: :mod:`minipar.clip_grads`), the
-checkpoint's logical tensors (:mod:`minipar.checkpoint`) and the 3D job's ZeRO-1 clipping masks
-(:mod:`minipar.parallel3d`). The marks survive ``.to()`` (PyTorch keeps the ``Parameter`` object).
+(a whole-model gradient norm counts a replicated tensor once: :mod:`minipar.optim.clip_grads`), the
+checkpoint's logical tensors (:mod:`minipar.checkpoint.dcp`) and the 3D job's ZeRO-1 clipping masks
+(:mod:`minipar.job.parallelize`). The marks survive ``.to()`` (PyTorch keeps the ``Parameter`` object).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ buffer, zero-padded to a multiple of N (:class:`FlatUnit`); rank r owns the cont
 :class:`ShardOptimizer` is the part stages 1, 2 (:mod:`minipar.zero.stage12`) and 3
 (:mod:`minipar.zero.stage3`) share: a real ``torch.optim.AdamW`` over the pieces of the shard
 that belong to each original parameter (matrices with weight decay, vectors without, as
-:func:`minipar.models.adamw_groups`), so a step is elementwise the same arithmetic as
+:func:`minipar.model.gpt.adamw_groups`), so a step is elementwise the same arithmetic as
 single-device AdamW. :func:`zero_bytes_formula` is the paper's bytes per rank for each stage.
 """
 
@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minipar import dist as mdist
-from minipar.clip_grads import clip_grad_norm_
 from minipar.errors import ConfigError
+from minipar.optim.clip_grads import clip_grad_norm_
+from minipar.runtime import dist as mdist
 
 STAGES = {1: "optimizer state", 2: "optimizer state + gradients", 3: "optimizer state + gradients + parameters"}
 
@@ -211,7 +211,7 @@ class ShardOptimizer:
         """Scale the gradient shards so the *global* norm is <= max_norm; returns that global norm.
 
         Each rank has only its shards, so the squared norms are summed over the group with one
-        all_reduce (4 bytes): :func:`minipar.clip_grads.clip_grad_norm_`.
+        all_reduce (4 bytes): :func:`minipar.optim.clip_grads.clip_grad_norm_`.
         """
         return clip_grad_norm_(grads, self.max_norm, self.group)
 

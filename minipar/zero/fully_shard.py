@@ -46,8 +46,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from minipar import dist as mdist
 from minipar.errors import ConfigError
+from minipar.runtime import dist as mdist
 from minipar.zero.param_shard import (
     MixedPrecisionPolicy,
     all_gather_params,

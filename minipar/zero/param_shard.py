@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from minipar import dist as mdist
-from minipar.clip_grads import clip_grad_norm_ as _clip
+from minipar.optim.clip_grads import clip_grad_norm_ as _clip
+from minipar.runtime import dist as mdist
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,8 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def clip_grad_norm_(model: nn.Module, max_norm: float, group=None) -> torch.Tensor:
     """Clip the sharded model's gradients by the global norm (shards summed over ``group``, replicated
-    parameters counted on rank 0 only); returns the norm, the same on every rank. See :mod:`minipar.clip_grads`."""
+    parameters counted on rank 0 only); returns the norm, the same on every rank.
+    See :mod:`minipar.optim.clip_grads`."""
     params = [p for p in model.parameters() if p.grad is not None]
     count = [hasattr(p, "shard_spec") or mdist.rank(group) == 0 for p in params]
     return _clip([p.grad for p in params], max_norm, group, count=count)

@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar import dist as mdist
 from minipar.errors import ConfigError
+from minipar.runtime import dist as mdist
 
 
 def partition_by_size(param_groups: list[dict], world_size: int) -> list[list[list[torch.Tensor]]]:

@@ -38,9 +38,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from minipar import dist as mdist
 from minipar.errors import ConfigError
-from minipar.memory import state_bytes
+from minipar.model.memory import state_bytes
+from minipar.runtime import dist as mdist
 from minipar.zero.flat import (
     FlatUnit,
     ShardOptimizer,
@@ -179,7 +179,7 @@ class ZeroOptimizer(ShardOptimizer):
     def held_bytes(self) -> dict:
         """Bytes of model state this rank holds now: ``{"params", "grads", "optimizer", "total"}``.
 
-        Counted from the tensors that exist (:func:`minipar.memory.state_bytes`) plus the gradient
+        Counted from the tensors that exist (:func:`minipar.model.memory.state_bytes`) plus the gradient
         shards; compare with :func:`zero_bytes_formula`.
         """
         self.wait_params()

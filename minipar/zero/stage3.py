@@ -43,7 +43,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.func import functional_call
 
-from minipar import dist as mdist
+from minipar.runtime import dist as mdist
 from minipar.zero.flat import (
     FlatUnit,
     ShardOptimizer,
@@ -246,7 +246,7 @@ class Zero3(ShardOptimizer):
 
     def held_bytes(self) -> dict:
         """Bytes this rank holds now: the shards, their gradients, AdamW state, plus any gathered weights."""
-        from minipar.memory import state_bytes
+        from minipar.model.memory import state_bytes
 
         d = state_bytes(self.model, self.optimizer)
         d["params"] += ShardedUnit.live_bytes

@@ -5,7 +5,7 @@ from exercises.solutions.ex07_3d_parallel import DIMS, group_ranks
 
 
 def build_groups(pp, dp, tp):
-    from minipar import dist as mdist
+    from minipar.runtime import dist as mdist
 
     me, out = mdist.rank(), {}
     for dim in DIMS:

@@ -1,7 +1,7 @@
-"""The router delegated to minipar.moe."""
+"""The router delegated to minipar.model.moe."""
 
 from exercises.solutions.ex12_experts import *  # noqa: F401,F403
-from minipar.moe.router import load_balancing_loss, route, tokens_per_expert
+from minipar.model.moe.router import load_balancing_loss, route, tokens_per_expert
 
 
 def router_with_aux_loss(logits, top_k):

@@ -1,1 +1,0 @@
-"""One benchmark module per lesson: ``bNN_topic.py`` defining ``rows(quick) -> list[minipar.bench.Row]``."""

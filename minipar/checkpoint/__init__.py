@@ -1,0 +1,6 @@
+"""Checkpoints that hold logical single-device tensors, so a run saved under one layout resumes under any other.
+
+- ``minipar.checkpoint.dcp``     sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), any (pp, dp, tp) [07]
+- ``minipar.checkpoint.moe``     the MoE job's: whole expert tensors, resumable under any ep [12]
+- ``minipar.checkpoint.resume``  which checkpoint ``--resume`` loads (the newest undamaged) and whether it fits the run
+"""

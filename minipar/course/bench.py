@@ -1,0 +1,127 @@
+"""``python -m minipar.course.bench``: minipar against the PyTorch-native equivalent, measured ratios.
+
+Each lesson contributes one module ``minipar/course/benchmarks/bNN_<topic>.py`` with a function
+``rows(quick: bool) -> list[Row]``; this file finds them (in name order), runs them, prints one
+table and writes it to ``--out`` (Markdown and JSON). Speed targets live here, never in timed
+tests: on a shared 2-core machine a timing is a measurement, not a pass/fail fact.
+
+A ratio is ``minipar time / reference time`` (lower is better) unless the row says otherwise;
+every time is the median of repeated runs in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+
+@dataclass
+class Row:
+    lesson: str  # e.g. "00"
+    name: str  # what is compared
+    measured: float  # the measured value (a ratio, or a fraction, see unit)
+    unit: str = "×"  # "×" = minipar / reference time; or "pp", "%", ...
+    target: str = ""  # e.g. "<= 1.10"
+    ok: bool | None = None  # measured meets target (None: no target, reported only)
+    note: str = ""  # the raw numbers behind the ratio
+
+
+def median_time(
+    fn: Callable[[], object],
+    repeats: int = 5,
+    warmup: int = 1,
+    *,
+    barrier: bool = False,
+    slowest: bool = False,
+    group=None,
+) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+
+    On ranks (every rank of ``group`` calls it, with the same arguments):
+
+    - ``barrier=True``: ``torch.distributed.barrier(group)`` before each timed run, not timed, so
+      every rank starts the run together and no rank's time includes waiting for a late peer;
+    - ``slowest=True``: return the largest median over the ranks (``all_reduce`` MAX): a step
+      that ends with a collective ends when its slowest rank does (what nccl-tests reports).
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if barrier:
+            import torch.distributed as dist
+
+            dist.barrier(group=group)
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    median = statistics.median(times)
+    if slowest:
+        import torch
+        import torch.distributed as dist
+
+        from minipar.runtime import dist as mdist
+
+        t = torch.tensor([median], dtype=torch.float64, device=mdist.device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        median = t.item()
+    return median
+
+
+def discover() -> list[str]:
+    from minipar.course import benchmarks
+
+    return sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("b"))
+
+
+def run(quick: bool = False, only: str | None = None) -> list[Row]:
+    rows: list[Row] = []
+    for name in discover():
+        if only and only not in name:
+            continue
+        try:
+            mod = importlib.import_module(f"minipar.course.benchmarks.{name}")
+            rows += mod.rows(quick)
+        except Exception as exc:  # one broken benchmark must not hide the others
+            traceback.print_exc()
+            rows.append(Row(name[1:3], f"{name} FAILED: {exc}", float("nan"), ok=False))
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    lines = ["| lesson | benchmark | measured | target | ok | numbers |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        ok = "" if r.ok is None else ("yes" if r.ok else "NO")
+        lines.append(f"| {r.lesson} | {r.name} | {r.measured:.3g} {r.unit} | {r.target} | {ok} | {r.note} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m minipar.course.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/bench", help="folder for results.md and results.json")
+    p.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    p.add_argument("--only", default=None, help="run only benchmark modules whose name contains this")
+    a = p.parse_args(argv)
+    rows = run(a.quick, a.only)
+    table = format_table(rows)
+    print(table)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write(f"# minipar benchmarks\n\nPython {sys.version.split()[0]}, {os.cpu_count()} CPU cores.\n\n{table}\n")
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump([asdict(r) for r in rows], f, indent=1)
+    print(f"\nwritten to {a.out}/results.md and results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

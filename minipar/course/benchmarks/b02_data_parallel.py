@@ -1,0 +1,87 @@
+"""Lesson 02: minipar's DistributedDataParallel step time against torch.nn.parallel.DistributedDataParallel.
+
+Same GPT, same per-rank batch, same bucket size, same gloo ranks. Both wrappers live in the same
+launched job (two model copies), and their timing blocks alternate, so a slow moment of the
+shared machine hits both alike. Ratio = minipar median step / PyTorch median step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from minipar.course.bench import Row
+from minipar.dp.ddp import DistributedDataParallel
+from minipar.model.gpt import GPT, GPTConfig
+from minipar.runtime import dist as md
+from minipar.runtime.launch import launch
+
+CFG = dict(vocab_size=96, n_layer=4, n_head=4, d_model=128, block_size=64)
+BUCKET_MB = 1.0
+
+
+def step_times(repeats: int, steps: int, local_batch: int = 4) -> dict:
+    """On every rank: median seconds per training step for each wrapper (runs inside ``launch``).
+
+    On ``minipar.runtime.dist.device()`` (``cuda:LOCAL_RANK`` under NCCL, CUDA synchronised before each clock read).
+    """
+    dev = md.device()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    x = torch.randint(
+        0, CFG["vocab_size"], (local_batch, CFG["block_size"]), generator=torch.Generator().manual_seed(dist.get_rank())
+    ).to(dev)
+    nets = {}
+    for kind in ("minipar", "torch"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**CFG)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        net = (
+            DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB)
+            if kind == "minipar"
+            else torch.nn.parallel.DistributedDataParallel(
+                model, bucket_cap_mb=BUCKET_MB, device_ids=[dev.index] if dev.type == "cuda" else None
+            )
+        )
+        nets[kind] = (net, opt)
+
+    def block(kind: str) -> float:
+        net, opt = nets[kind]
+        sync()
+        dist.barrier()
+        t = time.perf_counter()
+        for _ in range(steps):
+            _, loss = net(x, x)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        sync()
+        return (time.perf_counter() - t) / steps
+
+    block("minipar"), block("torch")  # warm-up
+    times = {"minipar": [], "torch": []}
+    for r in range(repeats):
+        for kind in ("minipar", "torch") if r % 2 == 0 else ("torch", "minipar"):
+            times[kind].append(block(kind))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def rows(quick: bool) -> list[Row]:
+    repeats, steps = (3, 3) if quick else (9, 5)
+    out = []
+    for n in (2, 4):
+        t = launch(step_times, world_size=n, args=(repeats, steps), prefix=False)[0]
+        ratio = t["minipar"] / t["torch"]
+        out.append(
+            Row(
+                "02",
+                f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, {n} gloo ranks",
+                ratio,
+                target="<= 1.10",
+                ok=ratio <= 1.10,
+                note=f"{t['minipar'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms per step",
+            )
+        )
+    return out

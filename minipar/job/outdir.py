@@ -1,0 +1,123 @@
+"""The folders a run writes (``--out``, ``--ckpt-dir``): checked before any rank starts, locked while
+the run writes them, and written so that a failed run never leaves a mix of two runs' files.
+
+- :func:`check_folder`: a folder that is a file, lies under a file or cannot be written is a
+  :class:`~minipar.errors.ConfigError` (one line: the path and the fix), raised by
+  :func:`minipar.job.config.check` before any rank starts, not a traceback at the first save.
+- :func:`hold`: one run per folder. The run holds an exclusive ``flock`` on ``FOLDER/.minipar.lock``
+  (which also holds its PID, for the message) until it ends; a second run on the folder is refused
+  naming that PID. The kernel drops the lock when its process dies, however it dies (``SIGKILL``
+  too), so the file a dead run left behind is a stale lock that the next run simply takes over.
+- :func:`write_atomically` and :data:`PARTIAL`: an output is written under ``NAME.partial`` in the same
+  folder and renamed to ``NAME`` (``os.replace``: atomic on one file system) as the run's last act.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from typing import Callable, Iterator
+
+from minipar.errors import ConfigError
+
+LOCK = ".minipar.lock"
+PARTIAL = ".partial"  # suffix of a file being written; renamed to its real name when complete
+
+
+def check_folder(path: str, flag: str, write: bool = True) -> None:
+    """Raise :class:`ConfigError` if folder ``path`` (the value of ``flag``) cannot be used.
+
+    It may not exist yet (it is created), but then its nearest existing parent must be a folder
+    (and writable, with ``write``). Nothing is created or touched.
+
+    Raises:
+        ConfigError: ``path`` is a file, lies under a file, or (``write``) cannot be written.
+    """
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise ConfigError(f"{flag} {path} is a file, not a folder; use another {flag} (or move that file away)")
+    parent = full
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{flag} {path} lies under {parent}, which is a file, not a folder; use another {flag}")
+    if write and not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{flag} {path}: {parent} is not writable (permission denied or a read-only file system); "
+            f"use a {flag} you can write to"
+        )
+
+
+def _lock(folder: str, flag: str) -> int:
+    """Take ``folder``'s lock (creating the folder); return the open descriptor that holds it."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, LOCK)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"{flag} {folder} is in use by another run (PID {pid}, lock file {path}); "
+                f"wait for it to end, or use another {flag}"
+            ) from None
+        except OSError:  # a file system without flock: run unlocked rather than not at all
+            return fd
+        try:  # the holder we waited out may have removed the file: then lock the new one
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _unlock(folder: str, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(folder, LOCK))  # while still held: no other run can have taken it
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def hold(folders: dict[str, str | None]) -> Iterator[None]:
+    """Hold the lock of every folder in ``{flag: path}`` (None/empty paths skipped) for the ``with`` block.
+
+    Released when the block ends, also by an exception; by the kernel if the process dies.
+    Raises:
+        ConfigError: a folder is held by another live run (its PID and the lock file named).
+    """
+    with contextlib.ExitStack() as stack:
+        seen = []
+        for flag, folder in folders.items():
+            if not folder:
+                continue
+            real = os.path.realpath(folder)
+            if any(real == s or real.startswith(s + os.sep) for s in seen):
+                continue  # under a folder already held (the default --ckpt-dir is OUT/ckpt)
+            seen.append(real)
+            fd = _lock(folder, flag)
+            stack.callback(_unlock, folder, fd)
+        yield
+
+
+def write_atomically(path: str, write: Callable, binary: bool = False) -> str:
+    """Call ``write(f)`` on ``path + PARTIAL`` opened for writing; return that temporary path.
+
+    The caller renames it with :func:`publish` once every output is written, so either all of a
+    run's outputs change or none does.
+    """
+    tmp = path + PARTIAL
+    with open(tmp, "wb" if binary else "w") as f:
+        write(f)
+    return tmp
+
+
+def publish(paths: list[str]) -> None:
+    """Rename every ``NAME.partial`` in ``paths`` to ``NAME`` (``os.replace``: atomic), in order."""
+    for tmp in paths:
+        os.replace(tmp, tmp[: -len(PARTIAL)])

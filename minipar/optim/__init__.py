@@ -1,0 +1,7 @@
+"""Optimizer helpers that any parallelism uses (lessons 03, 08).
+
+- ``minipar.optim.clip_grads``  gradient clipping by the global norm over shards and replicas [03, 07]
+- ``minipar.optim.amp``         mixed precision: fp32 master weights (``MixedPrecisionAdamW``), dynamic loss
+  scaling [08]
+- ``minipar.optim.offload``     ZeRO-Offload: master weights and AdamW state on the host (``OffloadedAdamW``) [08]
+"""
