@@ -5,7 +5,8 @@ import torch
 
 from minipar import launch
 from minipar.errors import ConfigError
-from minipar.job.config import TrainConfig, parse_args
+from minipar.job.cli import parse_args
+from minipar.job.config import TrainConfig
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import SavedTensorMeter
 from minipar.model.recompute import set_recompute
