@@ -108,7 +108,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("11", "ex11_ring_all_gather", "ring_step", "collective"),
     ("12", "ex12_aux_no_e", "router_with_aux_loss", "aux = E"),
     ("12", "ex12_gate_always_renorm", "router_with_aux_loss", "the chosen expert's probability itself"),
-    ("12", "ex12_router_minipar", "router_with_aux_loss", "minipar/moe"),
+    ("12", "ex12_router_minipar", "router_with_aux_loss", "minipar/model/moe"),
     ("12", "ex12_ep_source_major", "expert_parallel_forward", "grouped by source"),
     ("12", "ex12_ep_every_row", "expert_parallel_forward", "never on every token"),
     ("12", "ex12_ep_all_reduce", "expert_parallel_forward", "three all-to-alls"),

@@ -203,7 +203,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def build(cfg: TrainConfig, vocab_size: int) -> tuple[GPT, torch.optim.Optimizer]:
     """The single-device model (seeded with ``cfg.seed``) and AdamW, decaying matrices only (as GPT-2).
 
-    The 3D job builds the same weights and parameter groups for every layout (``parallel3d.build_piece``).
+    The 3D job builds the same weights and parameter groups for every layout
+    (:func:`minipar.job.parallelize.build_piece`).
     """
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.gpt(vocab_size))

@@ -7,7 +7,7 @@ Korthikanti et al. 2022, arXiv:2205.05198). Read in this order:
   and what reads the marks: shard, gather, "count a replicated tensor once"
 - :mod:`minipar.tp.layers`    ``ColumnParallelLinear``, ``RowParallelLinear``, ``VocabParallelEmbedding``,
   the vocabulary-parallel cross-entropy
-- :mod:`minipar.tp.gpt`       the course's GPT with its layers swapped for parallel ones (one forward: models.py's)
+- :mod:`minipar.tp.gpt`       the course's GPT with its layers swapped for parallel ones (one forward: model.gpt's)
 - :mod:`minipar.tp.dtensor`   the same model with PyTorch's DTensor TP (the native equivalent)
 - :mod:`minipar.tp.overlap`   the sequence-parallel all-gather overlapped with its GEMM (lesson 09)
 """

@@ -17,9 +17,9 @@ backward that recompute the gathered input, so it need not be stored).
 :func:`parallelize_gpt_` replaces each ``nn.Linear`` / ``nn.Embedding`` by its parallel layer
 holding this rank's slice (picotron's ``apply_tensor_parallel`` and torchtitan's ``parallelize`` do
 the same, as does :mod:`minipar.tp.dtensor` with DTensor). Every forward — attention, MLP, block,
-``embed`` / ``head``, recomputation — is ``models.py``'s, so a change to the model is made once and
+``embed`` / ``head``, recomputation — is :mod:`minipar.model.gpt`'s, so a change to the model is made once and
 a pipeline stage is cut from either model by the same :class:`~minipar.pp.stages.GPTStage`. Why not
-Megatron-style ``ParallelMLP``/``ParallelAttention`` classes: they would repeat ``models.py``'s
+Megatron-style ``ParallelMLP``/``ParallelAttention`` classes: they would repeat :mod:`minipar.model.gpt`'s
 module structure in their constructors, a second place to change for every model option. What is
 TP-specific is only *which* layer is column-, row- or vocabulary-parallel (:func:`parallelize_block_`,
 :func:`parallelize_gpt_`); the layers write it on their parameters (:mod:`minipar.tp.partition`), where
