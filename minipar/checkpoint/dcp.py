@@ -46,6 +46,7 @@ import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.tensor import DTensor, Shard
 
+from minipar.checkpoint.reader import SafeFileSystemReader, SafeLoadPlanner
 from minipar.tp.partition import param_is_tensor_parallel
 from minipar.zero.param_shard import gather_full, local_rows
 
@@ -130,10 +131,19 @@ def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str
 
 
 def load(path: str, state: dict) -> None:
-    """Fill ``state``'s tensors in place from checkpoint ``path`` (resharding as needed). Collective."""
+    """Fill ``state``'s tensors in place from checkpoint ``path`` (resharding as needed). Collective.
+
+    Read with :class:`~minipar.checkpoint.reader.SafeFileSystemReader` and
+    :class:`~minipar.checkpoint.reader.SafeLoadPlanner`: a crafted ``.metadata`` or shard raises, never runs.
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+        dcp.load(  # no code from the folder runs: minipar.checkpoint.reader
+            state,
+            storage_reader=SafeFileSystemReader(path),
+            planner=SafeLoadPlanner(),
+            no_dist=not dist.is_initialized(),
+        )
 
 
 def optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
 
 from minipar.checkpoint import dcp as ckpt
+from minipar.checkpoint.reader import read_metadata_file
 from minipar.errors import ConfigError
 from minipar.model.gpt import GPT, GPTConfig
 
@@ -27,7 +27,7 @@ SHAPE = ("n_layer", "n_head", "d_model", "block_size")  # the settings a checkpo
 
 
 def _metadata(path: str):
-    return FileSystemReader(path).read_metadata()
+    return read_metadata_file(os.path.join(path, ".metadata"))  # no code from the folder runs
 
 
 def damage(path: str) -> str | None:
