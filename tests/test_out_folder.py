@@ -85,6 +85,24 @@ def test_a_separate_ckpt_dir_is_held_too(tmp_path, capsys):
     assert f"--ckpt-dir {ck} is in use by another run (PID {os.getpid()}" in _one_line(capsys.readouterr().err)
 
 
+def test_a_folder_inside_or_around_another_runs_folder_is_refused(tmp_path, capsys):
+    """#36 item 1: run B's --ckpt-dir inside run A's --out overwrote A's checkpoints. A lock covers the tree."""
+    a = tmp_path / "A"
+    with hold({"--out": str(a)}):
+        assert main(TINY + ["--out", str(tmp_path / "B"), "--ckpt-every", "1", "--ckpt-dir", str(a / "ckpt")]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"--ckpt-dir {a / 'ckpt'} lies inside {a}, which another run writes (PID {os.getpid()}" in line
+        assert not (a / "ckpt").exists()
+    with hold({"--ckpt-dir": str(a / "ckpt")}):  # the other way round: B's --out around A's --ckpt-dir
+        assert main(TINY + ["--out", str(a)]) == 2
+        assert f"--out {a} contains {a / 'ckpt'}, which another run writes" in _one_line(capsys.readouterr().err)
+    with hold({"--out": str(a), "--ckpt-dir": str(tmp_path / "elsewhere" / "ck")}):  # one run's own folders
+        pass
+    with hold({"--out": str(a / "in"), "--ckpt-dir": str(a)}):  # its --ckpt-dir around its own --out
+        pass
+    assert not (a / LOCK).exists()
+
+
 def test_a_failed_run_leaves_the_previous_outputs_as_they_were(tmp_path, capsys):
     """The run fails late (a non-finite loss): the previous run's four files are untouched, its own log
     is the live one (metrics.jsonl.partial). A good run then replaces all four and leaves no temporary."""
@@ -142,7 +160,7 @@ def test_an_unusable_folder_is_refused_before_any_rank_starts(tmp_path, capsys, 
     def no_launch(*a, **k):
         raise AssertionError("ranks were started for an unusable folder")
 
-    monkeypatch.setattr(importlib.import_module("minipar.launch"), "launch", no_launch)
+    monkeypatch.setattr(importlib.import_module("minipar.runtime.launch"), "launch", no_launch)
     argv = args(tmp_path)
     assert main(TINY + ["--nproc", "2"] + argv) == 2
     line = _one_line(capsys.readouterr().err)

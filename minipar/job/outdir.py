@@ -8,6 +8,8 @@ the run writes them, and written so that a failed run never leaves a mix of two 
   (which also holds its PID, for the message) until it ends; a second run on the folder is refused
   naming that PID. The kernel drops the lock when its process dies, however it dies (``SIGKILL``
   too), so the file a dead run left behind is a stale lock that the next run simply takes over.
+  A lock covers the folder's whole tree: a run is also refused a folder inside one another run
+  holds (``--ckpt-dir A/ckpt`` while a run writes ``--out A``), or one that contains such a folder.
 - :func:`write_atomically` and :data:`PARTIAL`: an output is written under ``NAME.partial`` in the same
   folder and renamed to ``NAME`` (``os.replace``: atomic on one file system) as the run's last act.
 """
@@ -77,6 +79,55 @@ def _lock(folder: str, flag: str) -> int:
     return fd
 
 
+MAX_SCAN = 10_000  # folders looked at below a locked folder for other runs' locks (bounded: --out may be big)
+
+
+def _held_by_other(lock_path: str) -> str | None:
+    """The PID written in ``lock_path`` if another live run holds it, else None (a stale or absent lock)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # also drops the shared lock just taken
+    return None
+
+
+def _check_tree(folder: str, flag: str, own: set[str]) -> None:
+    """Raise :class:`ConfigError` if another run holds a folder above ``folder`` or below it.
+
+    ``own``: the real paths of the lock files this run holds (they do not count).
+    """
+    real = os.path.realpath(folder)
+    parent = os.path.dirname(real)
+    while True:
+        lock = os.path.join(parent, LOCK)
+        pid = None if lock in own else _held_by_other(lock)
+        if pid is not None:
+            raise ConfigError(
+                f"{flag} {folder} lies inside {parent}, which another run writes (PID {pid}, lock file {lock}); "
+                f"use a {flag} outside it, or wait for that run to end"
+            )
+        if parent == os.path.dirname(parent):
+            break
+        parent = os.path.dirname(parent)
+    for n, (here, _, files) in enumerate(os.walk(real)):
+        if n >= MAX_SCAN:
+            break
+        lock = os.path.join(here, LOCK)
+        if here != real and LOCK in files and lock not in own and (pid := _held_by_other(lock)) is not None:
+            raise ConfigError(
+                f"{flag} {folder} contains {here}, which another run writes (PID {pid}, lock file {lock}); "
+                f"use another {flag}, or wait for that run to end"
+            )
+
+
 def _unlock(folder: str, fd: int) -> None:
     with contextlib.suppress(OSError):
         os.unlink(os.path.join(folder, LOCK))  # while still held: no other run can have taken it
@@ -89,10 +140,14 @@ def hold(folders: dict[str, str | None]) -> Iterator[None]:
 
     Released when the block ends, also by an exception; by the kernel if the process dies.
     Raises:
-        ConfigError: a folder is held by another live run (its PID and the lock file named).
+        ConfigError: a folder, a folder above it or a folder below it is held by another live run (its
+        PID and the lock file named).
     """
+    for flag, folder in folders.items():  # before creating anything: another run's tree is not touched
+        if folder:
+            _check_tree(folder, flag, set())
     with contextlib.ExitStack() as stack:
-        seen = []
+        seen, own = [], set()
         for flag, folder in folders.items():
             if not folder:
                 continue
@@ -100,8 +155,12 @@ def hold(folders: dict[str, str | None]) -> Iterator[None]:
             if any(real == s or real.startswith(s + os.sep) for s in seen):
                 continue  # under a folder already held (the default --ckpt-dir is OUT/ckpt)
             seen.append(real)
-            fd = _lock(folder, flag)
+            fd = _lock(folder, flag)  # first take it, then look around: of two runs racing, one sees the other
             stack.callback(_unlock, folder, fd)
+            own.add(os.path.join(real, LOCK))
+        for flag, folder in folders.items():
+            if folder:
+                _check_tree(folder, flag, own)
         yield
 
 
