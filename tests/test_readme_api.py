@@ -13,17 +13,16 @@ IMPORT = re.compile(r"^from (minipar(?:\.\w+)*) import (\w+(?:, \w+)*)$")
 
 
 def api_table() -> list[tuple[str, list[str]]]:
-    """``[(what, ["from minipar.x import a, b", ...]), ...]``: the rows of the README's API table."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Use minipar in your homework\n", 1)[1]
-    section = section.split("\n## Layout\n", 1)[0]
-    rows = [ln for ln in section.splitlines() if ln.startswith("|")]
-    header = [c.strip() for c in rows[0].strip("|").split("|")]
-    col = header.index("import")
+    """``[(what, ["from minipar.x import a, b", ...]), ...]``: the rows of the README's API table (the
+    table whose header is ``| what | import | use |``, under "Use minipar in your homework")."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = lines.index("| what | import | use |")
     out = []
-    for ln in rows[2:]:  # after the header and its |---| line
+    for ln in lines[start + 2 :]:  # after the header and its |---| line
+        if not ln.startswith("|"):
+            break
         cells = [c.strip() for c in ln.strip("|").split("|")]
-        out.append((cells[0], re.findall(r"`([^`]+)`", cells[col])))
+        out.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
     return out
 
 
