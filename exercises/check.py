@@ -22,16 +22,27 @@ import sys
 import traceback
 
 from exercises.checks import common
+from exercises.checks.common import Lesson
 
 
-def lessons() -> dict[str, object]:
-    """``{"00": <module exercises.checks.lesson00>, ...}`` for every ``checks/lessonNN.py``."""
+def lessons() -> dict[str, Lesson]:
+    """``{"00": Lesson(...), ...}``: the ``LESSON`` of every ``exercises/checks/lessonNN.py``.
+
+    Raises:
+        LookupError: a ``lessonNN.py`` defines no ``LESSON``, or one whose number is not NN; or a rule
+            of a lesson names a module that does not exist (raised when the file is imported).
+    """
     import exercises.checks as pkg
 
     found = {}
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name.startswith("lesson") and info.name[6:].isdigit():
-            found[info.name[6:]] = importlib.import_module(f"exercises.checks.{info.name}")
+            lesson = getattr(importlib.import_module(f"exercises.checks.{info.name}"), "LESSON", None)
+            if not isinstance(lesson, Lesson) or lesson.number != info.name[6:]:
+                raise LookupError(
+                    f"exercises/checks/{info.name}.py must define LESSON = Lesson(number={info.name[6:]!r}, ...)"
+                )
+            found[lesson.number] = lesson
     return dict(sorted(found.items()))
 
 
@@ -43,16 +54,16 @@ def check_lesson(
 
     Returns ``{exercise name: "pass" | "todo" | "fail"}``; prints one line per exercise via ``out``.
     """
-    spec = lessons()[nn]
-    name = module or (f"exercises.solutions.{spec.MODULE}" if solutions else f"exercises.{spec.MODULE}")
-    out(f"lesson {nn} · {spec.TITLE}  ({'reference solution' if solutions else name.replace('.', '/') + '.py'})")
+    lesson = lessons()[nn]
+    name = module or (f"exercises.solutions.{lesson.module}" if solutions else f"exercises.{lesson.module}")
+    out(f"lesson {nn} · {lesson.title}  ({'reference solution' if solutions else name.replace('.', '/') + '.py'})")
     status = {}
     try:
         mod = importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - a syntax error in the learner's file
         out(f"  ✗ cannot import {name}: {type(exc).__name__}: {exc}")
-        return {ex: "fail" for ex, _ in spec.CHECKS}
-    for ex, fn in spec.CHECKS:
+        return {ex: "fail" for ex, _ in lesson.checks}
+    for ex, fn in lesson.checks:
         if only is not None and ex != only:
             continue
         try:

@@ -6,7 +6,8 @@
 Every function or method whose docstring contains ``Hint:`` is an exercise: its body after the
 docstring becomes ``raise NotImplementedError("not implemented yet: <name>")``. Everything else
 (imports, given helpers, class skeletons) is copied as is, so stub and solution share one API.
-Do not run it after editing a stub by hand: it overwrites the stubs.
+Do not run it after editing a stub by hand: it overwrites the stubs. ``--check`` also fails when a
+lesson's ``Lesson.module`` (``exercises/checks/lessonNN.py``) has no solution, or a solution no lesson.
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def main(argv=None) -> int:
     if stale:
         print(f"stubs out of date with their solutions: {stale}; run python -m exercises.make_stubs")
         return 1
+    if check:
+        from exercises.check import lessons
+
+        solutions = {p.stem for p in (HERE / "solutions").glob("ex[0-9][0-9]_*.py")}
+        modules = {lesson.module for lesson in lessons().values()}
+        if solutions != modules:
+            print(
+                f"solutions without a lesson: {sorted(solutions - modules)}; lessons without a solution: "
+                f"{sorted(modules - solutions)} (each exercises/checks/lessonNN.py names its module in LESSON)"
+            )
+            return 1
     return 0
 
 

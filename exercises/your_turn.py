@@ -28,15 +28,17 @@ from pathlib import Path
 
 import nbformat
 
+from exercises.check import lessons
+
 WORKFLOW = (
     '1. read "Build it" above; 2. edit `exercises/{file}` (replace each `raise NotImplementedError`); '
     "3. run `make check LESSON={nn}` in a terminal (or set `solutions=False` in the cell below); "
     "4. read the hint; 5. compare with `exercises/solutions/{file}`."
 )
 
+# The "Your turn" text of each lesson; the exercise file is its Lesson's (exercises/checks/lessonNN.py).
 LESSONS = {
     "00": dict(
-        file="ex00_single_device.py",
         title="the backward pass and AdamW by hand",
         task="Write `layer_norm_backward` (the gradients of LayerNorm), `cross_entropy_backward` "
         "(softmax + cross-entropy) and `adamw_step` (one AdamW update). The checker compares them "
@@ -49,7 +51,6 @@ LESSONS = {
         "large is nearly invisible to AdamW.",
     ),
     "01": dict(
-        file="ex01_collectives.py",
         title="a ring reduce-scatter and all-gather from send/recv",
         task="Write `ring_reduce_scatter` and `ring_all_gather` with `isend`/`irecv` only. The checker runs "
         "them on N = 1, 3 and 4 real ranks, on sizes that do not divide by N, and on a sub-group.",
@@ -61,7 +62,6 @@ LESSONS = {
         "for the all-reduce, almost independent of N.",
     ),
     "02": dict(
-        file="ex02_data_parallel.py",
         title="the bucketed, overlapped DDP hook",
         task="Write `make_buckets` (reverse order, frozen parameters skipped, a parameter larger than the cap "
         "alone), then `BucketedDDP.grad_ready` (launch a full bucket with `async_op=True`, in bucket "
@@ -75,7 +75,6 @@ LESSONS = {
         "bias) is full first and its all-reduce starts while backward is still running.",
     ),
     "03": dict(
-        file="ex03_zero.py",
         title="the ZeRO-1 step",
         task="Write `zero1_step`: reduce-scatter the gradients, AdamW on this rank's 1/N shard only, "
         "all-gather the updated weights. The checker compares 3 steps with `torch.optim.AdamW` on the "
@@ -87,7 +86,6 @@ LESSONS = {
         "state shrinks by N (ZeRO §5.1), the all-reduce's bytes are unchanged.",
     ),
     "04": dict(
-        file="ex04_tensor_parallel.py",
         title="f, g and the column/row-parallel layers",
         task="Write Megatron's `CopyToTP` (f) and `ReduceFromTP` (g) as autograd functions, then "
         "`load_full_` and `forward` of `ColumnParallelLinear` and `RowParallelLinear`. The checker runs "
@@ -100,7 +98,6 @@ LESSONS = {
         "that is why a column layer is followed by a row layer (Megatron-LM §3).",
     ),
     "05": dict(
-        file="ex05_pipeline_microbatches.py",
         title="the GPipe schedule as data",
         task="Write `gpipe(p, m)` (a list of `Action`s per rank, as `minipar.pp.schedules`) and "
         "`bubble_fraction(p, m)`. The checker simulates your schedule for p = 1, 3, 4 and m = 1 to 8.",
@@ -110,7 +107,6 @@ LESSONS = {
         "compute time; as a fraction of the whole step it is b/(1 + b).",
     ),
     "06": dict(
-        file="ex06_1f1b.py",
         title="the 1F1B schedule (and, as a stretch, interleaved)",
         task="Write `one_f_one_b(p, m)` and, as a stretch goal, `interleaved_1f1b(p, m, v)`. The checker "
         "simulates them (deadlocks, missing actions), checks the memory bound, compares with the "
@@ -122,7 +118,6 @@ LESSONS = {
         "is bounded by p instead of m.",
     ),
     "07": dict(
-        file="ex07_3d_parallel.py",
         title="the mesh: coordinates and groups",
         task="Write `coords_of` (rank → (pp, dp, tp), Megatron-LM's order), `group_ranks` (every group along "
         "one dimension) and `build_groups` (create every group on every rank; return this rank's).",
@@ -132,7 +127,6 @@ LESSONS = {
         "dp group [5, 7] (stride tp = 2), its pp group [1, 5] (stride dp·tp = 4).",
     ),
     "09": dict(
-        file="ex09_communication.py",
         title="top-k with error feedback, and a PowerSGD round",
         after="compress",
         task="Write `topk_with_error_feedback` (send the k largest entries of gradient + error, keep the "
@@ -154,9 +148,10 @@ LESSONS = {
 
 def cells_for(nn: str) -> list:
     spec = LESSONS[nn]
+    file = lessons()[nn].file
     task = nbformat.v4.new_markdown_cell(
         f"## Your turn: {spec['title']}\n\n{spec['task']}\n\n"
-        f"Workflow: {WORKFLOW.format(file=spec['file'], nn=nn)}\n\n"
+        f"Workflow: {WORKFLOW.format(file=file, nn=nn)}\n\n"
         "The cell below runs the same checker on the reference solution, on real ranks.",
         id=f"your-turn-{nn}-task",
     )

@@ -20,11 +20,44 @@ import io
 import os
 import re
 import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
+if TYPE_CHECKING:
+    from exercises.checks.watch import Refuse
+
 TIMEOUT_S = 10.0  # the checker's process-group timeout (seconds) unless MINIPAR_TIMEOUT is set
 EXACT = 1e-12  # float64 bound for results that are the same arithmetic reordered (see minipar.course.verify)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson's exercises: what ``exercises/checks/lessonNN.py`` defines once (as ``LESSON``) and
+    the checker (``exercises/check.py``), ``make_stubs``, ``your_turn`` and the tests read.
+
+    Attributes:
+        number: the lesson's two digits, ``"02"`` (its notebook is ``lessons/02_*.ipynb``).
+        title: the checker's heading for the lesson (``"data parallel"``).
+        module: the exercise file's module name, ``"ex02_data_parallel"``: the learner's
+            ``exercises/ex02_data_parallel.py``, the reference ``exercises/solutions/ex02_data_parallel.py``.
+        checks: ``((exercise name, check), ...)`` in the order they run; ``check(mod) -> str`` takes
+            the learner's module and returns a one-line summary, or raises NotDone / CheckFailed.
+        rules: every :class:`~exercises.checks.watch.Refuse` its checks apply (what the exercises
+            may not call); each resolved its names when built, so a moved module fails at import.
+    """
+
+    number: str
+    title: str
+    module: str
+    checks: tuple[tuple[str, Callable[[object], str]], ...]
+    rules: tuple[Refuse, ...]
+
+    @property
+    def file(self) -> str:
+        """The exercise file's name, ``"ex02_data_parallel.py"`` (in ``exercises/`` and ``exercises/solutions/``)."""
+        return f"{self.module}.py"
 
 
 class NotDone(Exception):

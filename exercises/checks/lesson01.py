@@ -11,13 +11,13 @@ import importlib
 
 import torch
 
-from exercises.checks.common import CheckFailed, run_ranks
+from exercises.checks.common import CheckFailed, Lesson, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge
 from minipar.comm.collectives import chunk_bounds
 
 RING = "this exercise is the ring: write it yourself from send and recv"
 RULES = Refuse(
-    {"minipar/comm/": RING, "torch/distributed/_functional_collectives.py": RING},
+    {"minipar.comm": RING, "torch.distributed._functional_collectives": RING},
     allow=["minipar.comm.collectives:chunk_bounds"],
 )
 NAMES = {  # c10d op -> the torch.distributed call that issues it
@@ -34,8 +34,6 @@ NAMES = {  # c10d op -> the torch.distributed call that issues it
     "scatter": "scatter",
 }
 
-TITLE = "collectives"
-MODULE = "ex01_collectives"
 CASES = [(1, 10, None), (3, 10, None), (4, 1000, None), (4, 2, None), (4, 7, [1, 2, 3])]  # (world, numel, sub-group)
 
 
@@ -244,4 +242,13 @@ def check_all_gather(mod) -> str:
     )
 
 
-CHECKS = [("ring_reduce_scatter", check_reduce_scatter), ("ring_all_gather", check_all_gather)]
+LESSON = Lesson(
+    number="01",
+    title="collectives",
+    module="ex01_collectives",
+    checks=(
+        ("ring_reduce_scatter", check_reduce_scatter),
+        ("ring_all_gather", check_all_gather),
+    ),
+    rules=(RULES,),
+)

@@ -14,17 +14,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, max_diff, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
-TITLE = "data parallel"
-MODULE = "ex02_data_parallel"
 CAP = 1024  # bytes: 128 float64 values
 BATCH, T, V, D = 12, 5, 11, 8
 STEPS, LR = 3, 0.5
 DDP = "this exercise is DDP's bucketing and overlap: write it yourself"
 RULES = Refuse(
-    {"minipar/dp/": DDP + ", not minipar's", "torch/nn/parallel/": DDP + ", not PyTorch's"},
+    {"minipar.dp": DDP + ", not minipar's", "torch.nn.parallel": DDP + ", not PyTorch's"},
     c_names={"_compute_bucket_assignment_by_size": DDP + ", not PyTorch's"},
 )
 
@@ -308,4 +306,13 @@ def overlap(what, got) -> None:
         )
 
 
-CHECKS = [("make_buckets", check_make_buckets), ("BucketedDDP", check_training)]
+LESSON = Lesson(
+    number="02",
+    title="data parallel",
+    module="ex02_data_parallel",
+    checks=(
+        ("make_buckets", check_make_buckets),
+        ("BucketedDDP", check_training),
+    ),
+    rules=(RULES,),
+)

@@ -12,23 +12,21 @@ import math
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, max_diff, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, hiding_places, judge, tensor_elements
 
 ZERO = "this exercise is ZeRO-1's sharded step: write it yourself"
 RULES = Refuse(
     {
-        "minipar/zero/": ZERO + ", not minipar's",
-        "minipar/job/parallelize.py": ZERO + ", not minipar's",
-        "torch/distributed/optim/": ZERO + ", not PyTorch's ZeroRedundancyOptimizer",
-        "torch/distributed/fsdp/": ZERO + ", not PyTorch's FSDP",
-        "torch/distributed/_composable/": ZERO + ", not PyTorch's FSDP",
-        "torch/optim/": ZERO + " (step your shard with the given adamw_update)",
+        "minipar.zero": ZERO + ", not minipar's",
+        "minipar.job.parallelize": ZERO + ", not minipar's",
+        "torch.distributed.optim": ZERO + ", not PyTorch's ZeroRedundancyOptimizer",
+        "torch.distributed.fsdp": ZERO + ", not PyTorch's FSDP",
+        "torch.distributed._composable": ZERO + ", not PyTorch's FSDP",
+        "torch.optim": ZERO + " (step your shard with the given adamw_update)",
     }
 )
 
-TITLE = "ZeRO"
-MODULE = "ex03_zero"
 STEPS = 3
 HYPER = dict(lr=0.1, betas=(0.9, 0.95), eps=1e-4, weight_decay=0.1)
 
@@ -167,4 +165,10 @@ def pattern(what, comm, padded) -> None:
         )
 
 
-CHECKS = [("zero1_step", check_zero1)]
+LESSON = Lesson(
+    number="03",
+    title="ZeRO",
+    module="ex03_zero",
+    checks=(("zero1_step", check_zero1),),
+    rules=(RULES,),
+)

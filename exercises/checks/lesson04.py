@@ -12,14 +12,12 @@ import importlib
 import torch
 import torch.nn.functional as F
 
-from exercises.checks.common import EXACT, CheckFailed, max_diff, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, max_diff, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, tensor_elements
 
 TP = "this exercise is Megatron's tensor parallelism: write it yourself"
-RULES = Refuse({"minipar/tp/": TP + ", not minipar's", "torch/distributed/tensor/": TP + ", not DTensor's"})
+RULES = Refuse({"minipar.tp": TP + ", not minipar's", "torch.distributed.tensor": TP + ", not DTensor's"})
 
-TITLE = "tensor parallel"
-MODULE = "ex04_tensor_parallel"
 D, H = 6, 12
 LAYOUTS = [(1, 1), (3, 3), (4, 4), (4, 2)]  # (world size, tensor-parallel group size)
 
@@ -284,4 +282,13 @@ def check_layers(mod) -> str:
     )
 
 
-CHECKS = [("f and g", check_f_g), ("Column/RowParallelLinear", check_layers)]
+LESSON = Lesson(
+    number="04",
+    title="tensor parallel",
+    module="ex04_tensor_parallel",
+    checks=(
+        ("f and g", check_f_g),
+        ("Column/RowParallelLinear", check_layers),
+    ),
+    rules=(RULES,),
+)

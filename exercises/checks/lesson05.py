@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from exercises.checks.common import CheckFailed
+from exercises.checks.common import CheckFailed, Lesson
 from exercises.checks.schedules import CASES, RULES, validate
 from exercises.checks.watch import finally_own, watched
-
-TITLE = "pipeline, micro-batches"
-MODULE = "ex05_pipeline_microbatches"
 
 
 def check_gpipe(mod) -> str:
@@ -51,4 +48,13 @@ def check_bubble(mod) -> str:
     return "p = 1, 3, 4; m = 1, 2, 4, 8: equals the simulated idle fraction"
 
 
-CHECKS = [("gpipe", check_gpipe), ("bubble_fraction", check_bubble)]
+LESSON = Lesson(
+    number="05",
+    title="pipeline, micro-batches",
+    module="ex05_pipeline_microbatches",
+    checks=(
+        ("gpipe", check_gpipe),
+        ("bubble_fraction", check_bubble),
+    ),
+    rules=(RULES,),
+)

@@ -6,19 +6,17 @@ import importlib
 
 import torch
 
-from exercises.checks.common import CheckFailed, run_ranks
+from exercises.checks.common import CheckFailed, Lesson, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 MESH = "this exercise is the device mesh: write it yourself"
 RULES = Refuse(
     {
-        "minipar/runtime/mesh.py": MESH + ", not minipar's",
-        "torch/distributed/device_mesh.py": MESH + ", not init_device_mesh",
+        "minipar.runtime.mesh": MESH + ", not minipar's",
+        "torch.distributed.device_mesh": MESH + ", not init_device_mesh",
     }
 )
 
-TITLE = "3D parallel"
-MODULE = "ex07_3d_parallel"
 DIMS = ("pp", "dp", "tp")
 
 
@@ -112,4 +110,14 @@ def check_build_groups(mod) -> str:
     return "layouts (1,1,1), (1,2,2), (2,2,1), (2,1,2), (4,1,1): every rank's groups all-reduce over the right ranks"
 
 
-CHECKS = [("coords_of", check_coords), ("group_ranks", check_group_ranks), ("build_groups", check_build_groups)]
+LESSON = Lesson(
+    number="07",
+    title="3D parallel",
+    module="ex07_3d_parallel",
+    checks=(
+        ("coords_of", check_coords),
+        ("group_ranks", check_group_ranks),
+        ("build_groups", check_build_groups),
+    ),
+    rules=(RULES,),
+)

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import torch
 
-from exercises.checks.common import CheckFailed, call, expect_close
+from exercises.checks.common import CheckFailed, Lesson, call, expect_close
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 RECOMPUTE = "this exercise is recomputation by hand: write the autograd Function yourself"
 SCALING = "this exercise is dynamic loss scaling: write it yourself"
 RULES = Refuse(
     {
-        "torch/utils/checkpoint.py": RECOMPUTE + ", not torch.utils.checkpoint",
-        "minipar/model/recompute.py": RECOMPUTE + ", not minipar's",
-        "minipar/optim/amp.py": SCALING + ", not minipar's DynamicLossScaler",
-        "torch/amp/": SCALING + ", not torch.amp.GradScaler",
+        "torch.utils.checkpoint": RECOMPUTE + ", not torch.utils.checkpoint",
+        "minipar.model.recompute": RECOMPUTE + ", not minipar's",
+        "minipar.optim.amp": SCALING + ", not minipar's DynamicLossScaler",
+        "torch.amp": SCALING + ", not torch.amp.GradScaler",
     }
 )
 
@@ -39,10 +39,6 @@ def _calls_ok(what, counted, phase, want) -> None:
             f"expected {want}: a recompute runs fn once in forward under torch.no_grad() (nothing kept but the "
             "inputs) and once more in backward with grad, back-propagating through that re-run"
         )
-
-
-TITLE = "when memory runs short"
-MODULE = "ex08_memory"
 
 
 def _block():
@@ -222,4 +218,13 @@ def check_loss_scale(mod) -> str:
     )
 
 
-CHECKS = [("Checkpoint", check_checkpoint), ("loss_scale_step", check_loss_scale)]
+LESSON = Lesson(
+    number="08",
+    title="when memory runs short",
+    module="ex08_memory",
+    checks=(
+        ("Checkpoint", check_checkpoint),
+        ("loss_scale_step", check_loss_scale),
+    ),
+    rules=(RULES,),
+)

@@ -6,21 +6,18 @@ import importlib
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, expect_close, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, expect_close, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 COMPRESS = "this exercise is gradient compression: write it yourself"
 RULES = Refuse(
     {
-        "minipar/dp/compression.py": COMPRESS
+        "minipar.dp.compression": COMPRESS
         + ", not with minipar's compressors (top-k: Tensor.topk on |grad + error|, then zero the sent entries "
         "of the error; PowerSGD: m·q, dist.all_reduce, orthogonalize, mᵀ·P̂, dist.all_reduce)",
-        "torch/distributed/algorithms/": COMPRESS + ", not PyTorch's DDP comm hooks",
+        "torch.distributed.algorithms": COMPRESS + ", not PyTorch's DDP comm hooks",
     }
 )
-
-TITLE = "communication: compression"
-MODULE = "ex09_communication"
 
 
 def check_topk(mod) -> str:
@@ -130,4 +127,13 @@ def check_powersgd(mod) -> str:
     )
 
 
-CHECKS = [("topk_with_error_feedback", check_topk), ("powersgd_round", check_powersgd)]
+LESSON = Lesson(
+    number="09",
+    title="communication: compression",
+    module="ex09_communication",
+    checks=(
+        ("topk_with_error_feedback", check_topk),
+        ("powersgd_round", check_powersgd),
+    ),
+    rules=(RULES,),
+)

@@ -13,18 +13,16 @@ import importlib
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 MERGE = "this exercise is the merge: write the two lines yourself"
 RING = "this exercise is the ring step: write it from isend and irecv"
-RULES_MERGE = Refuse({"minipar/cp/": MERGE, "torch/nn/functional.py": MERGE})
+RULES_MERGE = Refuse({"minipar.cp": MERGE, "torch.nn.functional": MERGE})
 RULES_RING = Refuse(
-    {"minipar/cp/": RING, "minipar/comm/collectives.py": RING, "torch/distributed/_functional_collectives.py": RING}
+    {"minipar.cp": RING, "minipar.comm.collectives": RING, "torch.distributed._functional_collectives": RING}
 )
 
-TITLE = "context parallelism"
-MODULE = "ex11_context_parallel"
 CASES = [(1, None, False), (2, None, False), (3, None, True), (3, None, False), (4, None, False), (4, [1, 2, 3], False)]
 # (world, sub-group, equal blocks): equal blocks first, so a block from the wrong side is named by its value
 
@@ -149,4 +147,13 @@ def check_ring_step(mod) -> str:
     )
 
 
-CHECKS = [("merge", check_merge), ("ring_step", check_ring_step)]
+LESSON = Lesson(
+    number="11",
+    title="context parallelism",
+    module="ex11_context_parallel",
+    checks=(
+        ("merge", check_merge),
+        ("ring_step", check_ring_step),
+    ),
+    rules=(RULES_MERGE, RULES_RING),
+)

@@ -7,22 +7,20 @@ import importlib
 
 import torch
 
-from exercises.checks.common import EXACT, CheckFailed, expect_close, run_ranks
+from exercises.checks.common import EXACT, CheckFailed, Lesson, expect_close, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 MOE = "this exercise is the MoE bookkeeping: write it yourself"
 RULES = Refuse(
     {
-        "minipar/model/moe/": MOE + ", not minipar's",
-        "minipar/ep/": MOE + ", not minipar's expert parallelism",
-        "minipar/comm/all_to_all.py": MOE + ", not minipar's all-to-all",
-        "torch/distributed/nn/": MOE + ", with torch.distributed's all_to_all_single",
-        "torch/distributed/_functional_collectives.py": MOE + ", with torch.distributed's all_to_all_single",
+        "minipar.model.moe": MOE + ", not minipar's",
+        "minipar.ep": MOE + ", not minipar's expert parallelism",
+        "minipar.comm.all_to_all": MOE + ", not minipar's all-to-all",
+        "torch.distributed.nn": MOE + ", with torch.distributed's all_to_all_single",
+        "torch.distributed._functional_collectives": MOE + ", with torch.distributed's all_to_all_single",
     }
 )
 
-TITLE = "mixture of experts"
-MODULE = "ex12_experts"
 D = 3  # token width in the expert-parallel cases
 
 
@@ -170,4 +168,13 @@ def check_ep(mod) -> str:
     )
 
 
-CHECKS = [("router_with_aux_loss", check_router), ("expert_parallel_forward", check_ep)]
+LESSON = Lesson(
+    number="12",
+    title="mixture of experts",
+    module="ex12_experts",
+    checks=(
+        ("router_with_aux_loss", check_router),
+        ("expert_parallel_forward", check_ep),
+    ),
+    rules=(RULES,),
+)

@@ -9,9 +9,9 @@ from minipar.errors import ConfigError
 SCHEDULE = "this exercise is the schedule: write it yourself"
 RULES = Refuse(
     {
-        "minipar/pp/": SCHEDULE + ", not minipar's",
-        "minipar/perf/": SCHEDULE + ", not minipar's planner",
-        "torch/distributed/pipelining/": SCHEDULE + ", not torch.distributed.pipelining's",
+        "minipar.pp": SCHEDULE + ", not minipar's",
+        "minipar.perf": SCHEDULE + ", not minipar's planner",
+        "torch.distributed.pipelining": SCHEDULE + ", not torch.distributed.pipelining's",
     },
     allow=["minipar.pp.schedules:Action"],
 )

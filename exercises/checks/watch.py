@@ -18,6 +18,7 @@ Everything it notes is plain data (picklable), so a worker on a real rank return
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -25,9 +26,6 @@ import types
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-
-SOLUTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "solutions") + os.sep
-TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def _codes(obj, seen=None) -> set:
@@ -58,12 +56,48 @@ def _codes(obj, seen=None) -> set:
 
 
 def resolve(name: str):
-    """``"pkg.mod"`` -> the module; ``"pkg.mod:Class.attr"`` -> that object."""
+    """``"pkg.mod"`` -> the module; ``"pkg.mod:Class.attr"`` -> that object.
+
+    Raises:
+        LookupError: ``name`` names nothing importable (a module moved or renamed): the rule that
+            names it must be updated, not silently ignored.
+    """
     mod_name, _, attr = name.partition(":")
-    obj = importlib.import_module(mod_name)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise LookupError(f"the checker's rule {name!r} names nothing ({type(exc).__name__}: {exc})") from None
     return obj
+
+
+def source_of(name: str) -> tuple[str, bool]:
+    """Where module or package ``name`` (``"minipar.dp"``, ``"torch.optim"``) keeps its code, without
+    importing it: ``(its folder + os.sep, True)`` for a package (every file under it), ``(its file,
+    False)`` for a module.
+
+    Raises:
+        LookupError: ``name`` is no module or package with Python source (moved, renamed, mistyped).
+    """
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a parent package that does not exist
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return os.path.abspath(next(iter(spec.submodule_search_locations))) + os.sep, True
+    if spec is None or not (spec.origin or "").endswith(".py"):
+        raise LookupError(
+            f"the checker's rule {name!r} names no module or package with Python source: "
+            "name it as it is imported now (a module that moved must be renamed in the rule)"
+        )
+    return os.path.abspath(spec.origin), False
+
+
+def module_name(path: str, name: str, folder: str) -> str:
+    """The dotted name of the module in file ``path`` under package ``name`` whose folder is ``folder``."""
+    rel = os.path.splitext(path[len(folder) :])[0].split(os.sep)
+    return ".".join([name] + [p for p in rel if p != "__init__"])
 
 
 ANSWER = "this is the reference solution: write the exercise yourself"
@@ -75,49 +109,56 @@ def _is_exercise(code) -> bool:
     return "Hint:" in doc
 
 
-MINIPAR = os.path.dirname(os.path.abspath(importlib.import_module("minipar").__file__)) + os.sep
-ROOTS = {"torch/": TORCH, "minipar/": MINIPAR}
+SOLUTIONS = "exercises.solutions"  # the reference solutions: always refused (their exercises only)
 
 
 class Refuse:
-    """What an exercise may not call: ``{what: why}``. ``what`` is a path inside torch or minipar
-    (``"torch/optim/"``, ``"minipar/comm/collectives.py"``: every function defined there) or an
-    object (``"torch.autograd:grad"``, ``"torch._tensor:Tensor.backward"``). ``allow``: objects
-    inside a refused path that the exercise is given (``chunk_bounds``, ``Action``). ``c_names``:
-    names of C functions refused (``run_backward``). The reference solutions are always refused.
+    """What an exercise may not call: ``{what: why}``. ``what`` is a module or a package by its
+    import name (``"torch.optim"``, ``"minipar.dp"``: every function defined in its files, nested
+    ones and private ones included; ``"minipar.comm.collectives"``: every function of that module)
+    or one object (``"torch.autograd:grad"``, ``"torch._tensor:Tensor.backward"``). ``allow``:
+    objects inside a refused module that the exercise is given (``chunk_bounds``, ``Action``).
+    ``c_names``: names of C functions refused (``run_backward``). The reference solutions
+    (``exercises.solutions``) are always refused.
+
+    Raises:
+        LookupError: a name of ``refuse`` or ``allow`` resolves to nothing (a module moved or was
+            renamed): a rule that names nothing would refuse nothing, so it fails here, loudly.
     """
 
     def __init__(self, refuse: dict[str, str], allow=(), c_names: dict[str, str] | None = None):
         self.codes: dict = {}
-        self.paths: list[tuple[str, str]] = []
-        for what, why in refuse.items():
-            root = next((r for r in ROOTS if what.startswith(r)), None)
-            if root is not None:
-                self.paths.append((ROOTS[root] + what[len(root) :], why))
-            else:
+        self.sources: list[tuple[str, str, bool, str]] = []  # (name, file or folder, is a package, why)
+        for what, why in {**refuse, SOLUTIONS: ANSWER}.items():
+            if ":" in what:
                 for c in _codes(resolve(what)):
                     self.codes[c] = (what.split(":")[0], why)
+            else:
+                self.sources.append((what, *source_of(what), why))
         self.allowed = set()
         for obj in allow:
             self.allowed |= _codes(resolve(obj) if isinstance(obj, str) else obj)
-        self.paths.append((SOLUTIONS, ANSWER))
         self.c_names = c_names or {}
         self._cache: dict = {}
 
+    def names(self) -> list[str]:
+        """The modules and packages refused, by import name (the solutions last)."""
+        return [name for name, *_ in self.sources]
+
     def verdict(self, code):
-        """``(name, why)`` if calling ``code`` is refused, else None (cached per code object)."""
+        """``(name, why)`` if calling ``code`` is refused, else None (cached per code object); ``name``
+        is the function's import name (``"minipar.dp.buckets.make_buckets"``)."""
         v = self._cache.get(code, False)
         if v is False:
             v = None if code in self.allowed else self.codes.get(code)
             if v is not None:
-                v = (f"{v[0].split(':')[0]}.{code.co_qualname}", v[1])
-            else:
+                v = (f"{v[0]}.{code.co_qualname}", v[1])
+            elif code not in self.allowed:
                 path = os.path.abspath(code.co_filename)
-                for prefix, why in [] if code in self.allowed else self.paths:
-                    if path.startswith(prefix) and (prefix != SOLUTIONS or _is_exercise(code)):
-                        short = next((r + path[len(d) :] for r, d in ROOTS.items() if path.startswith(d)), path)
-                        short = "exercises/solutions/" + os.path.basename(path) if path.startswith(SOLUTIONS) else short
-                        v = (f"{short.replace(os.sep, '/')} ({code.co_qualname})", why)
+                for name, where, package, why in self.sources:
+                    inside = path.startswith(where) if package else path == where
+                    if inside and (name != SOLUTIONS or _is_exercise(code)):
+                        v = (f"{module_name(path, name, where) if package else name}.{code.co_qualname}", why)
                         break
             self._cache[code] = v
         return v

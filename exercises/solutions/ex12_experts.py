@@ -9,8 +9,9 @@ Exercises (run ``make check LESSON=12``):
    its expert (an all-to-all with uneven splits), run the local experts, send the results back,
    and add them up with their gates (GShard, Lepikhin et al. 2020, arXiv:2006.16668).
 
-Both are what ``minipar.model.moe`` (``router``, ``dispatch``, ``parallel``) does; the checker compares
-yours with one device in float64 and watches which collectives you call and how many rows move.
+Both are what ``minipar.model.moe.router``, ``minipar.model.moe.dispatch`` and ``minipar.ep.parallel``
+do; the checker compares yours with one device in float64 and watches which collectives you call and
+how many rows move.
 """
 
 from __future__ import annotations

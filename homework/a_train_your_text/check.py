@@ -205,10 +205,10 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
         out.append((False, f"validation loss {claims}: recomputed from the checkpoint once the checks above pass"))
 
     # the planner, recomputed
+    from minipar.job.config import TrainConfig
     from minipar.perf.hardware import cpu_device
     from minipar.perf.layout import Layout, shape_of
     from minipar.perf.model import estimate
-    from minipar.train import TrainConfig
 
     kw = (ev.get("prediction") or {}).get("cpu_device")
     try:

@@ -43,7 +43,7 @@ def run_rank(cfg: TrainConfig) -> dict:
 def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
     """TODO: return ``(pp, dp, tp, microbatches)`` with pp·dp·tp = world, valid for ``cfg``'s model.
 
-    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.job.parallelize.check_model_fits``);
+    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.job.config.check_model_fits``);
     dp·microbatches divides batch_size (all three: ``cfg.accepts(pp, dp, tp)``). Use at least two of
     the three dimensions. Say in your write-up why (e.g. the planner's ranking:
     ``minipar.perf.search.plan``, lesson 07 "Plan it").
