@@ -40,11 +40,16 @@ def builtin_text() -> str:
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
+MAX_TEXT_BYTES = 256 * 2**20  # a corpus is read whole, as one string: 256 MiB of text is plenty here
+
+
 def load_text(path: str | os.PathLike | None = None) -> str:
     """Read the corpus: ``path`` as UTF-8 text, or the built-in corpus when ``path`` is None.
 
     Raises:
-        ConfigError: missing file, a directory, a non-UTF-8 (binary) file, or an empty file.
+        ConfigError: missing file, a directory, anything but a regular file (a FIFO, /dev/stdin, a
+        device: reading it could block forever or never end), a file over :data:`MAX_TEXT_BYTES`,
+        a non-UTF-8 (binary) file, or an empty file.
     """
     if path is None:
         return builtin_text()
@@ -56,8 +61,19 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         )
     if os.path.isdir(path):
         raise ConfigError(f"--data {path}: is a directory; give one UTF-8 text file")
+    if not os.path.isfile(path):  # checked before open(): opening a FIFO blocks until a writer comes
+        raise ConfigError(
+            f"--data {path}: not a regular file (a pipe, a device or a terminal, which may never end); "
+            "save the text to a file and give its path"
+        )
+    size = os.path.getsize(path)
+    if size > MAX_TEXT_BYTES:
+        raise ConfigError(
+            f"--data {path}: {size / 2**20:.0f} MiB is more than this course's character-level corpus reads "
+            f"({MAX_TEXT_BYTES // 2**20} MiB); give a shorter text, e.g. its first part: head -c 100M {path} > part.txt"
+        )
     with open(path, "rb") as f:
-        raw = f.read()
+        raw = f.read(MAX_TEXT_BYTES + 1)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -30,3 +30,12 @@ class RankFailedError(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.exitcode = exitcode
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read (a damaged shard, a read-only folder, a crafted file).
+
+    PyTorch's DCP raises ``CheckpointException``, a ``BaseException`` that ``except Exception`` misses;
+    :mod:`minipar.checkpoint.dcp` turns it into this, naming the folder and each failing rank's error in
+    one line each (the whole DCP report stays on ``__cause__``).
+    """

@@ -1,5 +1,6 @@
 """No code from a checkpoint folder runs when minipar reads it (issue #36, item 3): a crafted ``.metadata``
-is refused by name, a crafted non-tensor item is read with ``weights_only=True``, a real checkpoint loads."""
+is refused by name, a crafted non-tensor item is read with ``weights_only=True``, a real checkpoint loads;
+DCP's failure is a :class:`~minipar.errors.CheckpointError` (an ``Exception``: item 17), one line per rank."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch.distributed.checkpoint as dcp
 from minipar.checkpoint import dcp as ckpt
 from minipar.checkpoint.reader import read_metadata_file
 from minipar.checkpoint.resume import damage
+from minipar.errors import CheckpointError
 
 
 class _RunsCode:
@@ -49,7 +51,7 @@ def test_a_crafted_metadata_is_damaged_and_runs_nothing(tmp_path):
     (folder / ".metadata").write_bytes(pickle.dumps(_RunsCode(str(marker))))
     why = damage(str(folder))
     assert why is not None and "open is not part of a DCP checkpoint's metadata (refused)" in why
-    with pytest.raises(BaseException, match="refused"):  # DCP's CheckpointException is a BaseException
+    with pytest.raises(CheckpointError, match=r"could not read checkpoint .*step_00000005: rank 0: .*refused"):
         ckpt.load(str(folder), {"model.w": torch.zeros(3, 4)})
     assert not marker.exists()
 
@@ -63,6 +65,6 @@ def test_a_crafted_item_is_read_as_weights_only(tmp_path):
         dcp.save({"extra": _RunsCode(str(marker))}, checkpoint_id=str(folder), no_dist=True)
     assert not marker.exists()
     read_metadata_file(os.path.join(folder, ".metadata"))  # the metadata itself is plain DCP
-    with pytest.raises(BaseException, match="Unsupported global"):
+    with pytest.raises(CheckpointError, match="could not read checkpoint .*UnpicklingError: Weights only load failed"):
         ckpt.load(str(folder), {"extra": None})
     assert not marker.exists()

@@ -73,6 +73,22 @@ def test_bad_inputs(tmp_path, corpus):
         make_loader(small.split("train", 4), 64)
 
 
+def test_a_pipe_a_device_or_a_huge_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """#36 items 11 and 15: --data FIFO blocked in open() forever; --data /dev/zero filled the memory."""
+    import os
+
+    import minipar.data as data
+
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", "/dev/zero"):
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load_text(path)
+    (tmp_path / "big.txt").write_text("abc" * 100)
+    monkeypatch.setattr(data, "MAX_TEXT_BYTES", 100)
+    with pytest.raises(ConfigError, match=r"big.txt: 0 MiB is more than .* head -c 100M"):
+        load_text(tmp_path / "big.txt")
+
+
 def test_any_text_file(tmp_path):
     p = tmp_path / "t.txt"
     p.write_text("héllo wörld\n" * 100, encoding="utf-8")

@@ -190,3 +190,22 @@ def test_a_failure_is_one_line_and_its_traceback_is_kept(tmp_path, capsys, monke
     monkeypatch.undo()
     assert main(TINY + ["--out", str(out)]) == 0
     assert not (out / "traceback.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "out, text",
+    [
+        ("/", "is the file system's root"),
+        (".", "is the working directory itself"),
+        (os.path.join(ROOT, "minipar", "tp"), "lies in the repository's source folder minipar/"),
+        (os.path.join(ROOT, "lessons"), "lies in the repository's source folder lessons/"),
+    ],
+)
+def test_a_folder_of_sources_or_the_root_is_refused(tmp_path, capsys, monkeypatch, out, text):
+    """#36 item 10: --out minipar/tp wrote a run's four files among the package's sources."""
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(out))
+    assert main(TINY + ["--out", out]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"--out {out} {text}" in line and "runs/x" in line
+    assert sorted(os.listdir(out)) == before

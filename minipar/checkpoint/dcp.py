@@ -34,6 +34,7 @@ On a multi-node job ``ckpt_dir`` must be on a file system every node sees.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,9 +45,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor, Shard
 
 from minipar.checkpoint.reader import SafeFileSystemReader, SafeLoadPlanner
+from minipar.errors import CheckpointError
 from minipar.tp.partition import param_is_tensor_parallel
 from minipar.zero.param_shard import gather_full, local_rows
 
@@ -102,6 +105,19 @@ def _barrier():
         dist.barrier()
 
 
+@contextlib.contextmanager
+def _as_checkpoint_error(verb: str, path: str):
+    """DCP's ``CheckpointException`` (a ``BaseException``) as a :class:`~minipar.errors.CheckpointError`."""
+    try:
+        yield
+    except CheckpointException as e:
+        why = "; ".join(
+            f"rank {r}: {type(x).__name__}: {str(x).splitlines()[0][:200] if str(x) else ''}"
+            for r, (x, _) in e.failures.items()
+        )
+        raise CheckpointError(f"could not {verb} checkpoint {path}: {why}") from e
+
+
 def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str:
     """Write ``state`` (nested dicts of tensors, DTensors and plain values) as checkpoint ``step``.
 
@@ -118,7 +134,8 @@ def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str
     _barrier()
     with warnings.catch_warnings():  # one process: DCP warns that it assumes so, which is the intent
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save(state, checkpoint_id=partial, no_dist=not dist.is_initialized())
+        with _as_checkpoint_error("write", partial):
+            dcp.save(state, checkpoint_id=partial, no_dist=not dist.is_initialized())
     _barrier()  # every rank's shard file and rank 0's metadata are written
     if rank0:
         if meta is not None:
@@ -138,12 +155,13 @@ def load(path: str, state: dict) -> None:
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(  # no code from the folder runs: minipar.checkpoint.reader
-            state,
-            storage_reader=SafeFileSystemReader(path),
-            planner=SafeLoadPlanner(),
-            no_dist=not dist.is_initialized(),
-        )
+        with _as_checkpoint_error("read", path):
+            dcp.load(  # no code from the folder runs: minipar.checkpoint.reader
+                state,
+                storage_reader=SafeFileSystemReader(path),
+                planner=SafeLoadPlanner(),
+                no_dist=not dist.is_initialized(),
+            )
 
 
 def optimizer_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:

@@ -34,9 +34,13 @@ def check_folder(path: str, flag: str, write: bool = True) -> None:
     (and writable, with ``write``). Nothing is created or touched.
 
     Raises:
-        ConfigError: ``path`` is a file, lies under a file, or (``write``) cannot be written.
+        ConfigError: ``path`` is a file, lies under a file, or (``write``) cannot be written; or (``write``)
+        it is ``/``, the working directory itself, or one of this repository's source folders or a folder in
+        one (:data:`SOURCE_FOLDERS`): a run would write its outputs among files it did not make.
     """
     full = os.path.abspath(path)
+    if write:
+        _check_not_a_source_folder(path, full, flag)
     if os.path.exists(full) and not os.path.isdir(full):
         raise ConfigError(f"{flag} {path} is a file, not a folder; use another {flag} (or move that file away)")
     parent = full
@@ -49,6 +53,29 @@ def check_folder(path: str, flag: str, write: bool = True) -> None:
             f"{flag} {path}: {parent} is not writable (permission denied or a read-only file system); "
             f"use a {flag} you can write to"
         )
+
+
+# The repository's own folders (beside the package) that no run writes into; runs/ is where runs go.
+SOURCE_FOLDERS = ("minipar", "lessons", "exercises", "homework", "tests", "slides", "examples", ".git")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # minipar/job/ -> the repository
+
+
+def _check_not_a_source_folder(path: str, full: str, flag: str) -> None:
+    real = os.path.realpath(full)
+    if real == os.path.dirname(real):
+        raise ConfigError(f"{flag} {path} is the file system's root; use a folder of its own, e.g. {flag} runs/x")
+    if real == os.path.realpath(os.getcwd()):
+        raise ConfigError(
+            f"{flag} {path} is the working directory itself, whose files the run would mix with its own; "
+            f"use a folder of its own, e.g. {flag} runs/x"
+        )
+    for name in SOURCE_FOLDERS:
+        src = os.path.realpath(os.path.join(REPO, name))
+        if os.path.isdir(src) and (real == src or real.startswith(src + os.sep)):
+            raise ConfigError(
+                f"{flag} {path} lies in the repository's source folder {name}/; use a folder of its own, "
+                f"e.g. {flag} runs/x"
+            )
 
 
 def _lock(folder: str, flag: str) -> int:
