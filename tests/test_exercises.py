@@ -282,6 +282,45 @@ def test_homework_a_checker_refuses_forged_evidence_and_a_repository_file(tmp_pa
     assert "is ln V" in failed and "as a cross-entropy is" in failed and "no checkpoint" in failed, failed
 
 
+@pytest.mark.parametrize(
+    "name, content, says",
+    [
+        ("report.json", "[]", "report.json holds a JSON list, not an object"),
+        ("report.json", "{not json", "report.json is not JSON"),
+        ("config.json", '{"pp": "2", "dp": 1, "tp": 2, "microbatches": 1, "steps": 4, "d_model": 8}', "pp = '2'"),
+        ("config.json", '{"pp": 2, "dp": 1, "tp": 2, "microbatches": 1, "steps": 4}', "d_model = None"),
+        (
+            "config.json",
+            '{"pp": 2, "dp": 1, "tp": 2, "microbatches": 1, "steps": 1e9, "d_model": 8}',
+            "steps = 1000000000.0",
+        ),
+        ("config.json", '{"pp": 2, "dp": 1, "tp": 2, "microbatches": 1, "steps": 0, "d_model": 8}', "steps = 0"),
+        ("evidence.json", '{"ranks": [{"peak_rss_bytes": "x"}]}', "peak_rss_bytes = 'x'"),
+        ("evidence.json", " " * (2 << 20), "more than job.py ever writes"),
+    ],
+)
+def test_homework_a_checker_says_what_is_malformed_in_one_line(tmp_path, capsys, name, content, says):
+    """#36 items 16 and 18: malformed evidence gave tracebacks, a 6 GB file was read whole, steps 1e9 looped."""
+    import json
+
+    from homework.a_train_your_text import check as hw_a
+
+    good = {
+        "report.json": json.dumps(HANDWRITTEN),
+        "evidence.json": json.dumps({"ranks": [{"peak_rss_bytes": 1}] * 4}),
+        "config.json": json.dumps({"pp": 2, "dp": 1, "tp": 2, "microbatches": 1, "steps": 4, "d_model": 8}),
+        "metrics.jsonl": "",
+    }
+    for n, text in {**good, name: content}.items():
+        (tmp_path / n).write_text(text)
+    assert hw_a.main([str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert says in lines[0] and "malformed" in lines[0], lines
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss": 4.1}\n"loss"\n')  # read after the data checks
+    with pytest.raises(hw_a.Malformed, match="metrics.jsonl line 2 is not a record"):
+        hw_a._records(tmp_path / "metrics.jsonl")
+
+
 def test_homework_a_checker_recomputes_a_real_run(tmp_path):
     """A real (tiny) run of job.py passes; the same run with a doctored number in its report does not."""
     import json
@@ -312,6 +351,14 @@ def test_homework_a_checker_recomputes_a_real_run(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     (out / "report.json").write_text(json.dumps(dict(rep, loss_first=rep["loss_first"] - 0.3)))
     assert "the report's loss_first, loss_last, steps are the log's" in _failed(hw_a.check_run(out))
+    # #36 item 8: a one-device run can't pass as the layout it claims: the checkpoint's own files say who wrote it
+    assert hw_a.shard_files(str(out / "ckpt" / "step_00000008")) == 4
+    ev = json.loads((out / "evidence.json").read_text())
+    ev["ranks"] = ev["ranks"] + [dict(ev["ranks"][0], rank=4), dict(ev["ranks"][0], rank=5)]  # invented ranks
+    (out / "evidence.json").write_text(json.dumps(ev))
+    assert "the checkpoint's own shard files were written by 4 rank(s), the 6 ranks claimed" in _failed(
+        hw_a.check_run(out)
+    )
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,52 @@ MIN_BYTES = 10_000  # the smallest text accepted (see the module doc)
 VAL_BOUND = 1e-3  # |reported − recomputed| validation loss: fp32 sums in another order (another layout) move
 # it by ~1e-6; a number made up or taken from another run misses by far more
 REL = 1e-9  # the planner's numbers are recomputed by the same code: they agree to rounding of the JSON
+MAX_JSON_BYTES = 1 << 20  # report.json, evidence.json, config.json: a few kB when job.py writes them
+MAX_METRICS_BYTES = 64 << 20  # metrics.jsonl: one short line per step
+MAX_STEPS, MAX_RANKS = 1_000_000, 64  # what a laptop run of this homework can have done
+
+
+class Malformed(ValueError):
+    """The evidence is not what job.py writes (a file too big, not JSON, a field of the wrong type)."""
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in ``path`` (at most :data:`MAX_JSON_BYTES`); else :class:`Malformed`."""
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise Malformed(f"{path.name} is {path.stat().st_size} bytes, more than job.py ever writes")
+    try:
+        obj = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Malformed(f"{path.name} is not JSON ({str(e)[:60]})") from None
+    if not isinstance(obj, dict):
+        raise Malformed(f"{path.name} holds a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def _need(where: str, d: dict, key: str, kind, low=None, high=None):
+    """``d[key]`` if it is a ``kind`` (bool is no int) within [low, high]; else :class:`Malformed`."""
+    v = d.get(key)
+    if (
+        not isinstance(v, kind)
+        or isinstance(v, bool)
+        or (low is not None and v < low)
+        or (high is not None and v > high)
+    ):
+        bounds = f" in [{low}, {high}]" if low is not None else ""
+        raise Malformed(f"{where}: {key} = {v!r} is not a {getattr(kind, '__name__', 'number')}{bounds}")
+    return v
+
+
+def shard_files(ckpt: str) -> int | None:
+    """How many ranks wrote checkpoint folder ``ckpt``: the shard files its DCP metadata names (read without
+    running code, :mod:`minipar.checkpoint.reader`); None if it cannot be read."""
+    from minipar.checkpoint.reader import read_metadata_file
+
+    try:
+        meta = read_metadata_file(os.path.join(ckpt, ".metadata"))
+    except Exception:  # noqa: BLE001 — any damage: the caller reports the checkpoint as unusable
+        return None
+    return len({info.relative_path for info in meta.storage_data.values()})
 
 
 def init_tolerance(d_model: int) -> float:
@@ -83,8 +129,26 @@ def repository_file_with(size: int, digest: str, own: str = "") -> str | None:
 
 
 def _records(path) -> list[dict]:
+    """metrics.jsonl's records (JSON objects with an integer ``step``); else :class:`Malformed`."""
+    if os.path.getsize(path) > MAX_METRICS_BYTES:
+        raise Malformed(
+            f"{os.path.basename(path)} is {os.path.getsize(path)} bytes, more than a run of this homework logs"
+        )
+    out = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                raise Malformed(f"metrics.jsonl line {n} is not JSON") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                raise Malformed(f"metrics.jsonl line {n} is not a record with an integer step")
+            if any(not isinstance(rec.get(k), (int, float)) for k in ("loss", "val_loss") if k in rec):
+                raise Malformed(f"metrics.jsonl line {n}: a loss that is not a number")
+            out.append(rec)
+    return out
 
 
 def revalidate(cfg_dict: dict, ckpt_dir: str) -> list[dict]:
@@ -112,7 +176,21 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
                 "job.py's run leaves there: run python -m homework.a_train_your_text.job --data YOUR_TEXT.txt",
             )
         ]
-    rep, ev, cfg = (json.loads(files[n].read_text()) for n in ("report.json", "evidence.json", "config.json"))
+    try:
+        rep, ev, cfg = (_json_object(files[n]) for n in ("report.json", "evidence.json", "config.json"))
+        for k in ("pp", "dp", "tp", "microbatches"):
+            _need("config.json", cfg, k, int, 1, MAX_RANKS)
+        _need("config.json", cfg, "steps", int, 1, MAX_STEPS)
+        _need("config.json", cfg, "d_model", int, 1, 1 << 16)
+        ranks = ev.get("ranks")
+        if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
+            raise Malformed(f"evidence.json: ranks is not a list of at most {MAX_RANKS} entries")
+        for r in ranks:
+            _need("evidence.json's ranks", r if isinstance(r, dict) else {}, "peak_rss_bytes", (int, float), 0)
+    except Malformed as e:
+        return [
+            (False, f"evidence in {out_dir}/ is malformed: {e} — run python -m homework.a_train_your_text.job again")
+        ]
     out: list[tuple[bool, str]] = []
 
     # the data
@@ -196,6 +274,13 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
             f"the checkpoint was saved under pp{pp}·dp{dp}·tp{tp} from this text ({meta.get('layout')})",
         )
     )
+    wrote = shard_files(step_dir(ckpt_dir, steps))  # the checkpoint's own files, not a JSON anyone can edit
+    out.append(
+        (
+            wrote == world,
+            f"the checkpoint's own shard files were written by {wrote} rank(s), the {world} ranks claimed",
+        )
+    )
     claims = {"report's val_loss_last": rep.get("val_loss_last"), "metrics.jsonl's last val_loss": logged_val}
     if all(ok for ok, _ in out):  # the one expensive check (a rank reloads the model), once the rest holds
         val = launch(revalidate, world_size=1, args=(cfg, ckpt_dir), prefix=False)[0][-1]["val_loss"]
@@ -247,7 +332,12 @@ def main(argv=None) -> int:
     if not (out_dir / "report.json").exists():
         print(f"✗ no report in {out_dir}/: run python -m homework.a_train_your_text.job --data YOUR_TEXT.txt first")
         return 1
-    results = check_run(out_dir)
+    try:
+        results = check_run(out_dir)
+    except Malformed as e:  # metrics.jsonl, read late
+        results = [
+            (False, f"evidence in {out_dir}/ is malformed: {e} — run python -m homework.a_train_your_text.job again")
+        ]
     for ok, what in results:
         print(f"{'✓' if ok else '✗'} {what}")
     print(f"{sum(ok for ok, _ in results)}/{len(results)} checks pass")

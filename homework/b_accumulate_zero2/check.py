@@ -28,6 +28,8 @@ import torch
 
 CASES = [(1, 1), (1, 4), (2, 2), (4, 1), (4, 2)]  # (ranks, micro-batches k)
 B, T, LR = 8, 16, 1e-2
+JOB_TIMEOUT = 180  # seconds for one case, all ranks: a learner's endless loop is stopped and reported
+MAX_RANKS, MAX_K = 8, 16  # --case bounds: this is a laptop check
 STEPS = 3  # consecutive accumulation steps: a gradient left over from the step before shows up in the next
 EPS = (
     1e-4  # AdamW's first step is ~lr·g/(|g| + eps): a large eps bounds how far a rounding-level δ moves it (≤ lr·δ/eps)
@@ -194,7 +196,7 @@ def check(module: str, cases=CASES) -> list[str]:
     for n, k in cases:
         what = f"{n} rank(s), k = {k}"
         try:
-            out = launch(worker, world_size=n, args=(module, k), timeout=20, prefix=True)
+            out = launch(worker, world_size=n, args=(module, k), timeout=20, prefix=True, job_timeout=JOB_TIMEOUT)
         except NotImplementedError as exc:
             return [str(exc).split("] ", 1)[-1]]
         except Exception as exc:  # noqa: BLE001
@@ -209,12 +211,23 @@ def check(module: str, cases=CASES) -> list[str]:
     return failures
 
 
+def parse_case(text: str, ap: argparse.ArgumentParser) -> tuple[int, int]:
+    """``"RANKS,K"`` -> (ranks, k), each checked (1..MAX_RANKS ranks, 1..MAX_K micro-batches); else one line, exit 2."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        ap.error(f"--case {text}: give RANKS,K as two integers, e.g. --case 2,2")
+    n, k = (int(p) for p in parts)
+    if not (1 <= n <= MAX_RANKS and 1 <= k <= MAX_K):
+        ap.error(f"--case {text}: use 1 to {MAX_RANKS} ranks and 1 to {MAX_K} micro-batches, e.g. --case 2,2")
+    return n, k
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--module", default="homework.b_accumulate_zero2.accumulate")
     ap.add_argument("--case", help="only one case, RANKS,K (e.g. 2,2): a quick first look")
     a = ap.parse_args(argv)
-    cases = [tuple(int(v) for v in a.case.split(","))] if a.case else CASES
+    cases = [parse_case(a.case, ap)] if a.case else CASES
     fails = check(a.module, cases)
     if not fails:
         print(
