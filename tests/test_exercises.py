@@ -32,6 +32,10 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("00", "ex00_ln_aten_kernel", "layer_norm_backward", "native_layer_norm_backward"),
     ("00", "ex00_ce_tensor_backward", "cross_entropy_backward", "Tensor.backward"),
     ("00", "ex00_reexport_solution", "cross_entropy_backward", "reference solution"),
+    # issue 37: the step argument, not a count of one's own; no state outside the contract
+    ("00", "ex00_adamw_own_counter", "adamw_step", "never a count of your own"),
+    ("00", "ex00_adamw_counter_per_param", "adamw_step", "never a count of your own"),
+    ("00", "ex00_adamw_logs_in_global", "adamw_step", "changed `LAST`"),
     ("01", "ex01_wrong_chunk", "ring_reduce_scatter", "got the reduce-scatter chunk of rank"),
     ("01", "ex01_even_split", "ring_reduce_scatter", "chunk_bounds"),
     ("01", "ex01_wrong_pairing", "ring_reduce_scatter", "waited"),

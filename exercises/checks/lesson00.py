@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from exercises.checks.common import CheckFailed, Lesson, expect_close, max_diff
-from exercises.checks.watch import Refuse, finally_own, watched
+from exercises.checks.watch import Refuse, finally_own, kept_state_message, state_changed, state_snapshot, watched
 
 BY_HAND = "this exercise is the backward pass by hand: derive the gradient and compute it with tensor operations"
 AUTOGRAD = Refuse(
@@ -105,30 +105,59 @@ def check_cross_entropy(mod) -> str:
 def check_adamw(mod) -> str:
     seen = []
     hyper = dict(lr=0.1, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-    p_ref = _rand(10, seed=7).requires_grad_()
-    opt = torch.optim.AdamW([p_ref], **hyper)
-    p = p_ref.detach().clone()
-    m, v = torch.zeros_like(p), torch.zeros_like(p)
-    for step in range(1, 4):
-        g = _rand(10, seed=10 + step)
-        p_ref.grad = g.clone()
-        opt.step()
-        _by_hand(mod, seen, "adamw_step", OPTIM, mod.adamw_step, p, g.clone(), m, v, step, **hyper)
-        expect_close(
-            f"adamw_step, parameter after step {step}",
-            p,
-            p_ref.detach(),
-            hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step count; "
-            "eps after sqrt(v̂); all in place (the moments too)",
+    # two parameters stepped in turn: a (10 values) resumes at step 4 with moments of its own, b (7) starts
+    # at step 1; only the step argument says which bias correction each update needs
+    params = []
+    for name, numel, first, seed in (("a", 10, 4, 7), ("b", 7, 1, 8)):
+        p_ref = _rand(numel, seed=seed).requires_grad_()
+        opt = torch.optim.AdamW([p_ref], **hyper)
+        m, v = _rand(numel, seed=seed + 20, scale=0.1), _rand(numel, seed=seed + 40, scale=0.1).square()
+        m, v = (
+            (m, v) if first > 1 else (torch.zeros(numel, dtype=torch.float64), torch.zeros(numel, dtype=torch.float64))
         )
-        st = opt.state[p_ref]
-        for name, got_m in (("exp_avg", m), ("exp_avg_sq", v)):
-            expect_close(
-                f"adamw_step, {name} after step {step}",
-                got_m,
-                st[name],
-                hint=f"update the moment {name} given to you in place (it is the optimizer state between steps)",
+        if first > 1:
+            opt.state[p_ref] = {
+                "step": torch.tensor(float(first - 1), dtype=torch.float64),
+                "exp_avg": m.clone(),
+                "exp_avg_sq": v.clone(),
+            }
+        params.append((name, p_ref, opt, p_ref.detach().clone(), m, v, first))
+    before = state_snapshot(mod)
+    for k in range(3):
+        for name, p_ref, opt, p, m, v, first in params:
+            step = first + k
+            g = _rand(p.numel(), seed=10 + step + (50 if name == "b" else 0))
+            p_ref.grad = g.clone()
+            opt.step()
+            _by_hand(mod, seen, "adamw_step", OPTIM, mod.adamw_step, p, g.clone(), m, v, step, **hyper)
+            what = f"adamw_step, parameter {name} after step {step}" + (
+                " (it resumed at step 4, stepped in turn with b)" if first > 1 else " (stepped in turn with a)"
             )
+            expect_close(
+                what,
+                p,
+                p_ref.detach(),
+                hint="order: decay p ·= 1 − lr·wd; m, v moments; bias-correct both with the step argument "
+                "(never a count of your own: two parameters are stepped in turn, one resumes at step 4); "
+                "eps after sqrt(v̂); all in place (the moments too)",
+            )
+            st = opt.state[p_ref]
+            for mname, got_m in (("exp_avg", m), ("exp_avg_sq", v)):
+                expect_close(
+                    f"adamw_step, {mname} of parameter {name} after step {step}",
+                    got_m,
+                    st[mname],
+                    hint=f"update the moment {mname} given to you in place (it is the optimizer state between steps)",
+                )
+            place = state_changed(before, state_snapshot(mod))
+            if place:
+                raise CheckFailed(
+                    kept_state_message(
+                        "adamw_step",
+                        place,
+                        "the optimizer state is the moments and the step given to you, nothing kept on the side",
+                    )
+                )
     finally_own(mod, ["adamw_step"], seen)
     return "3 steps = torch.optim.AdamW (float64, < 1e-12), moments and bias correction, by hand"
 

@@ -339,3 +339,93 @@ def hiding_places(fn):
     """Where a function keeps values between calls: mutable defaults, its attributes, its closure."""
     cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if c.cell_contents is not None]
     return [fn.__defaults__ or (), fn.__kwdefaults__ or {}, getattr(fn, "__dict__", {}), cells]
+
+
+def _own(mod, obj) -> bool:
+    """``obj`` (a function or class) is defined in the learner's module ``mod``."""
+    if inspect.isclass(obj):
+        return getattr(obj, "__module__", None) == mod.__name__
+    code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+    return code is not None and os.path.abspath(code.co_filename) == os.path.abspath(mod.__file__)
+
+
+def state_places(mod) -> dict:
+    """``{name: value}`` of everywhere the learner's module ``mod`` can keep values between calls:
+    its globals (not the modules, nor functions and classes it imported), the attributes of the
+    classes defined in it (class attributes escape a walk of the instances), and the defaults,
+    attributes and closures of the functions defined in it (methods included)."""
+    places = {}
+    for k, v in vars(mod).items():
+        if k.startswith("__") or isinstance(v, types.ModuleType):
+            continue
+        if inspect.isclass(v):
+            if _own(mod, v):
+                for a, x in vars(v).items():
+                    x = getattr(x, "__func__", x)
+                    if inspect.isfunction(x):
+                        places[f"{k}.{a}"] = hiding_places(x)
+                    elif not (a.startswith("__") or isinstance(x, (property, types.MemberDescriptorType))):
+                        places[f"{k}.{a}"] = x
+        elif inspect.isfunction(v) or inspect.isbuiltin(v):
+            if inspect.isfunction(v) and _own(mod, v):
+                places[k] = hiding_places(v)
+        else:
+            places[k] = v
+    return places
+
+
+def hidden_tensors(mod, skip=()) -> int:
+    """Tensor elements kept in :func:`state_places` (``skip``: objects that are the contract's state)."""
+    return tensor_elements(list(state_places(mod).values()), skip=skip)
+
+
+def _snap(obj, depth=0, seen=None):
+    """A comparable picture of ``obj``'s contents (values of numbers and strings, tensors' values,
+    containers and objects' attributes, walked)."""
+    seen = set() if seen is None else seen
+    if depth > 6 or id(obj) in seen:
+        return "…"
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        return obj
+    if torch.is_tensor(obj):
+        t = obj.detach()
+        return ("tensor", tuple(t.shape), str(t.dtype), t.flatten()[:4096].tolist())
+    if isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)) or inspect.isroutine(
+        obj
+    ):
+        return ("code", id(obj))
+    seen = seen | {id(obj)}
+    if isinstance(obj, dict):
+        return ("dict", [(repr(k), _snap(v, depth + 1, seen)) for k, v in obj.items()])
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, [_snap(v, depth + 1, seen) for v in obj])
+    if isinstance(obj, (set, frozenset)):
+        return ("set", sorted(repr(v) for v in obj))
+    if hasattr(obj, "__dict__"):
+        return (type(obj).__name__, _snap(vars(obj), depth + 1, seen))
+    try:
+        return (type(obj).__name__, repr(obj)[:200])
+    except Exception:  # noqa: BLE001 - an object whose repr fails: compared by identity
+        return (type(obj).__name__, id(obj))
+
+
+def state_snapshot(mod) -> dict:
+    """What :func:`state_places` hold now; compare two with :func:`state_changed`."""
+    return {k: _snap(v) for k, v in state_places(mod).items()}
+
+
+def state_changed(before: dict, after: dict) -> str | None:
+    """The first place whose contents differ between two :func:`state_snapshot`\\ s (a global, a class
+    attribute, a function's default/attribute/closure, written by the learner's code), or None."""
+    for k in list(before) + [k for k in after if k not in before]:
+        if before.get(k, "<absent>") != after.get(k, "<absent>"):
+            return k
+    return None
+
+
+def kept_state_message(what: str, place: str, keep: str) -> str:
+    """The verdict when the learner's code wrote to ``place`` between calls."""
+    return (
+        f"{what}: your code changed `{place}` of your module between calls (a global, a class attribute, a "
+        f"default argument or a function's attribute): {keep}"
+    )
