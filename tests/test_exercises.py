@@ -67,6 +67,10 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("03", "ex03_state_in_list", "zero1_step", "walked through every dict, list and object"),
     ("03", "ex03_state_in_global", "zero1_step", "outside `state`"),
     ("03", "ex03_zero_redundancy", "zero1_step", "your code called minipar.zero.flat."),
+    # issue 37: the all-gather's input is the updated parameter shard; class attributes are walked
+    ("03", "ex03_gather_grad_class_state", "zero1_step", "the all-gather's input is not this rank's updated shard"),
+    ("03", "ex03_gather_update", "zero1_step", "the all-gather's input is not this rank's updated shard"),
+    ("03", "ex03_moments_class_attr", "zero1_step", "a class attribute"),
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),

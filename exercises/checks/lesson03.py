@@ -11,9 +11,20 @@ import importlib
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from exercises.checks.common import EXACT, CheckFailed, Lesson, max_diff, run_ranks
-from exercises.checks.watch import Refuse, Watch, finally_own, hiding_places, judge, tensor_elements
+from exercises.checks.watch import (
+    Refuse,
+    Watch,
+    finally_own,
+    hidden_tensors,
+    judge,
+    kept_state_message,
+    state_changed,
+    state_snapshot,
+    tensor_elements,
+)
 
 ZERO = "this exercise is ZeRO-1's sharded step: write it yourself"
 RULES = Refuse(
@@ -39,21 +50,50 @@ def start(numel):
     return torch.randn(numel, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
 
 
+class _Gathered(TorchDispatchMode):
+    """The input of every all-gather inside the block (the smaller tensor argument: this rank's shard)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inputs: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        ns, _, name = func.name().partition("::")
+        if ns in ("c10d", "_c10d_functional") and name.rstrip("_") in AG:
+            flat = [a for a in args if torch.is_tensor(a)]
+            flat += [t for a in args if isinstance(a, (list, tuple)) for t in a if torch.is_tensor(t)]
+            flat += [
+                t for a in args if isinstance(a, (list, tuple)) for b in a if isinstance(b, (list, tuple)) for t in b
+            ]
+            if flat:
+                self.inputs.append(min(flat, key=lambda t: t.numel()).detach().clone())
+        return func(*args, **(kwargs or {}))
+
+
 def worker(module, numel):
     from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
-    p, state, seen = start(numel), {}, []
+    p, state, seen, gathered, after = start(numel), {}, [], [], []
+    before = state_snapshot(mod)
     for s in range(STEPS):
-        with Watch(RULES, own=mod) as w:
+        with Watch(RULES, own=mod) as w, _Gathered() as g:
             mod.zero1_step(p, grad(numel, s, mdist.rank()), state, **HYPER)
         seen.append(w.summary())
+        gathered.append(g.inputs)
+        after.append(p.clone())
     sizes = {k: tensor_elements(v) for k, v in state.items()}
-    hidden = tensor_elements(
-        [{k: v for k, v in vars(mod).items() if not k.startswith("__")}, hiding_places(mod.zero1_step)],
-        skip=(p, state),
-    )
-    return {"param": p, "sizes": sizes, "hidden": hidden, "seen": seen}
+    hidden = hidden_tensors(mod, skip=(p, state))
+    changed = state_changed(before, state_snapshot(mod))
+    return {
+        "param": p,
+        "sizes": sizes,
+        "hidden": hidden,
+        "changed": changed,
+        "seen": seen,
+        "gathered": gathered,
+        "after": after,
+    }
 
 
 def reference(numel, grads):
@@ -86,11 +126,20 @@ def check_zero1(mod) -> str:
                     f"dict, list and object), but ZeRO-1 keeps only this rank's shard of the moments: 2 × {shard} "
                     "elements (padded numel / N each)"
                 )
+            gathered_input(what, r, got[r], n, numel, shard)
             if got[r]["hidden"] > 0 and n > 1:
                 raise CheckFailed(
                     f"{what}: rank {r} keeps {got[r]['hidden']} tensor elements outside `state` (a global of your "
-                    "module, a default argument or an attribute of the function): keep the optimizer state in "
-                    "`state`, and only this rank's shard of it"
+                    "module, a class attribute, a default argument or an attribute of the function): keep the "
+                    "optimizer state in `state`, and only this rank's shard of it"
+                )
+            if got[r]["changed"] and n > 1:
+                raise CheckFailed(
+                    kept_state_message(
+                        f"{what}: rank {r}",
+                        got[r]["changed"],
+                        "keep the optimizer state in `state` (the step count and this rank's shard of the moments)",
+                    )
                 )
         for r in range(n):
             p = got[r]["param"]
@@ -130,6 +179,27 @@ def check_zero1(mod) -> str:
         "N = 1, 3, 4 ranks; 2, 10, 1000 parameters (padding, fewer than ranks) = torch AdamW on the mean gradient, "
         "3 steps (float64); one reduce-scatter and one all-gather per step, state = 2 shards"
     )
+
+
+def gathered_input(what, r, got, n, numel, shard) -> None:
+    """Each step's all-gather sends this rank's shard of the *updated parameters* (what the step just
+    computed), not a gradient or an update: ZeRO-1 steps only its shard, then gathers the parameters."""
+    lo, hi = r * shard, min((r + 1) * shard, numel)
+    if n == 1 or hi <= lo:
+        return
+    for step, (inputs, p) in enumerate(zip(got["gathered"], got["after"])):
+        want = p[lo:hi]
+        if not inputs:
+            return  # no all-gather: pattern() names it
+        sent = inputs[0].reshape(-1)[: hi - lo].double()
+        if sent.numel() != hi - lo or max_diff(sent, want) >= EXACT:
+            raise CheckFailed(
+                f"{what}: rank {r}, step {step + 1}: the all-gather's input is not this rank's updated shard of the "
+                f"parameters [{lo}, {hi}) (element 0 is {sent[0].item() if sent.numel() else float('nan'):.6g}, "
+                f"the updated parameter {want[0].item():.6g}): step only your shard with adamw_update, then "
+                "all-gather the updated parameter shards — gathering the averaged gradient (or an update) means "
+                "every rank steps the whole parameter and keeps whole moments, which ZeRO-1 exists to avoid"
+            )
 
 
 RS = ("_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced", "reduce_scatter_tensor")
