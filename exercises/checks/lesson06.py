@@ -10,7 +10,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from exercises.checks.common import EXACT, CheckFailed, Lesson, expect_close, max_diff, run_ranks
 from exercises.checks.schedules import CASES, RULES, first_difference, validate
-from exercises.checks.watch import Refuse, finally_own, tensor_elements, watched
+from exercises.checks.watch import (
+    Refuse,
+    finally_own,
+    kept_state_message,
+    state_changed,
+    state_snapshot,
+    tensor_elements,
+    watched,
+)
 
 
 def _tiny_gpt():
@@ -133,23 +141,47 @@ SPLIT_RULES = Refuse(
 SPLIT_CASES = [((4, 5), 3), ((2, 6, 5), 7), ((1, 1, 5), 2), ((3, 4), 1), ((3, 2, 4, 6), 2)]
 
 
-class _FromX(TorchDispatchMode):
-    """Shapes of the tensors computed from ``x`` (or from a tensor computed from it) inside the block:
-    the weight gradient is the only weight-shaped one (dL/dx = dL/dy · W never touches x)."""
+MATMULS = ("mm", "bmm", "addmm", "addbmm", "baddbmm", "mv", "dot", "vdot", "matmul", "outer", "ger", "addr", "_addmm")
 
-    def __init__(self, x):
+
+class _FromX(TorchDispatchMode):
+    """The tensors computed from ``x`` (or from a tensor computed from it) inside the block: their
+    shapes, and the products (matmuls) among the ops that made them. dL/dx = dL/dy · W never touches x,
+    so I computes nothing from x; W's dL/dW = (dL/dy)ᵀ · x is the one x-derived product of out·in elements."""
+
+    def __init__(self, *xs):
         super().__init__()
-        self.derived, self.shapes = {x.data_ptr()}, []
+        self.derived, self.shapes, self.products = {x.data_ptr() for x in xs}, [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         flat = [a for a in args if torch.is_tensor(a)] + [t for a in args if isinstance(a, (list, tuple)) for t in a]
         if any(torch.is_tensor(a) and a.data_ptr() in self.derived for a in flat):
+            name = func.name().partition("::")[2].split(".")[0].rstrip("_")
             for t in out if isinstance(out, (tuple, list)) else (out,):
                 if torch.is_tensor(t):
                     self.derived.add(t.data_ptr())
                     self.shapes.append(tuple(t.shape))
+                    if name in MATMULS:
+                        self.products.append((name, tuple(t.shape)))
         return out
+
+
+def _storages(obj, depth=0) -> set:
+    """Storage addresses of every tensor in ``obj`` (nested lists, tuples, dicts)."""
+    if torch.is_tensor(obj):
+        return {obj.untyped_storage().data_ptr()}
+    if depth > 4:
+        return set()
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return set().union(*(_storages(v, depth + 1) for v in items)) if items else set()
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _autograd_reference(x, w, b, g):
@@ -167,18 +199,38 @@ def check_split(mod) -> str:
         items = [(rand(*xs), rand(*xs[:-1], out)) for _ in range(2)]  # two micro-batches
         w, b = rand(out, xs[-1]), rand(out)
         stash: list = []
+        before = state_snapshot(mod)
         for k, (x, g) in enumerate(items):  # I of both micro-batches first, then their W's: a queue
             with _FromX(x) as seen_ops:
                 gx, summary = watched(f"{what}: I", SPLIT_RULES, mod, mod.linear_backward_input, x, w, g, stash)
             seen.append((what, summary))
-            if w.shape in seen_ops.shapes:
+            big = [s for s in seen_ops.shapes if _numel(s) == w.numel()]
+            if w.shape in seen_ops.shapes or big or seen_ops.products:
+                shape = tuple(w.shape) if w.shape in seen_ops.shapes else (big or [seen_ops.products[0][1]])[0]
                 raise CheckFailed(
-                    f"{what}: linear_backward_input computed a tensor of the weight's shape {tuple(w.shape)} from x: "
-                    "the weight gradient belongs in W (linear_backward_weight); I returns only dL/dx = dL/dy · W"
+                    f"{what}: linear_backward_input computed a tensor of shape {shape} from x"
+                    + (f" ({w.numel()} = out·in elements, the weight gradient's size)" if big else "")
+                    + ": the weight gradient belongs in W (linear_backward_weight), in whatever shape or "
+                    "layout; I computes nothing from x and returns only dL/dx = dL/dy · W"
                 )
             held = tensor_elements(stash)
             if held > (x.numel() + g.numel()) * (k + 1):
                 raise CheckFailed(f"{what}: the stash holds {held} numbers after I; W needs only x and dL/dy")
+            kept = _storages(stash)
+            for name, t in (("x", x), ("dL/dy", g)):
+                if t.untyped_storage().data_ptr() not in kept:
+                    raise CheckFailed(
+                        f"{what}: after I, no tensor in the stash shares {name}'s storage: the stash keeps "
+                        f"references to x and dL/dy (no copies: a copy doubles the activation memory the split "
+                        "is meant to hold only until W)"
+                    )
+            place = state_changed(before, state_snapshot(mod))
+            if place:
+                raise CheckFailed(
+                    kept_state_message(
+                        f"{what}: I", place, "everything W needs travels in the stash (x and dL/dy), nothing else"
+                    )
+                )
             expect_close(
                 f"{what}: dL/dx of micro-batch {k}",
                 gx,
@@ -186,8 +238,15 @@ def check_split(mod) -> str:
                 hint="y = x·Wᵀ + b, so dL/dx = dL/dy · W (shape of x)",
             )
         for k, (x, g) in enumerate(items):
-            res, summary = watched(f"{what}: W", SPLIT_RULES, mod, mod.linear_backward_weight, stash)
+            with _FromX(*(x for x, _ in items)) as seen_ops:  # W of the wrong entry is named below
+                res, summary = watched(f"{what}: W", SPLIT_RULES, mod, mod.linear_backward_weight, stash)
             seen.append((what, summary))
+            if not any(_numel(s) == w.numel() for s in seen_ops.shapes):
+                raise CheckFailed(
+                    f"{what}: linear_backward_weight of micro-batch {k} computed no product of x and dL/dy of "
+                    f"out·in = {w.numel()} elements: W itself runs dL/dW = (dL/dy)ᵀ · x from the stash's x "
+                    "(that matmul is the work the split defers)"
+                )
             _, want_w, want_b = _autograd_reference(x, w, b, g)
             if not (isinstance(res, tuple) and len(res) == 2 and tuple(res[0].shape) == tuple(w.shape)):
                 got = tuple(res[0].shape) if isinstance(res, tuple) and torch.is_tensor(res[0]) else type(res).__name__
