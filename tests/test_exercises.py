@@ -119,6 +119,13 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("11", "ex11_merge_minipar", "merge", "your code called minipar.cp."),
     ("11", "ex11_ring_wrong_direction", "ring_step", "left neighbour"),
     ("11", "ex11_ring_all_gather", "ring_step", "collective"),
+    # issue 37: either block far heavier, code compiled under the learner's name or pasted, PyTorch's CP, a new buffer
+    ("11", "ex11_merge_block_a_reference", "merge", "the maximum"),
+    ("11", "ex11_merge_exec_minipar", "merge", "source compiled under your file's name"),
+    ("11", "ex11_merge_pasted_minipar", "merge", "is minipar.cp.blocks.merge, token for token"),
+    ("11", "ex11_merge_pytorch_cp", "merge", "your code called torch.distributed.tensor.experimental."),
+    ("11", "ex11_ring_pytorch_cp", "ring_step", "your code called torch.distributed.tensor.experimental."),
+    ("11", "ex11_ring_new_buffer", "ring_step", "the caller's buffer `recv`"),
     ("12", "ex12_aux_no_e", "router_with_aux_loss", "aux = E"),
     ("12", "ex12_gate_always_renorm", "router_with_aux_loss", "the chosen expert's probability itself"),
     ("12", "ex12_router_minipar", "router_with_aux_loss", "your code called minipar.model.moe.router.route"),

@@ -18,38 +18,53 @@ from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 
 MERGE = "this exercise is the merge: write the two lines yourself"
 RING = "this exercise is the ring step: write it from isend and irecv"
-RULES_MERGE = Refuse({"minipar.cp": MERGE, "torch.nn.functional": MERGE})
+PYTORCH_CP = "torch.distributed.tensor.experimental"  # PyTorch's context parallelism (its SDPA merger, its ring)
+RULES_MERGE = Refuse(
+    {"minipar.cp": MERGE, "torch.nn.functional": MERGE, PYTORCH_CP: MERGE + ", not PyTorch's context parallelism"}
+)
 RULES_RING = Refuse(
-    {"minipar.cp": RING, "minipar.comm.collectives": RING, "torch.distributed._functional_collectives": RING}
+    {
+        "minipar.cp": RING,
+        "minipar.comm.collectives": RING,
+        "torch.distributed._functional_collectives": RING,
+        PYTORCH_CP: RING + ", not PyTorch's context parallelism",
+    }
 )
 
 CASES = [(1, None, False), (2, None, False), (3, None, True), (3, None, False), (4, None, False), (4, [1, 2, 3], False)]
 # (world, sub-group, equal blocks): equal blocks first, so a block from the wrong side is named by its value
 
 
-def _blocks(shift_a: float, shift_b: float, seed: int):
-    """q, two key/value blocks with scores shifted by ``shift_*``, and the truth over both."""
+def _blocks(shift_a: float, shift_b: float, seed: int, masked: bool = False):
+    """q, two key/value blocks with scores shifted by ``shift_*``, and the truth over both. ``masked``:
+    one query row sees none of block b's keys (a causal mask's fully masked row: lse_b = −inf, out_b = 0)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(2, 2, 5, 4, dtype=torch.float64, generator=g)
     ka, kb, va, vb = (torch.randn(2, 2, n, 4, dtype=torch.float64, generator=g) for n in (3, 6, 3, 6))
     sa, sb = q @ ka.transpose(-2, -1) + shift_a, q @ kb.transpose(-2, -1) + shift_b
+    if masked:
+        sb[0, 1, 2] = float("-inf")
     s = torch.cat([sa, sb], -1)
     truth = (torch.softmax(s, -1) @ torch.cat([va, vb], -2), torch.logsumexp(s, -1))
     la, lb = torch.logsumexp(sa, -1), torch.logsumexp(sb, -1)
     blk_a = (torch.softmax(sa, -1) @ va, la)
-    blk_b = (torch.softmax(sb, -1) @ vb, lb)
+    blk_b = (torch.nan_to_num(torch.softmax(sb, -1), nan=0.0) @ vb, lb)
     return blk_a, blk_b, truth
 
 
 def check_merge(mod) -> str:
     cases = [
-        ("scores ~1", 0.0, 0.0),
-        ("block b 30 nats heavier", 0.0, 30.0),
-        ("scores ~1000 (exp overflows)", 1000.0, 999.0),
+        ("scores ~1", 0.0, 0.0, False),
+        ("block b 30 nats heavier", 0.0, 30.0, False),
+        ("scores ~1000 (exp overflows)", 1000.0, 999.0, False),
+        # one block far above the other, either way: a reference taken from one block's lse overflows
+        ("block a 1500 nats heavier", 1500.0, 0.0, False),
+        ("block b 2000 nats heavier", 0.0, 2000.0, False),
+        ("a row fully masked in block b (lse_b = −inf)", 0.0, 0.0, True),
     ]
     seen = []
-    for k, (name, sha, shb) in enumerate(cases):
-        (oa, la), (ob, lb), (want_o, want_l) = _blocks(sha, shb, k)
+    for k, (name, sha, shb, masked) in enumerate(cases):
+        (oa, la), (ob, lb), (want_o, want_l) = _blocks(sha, shb, k, masked)
         what = f"merge, {name}"
         got, summary = watched(what, RULES_MERGE, mod, mod.merge, oa.clone(), la.clone(), ob.clone(), lb.clone())
         seen.append((what, summary))
@@ -63,8 +78,9 @@ def check_merge(mod) -> str:
             )
         if not (torch.isfinite(out).all() and torch.isfinite(lse).all()):
             raise CheckFailed(
-                f"{what}: inf or nan in the result: exp(lse) overflows for scores near 1000. Compute lse = "
-                "logaddexp(lse_a, lse_b) (or subtract the larger lse first); the weights exp(lse_a − lse) are <= 1"
+                f"{what}: inf or nan in the result: exp overflows when scores (or one block's lse over the other's) "
+                "reach ~700, and −inf − (−inf) is nan. Compute lse = logaddexp(lse_a, lse_b) (or subtract the "
+                "larger lse, the maximum, first); the weights exp(lse_a − lse) are then <= 1"
             )
         dl = (lse - want_l).abs().max().item()
         if dl >= EXACT * max(1.0, want_l.abs().max().item()):
@@ -78,8 +94,11 @@ def check_merge(mod) -> str:
                 f"{what}: out differs from the softmax over both blocks by {do:.3g}: weigh each block's output "
                 "by its share of the mass, exp(lse_a − lse) · out_a + exp(lse_b − lse) · out_b (not an average)"
             )
-    finally_own(mod, ["merge"], seen)
-    return "3 cases (equal blocks, one 30 nats heavier, scores ~1000): exact in float64, finite"
+    finally_own(mod, ["merge"], seen, copies_of=("minipar.cp",))
+    return (
+        "6 cases (equal blocks, one 30 nats heavier, scores ~1000, either block 1500+ nats heavier, a fully "
+        "masked row): exact in float64, finite"
+    )
 
 
 def ring_worker(module, members, equal):
@@ -97,8 +116,18 @@ def ring_worker(module, members, equal):
     send = torch.full((2, 1, 3 + (0 if equal else i), 4), float(i + 1), dtype=torch.float64)
     recv = torch.full((2, 1, 3 + (0 if equal else left), 4), -1.0, dtype=torch.float64)
     with Watch(RULES_RING, own=mod) as w:
-        out = mod.ring_step(send, recv, group)
-    return {"out": None if out is None else torch.as_tensor(out).detach().clone(), "seen": w.summary()}
+        try:
+            out = mod.ring_step(send, recv, group)
+        except Exception:
+            if not w.refused:
+                raise
+            out = None  # a refused call that then failed: the refusal is the verdict
+    return {
+        "out": None if out is None else torch.as_tensor(out).detach().clone(),
+        "is_recv": out is recv,
+        "recv": recv.clone(),
+        "seen": w.summary(),
+    }
 
 
 def check_ring_step(mod) -> str:
@@ -126,6 +155,13 @@ def check_ring_step(mod) -> str:
                     f"the block of its left neighbour (index {left}): {size[left]} tokens of {want_val:g}. Send to "
                     "rank i + 1, receive from rank i − 1"
                 )
+            if n > 1 and not (res[g]["is_recv"] and torch.equal(res[g]["recv"], out)):
+                raise CheckFailed(
+                    f"{what}: rank {g} (index {i}) returned the left block but not in the caller's buffer `recv` "
+                    f"({'it holds other values' if not torch.equal(res[g]['recv'], out) else 'not returned'}): "
+                    "receive into `recv` in place (dist.irecv(recv, ...)) and return it, as the contract says: "
+                    "ring attention reuses its two buffers every step instead of allocating new ones"
+                )
             comm = summary["comm"]
             other = [op for op, *_ in comm if op not in ("send", "recv")]
             if other:
@@ -140,7 +176,7 @@ def check_ring_step(mod) -> str:
                     f"one ring step is one message of its block to the right neighbour ({want_s}) and one from "
                     f"the left ({want_r}), nothing with N = 1"
                 )
-    finally_own(mod, ["ring_step"], seen)
+    finally_own(mod, ["ring_step"], seen, copies_of=("minipar.cp",))
     return (
         "N = 1, 2, 3, 4 ranks and sub-group [1, 2, 3]; equal blocks and blocks of 3 + r tokens (uneven): one isend "
         "of its block to the right, one irecv from the left, the left block received"

@@ -164,9 +164,37 @@ class Refuse:
         return v
 
 
+def _compiled(path: str) -> list:
+    """Every code object compiled from the file at ``path`` as it is on disk (nested ones included)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            src = f.read()
+        flags = 0
+        tree = ast.parse(src)
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                for a in node.names:
+                    import __future__
+
+                    flags |= getattr(__future__, a.name).compiler_flag
+        todo, out = [compile(src, path, "exec", flags=flags, dont_inherit=True)], []
+    except (OSError, SyntaxError, ValueError):
+        return []
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return out
+
+
 def defined_elsewhere(mod, names) -> str | None:
-    """The first of ``names`` (``"fn"`` or ``"Class.method"``) whose code is not in ``mod``'s own file."""
+    """The first of ``names`` (``"fn"`` or ``"Class.method"``) whose code is not in ``mod``'s own file:
+    defined in another file, or compiled from another source under the file's name (``exec(compile(src,
+    __file__, ...))``): the running code must be what the file's own text compiles to."""
     here = os.path.abspath(mod.__file__)
+    compiled = None
     for name in names:
         obj = mod
         for part in name.split("."):
@@ -179,6 +207,50 @@ def defined_elsewhere(mod, names) -> str | None:
                 f"{name} is defined in {where}, not in your file {os.path.relpath(here)}: write it there "
                 "yourself (importing or re-exporting an implementation is not the exercise)"
             )
+        compiled = _compiled(here) if compiled is None else compiled
+        if not any(c == code for c in compiled):
+            return (
+                f"{name} runs code that your file {os.path.relpath(here)} does not hold at line {code.co_firstlineno} "
+                "(source compiled under your file's name, or a file changed since it was imported): write the "
+                "function's def in your file yourself"
+            )
+    return None
+
+
+def copied_body(mod, names, sources) -> str | None:
+    """The first of ``names`` whose body (docstring aside) is, token for token, a function's of one of
+    ``sources`` (module or package import names, e.g. ``"minipar.cp"``): an implementation pasted in."""
+    import ast
+
+    def bodies(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            return {}
+        return {_body(n): n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def _body(node):
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        return "\n".join(ast.dump(b) for b in body)
+
+    ref = {}
+    for src in sources:
+        where, package = source_of(src)
+        files = (
+            [os.path.join(d, f) for d, _, fs in os.walk(where) for f in fs if f.endswith(".py")] if package else [where]
+        )
+        for path in files:
+            ref.update({k: (module_name(path, src, where) if package else src, v) for k, v in bodies(path).items()})
+    mine = bodies(os.path.abspath(mod.__file__))
+    for name in names:
+        short = name.split(".")[-1]
+        for body, fn in mine.items():
+            if fn == short and body in ref:
+                return (
+                    f"{name} in your file is {ref[body][0]}.{ref[body][1]}, token for token: write the exercise "
+                    "yourself, not a copy of the course's implementation"
+                )
     return None
 
 
@@ -287,14 +359,15 @@ def watched(what: str, rules: Refuse, own, fn, *args, op_words=(), **kwargs):
     return out, w.summary()
 
 
-def finally_own(mod, names, seen=()) -> None:
+def finally_own(mod, names, seen=(), copies_of=()) -> None:
     """The last verdict of a check: no exercise of the reference solution was called (``seen``: the
-    watch summaries) and every exercise in ``names`` is defined in the learner's own file."""
+    watch summaries) and every exercise in ``names`` is defined in the learner's own file, by its own
+    text (``copies_of``: modules whose functions' bodies must not be pasted in verbatim)."""
     from exercises.checks.common import CheckFailed
 
     for what, summary in seen:
         judge(what, summary, answer=True)
-    msg = defined_elsewhere(mod, names)
+    msg = defined_elsewhere(mod, names) or (copied_body(mod, names, copies_of) if copies_of else None)
     if msg:
         raise CheckFailed(msg)
 
