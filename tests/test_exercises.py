@@ -132,6 +132,11 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("12", "ex12_ep_source_major", "expert_parallel_forward", "grouped by source"),
     ("12", "ex12_ep_every_row", "expert_parallel_forward", "never on every token"),
     ("12", "ex12_ep_all_reduce", "expert_parallel_forward", "three all-to-alls"),
+    # issue 37: gates without their gradient; state kept between calls of expert_parallel_forward
+    ("12", "ex12_router_nograd_gates", "router_with_aux_loss", "the gates carry no gradient"),
+    ("12", "ex12_router_detached_norm", "router_with_aux_loss", "d(Σ gate · w) / d logits"),
+    ("12", "ex12_ep_cached_splits", "expert_parallel_forward", "three all-to-alls on every call"),
+    ("12", "ex12_ep_state_attr", "expert_parallel_forward", "changed `expert_parallel_forward`"),
 ]
 
 
