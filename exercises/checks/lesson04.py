@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from exercises.checks.common import EXACT, CheckFailed, Lesson, max_diff, run_ranks
-from exercises.checks.watch import Refuse, Watch, finally_own, judge, tensor_elements
+from exercises.checks.watch import Refuse, Watch, finally_own, hidden_tensors, judge, tensor_elements
 
 TP = "this exercise is Megatron's tensor parallelism: write it yourself"
 RULES = Refuse({"minipar.tp": TP + ", not minipar's", "torch.distributed.tensor": TP + ", not DTensor's"})
@@ -84,7 +84,7 @@ def mlp_worker(module, tp):
         row.weight.detach().clone(),
         row.bias.detach().clone(),
     ]
-    held = [tensor_elements(col), tensor_elements(row), tensor_elements({k: v for k, v in vars(mod).items()})]
+    held = [tensor_elements(col), tensor_elements(row), hidden_tensors(mod)]  # globals, class attributes too
     x = t["x"].clone().requires_grad_()
     seen = {}
     with Watch(RULES, own=mod) as seen["forward"]:
@@ -251,7 +251,8 @@ def check_layers(mod) -> str:
                     )
             if v["held"][2] > 0:
                 raise CheckFailed(
-                    f"{what}: rank {r}: your module keeps {v['held'][2]} tensor elements in its globals: keep only "
+                    f"{what}: rank {r}: your module keeps {v['held'][2]} tensor elements in its globals or class "
+                    "attributes: keep only "
                     "this rank's slice of the weights, in the layer"
                 )
     for what, tp, got in runs:  # the communication, once every value is right

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from exercises.checks.common import CheckFailed, Lesson, call, expect_close
-from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
+from exercises.checks.watch import Refuse, Watch, expect_no_state, finally_own, judge, state_snapshot, watched
 
 RECOMPUTE = "this exercise is recomputation by hand: write the autograd Function yourself"
 SCALING = "this exercise is dynamic loss scaling: write it yourself"
@@ -86,7 +86,11 @@ def check_checkpoint(mod) -> str:
     x = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     go = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     want = _run(blk, x, go, lambda fn, t: fn(t))
+    before = state_snapshot(mod)
     got = _run(blk, x, go, lambda fn, t: call("checkpoint (Checkpoint.forward)", mod.checkpoint, fn, t), learner=mod)
+    expect_no_state(
+        "checkpoint(block, x)", mod, before, "what backward needs travels on ctx (ctx.save_for_backward, ctx.rng)"
+    )
     expect_close("output of checkpoint(block, x)", got[0], want[0], hint="forward must return fn(*inputs)")
     expect_close(
         "grad of x",
@@ -160,6 +164,7 @@ def check_loss_scale(mod) -> str:
         (1, 3, {}),
         (3, 2, {"growth": 3.0, "backoff": 0.25}),
     ]
+    before = state_snapshot(mod)
     for n_tensors, interval, kw in configs:
         ref = DynamicLossScaler(init_scale=2.0**10, growth_interval=interval, **kw)
         scale, clean = 2.0**10, 0
@@ -211,6 +216,7 @@ def check_loss_scale(mod) -> str:
                         b,
                         hint="divide every gradient by the scale, in place",
                     )
+            expect_no_state(what, mod, before, "the scaler's state is scale and clean, given and returned")
     finally_own(mod, ["loss_scale_step"], seen)
     return (
         f"{len(pattern)} steps with inf and nan, 1 and 3 tensors (overflow in the last), default and other "

@@ -7,7 +7,17 @@ import importlib
 import torch
 
 from exercises.checks.common import EXACT, CheckFailed, Lesson, expect_close, run_ranks
-from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
+from exercises.checks.watch import (
+    Refuse,
+    Watch,
+    expect_no_state,
+    finally_own,
+    judge,
+    kept_state_message,
+    state_changed,
+    state_snapshot,
+    watched,
+)
 
 COMPRESS = "this exercise is gradient compression: write it yourself"
 RULES = Refuse(
@@ -24,6 +34,7 @@ def check_topk(mod) -> str:
     seen = []
     gen = torch.Generator().manual_seed(9)
     cases = [(7, 1), (7, 7), (1000, 10), (257, 13)]
+    before = state_snapshot(mod)
     for n, k in cases:
         error = torch.zeros(n, dtype=torch.float64)
         for step in range(3):
@@ -54,6 +65,9 @@ def check_topk(mod) -> str:
                 EXACT,
                 "error feedback: new_error = grad + error with the sent entries zeroed (nothing is lost)",
             )
+            expect_no_state(
+                what, mod, before, "the error of earlier steps is the `error` argument, returned as new_error"
+            )
             error = new_err
     finally_own(mod, ["topk_with_error_feedback"], seen)
     return "n = 7, 257, 1000; k = 1 .. n; 3 steps each: the k largest |g + e| sent, the rest kept exactly"
@@ -66,9 +80,10 @@ def powersgd_worker(module, n, k, r, seed):
     gen = torch.Generator().manual_seed(seed + mdist.rank())
     m = torch.randn(n, k, generator=gen, dtype=torch.float64)
     q = torch.randn(k, r, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    before = state_snapshot(mod)
     with Watch(RULES, own=mod) as w:
         approx, new_q = mod.powersgd_round(m, q)
-    return approx, new_q, w.summary()
+    return approx, new_q, w.summary(), state_changed(before, state_snapshot(mod))
 
 
 def one_device(ms, q):
@@ -84,7 +99,7 @@ def check_powersgd(mod) -> str:
     for world, n, k, r in cases:
         what = f"powersgd_round on {world} rank(s), m ({n}, {k}), rank {r}"
         got = run_ranks(powersgd_worker, world, (mod.__name__, n, k, r, 90), what)
-        for rank, (*_, summary) in enumerate(got):
+        for rank, (*_, summary, _) in enumerate(got):
             judge(f"{what}: rank {rank}", summary)
             seen.append((f"{what}: rank {rank}", summary))
         ms = [
@@ -93,7 +108,11 @@ def check_powersgd(mod) -> str:
         ]
         q = torch.randn(k, r, generator=torch.Generator().manual_seed(90), dtype=torch.float64)
         want_approx, want_q = one_device(ms, q)
-        for rank, (approx, new_q, _) in enumerate(got):
+        for rank, (approx, new_q, _, changed) in enumerate(got):
+            if changed:
+                raise CheckFailed(
+                    kept_state_message(f"{what}: rank {rank}", changed, "the round's state is q, given and returned")
+                )
             expect_close(
                 f"{what}: rank {rank}'s approx",
                 approx,
@@ -110,7 +129,7 @@ def check_powersgd(mod) -> str:
                 1e-9,
                 "new_q = the all-reduced mean of mᵀ·P̂",
             )
-        for rank, (*_, summary) in enumerate(got):
+        for rank, (*_, summary, _) in enumerate(got):
             if world > 1:
                 comm = summary["comm"]
                 sizes = [(op, a) for op, a, _, _ in comm]

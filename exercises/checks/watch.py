@@ -502,3 +502,13 @@ def kept_state_message(what: str, place: str, keep: str) -> str:
         f"{what}: your code changed `{place}` of your module between calls (a global, a class attribute, a "
         f"default argument or a function's attribute): {keep}"
     )
+
+
+def expect_no_state(what: str, mod, before: dict, keep: str) -> None:
+    """Raise CheckFailed when the learner's code wrote to its module's state since ``before`` (a
+    :func:`state_snapshot`): ``keep`` says where the exercise's state belongs instead."""
+    from exercises.checks.common import CheckFailed
+
+    place = state_changed(before, state_snapshot(mod))
+    if place:
+        raise CheckFailed(kept_state_message(what, place, keep))
