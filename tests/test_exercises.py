@@ -78,6 +78,8 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("04", "ex04_full_weight_kept", "Column/RowParallelLinear", "its shard is"),
     ("04", "ex04_g_all_gather", "f and g", "called c10d::allgather"),
     ("04", "ex04_minipar_mappings", "f and g", "your code called minipar.tp.mappings."),
+    # issue 37 (review): class attributes are walked too
+    ("04", "ex04_full_weight_class_attr", "Column/RowParallelLinear", "globals or class attributes"),
     ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
     ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
     ("05", "ex05_gpipe_minipar", "gpipe", "your code called minipar.pp.schedules.gpipe"),
@@ -110,10 +112,15 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("08", "ex08_first_input_only", "Checkpoint", "input b got no gradient"),
     ("08", "ex08_scale_first_only", "loss_scale_step", "in the last tensor"),
     ("08", "ex08_hardcoded_factors", "loss_scale_step", "use the arguments"),
+    # issue 37 (review): state kept in the class or the module instead of ctx / the arguments
+    ("08", "ex08_ckpt_rng_on_class", "Checkpoint", "changed `Checkpoint.rng`"),
+    ("08", "ex08_scaler_own_clean", "loss_scale_step", "changed `_CLEAN`"),
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
     ("09", "ex09_powersgd_full_matrix", "powersgd_round", "never the whole n·k"),
     ("09", "ex09_topk_minipar", "topk_with_error_feedback", "your code called minipar.dp.compression.TopKCompression."),
+    # issue 37 (review): the error kept in the module instead of the argument
+    ("09", "ex09_topk_own_error", "topk_with_error_feedback", "changed `_ERROR`"),
     ("11", "ex11_merge_naive_exp", "merge", "logaddexp"),
     ("11", "ex11_merge_average", "merge", "share of the mass"),
     ("11", "ex11_merge_minipar", "merge", "your code called minipar.cp."),
