@@ -36,6 +36,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("00", "ex00_adamw_own_counter", "adamw_step", "never a count of your own"),
     ("00", "ex00_adamw_counter_per_param", "adamw_step", "never a count of your own"),
     ("00", "ex00_adamw_logs_in_global", "adamw_step", "changed `LAST`"),
+    ("00", "ex00_exec_solution", "adamw_step", "source compiled under your file's name"),
     ("01", "ex01_wrong_chunk", "ring_reduce_scatter", "got the reduce-scatter chunk of rank"),
     ("01", "ex01_even_split", "ring_reduce_scatter", "chunk_bounds"),
     ("01", "ex01_wrong_pairing", "ring_reduce_scatter", "waited"),
@@ -115,6 +116,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     # issue 37 (review): state kept in the class or the module instead of ctx / the arguments
     ("08", "ex08_ckpt_rng_on_class", "Checkpoint", "changed `Checkpoint.rng`"),
     ("08", "ex08_scaler_own_clean", "loss_scale_step", "changed `_CLEAN`"),
+    ("08", "ex08_ckpt_saves_copy", "Checkpoint", "saved a copy of the input"),
     ("09", "ex09_no_error_feedback", "topk_with_error_feedback", "grad + error"),
     ("09", "ex09_orth_before_reduce", "powersgd_round", "then orthogonalize"),
     ("09", "ex09_powersgd_full_matrix", "powersgd_round", "never the whole n·k"),
@@ -144,6 +146,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("12", "ex12_router_detached_norm", "router_with_aux_loss", "d(Σ gate · w) / d logits"),
     ("12", "ex12_ep_cached_splits", "expert_parallel_forward", "three all-to-alls on every call"),
     ("12", "ex12_ep_state_attr", "expert_parallel_forward", "changed `expert_parallel_forward`"),
+    ("12", "ex12_router_naive_softmax", "router_with_aux_loss", "logits ~800"),
 ]
 
 

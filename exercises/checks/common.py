@@ -196,6 +196,11 @@ def first_wrong(got: torch.Tensor, want: torch.Tensor, bound: float = EXACT):
 
 def expect_close(what: str, got, want, bound: float = EXACT, hint: str = "") -> None:
     """Raise CheckFailed naming the first wrong element: shape first, then values (float64 bound)."""
+    if got is None:
+        raise CheckFailed(
+            f"{what}: got None, expected a tensor of shape {tuple(torch.as_tensor(want).shape)}"
+            + (f". {hint}" if hint else "")
+        )
     got, want = torch.as_tensor(got), torch.as_tensor(want)
     if tuple(got.shape) != tuple(want.shape):
         raise CheckFailed(

@@ -119,6 +119,14 @@ def check_checkpoint(mod) -> str:
             f"forward kept {kept:,} bytes for backward, expected {x1.numel() * 8:,} (the input only): "
             "run fn under torch.no_grad() and ctx.save_for_backward only the inputs"
         )
+    y = call("checkpoint (Checkpoint.forward)", mod.checkpoint, blk._forward, x1)
+    saved = getattr(y.grad_fn, "saved_tensors", None) or ()
+    if saved and not any(t.untyped_storage().data_ptr() == x1.untyped_storage().data_ptr() for t in saved):
+        raise CheckFailed(
+            "forward saved a copy of the input, not the input itself: ctx.save_for_backward(*inputs) keeps a "
+            "reference to the tensor the caller already holds (no extra memory); a copy doubles it"
+        )
+    del y
     _several_inputs(mod, blk)
     finally_own(mod, ["Checkpoint.forward", "Checkpoint.backward"])
     return (

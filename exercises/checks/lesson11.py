@@ -1,10 +1,13 @@
 """Checks for lesson 11: the online-softmax merge of two attention blocks, and one ring step on real ranks.
 
 ``merge`` is compared in float64 with one softmax over both blocks' keys (bound 1e-12: the same
-arithmetic reordered), including scores near 1000, where ``exp`` overflows, and blocks of very
-different mass. ``ring_step`` runs on N = 1, 2, 3, 4 ranks and on the sub-group [1, 2, 3] of 4, with
-blocks of different lengths (rank r's block has 3 + r tokens, filled with r + 1), so a block from the
-wrong neighbour, a buffer of the wrong size or a collective is named.
+arithmetic reordered), including scores near 1000, where ``exp`` overflows, either block 1500+ nats
+above the other (a reference taken from one block's lse instead of the maximum overflows), and a row
+that sees none of one block's keys (lse = −inf). ``ring_step`` runs on N = 1, 2, 3, 4 ranks and on the
+sub-group [1, 2, 3] of 4, with blocks of different lengths (rank r's block has 3 + r tokens, filled
+with r + 1), so a block from the wrong neighbour, a buffer of the wrong size, a new buffer instead of
+the caller's ``recv`` or a collective is named. Both must be the learner's own text (no source
+compiled under the file's name, no paste of ``minipar.cp``).
 """
 
 from __future__ import annotations

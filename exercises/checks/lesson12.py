@@ -50,9 +50,10 @@ def reference_router(logits, k):
 def check_router(mod) -> str:
     seen = []
     gen = torch.Generator().manual_seed(12)
-    for T, E, k in [(6, 4, 1), (16, 4, 2), (9, 3, 3), (1, 8, 2), (32, 8, 1)]:
-        logits = (2 * torch.randn(T, E, generator=gen, dtype=torch.float64)).requires_grad_(True)
-        what = f"router_with_aux_loss(T={T}, E={E}, k={k})"
+    for T, E, k, shift in [(6, 4, 1, 0), (16, 4, 2, 0), (9, 3, 3, 0), (1, 8, 2, 0), (32, 8, 1, 0), (8, 4, 2, 800)]:
+        # the last case: logits ~800, where exp(logits) overflows (softmax subtracts each row's maximum)
+        logits = (2 * torch.randn(T, E, generator=gen, dtype=torch.float64) + shift).requires_grad_(True)
+        what = f"router_with_aux_loss(T={T}, E={E}, k={k})" + (f", logits ~{shift}" if shift else "")
         (expert, gate, aux), summary = watched(what, RULES, mod, mod.router_with_aux_loss, logits, k)
         seen.append((what, summary))
         want_e, want_g, want_aux = reference_router(logits.detach(), k)
