@@ -72,6 +72,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("03", "ex03_gather_grad_class_state", "zero1_step", "the all-gather's input is not this rank's updated shard"),
     ("03", "ex03_gather_update", "zero1_step", "the all-gather's input is not this rank's updated shard"),
     ("03", "ex03_moments_class_attr", "zero1_step", "a class attribute"),
+    ("03", "ex03_moments_in_default", "zero1_step", "outside `state`"),
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),

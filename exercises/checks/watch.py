@@ -436,12 +436,12 @@ def state_places(mod) -> dict:
                 for a, x in vars(v).items():
                     x = getattr(x, "__func__", x)
                     if inspect.isfunction(x):
-                        places[f"{k}.{a}"] = hiding_places(x)
+                        places[f"{k}.{a}"] = [hiding_places(x), hiding_places(inspect.unwrap(x))]
                     elif not (a.startswith("__") or isinstance(x, (property, types.MemberDescriptorType))):
                         places[f"{k}.{a}"] = x
         elif inspect.isfunction(v) or inspect.isbuiltin(v):
-            if inspect.isfunction(v) and _own(mod, v):
-                places[k] = hiding_places(v)
+            if inspect.isfunction(v) and _own(mod, v):  # the decorated function and the one it wraps
+                places[k] = [hiding_places(v), hiding_places(inspect.unwrap(v))]
         else:
             places[k] = v
     return places
