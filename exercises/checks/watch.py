@@ -17,6 +17,7 @@ Everything it notes is plain data (picklable), so a worker on a real rank return
 
 from __future__ import annotations
 
+import collections
 import importlib
 import importlib.util
 import inspect
@@ -452,9 +453,10 @@ def hidden_tensors(mod, skip=()) -> int:
     return tensor_elements(list(state_places(mod).values()), skip=skip)
 
 
-def _snap(obj, depth=0, seen=None):
+def _snap(obj, own: str = "", depth=0, seen=None):
     """A comparable picture of ``obj``'s contents (values of numbers and strings, tensors' values,
-    containers and objects' attributes, walked)."""
+    containers walked; the attributes of objects of the learner's own classes (module ``own``) and of
+    namespaces walked; other objects (a logger with its caches, a torch object) by identity only)."""
     seen = set() if seen is None else seen
     if depth > 6 or id(obj) in seen:
         return "…"
@@ -469,22 +471,19 @@ def _snap(obj, depth=0, seen=None):
         return ("code", id(obj))
     seen = seen | {id(obj)}
     if isinstance(obj, dict):
-        return ("dict", [(repr(k), _snap(v, depth + 1, seen)) for k, v in obj.items()])
-    if isinstance(obj, (list, tuple)):
-        return (type(obj).__name__, [_snap(v, depth + 1, seen) for v in obj])
+        return ("dict", [(repr(k), _snap(v, own, depth + 1, seen)) for k, v in obj.items()])
+    if isinstance(obj, (list, tuple, collections.deque)):
+        return (type(obj).__name__, [_snap(v, own, depth + 1, seen) for v in obj])
     if isinstance(obj, (set, frozenset)):
         return ("set", sorted(repr(v) for v in obj))
-    if hasattr(obj, "__dict__"):
-        return (type(obj).__name__, _snap(vars(obj), depth + 1, seen))
-    try:
-        return (type(obj).__name__, repr(obj)[:200])
-    except Exception:  # noqa: BLE001 - an object whose repr fails: compared by identity
-        return (type(obj).__name__, id(obj))
+    if hasattr(obj, "__dict__") and (type(obj).__module__ == own or isinstance(obj, types.SimpleNamespace)):
+        return (type(obj).__name__, _snap(vars(obj), own, depth + 1, seen))
+    return (type(obj).__name__, id(obj))
 
 
 def state_snapshot(mod) -> dict:
     """What :func:`state_places` hold now; compare two with :func:`state_changed`."""
-    return {k: _snap(v) for k, v in state_places(mod).items()}
+    return {k: _snap(v, mod.__name__) for k, v in state_places(mod).items()}
 
 
 def state_changed(before: dict, after: dict) -> str | None:
