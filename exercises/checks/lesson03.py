@@ -83,7 +83,7 @@ def worker(module, numel):
         gathered.append(g.inputs)
         after.append(p.clone())
     sizes = {k: tensor_elements(v) for k, v in state.items()}
-    hidden = hidden_tensors(mod, skip=(p, state))
+    hidden = hidden_tensors(mod, skip=(p, state)) + tensor_elements(vars(p))  # and attributes set on the tensor
     changed = state_changed(before, state_snapshot(mod))
     return {
         "param": p,
@@ -130,7 +130,8 @@ def check_zero1(mod) -> str:
             if got[r]["hidden"] > 0 and n > 1:
                 raise CheckFailed(
                     f"{what}: rank {r} keeps {got[r]['hidden']} tensor elements outside `state` (a global of your "
-                    "module, a class attribute, a default argument or an attribute of the function): keep the "
+                    "module, a class attribute, a default argument, an attribute of the function or of the "
+                    "parameter tensor): keep the "
                     "optimizer state in `state`, and only this rank's shard of it"
                 )
             if got[r]["changed"] and n > 1:

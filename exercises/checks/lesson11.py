@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from exercises.checks.common import EXACT, CheckFailed, Lesson, run_ranks
 from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
@@ -104,6 +105,20 @@ def check_merge(mod) -> str:
     )
 
 
+class _RecvInto(TorchDispatchMode):
+    """The storage each point-to-point receive inside the block writes into."""
+
+    def __init__(self):
+        super().__init__()
+        self.targets: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.name().startswith("c10d::recv"):
+            bufs = args[0] if args and isinstance(args[0], (list, tuple)) else args[:1]
+            self.targets += [t.untyped_storage().data_ptr() for t in bufs if torch.is_tensor(t)]
+        return func(*args, **(kwargs or {}))
+
+
 def ring_worker(module, members, equal):
     from minipar.runtime import dist as mdist
 
@@ -118,7 +133,7 @@ def ring_worker(module, members, equal):
     left = (i - 1) % n
     send = torch.full((2, 1, 3 + (0 if equal else i), 4), float(i + 1), dtype=torch.float64)
     recv = torch.full((2, 1, 3 + (0 if equal else left), 4), -1.0, dtype=torch.float64)
-    with Watch(RULES_RING, own=mod) as w:
+    with Watch(RULES_RING, own=mod) as w, _RecvInto() as into:
         try:
             out = mod.ring_step(send, recv, group)
         except Exception:
@@ -128,6 +143,7 @@ def ring_worker(module, members, equal):
     return {
         "out": None if out is None else torch.as_tensor(out).detach().clone(),
         "is_recv": out is recv,
+        "into_recv": [ptr == recv.untyped_storage().data_ptr() for ptr in into.targets],
         "recv": recv.clone(),
         "seen": w.summary(),
     }
@@ -158,10 +174,18 @@ def check_ring_step(mod) -> str:
                     f"the block of its left neighbour (index {left}): {size[left]} tokens of {want_val:g}. Send to "
                     "rank i + 1, receive from rank i − 1"
                 )
-            if n > 1 and not (res[g]["is_recv"] and torch.equal(res[g]["recv"], out)):
+            filled = torch.equal(res[g]["recv"], out)
+            if n > 1 and not (res[g]["is_recv"] and filled and all(res[g]["into_recv"])):
+                how = (
+                    "it holds other values"
+                    if not filled
+                    else "not returned"
+                    if not res[g]["is_recv"]
+                    else "received elsewhere, then copied"
+                )
                 raise CheckFailed(
                     f"{what}: rank {g} (index {i}) returned the left block but not in the caller's buffer `recv` "
-                    f"({'it holds other values' if not torch.equal(res[g]['recv'], out) else 'not returned'}): "
+                    f"({how}): "
                     "receive into `recv` in place (dist.irecv(recv, ...)) and return it, as the contract says: "
                     "ring attention reuses its two buffers every step instead of allocating new ones"
                 )
