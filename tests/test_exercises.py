@@ -100,6 +100,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("06", "ex06_stash_copies", "linear_backward_* (stretch)", "shares x's storage"),
     ("06", "ex06_dw_via_numpy_global", "linear_backward_* (stretch)", "changed `_PENDING`"),
     ("06", "ex06_w_returns_stashed", "linear_backward_* (stretch)", "computed no product of x and dL/dy"),
+    ("06", "ex06_dw_rows_in_i", "linear_backward_* (stretch)", "I computes nothing from x"),
     ("07", "ex07_coords_minipar", "coords_of", "your code called minipar.runtime.mesh."),
     ("07", "ex07_pp_fastest", "coords_of", "tp varies fastest"),
     # mismatched new_group calls either hang (the ranks wait) or pair the wrong ranks, by timing: one hint for both

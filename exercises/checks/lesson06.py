@@ -141,6 +141,7 @@ SPLIT_RULES = Refuse(
 SPLIT_CASES = [((4, 5), 3), ((2, 6, 5), 7), ((1, 1, 5), 2), ((3, 4), 1), ((3, 2, 4, 6), 2)]
 
 
+COPIES = ("clone", "_to_copy", "copy", "contiguous", "lift_fresh", "lift_fresh_copy")  # a copy of x: named below
 MATMULS = ("mm", "bmm", "addmm", "addbmm", "baddbmm", "mv", "dot", "vdot", "matmul", "outer", "ger", "addr", "_addmm")
 
 
@@ -152,6 +153,7 @@ class _FromX(TorchDispatchMode):
     def __init__(self, *xs):
         super().__init__()
         self.derived, self.shapes, self.products = {x.data_ptr() for x in xs}, [], []
+        self.storages, self.computed = {x.untyped_storage().data_ptr() for x in xs}, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -164,6 +166,8 @@ class _FromX(TorchDispatchMode):
                     self.shapes.append(tuple(t.shape))
                     if name in MATMULS:
                         self.products.append((name, tuple(t.shape)))
+                    if name not in COPIES and t.untyped_storage().data_ptr() not in self.storages:  # new numbers
+                        self.computed.append((name, tuple(t.shape)))
         return out
 
 
@@ -212,6 +216,13 @@ def check_split(mod) -> str:
                     + (f" ({w.numel()} = out·in elements, the weight gradient's size)" if big else "")
                     + ": the weight gradient belongs in W (linear_backward_weight), in whatever shape or "
                     "layout; I computes nothing from x and returns only dL/dx = dL/dy · W"
+                )
+            if seen_ops.computed:
+                op, shape = seen_ops.computed[0]
+                raise CheckFailed(
+                    f"{what}: linear_backward_input computed aten::{op} of shape {shape} from x: I computes nothing "
+                    "from x (dL/dx = dL/dy · W never touches it); the weight gradient, in whole or in pieces, "
+                    "belongs in W, and the stash keeps x itself"
                 )
             held = tensor_elements(stash)
             if held > (x.numel() + g.numel()) * (k + 1):
