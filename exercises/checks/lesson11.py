@@ -98,7 +98,7 @@ def check_merge(mod) -> str:
                 f"{what}: out differs from the softmax over both blocks by {do:.3g}: weigh each block's output "
                 "by its share of the mass, exp(lse_a − lse) · out_a + exp(lse_b − lse) · out_b (not an average)"
             )
-    finally_own(mod, ["merge"], seen, copies_of=("minipar.cp",))
+    finally_own(mod, ["merge"], seen)
     return (
         "6 cases (equal blocks, one 30 nats heavier, scores ~1000, either block 1500+ nats heavier, a fully "
         "masked row): exact in float64, finite"
@@ -203,7 +203,7 @@ def check_ring_step(mod) -> str:
                     f"one ring step is one message of its block to the right neighbour ({want_s}) and one from "
                     f"the left ({want_r}), nothing with N = 1"
                 )
-    finally_own(mod, ["ring_step"], seen, copies_of=("minipar.cp",))
+    finally_own(mod, ["ring_step"], seen)
     return (
         "N = 1, 2, 3, 4 ranks and sub-group [1, 2, 3]; equal blocks and blocks of 3 + r tokens (uneven): one isend "
         "of its block to the right, one irecv from the left, the left block received"

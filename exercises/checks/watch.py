@@ -17,7 +17,9 @@ Everything it notes is plain data (picklable), so a worker on a real rank return
 
 from __future__ import annotations
 
+import ast
 import collections
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -167,8 +169,6 @@ class Refuse:
 
 def _compiled(path: str) -> list:
     """Every code object compiled from the file at ``path`` as it is on disk (nested ones included)."""
-    import ast
-
     try:
         with open(path, encoding="utf-8") as f:
             src = f.read()
@@ -218,32 +218,39 @@ def defined_elsewhere(mod, names) -> str | None:
     return None
 
 
-def copied_body(mod, names, sources) -> str | None:
-    """The first of ``names`` whose body (docstring aside) is, token for token, a function's of one of
-    ``sources`` (module or package import names, e.g. ``"minipar.cp"``): an implementation pasted in."""
-    import ast
+def _stmts(node):
+    return node.body[1:] if ast.get_docstring(node) is not None else node.body
 
-    def bodies(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read())
-        except (OSError, SyntaxError, ValueError):
-            return {}
-        return {_body(n): n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
-    def _body(node):
-        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
-        return "\n".join(ast.dump(b) for b in body)
+def _bodies(path: str) -> dict:
+    """``{body: function name}`` of the file's functions of 3 statements or more (docstrings aside,
+    as AST dumps); a one-liner is no telling copy."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    fns = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return {"\n".join(ast.dump(b) for b in _stmts(n)): n.name for n in fns if len(_stmts(n)) >= 3}
 
+
+@functools.lru_cache(maxsize=8)
+def _reference_bodies(sources: tuple) -> dict:
     ref = {}
     for src in sources:
         where, package = source_of(src)
-        files = (
-            [os.path.join(d, f) for d, _, fs in os.walk(where) for f in fs if f.endswith(".py")] if package else [where]
-        )
-        for path in files:
-            ref.update({k: (module_name(path, src, where) if package else src, v) for k, v in bodies(path).items()})
-    mine = bodies(os.path.abspath(mod.__file__))
+        files = [os.path.join(d, f) for d, _, fs in os.walk(where) for f in fs if f.endswith(".py")]
+        for path in files if package else [where]:
+            name = module_name(path, src, where) if package else src
+            ref.update({k: (name, v) for k, v in _bodies(path).items()})
+    return ref
+
+
+def copied_body(mod, names, sources) -> str | None:
+    """The first of ``names`` whose body (docstring aside) is, token for token, a function's of one of
+    ``sources`` (module or package import names, e.g. ``"minipar.cp"``): an implementation pasted in."""
+    ref = _reference_bodies(tuple(sources))
+    mine = _bodies(os.path.abspath(mod.__file__))
     for name in names:
         short = name.split(".")[-1]
         for body, fn in mine.items():
@@ -360,10 +367,11 @@ def watched(what: str, rules: Refuse, own, fn, *args, op_words=(), **kwargs):
     return out, w.summary()
 
 
-def finally_own(mod, names, seen=(), copies_of=()) -> None:
+def finally_own(mod, names, seen=(), copies_of=("minipar",)) -> None:
     """The last verdict of a check: no exercise of the reference solution was called (``seen``: the
     watch summaries) and every exercise in ``names`` is defined in the learner's own file, by its own
-    text (``copies_of``: modules whose functions' bodies must not be pasted in verbatim)."""
+    text (``copies_of``: packages whose functions' bodies, of 3 statements or more, must not be pasted
+    in verbatim)."""
     from exercises.checks.common import CheckFailed
 
     for what, summary in seen:
