@@ -15,8 +15,11 @@ from minipar.data import builtin_corpus, make_loader
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
-from minipar.model.gpt import GPT, GPTConfig
-from minipar.model.presets import MEDIUM, SMALL  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
+from minipar.model.presets import (
+    MEDIUM,
+    SMALL,
+    seeded_gpt,
+)  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
 
 # The bounds of the equivalence proof (float64, lr 3e-3, 5 AdamW steps), derived, not fitted:
 # reordering a float64 sum moves a gradient by δ ≤ n·2⁻⁵³·Σ|terms| ≲ 1e-13 here; AdamW's update
@@ -30,8 +33,7 @@ LOSS_BOUND = 1e-6
 def build(cfg=SMALL, seed=0, dtype=torch.float32):
     """The GPT (parameters in ``dtype``) and its AdamW, seeded: every rank (and the single device) starts
     from the same weights (initialised in fp32, then cast, so fp32 and fp64 models start alike)."""
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg)).to(dtype)
+    model = seeded_gpt(cfg, dtype, seed)
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 
 

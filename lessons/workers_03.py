@@ -12,31 +12,16 @@ import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
+from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.memory import state_bytes
 from minipar.zero import zero
-from minipar.zero.fully_shard import MixedPrecisionPolicy, full_state_dict, fully_shard
+from minipar.zero.fully_shard import MixedPrecisionPolicy, fully_shard
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3pp", "fsdp2")
 # zero3: flat units (FSDP1's design, minipar.zero.stage3); zero3pp: per parameter (FSDP2's design,
 # minipar.zero.fully_shard); fsdp2: PyTorch's torch.distributed.fsdp.fully_shard.
-
-
-def _local(t):
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def fsdp2_held_bytes(model, opt) -> dict:
-    """Bytes of the FSDP2 shards this rank holds (DTensor local pieces): params, grads, AdamW state."""
-    nb = lambda t: _local(t).numel() * _local(t).element_size()  # noqa: E731
-    d = dict(
-        params=sum(nb(p) for p in model.parameters()),
-        grads=sum(nb(p.grad) for p in model.parameters() if p.grad is not None),
-        optimizer=sum(nb(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0),
-    )
-    d["total"] = d["params"] + d["grads"] + d["optimizer"]
-    return d
 
 
 def units(model: GPT) -> list:
@@ -81,22 +66,6 @@ def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.fl
         kw = dict(trace=trace) if strategy == "zero3" else {}
         opt = zero(model, int(strategy[-1]), **adamw, **kw)
     return model, opt
-
-
-def held(strategy, model, opt) -> dict:
-    if strategy in ("dp", "single", "zero3pp"):
-        return state_bytes(model, opt)
-    return fsdp2_held_bytes(model, opt) if strategy == "fsdp2" else opt.held_bytes()
-
-
-def full_params(strategy, model, opt) -> dict:
-    if strategy == "zero3":
-        return opt.full_state_dict()
-    if strategy == "zero3pp":
-        return full_state_dict(model)
-    return {
-        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.named_parameters()
-    }
 
 
 def finish_step(strategy: str, model, opt, adamw: dict) -> None:
@@ -164,7 +133,7 @@ def run(
                 loss = model(xy[:, :-1], xy[:, 1:])[1]
                 loss.backward()
                 if step == measure_step:
-                    rec["held"] = held(s, model, opt)
+                    rec["held"] = state_bytes(model, opt)
                 finish_step(s, model, opt, adamw)
             if step == measure_step:
                 rec["comm"] = {op: d["sent"] for op, d in log.by_op().items()}
@@ -174,7 +143,7 @@ def run(
             t = loss.detach().clone()
             dist.all_reduce(t)
             losses.append(t.item() / n)
-        out[s] = dict(rec, losses=losses, params=full_params(s, model, opt))
+        out[s] = dict(rec, losses=losses, params=full_state_dict(model, optimizer=opt))
     return out
 
 
@@ -187,7 +156,7 @@ def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float3
         loss.backward()
         finish_step("single", model, opt, adamw)
         losses.append(loss.item())
-    return dict(losses=losses, params={k: v.detach().clone() for k, v in model.named_parameters()})
+    return dict(losses=losses, params=full_state_dict(model))
 
 
 def different_start(cfg: GPTConfig, stage: int) -> None:
@@ -206,7 +175,7 @@ def single_device_sgd(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         model(xy[:, :-1], xy[:, 1:])[1].backward()
         opt.step()
         opt.zero_grad()
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
+    return full_state_dict(model)
 
 
 def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
@@ -234,15 +203,10 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
             opt.step()
             opt.zero_grad()
-        out[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
+        out[name] = full_state_dict(model)
         if name == "minipar":
             out["owned"] = opt.owned_numel()
-            out["state_bytes"] = sum(
-                v.numel() * v.element_size()
-                for st in opt.optim.state.values()
-                for v in st.values()
-                if torch.is_tensor(v)
-            )
+            out["state_bytes"] = state_bytes(None, opt.optim)["optimizer"]
     return out
 
 

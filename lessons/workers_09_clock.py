@@ -12,7 +12,7 @@ from minipar.clock import compute_seconds
 from minipar.data import builtin_corpus
 from minipar.dp.compression import make_compressor
 from minipar.model.gpt import GPT, GPTConfig
-from minipar.model.presets import MEDIUM
+from minipar.model.presets import MEDIUM, seeded_gpt
 from minipar.tp.overlap import allgather_matmul
 
 
@@ -80,8 +80,7 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     cluster's = virtual / k)."""
     from minipar.clock import ClusterClock, Link
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **MEDIUM))
+    model = seeded_gpt(MEDIUM, torch.float32)
     x = torch.randint(
         0, builtin_corpus().vocab_size, (4, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
     )
@@ -205,13 +204,13 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
     server steps plain SGD, whose update is small next to a gradient (8 sequences of 64 per worker).
     Returns per rank its clock ``timeline`` and ``now``; on the server also ``c`` (one gradient's
     compute, s), ``order`` and ``staleness`` (async), on workers their ``losses``."""
-    from workers_09 import _batch, gpt
+    from workers_09 import _batch
 
     from minipar.clock import ClusterClock, Link
     from minipar.dp.param_server import run_async_arrival, run_sync
 
     workers = md.world_size() - 1
-    model = gpt()
+    model = seeded_gpt()
     sgd = lambda params: torch.optim.SGD(params, lr=0.05)  # noqa: E731 (the server's update: cheap next to a gradient)
 
     def grad_fn(m, worker, k):

@@ -16,7 +16,6 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from minipar.course.bench import median_time
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.runtime import dist as md
 
@@ -134,16 +133,6 @@ def env(**values):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-# ----------------------------------------------------------------------------- measure
-def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
-    """Median seconds of one fp32 ``all_reduce`` per size, the slowest rank's (what nccl-tests reports as time)."""
-    out = {}
-    for nbytes in sizes_bytes:
-        t = torch.ones(nbytes // 4, device=md.device())  # one warm-up call first (connections, buffers)
-        out[nbytes] = median_time(lambda: dist.all_reduce(t), repeats=reps, barrier=True, slowest=True)
-    return out
 
 
 def inspect_source(fn) -> str:
