@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
@@ -112,12 +112,7 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     runs, traces = {}, {False: [], True: []}
     for overlap in (False, True):
         model, opt = build(MEDIUM)
@@ -228,13 +223,9 @@ def ddp_on_clock(
     and the links used.
     """
     from minipar.clock import IB_NDR, NVLINK4, ClusterClock, compute_seconds, slow_motion
+    from minipar.course.presets import h100_seconds
 
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     runs = {}
     for overlap in (False, True):
         model, opt = build(MEDIUM)
@@ -248,7 +239,7 @@ def ddp_on_clock(
 
     here = compute_seconds(fwd_bwd, 3)  # one value on every rank: the links must be the same
     psi = sum(p.numel() for p in net.module.parameters())
-    t_there = 6 * psi * tokens_there / (0.5 * 989e12)
+    t_there = h100_seconds(psi, tokens_there)
     intra, inter = (slow_motion(link, here, t_there) for link in (NVLINK4, IB_NDR))
     best: dict = {}
     for i in range(steps + 1):
@@ -272,33 +263,6 @@ def ddp_on_clock(
         links=(intra, inter),
         params=psi,
     )
-
-
-def exposed_s(run: dict) -> float:
-    """Virtual seconds a rank's step was not computing (waiting for all-reduces): step − its compute."""
-    return run["virtual_s"] - sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute")
-
-
-def comm_s(run: dict) -> float:
-    """Virtual seconds of all-reduce on the modelled link (the sum of the clock's communication spans)."""
-    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "comm")
-
-
-def backward_s(run: dict) -> float:
-    """Compute seconds labelled backward (the time an all-reduce can hide behind)."""
-    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute" and s[1] == "backward")
-
-
-def draw_clock(ax, run: dict, y: float, title: str) -> None:
-    """One rank's step on the cluster clock as two lanes at ``y``: compute (forward blue, backward
-    orange, optimizer green) above, all-reduces (grey, one box per bucket) below; milliseconds."""
-    colors = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green"}
-    for kind, label, t0, t1 in run["timeline"]:
-        if kind == "compute":
-            ax.barh(y + 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color=colors.get(label, "0.6"))
-        else:
-            ax.barh(y - 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color="0.55", edgecolor="white", lw=0.5)
-    ax.text(0, y + 0.5, title, fontsize=8, va="bottom")
 
 
 def draw_wall_timeline(tl: dict) -> None:

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
@@ -50,12 +50,7 @@ def tp_break_even(t: int, F: float, beta: float) -> float:
 def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
     """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
     model = seeded_gpt(MEDIUM, torch.float32)
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     comp, comm = [], []
     for i in range(repeats + 1):
         model.zero_grad(set_to_none=True)
@@ -90,12 +85,7 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
     """
     model = seeded_gpt(MEDIUM, torch.float32)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     for _ in range(steps):
         dist.barrier()
         _, loss = net(x, x)
@@ -120,12 +110,7 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     """
     from minipar.zero import zero
 
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     out, results = {}, {}
     for prefetch in (False, True):
         model = seeded_gpt(MEDIUM, torch.float32)
