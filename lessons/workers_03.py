@@ -14,19 +14,10 @@ import torch.distributed as dist
 import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog
+from minipar.course.zero_strategies import apply_strategy
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
-from minipar.model.memory import state_bytes
+from minipar.model.memory import state_bytes, tensor_memory_tracker
 from minipar.zero import zero
-from minipar.zero.fully_shard import MixedPrecisionPolicy, fully_shard
-
-STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3pp", "fsdp2")
-# zero3: flat units (FSDP1's design, minipar.zero.stage3); zero3pp: per parameter (FSDP2's design,
-# minipar.zero.fully_shard); fsdp2: PyTorch's torch.distributed.fsdp.fully_shard.
-
-
-def units(model: GPT) -> list:
-    """The modules every ZeRO-3 here shards on their own (then the root): the flat units of stage 3."""
-    return [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]
 
 
 def make_optimizer(model, adamw: dict, optim: str = "adamw"):
@@ -37,35 +28,16 @@ def make_optimizer(model, adamw: dict, optim: str = "adamw"):
 
 
 def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32, optim="adamw", mp=None):
-    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy.
+    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy
+    (:func:`minipar.course.zero_strategies.apply_strategy`).
 
     ``optim``: "adamw" or "sgd" (single, dp, zero3pp, fsdp2). ``mp``: ``(param_dtype, reduce_dtype)``
     for the two per-parameter ZeRO-3s, given to minipar's and PyTorch's ``MixedPrecisionPolicy``.
     """
     torch.manual_seed(0)
     model = GPT(cfg).to(dtype)
-    if strategy in ("dp", "single"):
-        opt = make_optimizer(model, adamw, optim)
-    elif strategy == "zero3pp":
-        policy = MixedPrecisionPolicy(*mp) if mp else None
-        for m in units(model):
-            fully_shard(m, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
-        opt = make_optimizer(model, adamw, optim)
-    elif strategy == "fsdp2":
-        from torch.distributed import fsdp
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", (md.world_size(),))
-        policy = fsdp.MixedPrecisionPolicy(*mp) if mp else fsdp.MixedPrecisionPolicy()
-        for m in units(model):
-            fsdp.fully_shard(m, mesh=mesh, mp_policy=policy)
-        fsdp.fully_shard(model, mesh=mesh, mp_policy=policy)
-        opt = make_optimizer(model, adamw, optim)
-    else:
-        kw = dict(trace=trace) if strategy == "zero3" else {}
-        opt = zero(model, int(strategy[-1]), **adamw, **kw)
-    return model, opt
+    kw = dict(trace=trace) if strategy == "zero3" else {}
+    return model, apply_strategy(model, strategy, lambda m: make_optimizer(m, adamw, optim), mp, **adamw, **kw)
 
 
 def finish_step(strategy: str, model, opt, adamw: dict) -> None:
@@ -78,19 +50,6 @@ def finish_step(strategy: str, model, opt, adamw: dict) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), adamw["max_norm"])
     opt.step()
     opt.zero_grad()
-
-
-def peak_tracker(model, opt):
-    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``): it sees every tensor
-    allocation and free through a dispatch mode, so its peak is an exact count of live tensor bytes
-    (activations and temporaries included), the CPU analogue of ``torch.cuda.max_memory_allocated``."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    with warnings.catch_warnings():  # it warns about optimizer parameters whose .grad is None
-        warnings.simplefilter("ignore", UserWarning)
-        tracker.track_external(model, getattr(opt, "optimizer", opt))
-    return tracker
 
 
 def run(
@@ -127,7 +86,7 @@ def run(
             if step == measure_step:
                 trace.clear()
             measure = step == measure_step
-            tracker = peak_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
+            tracker = tensor_memory_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
             with CommLog() as log, tracker, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 loss = model(xy[:, :-1], xy[:, 1:])[1]

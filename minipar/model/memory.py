@@ -241,3 +241,20 @@ def activation_bytes_formula(cfg, batch_size: int, seq_len: int | None = None) -
     per_layer = 4 * 16 * s * b * h + 4 * 4 * b * s + 4 * a * b * s
     embed_head = 8 * b * s + 8 * s + 4 * 2 * s * b * h + 4 * 2 * b * s + 4 * b * s * V + 8 * b * s + 4
     return dict(per_layer=per_layer, layers=L * per_layer, embed_head=embed_head, total=L * per_layer + embed_head)
+
+
+def tensor_memory_tracker(model: nn.Module, optimizer: torch.optim.Optimizer):
+    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``) attached to ``model`` and its
+    optimizer (a wrapper's inner ``.optimizer``, as ZeRO's, is used): inside ``with tracker:`` it sees every
+    tensor allocation and free through a dispatch mode, so ``tracker.get_tracker_snapshot("peak")`` is an
+    exact count of live tensor bytes (activations and temporaries included), the CPU analogue of
+    ``torch.cuda.max_memory_allocated``. Its warnings about parameters whose ``.grad`` is None are silenced."""
+    import warnings
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tracker.track_external(model, getattr(optimizer, "optimizer", optimizer))
+    return tracker
