@@ -6,19 +6,17 @@ shows them; lesson 03's ZeRO numbers come from its own ranks.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
 
 import torch
-import torch.utils.checkpoint
 
 from minipar.data import builtin_corpus
-from minipar.model.gpt import GPT, Block, GPTConfig
+from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
 from minipar.model.presets import MEDIUM, SMALL, default_dtype, seeded_gpt
-from minipar.model.recompute import set_recompute
+from minipar.model.recompute import set_recompute, use_torch_checkpoint
 from minipar.optim.amp import DynamicLossScaler, MixedPrecisionAdamW
 from minipar.optim.offload import OffloadedAdamW
 
@@ -49,17 +47,6 @@ def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torc
         set_recompute(blk, mode)
         out[mode] = saved_activation_bytes(lambda: blk(x), exclude=blk)
     return out
-
-
-def use_torch_checkpoint(model: GPT, reentrant: bool = False) -> GPT:
-    """Wrap every block's forward in ``torch.utils.checkpoint.checkpoint`` (the native full recompute).
-
-    ``reentrant=False`` is PyTorch's recommended form; it keeps what it saves behind saved-tensor
-    hooks of its own, which hide it from an outer counter, so the byte count uses ``reentrant=True``
-    (an autograd Function like minipar's; same tensors kept)."""
-    for blk in model.blocks:
-        blk.forward = functools.partial(torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=reentrant)
-    return model
 
 
 def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: int = 4) -> dict:
