@@ -1,7 +1,5 @@
 """Rank functions for tests/test_course_tools.py."""
 
-import torch
-
 from minipar.course.bench import all_reduce_sweep
 
 
