@@ -6,7 +6,6 @@ summing the same numbers in another order (ranks, micro-batches, another CPU's k
 result by ~1e-16 relative, so the tests' bounds can be derived rather than fitted to one CPU.
 """
 
-
 import torch
 
 from minipar.job.reference import train_single_device
