@@ -113,20 +113,32 @@ def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
     return [step_memory(*case) for case in cases]
 
 
-def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
-    """Median seconds of one AdamW training step (forward, backward, step) after one warm-up step."""
+def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32"):
+    """``GPT(cfg)`` (seed 0), its AdamW (lr 1e-3) and one training step on a fixed batch, ``dtype`` "bf16"
+    under CPU autocast: ``(model, opt, step)``; ``step()`` runs forward, backward, ``opt.step()`` and
+    ``zero_grad(set_to_none=True)`` (as :func:`minipar.job.reference.train_single_device`)."""
     torch.manual_seed(0)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-    times = []
-    for _i in range(repeats + 1):
-        t = time.perf_counter()
+
+    def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            _, loss = model(x, y)
+            loss = model(x, y)[1]  # the logits die here, before backward
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
+    """Median seconds of one AdamW training step (forward, backward, step) after one warm-up step."""
+    step = _adamw_step(cfg, batch, dtype)[2]
+    times = []
+    for _i in range(repeats + 1):
+        t = time.perf_counter()
+        step()
         times.append(time.perf_counter() - t)
     return sorted(times[1:])[len(times[1:]) // 2]
 
@@ -139,16 +151,7 @@ def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> l
     """
     if release:
         release_freed_memory()
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-
-    def step():
-        model(x, y)[1].backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = _adamw_step(cfg, batch)[2]
     return [measure_peak(step) for _ in range(repeats)]
 
 
@@ -157,16 +160,7 @@ def memory_timeline(cfg: GPTConfig, batch: int) -> dict:
     """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist), by
     category (:func:`minipar.course.memory_timeline.profile_memory`). ``zero_grad(set_to_none=True)``
     as in :func:`minipar.job.reference.train_single_device`."""
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-
-    def step():
-        model(x, y)[1].backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = _adamw_step(cfg, batch)[2]
     step()  # the first step creates AdamW's moments
     return profile_memory(step)
 
