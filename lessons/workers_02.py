@@ -37,6 +37,15 @@ def build(cfg=SMALL, seed=0, dtype=torch.float32):
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
 
 
+def ddp_pair(bucket_cap_mb: float) -> dict:
+    """``{overlap: (minipar DDP of the MEDIUM GPT, its AdamW)}`` for overlap off and on: two copies, same weights."""
+    return {
+        ov: (DistributedDataParallel(m, bucket_cap_mb=bucket_cap_mb, overlap=ov), o)
+        for ov in (False, True)
+        for m, o in [build(MEDIUM)]
+    }
+
+
 def _torch_hook(state, bucket):
     """A Python DDP comm hook (divide, then all-reduce-sum), so CommLog can see PyTorch DDP's traffic."""
     buf = bucket.buffer().div_(dist.get_world_size())
@@ -113,10 +122,7 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
-    runs, traces = {}, {False: [], True: []}
-    for overlap in (False, True):
-        model, opt = build(MEDIUM)
-        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    runs, traces = ddp_pair(bucket_cap_mb), {False: [], True: []}
     for _ in range(steps):
         for overlap, (net, opt) in runs.items():
             dist.barrier()
@@ -226,10 +232,7 @@ def ddp_on_clock(
     from minipar.course.presets import h100_seconds
 
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
-    runs = {}
-    for overlap in (False, True):
-        model, opt = build(MEDIUM)
-        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    runs = ddp_pair(bucket_cap_mb)
     net = runs[True][0]
 
     def fwd_bwd(i):  # calibration: compute only (no_sync: no all-reduce)
