@@ -10,11 +10,6 @@ same digits: one colour per contributing rank, grey for "everyone".
 
 from __future__ import annotations
 
-import io
-import os
-import re
-from contextlib import redirect_stdout
-
 import torch
 import torch.distributed as dist
 
@@ -176,49 +171,6 @@ def skipped_call(use_minipar: bool) -> str:
         return "no error"
     except Exception as exc:  # noqa: BLE001
         return f"{type(exc).__name__}: {exc}"
-
-
-def clean(message: str) -> str:
-    """Drop the parts of an error message that change from run to run (source paths, ports, timings)."""
-    message = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", message)
-    message = re.sub(r"\[?127\.0\.0\.1\]?:\d+", "127.0.0.1:<port>", message)
-    message = re.sub(r"\b\d{1,5}ms\b", "<N>ms", message)
-    return message.split(" GLHF")[0].strip()
-
-
-def run_quiet(fn, *args, **kwargs):
-    """``minipar.launch`` with the ranks' replayed output swallowed (it may hold PIDs or timestamps)."""
-    return run_capture(fn, *args, **kwargs)[0]
-
-
-def run_capture(fn, *args, raise_=True, **kwargs):
-    """``minipar.launch`` returning ``(results, what the ranks printed)``.
-
-    With ``raise_=False`` a failed job returns ``(the exception, output)`` instead of raising.
-    """
-    from minipar import launch
-
-    buf = io.StringIO()
-    try:
-        with redirect_stdout(buf):
-            return launch(fn, *args, **kwargs), buf.getvalue()
-    except Exception as exc:  # noqa: BLE001
-        if raise_:
-            raise
-        return exc, buf.getvalue()
-
-
-def with_env(name: str, value: str, fn, *args, **kwargs):
-    """Run ``fn`` with environment variable ``name`` set (ranks inherit the parent's environment)."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
 
 
 # ---- pictures --------------------------------------------------------------------------------

@@ -238,6 +238,14 @@ def builtin_corpus() -> CharCorpus:
     return CharCorpus(load_text())
 
 
+def random_tokens(batch: int, block_size: int, seed: int = 0) -> torch.Tensor:
+    """``(batch, block_size)`` int64 token ids, uniform over the built-in corpus's vocabulary, from a
+    ``torch.Generator`` seeded ``seed`` (the global RNG untouched): inputs for timings, where the text
+    does not matter and each rank may draw its own (``seed=rank``)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, builtin_corpus().vocab_size, (batch, block_size), generator=g)
+
+
 class CharWindows(Dataset):
     """Non-overlapping windows of a token stream: item i is ``(x, y)``, each shape ``(T,)`` int64,
     ``x = data[i*T : i*T+T]`` and ``y = data[i*T+1 : i*T+T+1]`` (the next character)."""
