@@ -14,8 +14,8 @@ from minipar.comm.comm_log import CommLog
 from minipar.course.bench import median_time
 from minipar.data import CharCorpus, load_text
 from minipar.job.config import TrainConfig
-from minipar.job.parallelize import build_piece
-from minipar.model.gpt import GPTConfig
+from minipar.job.parallelize import parallelize
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import state_bytes
 from minipar.runtime.mesh import init_mesh
 from minipar.train import train
@@ -56,7 +56,8 @@ def demo(base: dict, ckpt_dir: str) -> dict:
     )
     one = {}
     for zero in (0, 1):
-        piece = build_piece(cfg, mesh, microbatches=base["microbatches"], zero=zero)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=base["microbatches"], zero=zero))
         x = torch.randint(
             0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0)
         )
@@ -95,12 +96,12 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere).
 
     The gradients are gathered with the parameters' own machinery: each parameter's ``.data`` is
-    replaced by its gradient, then :func:`minipar.job.parallelize.gather_full_state` all-gathers the TP
+    replaced by its gradient, then :func:`minipar.job.piece.gather_full_state` all-gathers the TP
     slices and the stages exactly as it does for weights.
     """
     import torch
 
-    from minipar.job.parallelize import all_reduce_grads_flat, build_piece, gather_full_state
+    from minipar.job.piece import average_grads_, gather_full_state
     from minipar.model.gpt import GPTConfig
     from minipar.runtime.mesh import init_mesh
 
@@ -108,14 +109,15 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     pp, dp, tp = layout
     mesh = init_mesh(pp=pp, dp=dp, tp=tp)
     cfg = GPTConfig(**cfg_kw)
-    piece = build_piece(cfg, mesh, microbatches=microbatches)
+    torch.manual_seed(0)
+    piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=microbatches))
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
     y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
     share = batch // dp
     sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
     piece.executor.step(x[sl], y[sl])
-    all_reduce_grads_flat(piece.stage, mesh.dp_group, mesh.dp_size)
+    average_grads_(piece.stage, mesh)
     with torch.no_grad():
         for p in piece.stage.parameters():
             p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
@@ -182,7 +184,8 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}, "mem": {}}
     for pp, dp, tp in layouts:
         mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
-        piece = build_piece(cfg, mesh, microbatches=m)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=m))
         x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
         piece.executor.count_memory = True  # the warm-up step counts saved activations (not timed)
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages

@@ -19,6 +19,7 @@ SHA-256 and size, each rank's memory counters, your :func:`predict` output). You
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,7 +44,7 @@ def run_rank(cfg: TrainConfig) -> dict:
 def choose_layout(world: int, cfg: TrainConfig) -> tuple[int, int, int, int]:
     """TODO: return ``(pp, dp, tp, microbatches)`` with pp·dp·tp = world, valid for ``cfg``'s model.
 
-    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.job.parallelize.check_model_fits``);
+    Rules: tp divides n_head and d_model; pp <= n_layer (both: ``minipar.job.config.check_model_fits``);
     dp·microbatches divides batch_size (all three: ``cfg.accepts(pp, dp, tp)``). Use at least two of
     the three dimensions. Say in your write-up why (e.g. the planner's ranking:
     ``minipar.perf.search.plan``, lesson 07 "Plan it").
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
 
     vocab = CharCorpus(load_text(a.data)).vocab_size
     layout = choose_layout(a.world, cfg)
-    cfg.pp, cfg.dp, cfg.tp, cfg.microbatches = layout
+    cfg = dataclasses.replace(cfg, **dict(zip(("pp", "dp", "tp", "microbatches"), layout)))  # TrainConfig is frozen
     prediction = predict(cfg, vocab, layout)
     results = launch(run_rank, world_size=a.world, args=(cfg,), prefix=False)
     rep = report(cfg, layout, prediction, results)
