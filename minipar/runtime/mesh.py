@@ -5,7 +5,8 @@ parallel_dims.py``), holds what every part of a job asks about its layout:
 
     layout = Mesh(world_size=8, pp=2, tp=2)      # validated here: dp = 8 / (pp·tp) = 2
     layout.shape, layout.size("dp")              # (2, 2, 2), 2 -- no process group needed
-    mesh = init_mesh(pp=2, tp=2)                 # the same, plus this rank and its groups
+    mesh = init_groups(layout)                   # the same object, plus this rank and its groups
+    mesh = init_mesh(pp=2, tp=2)                 # both at once: init_groups(Mesh(world_size, pp=2, tp=2))
     mesh.tp_group, mesh.dp_rank, mesh.pp_size    # as in Megatron's parallel_state
 
 Layout (Megatron-LM's order, ``megatron/core/parallel_state.py``): tensor-parallel ranks are
