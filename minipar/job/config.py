@@ -35,6 +35,7 @@ from minipar.tp.gpt import check_tp_config
 DTYPES = ("fp32", "bf16", "fp16")
 SCHEDULES_3D = ("gpipe", "1f1b")  # the main job runs one pipeline stage per rank
 GRAD_COMPRESSION = ("none", "bf16", "topk", "powersgd")  # the dp all-reduce: plain, or compressed (lesson 09)
+BETAS = (0.9, 0.95)  # AdamW's (β1, β2), as GPT-2: the single device's and every layout's
 SECTIONS = ("model", "parallelism", "optimizer", "run")  # TrainConfig's groups of fields (torchtitan's JobConfig)
 
 
@@ -196,7 +197,7 @@ def build(cfg: TrainConfig, vocab_size: int) -> tuple[GPT, torch.optim.Optimizer
     """
     torch.manual_seed(cfg.seed)
     model = GPT(cfg.gpt(vocab_size))
-    return model, torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
+    return model, torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.lr, betas=BETAS)
 
 
 def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Job:

@@ -41,7 +41,7 @@ from minipar.cp.model import ContextParallel
 from minipar.dp.compression import make_compressor
 from minipar.ep.parallel import ExpertParallelMoE
 from minipar.ep.zero import MoEZero1
-from minipar.job.config import TrainConfig
+from minipar.job.config import BETAS, TrainConfig
 from minipar.job.piece import Piece
 from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.recompute import set_recompute
@@ -56,8 +56,6 @@ from minipar.tp.partition import param_is_not_tensor_parallel_duplicate
 from minipar.zero.flat import default_units
 from minipar.zero.fully_shard import MixedPrecisionPolicy, fully_shard
 from minipar.zero.stage12 import ZeroOptimizer
-
-BETAS = (0.9, 0.95)  # AdamW's, as GPT-2 (minipar.job.config.build uses the same)
 
 
 def parallelize(model: GPT, mesh: Mesh, cfg: TrainConfig) -> Piece:
