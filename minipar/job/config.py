@@ -50,7 +50,7 @@ def _section(name: str) -> property:
     def get(self) -> SimpleNamespace:
         return SimpleNamespace(**{f.name: getattr(self, f.name) for f in fields_of(name)})
 
-    return property(get, doc=f"the {name} settings, as a read-only copy (``cfg.{name}.<field>``)")
+    return property(get, doc=f"the {name} settings (``cfg.{name}.<field>``), a copy: the config itself is frozen")
 
 
 @dataclass(frozen=True)
