@@ -14,7 +14,8 @@ from minipar.checkpoint.full_state import full_state_dict, gather_stages
 from minipar.comm.comm_log import CommLog
 from minipar.data import CharCorpus, load_text
 from minipar.job.config import TrainConfig
-from minipar.job.parallelize import build_piece
+from minipar.job.parallelize import parallelize
+from minipar.job.piece import average_grads_
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import state_bytes
 from minipar.model.presets import default_dtype
@@ -57,7 +58,8 @@ def demo(base: dict, ckpt_dir: str) -> dict:
     )
     one = {}
     for zero in (0, 1):
-        piece = build_piece(cfg, mesh, microbatches=base["microbatches"], zero=zero)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=base["microbatches"], zero=zero))
         x = torch.randint(
             0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0)
         )
@@ -83,18 +85,17 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
     the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere): each stage's
     TP slices gathered (:func:`minipar.checkpoint.full_state.full_state_dict`, ``grads=True``), then the
     stages (:func:`~minipar.checkpoint.full_state.gather_stages`)."""
-    from minipar.job.parallelize import all_reduce_grads_flat
-
     with default_dtype(torch.float64):
         pp, dp, tp = layout
         mesh = init_mesh(pp=pp, dp=dp, tp=tp)
         cfg = GPTConfig(**cfg_kw)
-        piece = build_piece(cfg, mesh, microbatches=microbatches)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=microbatches))
         x, y = _batch(cfg, batch)
         share = batch // dp
         sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
         piece.executor.step(x[sl], y[sl])
-        all_reduce_grads_flat(piece.stage, mesh.dp_group, mesh.dp_size)
+        average_grads_(piece.stage, mesh)
         grads = full_state_dict(piece.stage, grads=True, group=mesh.tp_group, remove_duplicate=False)
         return gather_stages(grads, mesh, 0)
 
@@ -154,7 +155,8 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}, "mem": {}}
     for pp, dp, tp in layouts:
         mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
-        piece = build_piece(cfg, mesh, microbatches=m)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=m))
         x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
         piece.executor.count_memory = True  # the warm-up step counts saved activations (not timed)
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages

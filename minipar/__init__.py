@@ -12,7 +12,7 @@ The folders are the architecture, bottom to top; a folder imports only from fold
     checkpoint/ logical single-device state: full_state (any sharding), dcp (any layout), moe, resume
     perf/      a MODEL of step time and memory per layout (the planner's)
     clock/     the cluster clock, an EMULATOR: compute measured, links modelled
-    job/       the main job's parts: config (TrainConfig), parallelize, moe_piece, outdir, run_log, reference
+    job/       the main job's parts: config (TrainConfig), cli, parallelize, piece, outdir, run_log, reference
     train, plan                  the commands: python -m minipar.train, python -m minipar.plan
     course/    beside the library, imported by nothing in it: verify, bench + benchmarks/, gpu_check,
                pipeline_trace, the lessons' tools (presets, zero_strategies, capture, clock_view, ...)
@@ -38,7 +38,7 @@ Modules, one concept each (the lesson that teaches each is in brackets):
 - ``minipar.perf``     ``hardware``, ``layout``, ``flops``, ``model``, ``memory``, ``search``, ``published``,
   ``runs`` [07], ``timeline`` [09]
 - ``minipar.clock``    ``links``, ``clock`` (``ClusterClock``), ``hooks`` [02, 05, 06, 07, 09, 11]
-- ``minipar.job``      ``config``, ``parallelize``, ``moe_piece``, ``outdir``, ``run_log``, ``reference`` [00, 07]
+- ``minipar.job``      ``config``, ``cli``, ``parallelize``, ``piece``, ``outdir``, ``run_log``, ``reference`` [00, 07]
 - ``minipar.train``    the main job, top to bottom: ``python -m minipar.train`` [00, 07]
 - ``minipar.plan``     ``python -m minipar.plan``: the best layouts for N GPUs and a model [07]
 - ``minipar.course``   ``verify``, ``bench``, ``benchmarks``, ``gpu_check``, ``pipeline_trace``; the lessons' tools:
