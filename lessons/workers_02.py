@@ -225,7 +225,8 @@ def ddp_on_clock(
     rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
     and the links used.
     """
-    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, compute_seconds, slow_motion
+    from minipar.clock import ClusterClock, compute_seconds, slow_motion
+    from minipar.comm.links import IB_NDR, NVLINK4
 
     x = torch.randint(
         0,
