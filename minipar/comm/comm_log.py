@@ -19,9 +19,11 @@ What a record counts, per rank, for a message of ``S`` bytes in a group of ``N``
 
 - point-to-point (``send``/``isend``: sent = S; ``recv``/``irecv``: received = S) — exact;
 - ``all_reduce``: sent = received = 2(N−1)/N · S, the ring algorithm's per-rank volume
-  (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md);
+  (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md;
+  :func:`minipar.comm.cost.all_reduce_bytes`);
 - ``all_gather`` (S = output bytes), ``reduce_scatter`` (S = input bytes), ``all_to_all``:
-  (N−1)/N · S each way; ``all_to_all_single`` exactly (uneven splits: all rows but this rank's own);
+  (N−1)/N · S each way (:func:`minipar.comm.cost.ring_bytes`); ``all_to_all_single`` exactly
+  (uneven splits: all rows but this rank's own);
 - rooted ``broadcast``/``scatter`` (root sends), ``reduce``/``gather`` (root receives):
   counted as direct transfers, root ↔ each other rank, s = one rank's share;
 - ``barrier``: 0 bytes.
@@ -46,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.comm import intercept
+from minipar.comm.cost import all_reduce_bytes, ring_bytes
 
 _active: list["CommLog"] = []  # the open logs, outermost first; _record_call listens while non-empty
 _lock = threading.Lock()  # entering and leaving logs from several threads
@@ -127,17 +130,17 @@ def _record(op: str, args, kwargs) -> Record:
             recv = S
     elif op == "all_reduce":
         S = tensor_bytes(first)
-        sent = recv = 2 * (n - 1) / n * S
+        sent = recv = all_reduce_bytes(n, S)
     elif op == "all_to_all_single":  # exact with uneven splits
         S, inp = tensor_bytes(first), _arg(args, kwargs, 1, "input")
         sent = _moved(inp, _arg(args, kwargs, 3, "input_split_sizes"), ranks.index(me), n)
         recv = _moved(first, _arg(args, kwargs, 2, "output_split_sizes"), ranks.index(me), n)
     elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all"):
         S = tensor_bytes(first)  # output list / output tensor
-        sent = recv = (n - 1) / n * S
+        sent = recv = ring_bytes(n, S)
     elif op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):
         S = tensor_bytes(_arg(args, kwargs, 1, "input" if op != "reduce_scatter" else "input_list"))
-        sent = recv = (n - 1) / n * S
+        sent = recv = ring_bytes(n, S)
     elif op in ("broadcast", "reduce", "scatter", "gather"):
         S = tensor_bytes(first)  # one rank's share
         root_key = {"broadcast": "src", "scatter": "src", "reduce": "dst", "gather": "dst"}[op]

@@ -11,10 +11,11 @@ takes α + n/β (:func:`p2p_time`, which ``Link.time`` is). For a collective of
 input) on ``n`` ranks:
 
 - ring **all-reduce** (:func:`all_reduce_time`): reduce-scatter then all-gather,
-  2(n−1)·α + 2(n−1)/n · S/β (Patarasuk & Yuan 2009; the "bus bandwidth" of nccl-tests'
-  PERFORMANCE.md). The 2(n−1)α term grows with the group: the per-GPU-count effect;
+  2(n−1)·α + 2(n−1)/n · S/β (Patarasuk & Yuan 2009): 2(n−1) steps, each rank sending
+  2(n−1)/n · S bytes (:func:`all_reduce_bytes`, the "bus bytes" of nccl-tests' PERFORMANCE.md,
+  what ``CommLog`` records). The 2(n−1)α term grows with the group: the per-GPU-count effect;
 - ring **reduce-scatter / all-gather / all-to-all** (and gather/scatter as a ring)
-  (:func:`ring_time`): (n−1)·α + (n−1)/n · S/β, half an all-reduce;
+  (:func:`ring_time`): (n−1)·α + (n−1)/n · S/β (:func:`ring_bytes`), half an all-reduce;
 - **broadcast / reduce** as a pipelined chain (NCCL's ring broadcast) (:func:`chain_time`):
   (n−1)·α + S/β.
 
@@ -45,17 +46,28 @@ def p2p_time(nbytes, link):
     return a + nbytes / b
 
 
+def all_reduce_bytes(n: int, nbytes):
+    """Bytes each rank sends (and receives) in a ring all-reduce of ``nbytes`` on ``n`` ranks: 2(n−1)/n·S."""
+    return 2 * (n - 1) / n * nbytes
+
+
+def ring_bytes(n: int, nbytes):
+    """Bytes each rank sends (and receives) in a ring reduce-scatter / all-gather / all-to-all of
+    ``nbytes`` (the full buffer) on ``n`` ranks: (n−1)/n·S."""
+    return (n - 1) / n * nbytes
+
+
 def all_reduce_time(n: int, nbytes, link):
     """Seconds of a ring all-reduce of ``nbytes`` on ``n`` ranks: 2(n−1)α + 2(n−1)/n·S/β (module doc)."""
     a, b = alpha_beta(link)
-    return 0.0 if n <= 1 else 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes / b
+    return 0.0 if n <= 1 else 2 * (n - 1) * a + all_reduce_bytes(n, nbytes) / b
 
 
 def ring_time(n: int, nbytes, link):
     """Seconds of a ring reduce-scatter / all-gather / all-to-all of ``nbytes`` (the full buffer) on
     ``n`` ranks: (n−1)α + (n−1)/n·S/β, half of :func:`all_reduce_time`."""
     a, b = alpha_beta(link)
-    return 0.0 if n <= 1 else (n - 1) * a + (n - 1) / n * nbytes / b
+    return 0.0 if n <= 1 else (n - 1) * a + ring_bytes(n, nbytes) / b
 
 
 def chain_time(n: int, nbytes, link):
