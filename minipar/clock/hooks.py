@@ -68,7 +68,7 @@ class ClockedWork:
 
     def wait(self, timeout=None) -> bool:
         mine = self._clock._owner == threading.get_ident()
-        outer = mine and not self._clock._inside  # not the wait of a blocking call's own wrapper
+        outer = mine and not self._clock._inside  # not the wait of a blocking call's own listener
         if outer:
             self._clock._tick()
         for w in self._works:
@@ -105,7 +105,7 @@ class ClockListener:
 
     def __call__(self, op: str, call, args: tuple, kwargs: dict):
         clock = self.clock
-        if clock._inside or clock._owner != threading.get_ident():
+        if clock._inside or clock._owner != threading.get_ident() or (op not in COLLECTIVES and op not in P2P):
             return call(*args, **kwargs)  # a call made by a clocked call (torch's own nesting), or another thread
         t_post = clock._tick()  # the compute up to here; the listener's own CPU time is not compute
         clock._inside = True
