@@ -41,7 +41,9 @@ puts a 16-byte time stamp in front of every point-to-point message, and returns 
 listener cannot replace. The price of wrappers, as with ``unittest.mock.patch``: a function
 imported by name before the block (``from torch.distributed import all_reduce``) keeps torch's
 own, and calls that bypass Python (the C++ reducer inside ``torch.nn.parallel.DistributedDataParallel``)
-are not seen: use a DDP comm hook there.
+are not seen: use a DDP comm hook there. The exercise checkers (``exercises/checks/watch.py``)
+watch with the dispatcher on purpose: they must see a learner's calls however they are made (a
+``ProcessGroup`` method, a functional collective, a name imported before), which these wrappers do not.
 """
 
 from __future__ import annotations
