@@ -16,6 +16,7 @@ import torch.distributed as dist
 import minipar.runtime.dist as md
 from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
 from minipar.comm.comm_log import CommLog
+from minipar.comm.cost import all_reduce_time
 
 NAN = float("nan")
 
@@ -279,11 +280,6 @@ def fit_alpha_beta(sizes: list[int], times: list[float], n: int) -> tuple[float,
     return float(alpha), float(1 / inv_b)
 
 
-def model_time(S, n: int, alpha: float, B: float):
-    """The ring all-reduce's α–β time in seconds for S bytes on n ranks."""
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / B
-
-
 def draw_cost_model(sizes, sweep, fits):
     """Measured all_reduce times (points) against the fitted model (lines), per world size; ring vs torch."""
     import matplotlib.pyplot as plt
@@ -298,7 +294,7 @@ def draw_cost_model(sizes, sweep, fits):
         grid = np.geomspace(S[0], S[-1], 50)
         ax.loglog(
             grid,
-            model_time(grid, n, alpha, B) * 1e3,
+            all_reduce_time(n, grid, (alpha, B)) * 1e3,
             "-",
             color=colour,
             alpha=0.6,
@@ -344,7 +340,7 @@ def draw_bytes(table, S):
 def misfit(sizes: list[int], times: list[float], n: int, fit: tuple[float, float]) -> str:
     """Where the α–β line misses: measured / model time at every size; returns a one-line summary
     (the worst ratio and its size, how many sizes are within ×1.5). Measured: print it after ⏱."""
-    ratios = [t / model_time(s, n, *fit) for s, t in zip(sizes, times)]
+    ratios = [t / all_reduce_time(n, s, fit) for s, t in zip(sizes, times)]
     worst = max(range(len(ratios)), key=lambda i: max(ratios[i], 1 / ratios[i]))
     near = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)
     return (

@@ -228,7 +228,8 @@ def ddp_on_clock(
     rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
     and the links used.
     """
-    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, compute_seconds, slow_motion
+    from minipar.clock import ClusterClock, compute_seconds, slow_motion
+    from minipar.comm.links import IB_NDR, NVLINK4
     from minipar.course.presets import h100_seconds
 
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())

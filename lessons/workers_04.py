@@ -281,10 +281,10 @@ def draw_shards(full: dict, axes, colors=("tab:blue", "tab:orange")) -> None:
 
 def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:
     """Ring all-reduce time on ``n`` ranks against the message size, per link ``{name: (α, β)}``
-    (:func:`minipar.perf.model.all_reduce_time`), with the layer's activation S and compute / 4."""
+    (:func:`minipar.comm.cost.all_reduce_time`), with the layer's activation S and compute / 4."""
     import numpy as np
 
-    from minipar.perf.model import all_reduce_time
+    from minipar.comm.cost import all_reduce_time
 
     sizes = np.logspace(3, 9, 60)
     for name, link in links.items():

@@ -26,7 +26,8 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
     rank) and this rank's ``segments``: its compute between two waits (one chunk's GEMM each when
     overlapped; the one GEMM after the all-gather otherwise) and ``timeline`` (the clock's Spans), and
     ``t_f``, one ring step's transfer."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     g = torch.Generator().manual_seed(md.rank())
     x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
@@ -80,7 +81,8 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     noise in the model's CPU time on a loaded machine. Returns ``{"step": {β: {method: model +
     extra}}, "extra": {β: {method: seconds}}, "slow": k}`` (β in the cluster's GB/s, seconds the
     cluster's = virtual / k)."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     model = seeded_gpt(MEDIUM, torch.float32)
     x = random_tokens(4, MEDIUM["block_size"], md.rank())
@@ -123,7 +125,9 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     and per mode (False/True) the fastest window's ``exposed`` (virtual seconds not covered by
     compute, slowest rank) and this rank's ``timeline``; ``gather`` (virtual seconds of each unit's
     gather, forward order), ``names``, ``fwd`` (one block's forward)."""
-    from minipar.clock import ClusterClock, Link, collective_time
+    from minipar.clock import ClusterClock
+    from minipar.comm.cost import collective_time
+    from minipar.comm.links import Link
     from minipar.zero import zero
     from minipar.zero.flat import default_units
 
@@ -175,7 +179,7 @@ def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
     """One ring step's transfer over one chunk's GEMM for a column-parallel MLP input (h → 4h) with
     sequence parallelism: (tokens/t)·h bf16 values over NVLink 4 against 2·(tokens/t)·h·(4h/t) FLOPs
     at ``flops`` FLOP/s (an H100's achieved rate)."""
-    from minipar.clock import NVLINK4
+    from minipar.comm.links import NVLINK4
 
     rows = tokens // t
     return NVLINK4.time(rows * h * 2) / (2 * rows * h * (4 * h // t) / flops)
@@ -192,7 +196,8 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
     compute, s), ``order`` and ``staleness`` (async), on workers their ``losses``."""
     from workers_09 import _batch
 
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
     from minipar.dp.param_server import run_async_arrival, run_sync
 
     workers = md.world_size() - 1

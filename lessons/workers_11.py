@@ -158,7 +158,8 @@ def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
     (``minipar.clock``: compute = this rank's CPU time, each K/V transfer costs α + bytes/β on the link
     given as (α s, β bytes/s); None = an instant link, i.e. compute alone), overlapped and not.
     Returns {overlap: the fastest of ``repeats`` virtual times of this rank} and the block bytes."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     n, r = md.world_size(), md.rank()
     ranges = load_balanced_ranges(T, n)
