@@ -237,7 +237,7 @@ def random_tokens(batch: int, block_size: int, seed: int = 0) -> torch.Tensor:
     """``(batch, block_size)`` int64 ids, uniform over the built-in vocabulary, from a generator seeded ``seed``
     (the global RNG untouched): inputs for timings, where the text does not matter (``seed=rank``: per rank)."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, builtin_corpus().vocab_size, (batch, block_size), generator=g)
+    return torch.randint(0, builtin_corpus().vocab_size, (batch, block_size), generator=g)  # device-ok: CPU ids
 
 
 class CharWindows(Dataset):
