@@ -7,16 +7,15 @@ next one's peak (see :func:`step_memory`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pathlib
-import sys
 import tempfile
 import time
 
 import torch
 
+from minipar.course.memory_timeline import profile_memory
 from minipar.job.config import TrainConfig
 from minipar.model.gpt import GPT, GPTConfig, num_params
 from minipar.model.memory import (
@@ -27,86 +26,6 @@ from minipar.model.memory import (
     state_bytes,
 )
 from minipar.train import train
-
-
-# ---------------------------------------------------------------- the graph autograd builds
-def autograd_graph(root: torch.Tensor, names: dict[int, str] | None = None):
-    """Walk ``root.grad_fn`` and its ``next_functions``: the graph ``backward()`` will run.
-
-    Returns ``(nodes, edges)``: ``nodes`` maps a node id to ``(label, depth)`` (depth = steps from
-    the loss); ``edges`` is a list of ``(from_id, to_id)``, from an op to the op (or leaf) whose
-    gradient it produces. Leaves (``AccumulateGrad``) are labelled with ``names[id(tensor)]``.
-    """
-    names = names or {}
-    nodes: dict[int, tuple[str, int]] = {}
-    edges: list[tuple[int, int]] = []
-    alive = []  # hold every node object, so that no id() is reused while we walk
-    todo = [(root.grad_fn, 0)]
-    while todo:
-        fn, depth = todo.pop(0)
-        alive.append(fn)
-        if id(fn) in nodes:
-            continue
-        label = type(fn).__name__
-        if hasattr(fn, "variable"):  # a leaf: the gradient is accumulated into tensor.grad
-            label = f"{names.get(id(fn.variable), 'leaf')}.grad"
-        nodes[id(fn)] = (label, depth)
-        for nxt, _ in fn.next_functions:
-            if nxt is not None:
-                edges.append((id(fn), id(nxt)))
-                todo.append((nxt, depth + 1))
-    return nodes, edges
-
-
-def graph_text(nodes, edges) -> str:
-    """The graph as an indented tree, loss first: each line is a node, its inputs below it."""
-    children: dict[int, list[int]] = {}
-    for a, b in edges:
-        children.setdefault(a, []).append(b)
-    lines: list[str] = []
-
-    def visit(nid, indent):
-        lines.append("    " * indent + nodes[nid][0])
-        for c in children.get(nid, []):
-            visit(c, indent + 1)
-
-    visit(next(iter(nodes)), 0)
-    return "\n".join(lines)
-
-
-def draw_graph(nodes, edges, ax, title: str = "") -> None:
-    """Draw ``autograd_graph``'s output left (loss) to right (leaves) with matplotlib."""
-    by_depth: dict[int, list[int]] = {}
-    for nid, (_, d) in nodes.items():
-        by_depth.setdefault(d, []).append(nid)
-    pos = {}
-    for d, ids in by_depth.items():
-        for i, nid in enumerate(ids):
-            pos[nid] = (1.6 * d, (len(ids) - 1) / 2 - i)
-    boxes = {}
-    for nid, (label, _) in nodes.items():
-        leaf = label.endswith(".grad")
-        boxes[nid] = ax.text(
-            *pos[nid],
-            label,
-            ha="center",
-            va="center",
-            fontsize=8,
-            bbox=dict(boxstyle="round", fc="#fde9c8" if leaf else "#d7e6f5", ec="0.5"),
-        )
-    for a, b in edges:  # from the right edge of a's box to the left edge of b's box
-        ax.annotate(
-            "",
-            xy=(0, 0.5),
-            xycoords=boxes[b],
-            xytext=(1, 0.5),
-            textcoords=boxes[a],
-            arrowprops=dict(arrowstyle="->", color="0.4", lw=1, shrinkA=4, shrinkB=4),
-        )
-    ax.set_xlim(-0.9, 1.6 * max(by_depth) + 0.9)
-    ax.set_ylim(-1.6, 1.6)
-    ax.axis("off")
-    ax.set_title(title, fontsize=10)
 
 
 # ---------------------------------------------------------------- the main job, in-process
@@ -194,20 +113,32 @@ def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
     return [step_memory(*case) for case in cases]
 
 
-def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
-    """Median seconds of one AdamW training step (forward, backward, step) after one warm-up step."""
+def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32"):
+    """``GPT(cfg)`` (seed 0), its AdamW (lr 1e-3) and one training step on a fixed batch, ``dtype`` "bf16"
+    under CPU autocast: ``(model, opt, step)``; ``step()`` runs forward, backward, ``opt.step()`` and
+    ``zero_grad(set_to_none=True)`` (as :func:`minipar.job.reference.train_single_device`)."""
     torch.manual_seed(0)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-    times = []
-    for _i in range(repeats + 1):
-        t = time.perf_counter()
+
+    def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            _, loss = model(x, y)
+            loss = model(x, y)[1]  # the logits die here, before backward
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+def step_time(cfg: GPTConfig, batch: int, dtype: str = "fp32", repeats: int = 3) -> float:
+    """Median seconds of one AdamW training step (forward, backward, step) after one warm-up step."""
+    step = _adamw_step(cfg, batch, dtype)[2]
+    times = []
+    for _i in range(repeats + 1):
+        t = time.perf_counter()
+        step()
         times.append(time.perf_counter() - t)
     return sorted(times[1:])[len(times[1:]) // 2]
 
@@ -220,119 +151,18 @@ def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> l
     """
     if release:
         release_freed_memory()
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-
-    def step():
-        model(x, y)[1].backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = _adamw_step(cfg, batch)[2]
     return [measure_peak(step) for _ in range(repeats)]
 
 
 # ---------------------------------------------------------------- memory over one step
-# The categories of PyTorch's memory profiler, in the order of its raw timeline's columns 1..8
-# (torch.profiler._memory_profiler._CATEGORY_TO_COLORS; column 0 is unused).
-TIMELINE_CATEGORIES = (
-    "parameters",
-    "optimizer state",
-    "inputs",
-    "temporaries",
-    "activations",
-    "gradients",
-    "autograd detail",
-    "unknown",
-)
-
-
-@contextlib.contextmanager
-def _quiet_fd2():
-    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs start/stop lines with a time
-    stamp and a PID there, which a notebook would show as stderr."""
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def memory_timeline(cfg: GPTConfig, batch: int) -> dict:
-    """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist),
-    by category, from ``torch.profiler`` (``profile_memory=True``; ``export_memory_timeline``, the CPU
-    counterpart of ``torch.cuda.memory._record_memory_history``'s picture). ``zero_grad(set_to_none=True)``
-    as in :func:`minipar.job.reference.train_single_device`.
-
-    Returns ``{"t": ms since the step began, per allocation/free event, "bytes": {category: list},
-    "total": list}`` (bytes alive after each event)."""
-    import json
-    import warnings
-
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
-
-    def step():
-        model(x, y)[1].backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist), by
+    category (:func:`minipar.course.memory_timeline.profile_memory`). ``zero_grad(set_to_none=True)``
+    as in :func:`minipar.job.reference.train_single_device`."""
+    step = _adamw_step(cfg, batch)[2]
     step()  # the first step creates AdamW's moments
-    with (
-        _quiet_fd2(),
-        profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof,
-    ):
-        step()
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        # deprecated in 2.13 in favour of the CUDA-only snapshot API, which has no CPU counterpart
-        warnings.simplefilter("ignore", FutureWarning)
-        path = pathlib.Path(tmp) / "timeline.json"
-        prof.export_memory_timeline(str(path), device="cpu")
-        raw = json.loads(path.read_text())
-    return _coalesce(raw)
-
-
-def _coalesce(raw) -> dict:
-    """``export_memory_timeline``'s JSON is ``[times, sizes]``, one row of sizes per event (times in
-    µs): column 0 unused, then one column per :data:`TIMELINE_CATEGORIES`. ``t`` is in ms from the first event
-    (a clock: only the picture uses it)."""
-    times, sizes = raw
-    if not sizes or len(sizes[0]) != len(TIMELINE_CATEGORIES) + 1:
-        raise ValueError(f"unexpected memory timeline rows: {str(sizes[:1])[:200]}")
-    cols = list(zip(*sizes))
-    by = {c: list(cols[i + 1]) for i, c in enumerate(TIMELINE_CATEGORIES)}
-    t0 = times[0]
-    return {"t": [(t - t0) / 1e3 for t in times], "bytes": by, "total": [sum(r[1:]) for r in sizes]}
-
-
-def draw_memory_timeline(tl: dict, ax, counted: dict) -> None:
-    """Stacked live bytes per category over the step, and the sum of the counted parts as a line."""
-    MiB = 2**20
-    order = (
-        "parameters",
-        "optimizer state",
-        "gradients",
-        "activations",
-        "autograd detail",
-        "temporaries",
-        "inputs",
-        "unknown",
-    )
-    ax.stackplot(tl["t"], *[[v / MiB for v in tl["bytes"][c]] for c in order], labels=order, alpha=0.85)
-    total = sum(counted.values())
-    ax.axhline(total / MiB, color="k", ls="--", lw=1, label="params + grads + AdamW + activations (counted)")
-    ax.set_xlabel("ms into the step (forward → backward → AdamW step), this machine")
-    ax.set_ylabel("MiB alive")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return profile_memory(step)
 
 
 def draw_memory_bars(bars: dict, ax, title: str) -> None:

@@ -10,17 +10,13 @@ same digits: one colour per contributing rank, grey for "everyone".
 
 from __future__ import annotations
 
-import io
-import os
-import re
-from contextlib import redirect_stdout
-
 import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
 from minipar.comm.comm_log import CommLog
+from minipar.comm.cost import all_reduce_time
 
 NAN = float("nan")
 
@@ -178,49 +174,6 @@ def skipped_call(use_minipar: bool) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-def clean(message: str) -> str:
-    """Drop the parts of an error message that change from run to run (source paths, ports, timings)."""
-    message = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", message)
-    message = re.sub(r"\[?127\.0\.0\.1\]?:\d+", "127.0.0.1:<port>", message)
-    message = re.sub(r"\b\d{1,5}ms\b", "<N>ms", message)
-    return message.split(" GLHF")[0].strip()
-
-
-def run_quiet(fn, *args, **kwargs):
-    """``minipar.launch`` with the ranks' replayed output swallowed (it may hold PIDs or timestamps)."""
-    return run_capture(fn, *args, **kwargs)[0]
-
-
-def run_capture(fn, *args, raise_=True, **kwargs):
-    """``minipar.launch`` returning ``(results, what the ranks printed)``.
-
-    With ``raise_=False`` a failed job returns ``(the exception, output)`` instead of raising.
-    """
-    from minipar import launch
-
-    buf = io.StringIO()
-    try:
-        with redirect_stdout(buf):
-            return launch(fn, *args, **kwargs), buf.getvalue()
-    except Exception as exc:  # noqa: BLE001
-        if raise_:
-            raise
-        return exc, buf.getvalue()
-
-
-def with_env(name: str, value: str, fn, *args, **kwargs):
-    """Run ``fn`` with environment variable ``name`` set (ranks inherit the parent's environment)."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
 # ---- pictures --------------------------------------------------------------------------------
 
 
@@ -327,11 +280,6 @@ def fit_alpha_beta(sizes: list[int], times: list[float], n: int) -> tuple[float,
     return float(alpha), float(1 / inv_b)
 
 
-def model_time(S, n: int, alpha: float, B: float):
-    """The ring all-reduce's α–β time in seconds for S bytes on n ranks."""
-    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * S / B
-
-
 def draw_cost_model(sizes, sweep, fits):
     """Measured all_reduce times (points) against the fitted model (lines), per world size; ring vs torch."""
     import matplotlib.pyplot as plt
@@ -346,7 +294,7 @@ def draw_cost_model(sizes, sweep, fits):
         grid = np.geomspace(S[0], S[-1], 50)
         ax.loglog(
             grid,
-            model_time(grid, n, alpha, B) * 1e3,
+            all_reduce_time(n, grid, (alpha, B)) * 1e3,
             "-",
             color=colour,
             alpha=0.6,
@@ -392,7 +340,7 @@ def draw_bytes(table, S):
 def misfit(sizes: list[int], times: list[float], n: int, fit: tuple[float, float]) -> str:
     """Where the α–β line misses: measured / model time at every size; returns a one-line summary
     (the worst ratio and its size, how many sizes are within ×1.5). Measured: print it after ⏱."""
-    ratios = [t / model_time(s, n, *fit) for s, t in zip(sizes, times)]
+    ratios = [t / all_reduce_time(n, s, fit) for s, t in zip(sizes, times)]
     worst = max(range(len(ratios)), key=lambda i: max(ratios[i], 1 / ratios[i]))
     near = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)
     return (

@@ -11,12 +11,15 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
-from minipar.model.gpt import GPT, GPTConfig
-from minipar.model.presets import MEDIUM, SMALL  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
+from minipar.model.presets import (
+    MEDIUM,
+    SMALL,
+    seeded_gpt,
+)  # SMALL: the equivalence proof; MEDIUM: timelines, throughput
 
 # The bounds of the equivalence proof (float64, lr 3e-3, 5 AdamW steps), derived, not fitted:
 # reordering a float64 sum moves a gradient by δ ≤ n·2⁻⁵³·Σ|terms| ≲ 1e-13 here; AdamW's update
@@ -30,9 +33,17 @@ LOSS_BOUND = 1e-6
 def build(cfg=SMALL, seed=0, dtype=torch.float32):
     """The GPT (parameters in ``dtype``) and its AdamW, seeded: every rank (and the single device) starts
     from the same weights (initialised in fp32, then cast, so fp32 and fp64 models start alike)."""
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg)).to(dtype)
+    model = seeded_gpt(cfg, dtype, seed)
     return model, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+
+
+def ddp_pair(bucket_cap_mb: float) -> dict:
+    """``{overlap: (minipar DDP of the MEDIUM GPT, its AdamW)}`` for overlap off and on: two copies, same weights."""
+    return {
+        ov: (DistributedDataParallel(m, bucket_cap_mb=bucket_cap_mb, overlap=ov), o)
+        for ov in (False, True)
+        for m, o in [build(MEDIUM)]
+    }
 
 
 def _torch_hook(state, bucket):
@@ -110,16 +121,8 @@ def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
     "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
     so ``t0`` compares across ranks), and ``"params"``: the parameter count.
     """
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
-    runs, traces = {}, {False: [], True: []}
-    for overlap in (False, True):
-        model, opt = build(MEDIUM)
-        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
+    runs, traces = ddp_pair(bucket_cap_mb), {False: [], True: []}
     for _ in range(steps):
         for overlap, (net, opt) in runs.items():
             dist.barrier()
@@ -225,18 +228,12 @@ def ddp_on_clock(
     rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
     and the links used.
     """
-    from minipar.clock import IB_NDR, NVLINK4, ClusterClock, compute_seconds, slow_motion
+    from minipar.clock import ClusterClock, compute_seconds, slow_motion
+    from minipar.comm.links import IB_NDR, NVLINK4
+    from minipar.course.presets import h100_seconds
 
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
-    runs = {}
-    for overlap in (False, True):
-        model, opt = build(MEDIUM)
-        runs[overlap] = (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap), opt)
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
+    runs = ddp_pair(bucket_cap_mb)
     net = runs[True][0]
 
     def fwd_bwd(i):  # calibration: compute only (no_sync: no all-reduce)
@@ -246,7 +243,7 @@ def ddp_on_clock(
 
     here = compute_seconds(fwd_bwd, 3)  # one value on every rank: the links must be the same
     psi = sum(p.numel() for p in net.module.parameters())
-    t_there = 6 * psi * tokens_there / (0.5 * 989e12)
+    t_there = h100_seconds(psi, tokens_there)
     intra, inter = (slow_motion(link, here, t_there) for link in (NVLINK4, IB_NDR))
     best: dict = {}
     for i in range(steps + 1):
@@ -270,33 +267,6 @@ def ddp_on_clock(
         links=(intra, inter),
         params=psi,
     )
-
-
-def exposed_s(run: dict) -> float:
-    """Virtual seconds a rank's step was not computing (waiting for all-reduces): step − its compute."""
-    return run["virtual_s"] - sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute")
-
-
-def comm_s(run: dict) -> float:
-    """Virtual seconds of all-reduce on the modelled link (the sum of the clock's communication spans)."""
-    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "comm")
-
-
-def backward_s(run: dict) -> float:
-    """Compute seconds labelled backward (the time an all-reduce can hide behind)."""
-    return sum(s[3] - s[2] for s in run["timeline"] if s[0] == "compute" and s[1] == "backward")
-
-
-def draw_clock(ax, run: dict, y: float, title: str) -> None:
-    """One rank's step on the cluster clock as two lanes at ``y``: compute (forward blue, backward
-    orange, optimizer green) above, all-reduces (grey, one box per bucket) below; milliseconds."""
-    colors = {"forward": "tab:blue", "backward": "tab:orange", "optimizer": "tab:green"}
-    for kind, label, t0, t1 in run["timeline"]:
-        if kind == "compute":
-            ax.barh(y + 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color=colors.get(label, "0.6"))
-        else:
-            ax.barh(y - 0.2, 1e3 * (t1 - t0), left=1e3 * t0, height=0.35, color="0.55", edgecolor="white", lw=0.5)
-    ax.text(0, y + 0.5, title, fontsize=8, va="bottom")
 
 
 def draw_wall_timeline(tl: dict) -> None:

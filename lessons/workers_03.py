@@ -12,36 +12,12 @@ import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
+from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog
+from minipar.course.zero_strategies import apply_strategy
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
-from minipar.model.memory import state_bytes
+from minipar.model.memory import state_bytes, tensor_memory_tracker
 from minipar.zero import zero
-from minipar.zero.fully_shard import MixedPrecisionPolicy, full_state_dict, fully_shard
-
-STRATEGIES = ("dp", "zero1", "zero2", "zero3", "zero3pp", "fsdp2")
-# zero3: flat units (FSDP1's design, minipar.zero.stage3); zero3pp: per parameter (FSDP2's design,
-# minipar.zero.fully_shard); fsdp2: PyTorch's torch.distributed.fsdp.fully_shard.
-
-
-def _local(t):
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def fsdp2_held_bytes(model, opt) -> dict:
-    """Bytes of the FSDP2 shards this rank holds (DTensor local pieces): params, grads, AdamW state."""
-    nb = lambda t: _local(t).numel() * _local(t).element_size()  # noqa: E731
-    d = dict(
-        params=sum(nb(p) for p in model.parameters()),
-        grads=sum(nb(p.grad) for p in model.parameters() if p.grad is not None),
-        optimizer=sum(nb(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0),
-    )
-    d["total"] = d["params"] + d["grads"] + d["optimizer"]
-    return d
-
-
-def units(model: GPT) -> list:
-    """The modules every ZeRO-3 here shards on their own (then the root): the flat units of stage 3."""
-    return [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]
 
 
 def make_optimizer(model, adamw: dict, optim: str = "adamw"):
@@ -52,51 +28,16 @@ def make_optimizer(model, adamw: dict, optim: str = "adamw"):
 
 
 def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32, optim="adamw", mp=None):
-    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy.
+    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy
+    (:func:`minipar.course.zero_strategies.apply_strategy`).
 
     ``optim``: "adamw" or "sgd" (single, dp, zero3pp, fsdp2). ``mp``: ``(param_dtype, reduce_dtype)``
     for the two per-parameter ZeRO-3s, given to minipar's and PyTorch's ``MixedPrecisionPolicy``.
     """
     torch.manual_seed(0)
     model = GPT(cfg).to(dtype)
-    if strategy in ("dp", "single"):
-        opt = make_optimizer(model, adamw, optim)
-    elif strategy == "zero3pp":
-        policy = MixedPrecisionPolicy(*mp) if mp else None
-        for m in units(model):
-            fully_shard(m, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
-        opt = make_optimizer(model, adamw, optim)
-    elif strategy == "fsdp2":
-        from torch.distributed import fsdp
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", (md.world_size(),))
-        policy = fsdp.MixedPrecisionPolicy(*mp) if mp else fsdp.MixedPrecisionPolicy()
-        for m in units(model):
-            fsdp.fully_shard(m, mesh=mesh, mp_policy=policy)
-        fsdp.fully_shard(model, mesh=mesh, mp_policy=policy)
-        opt = make_optimizer(model, adamw, optim)
-    else:
-        kw = dict(trace=trace) if strategy == "zero3" else {}
-        opt = zero(model, int(strategy[-1]), **adamw, **kw)
-    return model, opt
-
-
-def held(strategy, model, opt) -> dict:
-    if strategy in ("dp", "single", "zero3pp"):
-        return state_bytes(model, opt)
-    return fsdp2_held_bytes(model, opt) if strategy == "fsdp2" else opt.held_bytes()
-
-
-def full_params(strategy, model, opt) -> dict:
-    if strategy == "zero3":
-        return opt.full_state_dict()
-    if strategy == "zero3pp":
-        return full_state_dict(model)
-    return {
-        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.named_parameters()
-    }
+    kw = dict(trace=trace) if strategy == "zero3" else {}
+    return model, apply_strategy(model, strategy, lambda m: make_optimizer(m, adamw, optim), mp, **adamw, **kw)
 
 
 def finish_step(strategy: str, model, opt, adamw: dict) -> None:
@@ -109,19 +50,6 @@ def finish_step(strategy: str, model, opt, adamw: dict) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), adamw["max_norm"])
     opt.step()
     opt.zero_grad()
-
-
-def peak_tracker(model, opt):
-    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``): it sees every tensor
-    allocation and free through a dispatch mode, so its peak is an exact count of live tensor bytes
-    (activations and temporaries included), the CPU analogue of ``torch.cuda.max_memory_allocated``."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    with warnings.catch_warnings():  # it warns about optimizer parameters whose .grad is None
-        warnings.simplefilter("ignore", UserWarning)
-        tracker.track_external(model, getattr(opt, "optimizer", opt))
-    return tracker
 
 
 def run(
@@ -158,13 +86,13 @@ def run(
             if step == measure_step:
                 trace.clear()
             measure = step == measure_step
-            tracker = peak_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
+            tracker = tensor_memory_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
             with CommLog() as log, tracker, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 loss = model(xy[:, :-1], xy[:, 1:])[1]
                 loss.backward()
                 if step == measure_step:
-                    rec["held"] = held(s, model, opt)
+                    rec["held"] = state_bytes(model, opt)
                 finish_step(s, model, opt, adamw)
             if step == measure_step:
                 rec["comm"] = {op: d["sent"] for op, d in log.by_op().items()}
@@ -174,7 +102,7 @@ def run(
             t = loss.detach().clone()
             dist.all_reduce(t)
             losses.append(t.item() / n)
-        out[s] = dict(rec, losses=losses, params=full_params(s, model, opt))
+        out[s] = dict(rec, losses=losses, params=full_state_dict(model, optimizer=opt))
     return out
 
 
@@ -187,7 +115,7 @@ def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float3
         loss.backward()
         finish_step("single", model, opt, adamw)
         losses.append(loss.item())
-    return dict(losses=losses, params={k: v.detach().clone() for k, v in model.named_parameters()})
+    return dict(losses=losses, params=full_state_dict(model))
 
 
 def different_start(cfg: GPTConfig, stage: int) -> None:
@@ -206,7 +134,7 @@ def single_device_sgd(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         model(xy[:, :-1], xy[:, 1:])[1].backward()
         opt.step()
         opt.zero_grad()
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
+    return full_state_dict(model)
 
 
 def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
@@ -234,15 +162,10 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
             opt.step()
             opt.zero_grad()
-        out[name] = {k: v.detach().clone() for k, v in model.named_parameters()}
+        out[name] = full_state_dict(model)
         if name == "minipar":
             out["owned"] = opt.owned_numel()
-            out["state_bytes"] = sum(
-                v.numel() * v.element_size()
-                for st in opt.optim.state.values()
-                for v in st.values()
-                if torch.is_tensor(v)
-            )
+            out["state_bytes"] = state_bytes(None, opt.optim)["optimizer"]
     return out
 
 

@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
+from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
-from minipar.course.bench import median_time
 from minipar.data import builtin_corpus, make_loader
 from minipar.model.gpt import GPT, Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes, state_bytes
@@ -26,12 +26,6 @@ def data(steps: int, batch_size: int = 4, T: int = 32):
     return corpus.vocab_size, [next(loader) for _ in range(steps)]
 
 
-def _full(model, grads: bool = False) -> dict:
-    if isinstance(model, TensorParallelGPT):
-        return model.full_state_dict(grads=grads)
-    return {k: (p.grad if grads else p).detach().clone() for k, p in model.named_parameters(remove_duplicate=False)}
-
-
 def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict, dict]:
     """AdamW (lr 3e-3) over ``batches``, the model first cast to ``PROOF_DTYPE`` (float64); returns the
     losses, the full (gathered) gradients of the last step and the full parameters after it."""
@@ -43,11 +37,11 @@ def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float
         loss.backward()
         if sync_sp:
             allreduce_sequence_parallel_grads(model, group)
-        grads = _full(model, grads=True)
+        grads = full_state_dict(model, grads=True, group=group, remove_duplicate=False)
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    return losses, grads, _full(model)
+    return losses, grads, full_state_dict(model, group=group, remove_duplicate=False)
 
 
 def single_device(steps: int) -> tuple[list[float], dict, dict]:
@@ -128,20 +122,11 @@ def memory(B: int = 4, T: int = 64, d: int = 128, n_head: int = 8, n_layer: int 
     return out
 
 
-def alpha_beta(sizes=(4, 4 << 10, 64 << 10, 1 << 20, 4 << 20), repeats: int = 5) -> list[tuple[int, float]]:
-    """Median seconds of one all_reduce of S bytes on this gloo group, for each S."""
-    out = []
-    for S in sizes:
-        t = torch.ones(S // 4)
-        out.append((S, median_time(lambda: dist.all_reduce(t), repeats=repeats, barrier=True)))
-    return out
-
-
 def dtensor_vs_minipar(steps: int) -> dict:
     """The same K steps with minipar's TP and with PyTorch's DTensor TP on this world."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from minipar.tp.dtensor import full_state_dict_dtensor, loss_context, parallelize_gpt_dtensor
+    from minipar.tp.dtensor import loss_context, parallelize_gpt_dtensor
 
     vocab, batches = data(steps)
     cfg = GPTConfig(vocab_size=vocab, **CFG)
@@ -167,7 +152,7 @@ def dtensor_vs_minipar(steps: int) -> dict:
     }
     return {
         "minipar": mine[::2],
-        "dtensor": (losses, full_state_dict_dtensor(model)),
+        "dtensor": (losses, full_state_dict(model)),
         "local": local,
         "rank": tp_rank(),
     }
@@ -296,10 +281,10 @@ def draw_shards(full: dict, axes, colors=("tab:blue", "tab:orange")) -> None:
 
 def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:
     """Ring all-reduce time on ``n`` ranks against the message size, per link ``{name: (α, β)}``
-    (:func:`minipar.perf.model.all_reduce_time`), with the layer's activation S and compute / 4."""
+    (:func:`minipar.comm.cost.all_reduce_time`), with the layer's activation S and compute / 4."""
     import numpy as np
 
-    from minipar.perf.model import all_reduce_time
+    from minipar.comm.cost import all_reduce_time
 
     sizes = np.logspace(3, 9, 60)
     for name, link in links.items():

@@ -10,13 +10,15 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import minipar.runtime.dist as md
 from minipar.checkpoint import dcp as ckpt
+from minipar.checkpoint.full_state import full_state_dict, gather_stages
 from minipar.comm.comm_log import CommLog
-from minipar.course.bench import median_time
 from minipar.data import CharCorpus, load_text
 from minipar.job.config import TrainConfig
-from minipar.job.parallelize import build_piece
-from minipar.model.gpt import GPTConfig
+from minipar.job.parallelize import parallelize
+from minipar.job.piece import average_grads_
+from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import state_bytes
+from minipar.model.presets import default_dtype
 from minipar.runtime.mesh import init_mesh
 from minipar.train import train
 
@@ -56,7 +58,8 @@ def demo(base: dict, ckpt_dir: str) -> dict:
     )
     one = {}
     for zero in (0, 1):
-        piece = build_piece(cfg, mesh, microbatches=base["microbatches"], zero=zero)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=base["microbatches"], zero=zero))
         x = torch.randint(
             0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0)
         )
@@ -64,7 +67,7 @@ def demo(base: dict, ckpt_dir: str) -> dict:
         piece.executor.count_memory = True
         with CommLog() as log:
             piece.step(x, x, 1e-3)
-        st = piece.optimizer.held_bytes() if zero else state_bytes(piece.stage, piece.optimizer)
+        st = state_bytes(piece.stage, piece.optimizer)
         one[zero] = {
             "coords": mesh.coords,
             "state": st,
@@ -77,70 +80,40 @@ def demo(base: dict, ckpt_dir: str) -> dict:
 _GROUPS: dict[tuple, object] = {}  # a sweep's process groups by ranks: each made once (init_mesh's group_cache)
 
 
-ALL_REDUCE_SIZES = [4, 4 * 1024, 64 * 1024, 1024 * 1024, 4 * 1024 * 1024]  # bytes
-
-
-def all_reduce_times(sizes=tuple(ALL_REDUCE_SIZES), repeats: int = 5) -> tuple[list[int], list[float]]:
-    """Lesson 01's α–β sweep on this world: the median wall-clock seconds of an all_reduce of each size
-    in ``sizes`` (bytes), as ``(sizes, times)`` (every rank returns its own; lesson 07 fits rank 0's)."""
-    times = []
-    for nbytes in sizes:
-        t = torch.ones(nbytes // 4)
-        times.append(median_time(lambda: dist.all_reduce(t), repeats=repeats, warmup=0, barrier=True))
-    return list(sizes), times
-
-
 def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) -> dict | None:
     """float64: one forward + backward of the global batch on this (pp, dp, tp) layout, dp-averaged, and
-    the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere).
+    the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere): each stage's
+    TP slices gathered (:func:`minipar.checkpoint.full_state.full_state_dict`, ``grads=True``), then the
+    stages (:func:`~minipar.checkpoint.full_state.gather_stages`)."""
+    with default_dtype(torch.float64):
+        pp, dp, tp = layout
+        mesh = init_mesh(pp=pp, dp=dp, tp=tp)
+        cfg = GPTConfig(**cfg_kw)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=microbatches))
+        x, y = _batch(cfg, batch)
+        share = batch // dp
+        sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
+        piece.executor.step(x[sl], y[sl])
+        average_grads_(piece.stage, mesh)
+        grads = full_state_dict(piece.stage, grads=True, group=mesh.tp_group, remove_duplicate=False)
+        return gather_stages(grads, mesh, 0)
 
-    The gradients are gathered with the parameters' own machinery: each parameter's ``.data`` is
-    replaced by its gradient, then :func:`minipar.job.parallelize.gather_full_state` all-gathers the TP
-    slices and the stages exactly as it does for weights.
-    """
-    import torch
 
-    from minipar.job.parallelize import all_reduce_grads_flat, build_piece, gather_full_state
-    from minipar.model.gpt import GPTConfig
-    from minipar.runtime.mesh import init_mesh
-
-    torch.set_default_dtype(torch.float64)
-    pp, dp, tp = layout
-    mesh = init_mesh(pp=pp, dp=dp, tp=tp)
-    cfg = GPTConfig(**cfg_kw)
-    piece = build_piece(cfg, mesh, microbatches=microbatches)
+def _batch(cfg: GPTConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-    share = batch // dp
-    sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
-    piece.executor.step(x[sl], y[sl])
-    all_reduce_grads_flat(piece.stage, mesh.dp_group, mesh.dp_size)
-    with torch.no_grad():
-        for p in piece.stage.parameters():
-            p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-    return gather_full_state(piece, 0)
+    return x, torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
 
 
 def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
     """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
-    import torch
-
-    from minipar.model.gpt import GPT, GPTConfig
-
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
+    with default_dtype(torch.float64):
         cfg = GPTConfig(**cfg_kw)
         torch.manual_seed(0)
         model = GPT(cfg)
-        g = torch.Generator().manual_seed(1)
-        x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-        y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-        model(x, y)[1].backward()
+        model(*_batch(cfg, batch))[1].backward()
         return {k: p.grad for k, p in model.named_parameters()}
-    finally:
-        torch.set_default_dtype(old)
 
 
 def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) -> dict:
@@ -182,7 +155,8 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}, "mem": {}}
     for pp, dp, tp in layouts:
         mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
-        piece = build_piece(cfg, mesh, microbatches=m)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=m))
         x = torch.randint(0, cfg.vocab_size, (batch // dp, cfg.block_size), generator=g)
         piece.executor.count_memory = True  # the warm-up step counts saved activations (not timed)
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages

@@ -6,19 +6,17 @@ shows them; lesson 03's ZeRO numbers come from its own ranks.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
 
 import torch
-import torch.utils.checkpoint
 
 from minipar.data import builtin_corpus
-from minipar.model.gpt import GPT, Block, GPTConfig
+from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
-from minipar.model.presets import MEDIUM, SMALL
-from minipar.model.recompute import set_recompute
+from minipar.model.presets import MEDIUM, SMALL, default_dtype, seeded_gpt
+from minipar.model.recompute import set_recompute, use_torch_checkpoint
 from minipar.optim.amp import DynamicLossScaler, MixedPrecisionAdamW
 from minipar.optim.offload import OffloadedAdamW
 
@@ -26,11 +24,6 @@ MODES = ("none", "selective", "full")
 # Timings and memory use MEDIUM with a block of 128, not its 64: activations grow with the sequence length
 # (Korthikanti et al.: s·b·h per saved tensor), and this lesson measures them.
 MEDIUM_T128 = {**MEDIUM, "block_size": 128}
-
-
-def gpt(cfg=SMALL, dtype=torch.float64, seed=0, **kw) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg, **kw)).to(dtype)
 
 
 def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,21 +49,10 @@ def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torc
     return out
 
 
-def use_torch_checkpoint(model: GPT, reentrant: bool = False) -> GPT:
-    """Wrap every block's forward in ``torch.utils.checkpoint.checkpoint`` (the native full recompute).
-
-    ``reentrant=False`` is PyTorch's recommended form; it keeps what it saves behind saved-tensor
-    hooks of its own, which hide it from an outer counter, so the byte count uses ``reentrant=True``
-    (an autograd Function like minipar's; same tensors kept)."""
-    for blk in model.blocks:
-        blk.forward = functools.partial(torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=reentrant)
-    return model
-
-
 def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: int = 4) -> dict:
     """float64 GPT with dropout, ``steps`` AdamW steps with recompute ``mode`` (or "torch": native
     checkpoint). Returns losses, final parameters. The data and dropout seeds are the same in every mode."""
-    model = gpt(cfg, dropout=dropout, attention="explicit")
+    model = seeded_gpt(cfg, dropout=dropout, attention="explicit")
     if mode == "torch":
         use_torch_checkpoint(model)
     else:
@@ -98,7 +80,7 @@ def step_peak_and_time(
     x, y = batch(B, cfg["block_size"])
     models, out = {}, {}
     for mode in modes:
-        model = gpt(cfg, torch.float32, dropout=0.1, attention="explicit")
+        model = seeded_gpt(cfg, torch.float32, dropout=0.1, attention="explicit")
         if mode == "torch":
             use_torch_checkpoint(model, reentrant=True)
         else:
@@ -128,7 +110,7 @@ def step_peak_and_time(
 def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     """One optimizer step's gradient from ``k`` micro-batches of B/k (float64): loss, grads, and the
     peak saved-activation bytes of the whole accumulation loop (counted)."""
-    model = gpt(cfg)
+    model = seeded_gpt(cfg)
     x, y = batch(B, cfg["block_size"])
     total = 0.0
     with SavedTensorMeter(exclude=model) as m:
@@ -145,7 +127,7 @@ def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
 
 def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
     """Peak saved bytes of k accumulation steps with ``micro`` sequences each (fp32, counted)."""
-    model = gpt(cfg, torch.float32)
+    model = seeded_gpt(cfg, torch.float32)
     with SavedTensorMeter(exclude=model) as m:
         for i in range(k):
             x, y = batch(micro, cfg["block_size"], i)
@@ -159,7 +141,7 @@ def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
 def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3) -> dict:
     """``kind``: "fp32" (plain AdamW), "bf16-master" (bf16 compute + fp32 master weights),
     "bf16-pure" (bf16 weights and AdamW state, no master). Losses per step, state bytes."""
-    model = gpt(cfg, torch.float32)
+    model = seeded_gpt(cfg, torch.float32)
     if kind == "bf16-master":
         opt = MixedPrecisionAdamW(model, torch.bfloat16, lr=lr)
     else:
@@ -193,7 +175,7 @@ def state_bytes_per_param(opt: MixedPrecisionAdamW) -> dict[str, float]:
 def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0**24, cfg=SMALL, B: int = 8) -> dict:
     """fp16 compute (on CPU: PyTorch runs fp16 matmuls here) with fp32 master weights and dynamic
     loss scaling, starting from a scale so large that the first gradients overflow."""
-    model = gpt(cfg, torch.float32)
+    model = seeded_gpt(cfg, torch.float32)
     scaler = DynamicLossScaler(init_scale=init_scale, growth_interval=4)
     opt = MixedPrecisionAdamW(model, torch.float16, scaler=scaler, lr=3e-3)
     rows = []
@@ -217,13 +199,13 @@ def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int 
     the fraction of entries nonzero in float64 that come out exactly 0 in fp16 (below 2⁻²⁴, fp16's
     smallest subnormal, they round to zero), ``rel_err`` = ‖g16 − g64‖ / ‖g64‖."""
     x, y = batch(B, cfg["block_size"])
-    ref = gpt(cfg, torch.float64)
+    ref = seeded_gpt(cfg, torch.float64)
     (ref(x, y)[1] / divide).backward()
     g64 = torch.cat([p.grad.flatten() for p in ref.parameters()])
     nonzero = g64 != 0
     out = {"ref": g64}
     for S in scales:
-        model = gpt(cfg, torch.float16)
+        model = seeded_gpt(cfg, torch.float16)
         (model(x, y)[1] / divide * S).backward()
         g = torch.cat([p.grad.double().flatten() for p in model.parameters()]) / S
         out[S] = {
@@ -277,7 +259,7 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
     """The same bf16 mixed-precision run with and without ZeRO-Offload: parameters, bytes, transfers."""
     out = {}
     for name, cls in (("plain", MixedPrecisionAdamW), ("offload", OffloadedAdamW)):
-        model = gpt(cfg, torch.float32)
+        model = seeded_gpt(cfg, torch.float32)
         opt = cls(model, torch.bfloat16, lr=3e-3)
         for step in range(steps):
             x, y = batch(B, cfg["block_size"], step)
@@ -299,31 +281,11 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
-    from minipar.job.config import TrainConfig
+    from minipar.course.presets import tiny_train_config
     from minipar.train import train
 
-    cfg = TrainConfig(
-        steps=steps,
-        batch_size=8,
-        block_size=32,
-        n_layer=2,
-        n_head=2,
-        d_model=32,
-        eval_every=steps,
-        log_every=1,
-        eval_batches=1,
-        sample_chars=0,
-        out=None,
-        tp=tp,
-        pp=pp,
-        recompute=recompute,
-    )
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        hist = train(cfg, progress="none")
-    finally:
-        torch.set_default_dtype(old)
+    with default_dtype(torch.float64):
+        hist = train(tiny_train_config(steps, tp=tp, pp=pp, recompute=recompute), progress="none")
     return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
 
 

@@ -15,19 +15,13 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
-from minipar.model.gpt import GPT, GPTConfig
-from minipar.model.presets import MEDIUM, SMALL  # SMALL: proofs (float64); MEDIUM: timings
+from minipar.model.gpt import GPT
+from minipar.model.presets import MEDIUM, SMALL, seeded_gpt  # SMALL: proofs (float64); MEDIUM: timings
 from minipar.tp.overlap import allgather_matmul, matmul_reducescatter
-
-
-def gpt(cfg=SMALL, dtype=torch.float64, seed=0) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **cfg)).to(dtype)
-
 
 # ---- 1. why: compute vs communication, a model and a measurement -------------------------------
 # The ratio T_comm / T_compute from FLOPs and the α–β model of lesson 01 (bandwidth term only).
@@ -55,13 +49,8 @@ def tp_break_even(t: int, F: float, beta: float) -> float:
 
 def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
     """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
-    model = gpt(MEDIUM, torch.float32)
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    model = seeded_gpt(MEDIUM, torch.float32)
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     comp, comm = [], []
     for i in range(repeats + 1):
         model.zero_grad(set_to_none=True)
@@ -94,14 +83,9 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
 
     Times in seconds from the start of backward (``perf_counter``).
     """
-    model = gpt(MEDIUM, torch.float32)
+    model = seeded_gpt(MEDIUM, torch.float32)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     for _ in range(steps):
         dist.barrier()
         _, loss = net(x, x)
@@ -126,15 +110,10 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     """
     from minipar.zero import zero
 
-    x = torch.randint(
-        0,
-        builtin_corpus().vocab_size,
-        (local_batch, MEDIUM["block_size"]),
-        generator=torch.Generator().manual_seed(md.rank()),
-    )
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     out, results = {}, {}
     for prefetch in (False, True):
-        model = gpt(MEDIUM, torch.float32)
+        model = seeded_gpt(MEDIUM, torch.float32)
         timeline: list = []
         opt = zero(model, 3, lr=1e-3, prefetch=prefetch, timeline=timeline)
         losses = []
@@ -205,22 +184,11 @@ def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -
 
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
-    from minipar.job.config import TrainConfig
+    from minipar.course.presets import tiny_train_config
     from minipar.train import train
 
-    cfg = TrainConfig(
-        steps=steps,
-        batch_size=8,
-        block_size=64,
-        n_layer=2,
-        n_head=2,
-        d_model=64,
-        lr=3e-3,
-        warmup=10,
-        out=None,
-        log_every=1,
-        eval_every=10 * steps,
-        grad_compression=method,
+    cfg = tiny_train_config(
+        steps, block_size=64, d_model=64, lr=3e-3, warmup=10, eval_every=10 * steps, grad_compression=method
     )
     t = time.perf_counter()
     losses = [r["loss"] for r in train(cfg, progress="none") if "loss" in r]
@@ -252,7 +220,7 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
     batches = [next(loader) for _ in range(steps)]
     out = []
     for native in (True, False):
-        model = gpt(SMALL, torch.float32)
+        model = seeded_gpt(SMALL, torch.float32)
         net = torch.nn.parallel.DistributedDataParallel(model) if native else model
         if native:
             net.register_comm_hook(None, fp16_compress_hook)
@@ -278,7 +246,7 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
     batches = [next(loader) for _ in range(steps)]
     out = {}
     for kind in ("torch", "minipar", "none"):
-        model = gpt(cfg, torch.float32)
+        model = seeded_gpt(cfg, torch.float32)
         # ONE bucket: powerSGD_hook issues its P and Q all-reduces from future callbacks; with several
         # buckets on gloo two ranks can issue them in different orders and hang (seen here: a 45 s timeout)
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100) if kind == "torch" else model
@@ -352,14 +320,14 @@ def ps_sync_vs_ddp(steps: int = 4, n_servers: int = 1) -> dict:
     _LOADERS.clear()
     world = md.world_size()
     workers = world - n_servers
-    model = gpt()
+    model = seeded_gpt()
     with CommLog() as log:
         res = run_sync(model, _grad_fn(workers), steps, _adamw, n_servers)
     ps_final = gather_model(model, res)
     wgroup = dist.new_group(list(range(n_servers, world)))  # every rank calls new_group
     ddp_final = None
     if md.rank() >= n_servers:
-        ref = gpt()
+        ref = seeded_gpt()
         ddp = torch.nn.parallel.DistributedDataParallel(ref, process_group=wgroup)
         opt = _adamw(ref.parameters())
         w = md.rank() - n_servers
@@ -384,7 +352,7 @@ def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> di
     """Bounded-staleness asynchronous training, 1 server: losses per update (on the workers) and wall time."""
     _LOADERS.clear()
     workers = md.world_size() - 1
-    model = gpt()
+    model = seeded_gpt()
     t = time.perf_counter()
     res = run_async(model, _grad_fn(workers), updates, _adamw, staleness)
     elapsed = time.perf_counter() - t
@@ -416,7 +384,7 @@ def rpc_parameter_server(updates: int = 6) -> dict:
     final = None
     if me == 1:
         _LOADERS.clear()
-        model = gpt()
+        model = seeded_gpt()
         server = rpc.remote("r0", _Store, args=(flat_params(model),))
         for k in range(updates):
             from minipar.dp.param_server import flat_grads, load_flat_
@@ -449,7 +417,7 @@ class _Store:
 def ps_async_single(updates: int = 6) -> torch.Tensor:
     """minipar's parameter server, 1 server + 1 worker, τ = 0: final parameters on the worker."""
     _LOADERS.clear()
-    model = gpt()
+    model = seeded_gpt()
     res = run_async(model, _grad_fn(1), updates, _adamw, staleness=0)
     return gather_model(model, res)
 
@@ -461,7 +429,7 @@ def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -
     """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
     loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())
     batches = [next(loader) for _ in range(steps)]
-    model = gpt()
+    model = seeded_gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     t0 = time.perf_counter()
     if use_accelerate:

@@ -9,10 +9,12 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.clock import compute_seconds
-from minipar.data import builtin_corpus
+from minipar.course.clock_view import exposed_seconds
+from minipar.course.presets import h100_seconds
+from minipar.data import builtin_corpus, random_tokens
 from minipar.dp.compression import make_compressor
 from minipar.model.gpt import GPT, GPTConfig
-from minipar.model.presets import MEDIUM
+from minipar.model.presets import MEDIUM, seeded_gpt
 from minipar.tp.overlap import allgather_matmul
 
 
@@ -24,7 +26,8 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
     rank) and this rank's ``segments``: its compute between two waits (one chunk's GEMM each when
     overlapped; the one GEMM after the all-gather otherwise) and ``timeline`` (the clock's Spans), and
     ``t_f``, one ring step's transfer."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     g = torch.Generator().manual_seed(md.rank())
     x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
@@ -78,20 +81,18 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     noise in the model's CPU time on a loaded machine. Returns ``{"step": {β: {method: model +
     extra}}, "extra": {β: {method: seconds}}, "slow": k}`` (β in the cluster's GB/s, seconds the
     cluster's = virtual / k)."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=builtin_corpus().vocab_size, **MEDIUM))
-    x = torch.randint(
-        0, builtin_corpus().vocab_size, (4, MEDIUM["block_size"]), generator=torch.Generator().manual_seed(md.rank())
-    )
+    model = seeded_gpt(MEDIUM, torch.float32)
+    x = random_tokens(4, MEDIUM["block_size"], md.rank())
     params = list(model.parameters())
 
     def fwd_bwd(i):
         model(x, x)[1].backward()
         model.zero_grad(set_to_none=True)
 
-    k = compute_seconds(fwd_bwd, 3) / (6 * sum(p.numel() for p in params) * tokens_there / (0.5 * 989e12))
+    k = compute_seconds(fwd_bwd, 3) / h100_seconds(sum(p.numel() for p in params), tokens_there)
     extra: dict = {b: {} for b in betas_gbps}
     model_best = float("inf")
     for beta in betas_gbps:
@@ -114,20 +115,6 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
     return {"step": step, "extra": {b: {m: e / k for m, e in row.items()} for b, row in extra.items()}, "slow": k}
 
 
-def exposed(timeline) -> float:
-    """Seconds of communication not covered by this rank's compute: the union of the ``comm`` spans
-    minus the ``compute`` spans (waiting for a late peer before a collective starts is in neither)."""
-    comm = sorted((t0, t1) for kind, _, t0, t1 in timeline if kind == "comm")
-    work = [(t0, t1) for kind, _, t0, t1 in timeline if kind == "compute"]
-    total, end = 0.0, float("-inf")
-    for t0, t1 in comm:  # walk the union of the comm intervals, subtracting compute inside each piece
-        t0 = max(t0, end)
-        if t1 > t0:
-            total += (t1 - t0) - sum(max(0.0, min(t1, c1) - max(t0, c0)) for c0, c1 in work)
-            end = t1
-    return total
-
-
 def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     """ZeRO-1 (``minipar.zero``, the MEDIUM GPT untied, float32, 4 sequences of 64 per rank) on the
     cluster clock: the optimizer step, loading the next batch and the next forward, with the updated
@@ -138,7 +125,9 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     and per mode (False/True) the fastest window's ``exposed`` (virtual seconds not covered by
     compute, slowest rank) and this rank's ``timeline``; ``gather`` (virtual seconds of each unit's
     gather, forward order), ``names``, ``fwd`` (one block's forward)."""
-    from minipar.clock import ClusterClock, Link, collective_time
+    from minipar.clock import ClusterClock
+    from minipar.comm.cost import collective_time
+    from minipar.comm.links import Link
     from minipar.zero import zero
     from minipar.zero.flat import default_units
 
@@ -173,7 +162,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
                 opt.zero_grad()
                 x = batch(gen)
                 model(x, x)
-            v = torch.tensor([exposed(clk.timeline)], dtype=torch.float64)
+            v = torch.tensor([exposed_seconds(clk.timeline)], dtype=torch.float64)
             dist.all_reduce(v, op=dist.ReduceOp.MAX)
             if i and v.item() < best[0]:
                 best = (v.item(), list(clk.timeline))
@@ -190,7 +179,7 @@ def step_ratio(h: int, flops: float, tokens: int = 4096, t: int = 8) -> float:
     """One ring step's transfer over one chunk's GEMM for a column-parallel MLP input (h → 4h) with
     sequence parallelism: (tokens/t)·h bf16 values over NVLink 4 against 2·(tokens/t)·h·(4h/t) FLOPs
     at ``flops`` FLOP/s (an H100's achieved rate)."""
-    from minipar.clock import NVLINK4
+    from minipar.comm.links import NVLINK4
 
     rows = tokens // t
     return NVLINK4.time(rows * h * 2) / (2 * rows * h * (4 * h // t) / flops)
@@ -205,13 +194,14 @@ def ps_on_clock(mode: str, straggler: float = 1.0, gradients: int = 24, push: fl
     server steps plain SGD, whose update is small next to a gradient (8 sequences of 64 per worker).
     Returns per rank its clock ``timeline`` and ``now``; on the server also ``c`` (one gradient's
     compute, s), ``order`` and ``staleness`` (async), on workers their ``losses``."""
-    from workers_09 import _batch, gpt
+    from workers_09 import _batch
 
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
     from minipar.dp.param_server import run_async_arrival, run_sync
 
     workers = md.world_size() - 1
-    model = gpt()
+    model = seeded_gpt()
     sgd = lambda params: torch.optim.SGD(params, lr=0.05)  # noqa: E731 (the server's update: cheap next to a gradient)
 
     def grad_fn(m, worker, k):
@@ -244,19 +234,3 @@ def ps_formula(workers: int, straggler: float, push: float = 0.1) -> float:
     out): sync applies W gradients per (s + 2·push)·c, async (W − 1)/((1 + 2·push)·c) + 1/((s + 2·push)·c)."""
     cycle = lambda s: s + 2 * push  # noqa: E731
     return ((workers - 1) / cycle(1.0) + 1 / cycle(straggler)) / (workers / cycle(straggler))
-
-
-def draw_lanes(ax, runs: list[dict], title: str, names=None) -> None:
-    """Every rank's cluster-clock timeline as a lane (rank 0 on top): compute (blue) above, messages and
-    collectives (grey) below, so what overlaps shows; milliseconds. ``runs``: ``launch``'s per-rank
-    results, each with a ``timeline`` of Spans."""
-    n = len(runs)
-    for r, run in enumerate(runs):
-        y = n - 1 - r
-        for kind, _label, t0, t1 in run["timeline"]:
-            up = kind == "compute"
-            ax.barh(y + (0.17 if up else -0.17), 1e3 * (t1 - t0), left=1e3 * t0, height=0.32,
-                    color="tab:blue" if up else "0.6", edgecolor="white", lw=0.3)  # fmt: skip
-    ax.set_yticks(range(n), list(reversed(names or [f"rank {r}" for r in range(n)])), fontsize=8)
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("ms, cluster clock")

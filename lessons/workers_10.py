@@ -3,11 +3,8 @@
 Child processes import them by name, so they live here and not in the notebook.
 """
 
-import contextlib
 import importlib.util
-import os
 import pathlib
-import re
 import time
 
 import torch
@@ -16,7 +13,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from minipar.course.bench import median_time
+from minipar.course.capture import fingerprint_summary
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.runtime import dist as md
 
@@ -104,50 +101,3 @@ def mismatched(catch: bool = False) -> str:
             raise
         return fingerprint_summary(str(exc))
     return "no error: the collectives completed (and mixed their data)"
-
-
-def fingerprint_summary(msg: str) -> str:
-    """The two collective fingerprints of a DETAIL mismatch error, in one line without device details."""
-    fps = re.findall(
-        r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), "
-        r"OpType=(\w+), TensorShape=(\[[^\]]*\])",
-        msg,
-    )
-    aspects = re.search(r"differ in the following aspects:\s*(.*)", msg)
-    if len(fps) != 2:
-        return "unexpected error: " + msg.splitlines()[0][:200]
-    (ra, sa, oa, ta), (rb, sb, ob, tb) = fps
-    diff = re.sub(r"(\S)vs ", r"\1 vs ", re.sub(r"\s+", " ", aspects.group(1)).strip()) if aspects else "?"
-    return f"I (rank {ra}) run collective #{sa} {oa} {ta}, rank {rb} runs #{sb} {ob} {tb} -> differ in: {diff}"
-
-
-@contextlib.contextmanager
-def env(**values):
-    """Set environment variables for the ranks launched inside the ``with`` block (restored after)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-# ----------------------------------------------------------------------------- measure
-def all_reduce_times(sizes_bytes, reps: int = 5) -> dict:
-    """Median seconds of one fp32 ``all_reduce`` per size, the slowest rank's (what nccl-tests reports as time)."""
-    out = {}
-    for nbytes in sizes_bytes:
-        t = torch.ones(nbytes // 4, device=md.device())  # one warm-up call first (connections, buffers)
-        out[nbytes] = median_time(lambda: dist.all_reduce(t), repeats=reps, barrier=True, slowest=True)
-    return out
-
-
-def inspect_source(fn) -> str:
-    """The source of ``fn`` (for the notebook to show)."""
-    import inspect
-
-    return inspect.getsource(fn).rstrip()

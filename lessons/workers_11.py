@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import minipar.cp.ring as ring_mod
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.cp.all_gather import all_gather_attention
@@ -32,24 +31,10 @@ def inputs(T: int, seed: int = 0):
 
 
 def trace_blocks(T: int, split: str) -> list:
-    """Run ring attention's forward and record every block this rank attends: (step, q range, k range).
-
-    The record is taken by wrapping ``minipar.cp.ring.block_attention`` (the function the ring calls)."""
-    n, r = md.world_size(), md.rank()
-    ranges = split_of(split, T, n)
-    seen, real = [], ring_mod.block_attention
-
-    def spy(q, k, v, q_range, k_range, scale=None):
-        src = next(j for j, rr in enumerate(ranges) if k_range in rr)
-        seen.append(((r - src) % n, q_range, k_range))
-        return real(q, k, v, q_range, k_range, scale)
-
-    ring_mod.block_attention = spy
-    try:
-        q, k, v, _ = (shard(t, ranges[r], dim=2) for t in inputs(T))
-        ring_attention(q, k, v, ranges)
-    finally:
-        ring_mod.block_attention = real
+    """Run ring attention's forward and record every block this rank attends: (step, q range, k range)
+    (``ring_attention``'s ``trace``)."""
+    ranges, seen = split_of(split, T, md.world_size()), []
+    ring_attention(*(shard(t, ranges[md.rank()], dim=2) for t in inputs(T)[:3]), ranges, trace=seen)
     return seen
 
 
@@ -173,7 +158,8 @@ def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
     (``minipar.clock``: compute = this rank's CPU time, each K/V transfer costs α + bytes/β on the link
     given as (α s, β bytes/s); None = an instant link, i.e. compute alone), overlapped and not.
     Returns {overlap: the fastest of ``repeats`` virtual times of this rank} and the block bytes."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     n, r = md.world_size(), md.rank()
     ranges = load_balanced_ranges(T, n)

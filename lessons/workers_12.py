@@ -6,8 +6,6 @@ decides a route runs in float64, so no printed count depends on a CPU's rounding
 
 from __future__ import annotations
 
-import contextlib
-
 import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
@@ -16,24 +14,16 @@ from minipar.comm.all_to_all import all_to_all
 from minipar.comm.comm_log import CommLog
 from minipar.data import builtin_corpus, make_loader
 from minipar.ep.parallel import ExpertParallelMoE
-from minipar.model.gpt import GPT, GPTConfig, adamw_groups
+from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.moe.dispatch import expert_capacity
 from minipar.model.moe.layer import MoE
-from minipar.model.presets import SMALL
+from minipar.model.presets import default_dtype
 from minipar.train import train
 
 F64 = torch.float64
 
 
 # ---- the idea: a small MoE GPT trained on real text, its routes -----------------------------------
-def moe_gpt(E=4, k=1, alpha=0.01, seed=0) -> GPT:
-    torch.manual_seed(seed)
-    cfg = GPTConfig(
-        vocab_size=builtin_corpus().vocab_size, **SMALL, moe_experts=E, moe_top_k=k, moe_aux_loss_coef=alpha
-    )
-    return GPT(cfg).to(F64)
-
-
 def train_moe(model: GPT, steps: int, lr=3e-3, batch=8, seed=0) -> list[float]:
     """AdamW on the course corpus, float64; returns the cross-entropy per step (aux loss trained, not logged)."""
     loader = make_loader(builtin_corpus().split("train", model.cfg.block_size), batch, seed=seed)
@@ -206,19 +196,9 @@ def expert_parallel(E, k):
     )
 
 
-@contextlib.contextmanager
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(F64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
 def train_float64(cfg):
     """The main job (:func:`minipar.train.train`) with float64 as the default dtype."""
-    with float64():
+    with default_dtype(F64):
         return train(cfg, "none")
 
 

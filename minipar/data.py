@@ -47,9 +47,8 @@ def load_text(path: str | os.PathLike | None = None) -> str:
     """Read the corpus: ``path`` as UTF-8 text, or the built-in corpus when ``path`` is None.
 
     Raises:
-        ConfigError: missing file, a directory, anything but a regular file (a FIFO, /dev/stdin, a
-        device: reading it could block forever or never end), a file over :data:`MAX_TEXT_BYTES`,
-        a non-UTF-8 (binary) file, or an empty file.
+        ConfigError: missing file, a directory, not a regular file (a FIFO, /dev/stdin, a device: it may block
+        or never end), a file over :data:`MAX_TEXT_BYTES`, a non-UTF-8 (binary) file, or an empty file.
     """
     if path is None:
         return builtin_text()
@@ -61,16 +60,12 @@ def load_text(path: str | os.PathLike | None = None) -> str:
         )
     if os.path.isdir(path):
         raise ConfigError(f"--data {path}: is a directory; give one UTF-8 text file")
-    if not os.path.isfile(path):  # checked before open(): opening a FIFO blocks until a writer comes
+    if not os.path.isfile(path):  # before open(): opening a FIFO blocks until a writer comes
+        raise ConfigError(f"--data {path}: not a regular file (a pipe or a device may never end); give a text file")
+    if (size := os.path.getsize(path)) > MAX_TEXT_BYTES:
         raise ConfigError(
-            f"--data {path}: not a regular file (a pipe, a device or a terminal, which may never end); "
-            "save the text to a file and give its path"
-        )
-    size = os.path.getsize(path)
-    if size > MAX_TEXT_BYTES:
-        raise ConfigError(
-            f"--data {path}: {size / 2**20:.0f} MiB is more than this course's character-level corpus reads "
-            f"({MAX_TEXT_BYTES // 2**20} MiB); give a shorter text, e.g. its first part: head -c 100M {path} > part.txt"
+            f"--data {path}: {size / 2**20:.0f} MiB is more than the {MAX_TEXT_BYTES // 2**20} MiB this course reads; "
+            f"give a shorter text, e.g. its first part: head -c 100M {path} > part.txt"
         )
     with open(path, "rb") as f:
         raw = f.read(MAX_TEXT_BYTES + 1)
@@ -236,6 +231,13 @@ class CharCorpus:
 def builtin_corpus() -> CharCorpus:
     """The built-in corpus (:func:`builtin_text`) as a :class:`CharCorpus`, built once per process."""
     return CharCorpus(load_text())
+
+
+def random_tokens(batch: int, block_size: int, seed: int = 0) -> torch.Tensor:
+    """``(batch, block_size)`` int64 ids, uniform over the built-in vocabulary, from a generator seeded ``seed``
+    (the global RNG untouched): inputs for timings, where the text does not matter (``seed=rank``: per rank)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, builtin_corpus().vocab_size, (batch, block_size), generator=g)  # device-ok: CPU ids
 
 
 class CharWindows(Dataset):

@@ -27,9 +27,10 @@ import sys
 from collections import Counter
 from dataclasses import replace
 
+from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
-from minipar.perf.hardware import GPUS, NETWORKS, with_links
+from minipar.perf.hardware import GPUS, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS

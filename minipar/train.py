@@ -22,9 +22,14 @@ layout; ``--microbatches`` splits each data-parallel share into micro-batches (t
 micro-batches; on one device, gradient accumulation). So the same command line under another
 layout trains on the same data and gives the same losses (to fp32 rounding).
 
-One step, top to bottom (:mod:`minipar.job.parallelize`): the pipeline schedule runs forward/backward
-of every micro-batch through this rank's tensor-parallel stage; gradients are averaged over the
-dp group (all-reduce, or ZeRO-1's reduce-scatter); clipped by the global 3D norm; AdamW.
+The path, top to bottom: :func:`main` parses the command line (:mod:`minipar.job.cli`) and checks every
+setting once (:func:`minipar.job.config.check`, which returns a :class:`~minipar.job.config.Job` holding
+the layout :class:`~minipar.runtime.mesh.Mesh`); each rank's :func:`train` adds its process groups to that
+mesh (:func:`~minipar.runtime.mesh.init_groups`), builds the GPT from the seed and hands it to
+:func:`minipar.job.parallelize.parallelize`, dense or experts, cp or not; then the loop calls the one step,
+:meth:`minipar.job.piece.Piece.step`: the pipeline schedule runs forward/backward of every micro-batch
+through this rank's stage; gradients are averaged over the dp × cp group (all-reduce, or ZeRO's
+reduce-scatter); clipped by the global norm; AdamW.
 Only one rank — last pipeline stage, dp 0, tp 0 — owns the loss: it shows the progress bar (live,
 also when ``minipar.launch`` starts the ranks) and writes the outputs. Checkpoints
 (:mod:`minipar.checkpoint.dcp`) hold logical single-device tensors, so a run saved under one layout
@@ -48,15 +53,15 @@ from minipar.checkpoint.resume import newest_good
 from minipar.data import CharCorpus, make_loader
 from minipar.errors import ConfigError, NonFiniteLossError
 from minipar.job.cli import parse_args
-from minipar.job.config import TrainConfig, check, lr_at
-from minipar.job.moe_piece import build_moe_piece, moe_full_model
+from minipar.job.config import Job, TrainConfig, check, lr_at
 from minipar.job.outdir import hold
-from minipar.job.parallelize import broadcast_from, build_piece, full_model
+from minipar.job.parallelize import parallelize
+from minipar.job.piece import broadcast_from, full_model
 from minipar.job.run_log import TRACEBACK, open_metrics, progress_bar, write_outputs
 from minipar.model.gpt import GPT
 from minipar.perf.hardware import measured_peak_flops
 from minipar.runtime import dist as mdist
-from minipar.runtime.mesh import Mesh, init_mesh
+from minipar.runtime.mesh import init_groups
 from minipar.runtime.root_cause import summary
 
 
@@ -85,13 +90,15 @@ def evaluate(piece, corpus: CharCorpus, cfg: TrainConfig) -> float:
     return total / n
 
 
-def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
+def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
     """Train on the current process group (or one device) and return the logged metrics.
 
-    Works inside ``minipar.launch``/``torchrun`` (a (pp, dp, tp) mesh over every rank) and alone.
+    Works inside ``minipar.launch``/``torchrun`` (a (pp, dp, [cp,] tp) mesh over every rank) and alone.
     The loss rank writes the outputs to ``cfg.out`` (skip with ``out=None``).
 
     Args:
+        cfg: the settings (checked here first, :func:`minipar.job.config.check`), or a :class:`Job`
+            that :func:`main` has already checked (not checked again).
         progress: ``"auto"`` (a tqdm bar on a terminal, a timing-free one elsewhere), ``"bar"``,
             ``"plain"`` or ``"none"``.
     Returns:
@@ -101,29 +108,16 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
         world size or the model, bad ``--data``, a checkpoint that does not fit), raised before
         any output file is touched.
     """
-    corpus, _ = check(cfg, mdist.world_size(), mdist.device().type)  # before any output is touched
-    mesh = init_mesh(pp=cfg.pp, dp=cfg.dp, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep)  # ep: groups carved out of dp
+    job = cfg if isinstance(cfg, Job) else check(cfg, mdist.world_size(), mdist.device().type)  # before any output
+    cfg, corpus = job.cfg, job.corpus
+    mesh = init_groups(job.mesh)  # this rank's place and process groups in the checked layout
     loader = make_loader(
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )
     gpt_cfg = cfg.gpt(corpus.vocab_size)
-    moe = bool(gpt_cfg.moe_experts)  # lesson 12: experts over mesh.ep_group (minipar.job.moe_piece)
-    build = build_moe_piece if moe else build_piece
-    save_ckpt, load_ckpt = (save_moe, load_moe) if moe else (ckpt.save_3d, ckpt.load_3d)
-    piece = build(
-        gpt_cfg,
-        mesh,
-        schedule=cfg.schedule,
-        microbatches=cfg.microbatches,
-        zero=cfg.zero,
-        param_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.dtype) if cfg.zero == 3 else None,
-        grad_compression=cfg.grad_compression,
-        recompute=cfg.recompute,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        grad_clip=cfg.grad_clip,
-        seed=cfg.seed,
-    )
+    torch.manual_seed(cfg.seed)  # the single device's weights, on every rank
+    piece = parallelize(GPT(gpt_cfg), mesh, cfg)  # dense or experts (lesson 12), cp or not (lesson 11)
+    save_ckpt, load_ckpt = (save_moe, load_moe) if gpt_cfg.moe_experts else (ckpt.save_3d, ckpt.load_3d)
     is_logger = mdist.rank() == piece.loss_rank
     start = resume(cfg, piece, loader, is_logger, load_ckpt) if cfg.resume else 0
     tokens_per_step = cfg.batch_size * cfg.block_size
@@ -187,8 +181,7 @@ def train(cfg: TrainConfig, progress: str = "auto") -> list[dict]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    gather = moe_full_model if moe else full_model
-    model = gather(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
+    model = full_model(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
     if log_file is not None:
         log_file.close()
         write_outputs(cfg, model, corpus, mdist.device())
@@ -250,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, a = parse_args(argv)
         under_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-        nproc = a.nproc if a.nproc is not None else (cfg.dp or 1) * cfg.tp * cfg.pp * cfg.cp
-        if nproc < 1:
-            raise ConfigError(f"--nproc {nproc}: must be >= 1")
+        nproc = a.nproc if a.nproc is not None else (cfg.dp or 1) * cfg.tp * cfg.pp * cfg.cp  # check() checks it
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
         rank = int(os.environ["RANK"]) if under_torchrun and world > 1 else None
         one_process = under_torchrun or nproc == 1
@@ -263,11 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             == "nccl"
         )
-        _, start = check(cfg, world, "cuda" if cuda else "cpu")  # every check, before any rank starts
+        job = check(cfg, world, "cuda" if cuda else "cpu")  # every check, once, before any rank starts
+        start = job.start
         writes = {"--out": cfg.out, "--ckpt-dir": cfg.ckpt_dir if cfg.ckpt_every else None}
-        holder = rank is None or rank == cfg.layout(world).loss_rank  # one process of the job holds the lock
+        holder = rank is None or rank == job.mesh.loss_rank  # one process of the job holds the lock
         with hold(writes if holder else {}):
-            history, is_rank0 = _run(cfg, a, nproc, one_process, world)
+            history, is_rank0 = _run(job, a, one_process)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -283,13 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(cfg: TrainConfig, a, nproc: int, one_process: bool, world: int) -> tuple[list[dict], bool]:
-    """Train in this process (one rank, or one of torchrun's) or on ``nproc`` ranks of ``minipar.launch``."""
+def _run(job: Job, a, one_process: bool) -> tuple[list[dict], bool]:
+    """Train the checked ``job`` in this process (one rank, or one of torchrun's) or on its ranks, started
+    by ``minipar.launch``."""
+    world = job.mesh.world_size
     if one_process:
         torch.set_num_threads(a.threads or (1 if world > 1 else os.cpu_count() or 1))
         mdist.init()
         try:
-            return train(cfg), mdist.rank() == 0
+            return train(job), mdist.rank() == 0
         finally:
             mdist.destroy()
     from minipar import train as this_module  # by its import name, not __main__, so child ranks can import it
@@ -298,11 +292,11 @@ def _run(cfg: TrainConfig, a, nproc: int, one_process: bool, world: int) -> tupl
     progress = "bar" if sys.stdout.isatty() else "plain"
     history = launch(
         this_module.train,
-        world_size=nproc,
-        args=(cfg, progress),
+        world_size=world,
+        args=(job, progress),
         threads=a.threads or 1,
         prefix=False,
-        stream=Mesh(nproc, cfg.pp, cfg.dp, cfg.tp, cfg.cp, cfg.ep).loss_rank,
+        stream=job.mesh.loss_rank,
     )[0]  # the loss rank, live
     return history, True
 

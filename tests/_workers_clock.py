@@ -9,9 +9,10 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import minipar.runtime.dist as md
-from minipar.clock import ClusterClock, Link
+from minipar.clock import ClusterClock
 from minipar.comm import p2p
 from minipar.comm.comm_log import CommLog
+from minipar.comm.links import Link
 
 
 def burn(cpu_s: float) -> None:

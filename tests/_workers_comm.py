@@ -85,7 +85,8 @@ def ps_async(updates: int = 6, staleness: int = 1, n_servers: int = 1):
 def ps_arrival(updates: int = 10, straggler: float = 4.0, n_servers: int = 1, clocked: bool = True):
     """Asynchronous in arrival order on the cluster clock; the first worker computes ``straggler``× slower
     (each gradient also runs a fixed ~ms matmul loop, so compute dominates the clock's noise)."""
-    from minipar.clock import ClusterClock, Link
+    from minipar.clock import ClusterClock
+    from minipar.comm.links import Link
 
     model = tiny_model()
     a = torch.randn(96, 96, generator=torch.Generator().manual_seed(0))

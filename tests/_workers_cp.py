@@ -59,29 +59,31 @@ def job_grads_float64(cfg_kw: dict, batch: int, layout: tuple, block_size: int) 
     machinery (``Piece``: cp sharding, ring attention, weighted loss, dp × cp average), gradients assembled
     as the single-device GPT's state dict on rank 0 (None elsewhere), with this rank's token count and
     the number of ring messages it sent to its cp group. ``block_size`` T need not divide by 2·cp."""
-    from minipar.cp.model import enter_batch
-    from minipar.job.parallelize import all_reduce_grads_flat, build_piece, gather_full_state
-    from minipar.model.gpt import GPTConfig
+    from minipar.checkpoint.full_state import full_state_dict, gather_stages
+    from minipar.job.config import TrainConfig
+    from minipar.job.parallelize import parallelize
+    from minipar.job.piece import average_grads_
+    from minipar.model.gpt import GPT, GPTConfig
+    from minipar.model.presets import default_dtype
     from minipar.runtime.mesh import init_mesh
 
-    torch.set_default_dtype(torch.float64)
-    pp, dp, cp, tp = layout
-    mesh = init_mesh(pp=pp, dp=dp, tp=tp, cp=cp)
-    cfg = GPTConfig(**{**cfg_kw, "block_size": block_size})
-    piece = build_piece(cfg, mesh, microbatches=1)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
-    share = batch // dp
-    sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
-    with CommLog() as log:
-        piece.executor.step(*enter_batch(piece.stage, x[sl], y[sl], mesh))
-    all_reduce_grads_flat(piece.stage, mesh.dp_cp_group, mesh.dp_size * mesh.cp_size)
-    with torch.no_grad():
-        for p in piece.stage.parameters():
-            p.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
-    ring = [r for r in log.records if r.op == "isend" and r.peer in mesh.ranks["cp"]]
-    return gather_full_state(piece, 0), len(piece.stage.positions), len(ring)
+    with default_dtype(torch.float64):
+        pp, dp, cp, tp = layout
+        mesh = init_mesh(pp=pp, dp=dp, tp=tp, cp=cp)
+        cfg = GPTConfig(**{**cfg_kw, "block_size": block_size})
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), mesh, TrainConfig())
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
+        y = torch.randint(0, cfg.vocab_size, (batch, block_size), generator=g)
+        share = batch // dp
+        sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
+        with CommLog() as log:
+            piece.executor.step(*piece.cp.shard(x[sl], y[sl]))
+        average_grads_(piece.stage, mesh)
+        grads = full_state_dict(piece.stage, grads=True, group=mesh.tp_group, remove_duplicate=False)
+        ring = [r for r in log.records if r.op == "isend" and r.peer in mesh.ranks["cp"]]
+        return gather_stages(grads, mesh, 0), sum(e - s for s, e in piece.cp.mine), len(ring)
 
 
 def train_cp(base: dict, ckpt_dir: str | None = None) -> dict:

@@ -71,9 +71,9 @@ def moe_job_reference(cfg):
     from minipar.data import CharCorpus, load_text, make_loader
     from minipar.job.config import build, lr_at
     from minipar.model.gpt import GPT
-    from tests._workers_train import float64
+    from minipar.model.presets import default_dtype
 
-    with float64():
+    with default_dtype(torch.float64):
         corpus = CharCorpus(load_text(cfg.data))
         loader = make_loader(corpus.split("train", cfg.block_size), cfg.batch_size, seed=cfg.seed)
         model, opt = build(cfg, corpus.vocab_size)

@@ -5,6 +5,7 @@ import torch
 import minipar.runtime.dist as md
 from minipar.data import CharCorpus, load_text
 from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.presets import default_dtype
 from minipar.pp.executor import PipelineExecutor
 from minipar.pp.schedules import make_schedule
 from minipar.pp.stages import build_stages
@@ -36,12 +37,8 @@ def small_gpt(n_layer, d_model=32, T=16, seed=0):
 def reference(m, n_layer, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64):
     """Single-device training on the same global batches: (losses, {name: parameter}).
     Runs in ``dtype`` (float64 by default, see tests/test_pipeline.py for the bound)."""
-    prev = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
+    with default_dtype(dtype):
         return _reference(m, n_layer, steps, T, mb_size, lr)
-    finally:
-        torch.set_default_dtype(prev)
 
 
 def _reference(m, n_layer, steps, T, mb_size, lr):

@@ -6,32 +6,20 @@ summing the same numbers in another order (ranks, micro-batches, another CPU's k
 result by ~1e-16 relative, so the tests' bounds can be derived rather than fitted to one CPU.
 """
 
-import contextlib
-
 import torch
 
 from minipar.job.reference import train_single_device
+from minipar.model.presets import default_dtype
 from minipar.train import train
-
-
-@contextlib.contextmanager
-def float64():
-    """Default dtype float64 inside the block (restored after)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
 
 
 def train_float64(cfg, progress="none"):
     """:func:`minipar.train.train` with float64 as the default dtype (on a rank: for the whole process)."""
-    with float64():
+    with default_dtype(torch.float64):
         return train(cfg, progress)
 
 
 def reference_float64(cfg):
     """:func:`minipar.job.reference.train_single_device` in float64."""
-    with float64():
+    with default_dtype(torch.float64):
         return train_single_device(cfg)

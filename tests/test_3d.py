@@ -28,7 +28,7 @@ import pytest
 
 from minipar import ConfigError, launch
 from minipar.course import gpu_check
-from minipar.job.config import TrainConfig
+from minipar.job.config import TrainConfig, check
 from minipar.train import main, train
 from tests import _workers_3d as w
 
@@ -250,11 +250,9 @@ def test_cli_bad_layout_is_one_line(capsys, args, text):
 def test_layout_errors_name_the_fix():
     """In-process (one device): a pipeline longer than the model, a tp that does not divide the heads."""
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2"):
-        from minipar.job.parallelize import build_piece
-        from minipar.model.gpt import GPTConfig
-        from minipar.runtime.mesh import Mesh
-
-        build_piece(GPTConfig(n_layer=2, n_head=2, d_model=32), Mesh(3, pp=3))
+        check(TrainConfig(n_layer=2, n_head=2, d_model=32, pp=3), world_size=3)
+    with pytest.raises(ConfigError, match="number of heads n_head"):
+        check(TrainConfig(n_layer=2, n_head=2, d_model=32, tp=4), world_size=4)
 
 
 def test_main_job_zero3_equals_one_device_and_checkpoints_across_layouts(tmp_path, one_device):
@@ -272,4 +270,4 @@ def test_main_job_zero3_equals_one_device_and_checkpoints_across_layouts(tmp_pat
 
 def test_zero3_needs_tp1_pp1():
     with pytest.raises(ConfigError, match="--zero 3 with --tp 2 --pp 1"):
-        TrainConfig(**TINY, dp=1, tp=2, zero=3).validate()
+        check(TrainConfig(**TINY, dp=1, tp=2, zero=3), world_size=2)

@@ -15,7 +15,9 @@ import pytest
 import torch.distributed as dist
 
 from minipar import launch
-from minipar.clock import IB_NDR, NVLINK4, PCIE5, ClusterClock, Link, collective_time, scaled
+from minipar.clock import ClusterClock, scaled
+from minipar.comm.cost import collective_time
+from minipar.comm.links import IB_NDR, NVLINK4, PCIE5, Link
 from minipar.course.pipeline_trace import from_clock, measured_bubble, measured_durations
 from minipar.errors import ConfigError
 from minipar.pp.schedules import bubble_formula, make_schedule, simulate

@@ -33,9 +33,10 @@ def scoped_logs():
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    from minipar.comm.comm_log import _WRAPPED, CommLog
+    from minipar.comm.comm_log import CommLog
+    from minipar.comm.intercept import OPS
 
-    before = {n: (getattr(dist, n), getattr(c10d, n)) for n in _WRAPPED}
+    before = {n: (getattr(dist, n), getattr(c10d, n)) for n in OPS}
     t = torch.ones(10)
     outer, inner = CommLog(), CommLog()
     try:
@@ -47,7 +48,7 @@ def scoped_logs():
             raise KeyError("leaves the block")
     except KeyError:
         pass
-    restored = {n: (getattr(dist, n), getattr(c10d, n)) for n in _WRAPPED} == before
+    restored = {n: (getattr(dist, n), getattr(c10d, n)) for n in OPS} == before
     dist.all_reduce(t)  # no log open: not recorded anywhere
     return [r.op for r in outer.records], [r.op for r in inner.records], restored
 

@@ -97,7 +97,7 @@ def test_main_job_grad_compression_flag():
     """--grad-compression reaches the dp all-reduce; bf16 stays within bf16 rounding of fp32 losses,
     and bad combinations fail before any rank starts."""
     from minipar.job.cli import parse_args
-    from minipar.job.config import TrainConfig
+    from minipar.job.config import TrainConfig, check
     from tests._workers_comm import train_losses
 
     base = dict(
@@ -109,6 +109,6 @@ def test_main_job_grad_compression_flag():
         assert got[0] == ref[0]  # step 0's loss is computed before any update
         assert all(abs(a - b) < 0.05 for a, b in zip(got, ref))  # a 3-step run stays close
     with pytest.raises(ConfigError, match="--zero 0"):
-        TrainConfig(grad_compression="powersgd", zero=1).validate()
+        check(TrainConfig(grad_compression="powersgd", zero=1))
     with pytest.raises(ConfigError, match="invalid choice: 'gzip'"):  # one line, as every bad setting
         parse_args(["--grad-compression", "gzip"])

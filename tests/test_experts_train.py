@@ -18,7 +18,7 @@ against a run without a stop.
 import pytest
 
 from minipar import ConfigError, launch
-from minipar.job.config import TrainConfig
+from minipar.job.config import TrainConfig, check
 from minipar.train import main
 from tests import _workers_moe as wm
 from tests import _workers_train as wt
@@ -77,7 +77,7 @@ def test_cli_trains_on_text(tmp_path, capsys):
 )
 def test_bad_moe_settings_are_one_line(kw, text):
     with pytest.raises(ConfigError, match=text):
-        TrainConfig(**{**MOE, **kw}).validate()
+        check(TrainConfig(**{**MOE, **kw}), world_size=kw.get("dp", 1))  # before any rank starts
 
 
 def test_ep_must_divide_the_ranks_left_to_dp(capsys):

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from minipar import launch
+from minipar.course.autograd_graph import autograd_graph, graph_text
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import activation_bytes_formula, saved_activation_bytes
 from minipar.perf.layout import ModelShape
@@ -45,12 +46,12 @@ def test_autograd_graph_of_linear_cross_entropy():
     torch.manual_seed(0)
     W, b = torch.randn(2, 3, requires_grad=True), torch.zeros(2, requires_grad=True)
     loss = F.cross_entropy(F.linear(torch.randn(4, 3), W, b), torch.tensor([0, 1, 1, 0]))
-    nodes, edges = workers_00.autograd_graph(loss, {id(W): "W", id(b): "b"})
+    nodes, edges = autograd_graph(loss, {id(W): "W", id(b): "b"})
     assert sorted(label for label, _ in nodes.values()) == sorted(
         ["NllLossBackward0", "LogSoftmaxBackward0", "AddmmBackward0", "TBackward0", "W.grad", "b.grad"]
     )
     assert len(edges) == 5
-    assert workers_00.graph_text(nodes, edges).splitlines()[0] == "NllLossBackward0"
+    assert graph_text(nodes, edges).splitlines()[0] == "NllLossBackward0"
 
 
 def test_measured_peak_matches_counted_bytes():

@@ -114,3 +114,32 @@ def test_ep_with_context_parallelism_on_4_ranks():
     assert [o["edp"] for o in out] == [[0], [1], [2], [3]]
     assert [o["edp_cp"] for o in out] == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert [o["sums"][2] for o in out] == [1, 1, 5, 5]
+
+
+def test_the_parent_builds_the_mesh_once_and_the_ranks_reuse_it(monkeypatch):
+    """``python -m minipar.train --dp 2 --tp 2 --pp 2``: the parent checks the settings once (one ``Mesh``) and
+    hands the checked ``Job`` to the ranks, which add their groups to that layout (no second ``Mesh``)."""
+    import minipar.runtime.launch as launcher
+    import minipar.train as job
+    from minipar.job.config import Job
+
+    built, sent = [], {}
+    real = Mesh.__post_init__
+    monkeypatch.setattr(Mesh, "__post_init__", lambda self, *a: (built.append(self), real(self, *a))[1])
+    monkeypatch.setattr(launcher, "launch", lambda fn, world_size, args, **kw: sent.update(args=args) or [[]])
+    assert job.main(["--dp", "2", "--tp", "2", "--pp", "2", "--steps", "1", "--out", ""]) == 0
+    (the_job, _), (mesh,) = sent["args"], built
+    assert isinstance(the_job, Job) and the_job.mesh is mesh and mesh.shape == (2, 2, 2)
+
+
+def test_train_config_is_frozen_and_grouped_in_sections():
+    import dataclasses
+
+    from minipar.job.config import SECTIONS, TrainConfig
+
+    cfg = TrainConfig(tp=2, lr=1e-3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.tp = 4
+    assert (cfg.parallelism.tp, cfg.optimizer.lr, cfg.model.n_layer, cfg.run.steps) == (2, 1e-3, 4, 1000)
+    grouped = [name for s in SECTIONS for name in vars(getattr(cfg, s))]
+    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(cfg))  # every field in one section

@@ -6,7 +6,7 @@ import torch
 from minipar import launch
 from minipar.errors import ConfigError
 from minipar.job.cli import parse_args
-from minipar.job.config import TrainConfig
+from minipar.job.config import TrainConfig, check
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import SavedTensorMeter
 from minipar.model.recompute import set_recompute
@@ -48,7 +48,7 @@ def test_selective_single_rank_equals_none():
 
 def test_bad_recompute_is_config_error():
     with pytest.raises(ConfigError, match="--recompute half"):
-        TrainConfig(**{**SMALL, "recompute": "half"}).validate()
+        check(TrainConfig(**{**SMALL, "recompute": "half"}))
     with pytest.raises(ConfigError, match="no transformer blocks"):
         set_recompute(torch.nn.Linear(2, 2), "full")
     cfg, _ = parse_args(["--recompute", "full"])

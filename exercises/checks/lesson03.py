@@ -31,6 +31,7 @@ RULES = Refuse(
     {
         "minipar.zero": ZERO + ", not minipar's",
         "minipar.job.parallelize": ZERO + ", not minipar's",
+        "minipar.job.piece": ZERO + ", not minipar's",
         "torch.distributed.optim": ZERO + ", not PyTorch's ZeroRedundancyOptimizer",
         "torch.distributed.fsdp": ZERO + ", not PyTorch's FSDP",
         "torch.distributed._composable": ZERO + ", not PyTorch's FSDP",

@@ -158,8 +158,8 @@ def revalidate(cfg_dict: dict, ckpt_dir: str) -> list[dict]:
     from minipar.train import train
 
     keep = {k: v for k, v in cfg_dict.items() if k in TrainConfig.__dataclass_fields__}
-    cfg = TrainConfig(**{**keep, "pp": 1, "dp": 1, "tp": 1, "microbatches": 1, "zero": 0, "schedule": "gpipe"})
-    cfg.out, cfg.ckpt_dir, cfg.ckpt_every, cfg.resume = None, ckpt_dir, 0, True
+    one = {"pp": 1, "dp": 1, "tp": 1, "microbatches": 1, "zero": 0, "schedule": "gpipe"}
+    cfg = TrainConfig(**{**keep, **one, "out": None, "ckpt_dir": ckpt_dir, "ckpt_every": 0, "resume": True})
     return train(cfg, progress="none")
 
 

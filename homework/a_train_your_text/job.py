@@ -19,6 +19,7 @@ SHA-256 and size, each rank's memory counters, your :func:`predict` output). You
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
 
     vocab = CharCorpus(load_text(a.data)).vocab_size
     layout = choose_layout(a.world, cfg)
-    cfg.pp, cfg.dp, cfg.tp, cfg.microbatches = layout
+    cfg = dataclasses.replace(cfg, **dict(zip(("pp", "dp", "tp", "microbatches"), layout)))  # TrainConfig is frozen
     prediction = predict(cfg, vocab, layout)
     results = launch(run_rank, world_size=a.world, args=(cfg,), prefix=False)
     rep = report(cfg, layout, prediction, results)

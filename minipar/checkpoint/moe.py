@@ -1,4 +1,4 @@
-"""Checkpoints of the MoE job (:mod:`minipar.job.moe_piece`): logical single-device tensors, any ep on resume.
+"""Checkpoints of the MoE job (experts over EP groups): logical single-device tensors, any ep on resume.
 
     save_moe(ckpt_dir, step, piece, loader, meta)     # collective
     step = load_moe(path, piece, loader)              # collective; ep may differ from the saver's

@@ -24,7 +24,7 @@ Every rank keeps a virtual time ``now`` (seconds since it entered the block):
   with the clock paused (it costs no virtual time and is not in a ``CommLog``). The collective
   starts at the LATEST post time of its group, or when the previous operation of the group
   finished (one group = one NCCL stream: its operations queue), and lasts its algorithm's α–β time
-  (:func:`collective_time`) on the group's link: the slowest link between two of its ranks
+  (:func:`minipar.comm.cost.collective_time`) on the group's link: the slowest link between two of its ranks
   (``intra`` when all are on one node, else ``inter``).
 - **Point-to-point** (``send``/``isend``/``recv``/``irecv``): the sender's transfer starts at its
   post time, or when its previous send to the same peer ends (one direction of a link queues),
@@ -39,7 +39,8 @@ Every rank keeps a virtual time ``now`` (seconds since it entered the block):
 Not clocked (passed through unchanged): calls from another thread than the one that entered
 the block; ``minipar.comm.p2p``'s strict-mode order headers (its reserved tag); calls that
 bypass Python (the C++ reducer of ``torch.nn.parallel.DistributedDataParallel``); a group this
-rank is not in. How calls are seen: :mod:`minipar.clock.hooks` (scoped, as ``CommLog``).
+rank is not in. How calls are seen: :mod:`minipar.clock.hooks`, a listener on
+:mod:`minipar.comm.intercept` (scoped, as ``CommLog``'s).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ import torch
 import torch.distributed as dist
 
 from minipar.clock import hooks
-from minipar.clock.links import IB_NDR, NVLINK4, Link
 from minipar.comm.comm_log import unrecorded
+from minipar.comm.cost import collective_time
+from minipar.comm.links import IB_NDR, NVLINK4, Link
 from minipar.errors import ConfigError
 
 
@@ -66,26 +68,6 @@ class Span(NamedTuple):
     label: str
     t0: float
     t1: float
-
-
-def collective_time(algo: str, n_ranks: int, nbytes: float, link: Link) -> float:
-    """Seconds of one collective of ``nbytes`` (the full buffer) on ``n_ranks`` ranks over ``link``.
-
-    ``"allreduce"``: ring, 2(N−1)·α + 2(N−1)/N · n/β (reduce-scatter then all-gather; Patarasuk &
-    Yuan 2009). ``"ring"``: all-gather / reduce-scatter / all-to-all / gather / scatter,
-    (N−1)·α + (N−1)/N · n/β. ``"chain"``: broadcast / reduce as a pipelined chain (NCCL's ring
-    broadcast), (N−1)·α + n/β. One rank: 0. Raises ConfigError for another ``algo``.
-    """
-    N, a, b = n_ranks, link.alpha_s, link.beta_bytes_per_s
-    if N <= 1:
-        return 0.0
-    if algo == "allreduce":
-        return 2 * (N - 1) * a + 2 * (N - 1) / N * nbytes / b
-    if algo == "ring":
-        return (N - 1) * a + (N - 1) / N * nbytes / b
-    if algo == "chain":
-        return (N - 1) * a + nbytes / b
-    raise ConfigError(f"collective_time(algo={algo!r}): use 'allreduce', 'ring' or 'chain'")
 
 
 def compute_seconds(fn, repeats: int = 3, group=None) -> float:
@@ -129,9 +111,9 @@ class ClusterClock:
     """A per-rank virtual clock over a ``with`` block (see the module doc).
 
     Args:
-        intra: link between two ranks on one node (default :data:`~minipar.clock.links.NVLINK4`,
-            unscaled: pass :func:`~minipar.clock.links.cluster_links` to emulate on this CPU).
-        inter: link between nodes (default :data:`~minipar.clock.links.IB_NDR`).
+        intra: link between two ranks on one node (default :data:`~minipar.comm.links.NVLINK4`,
+            unscaled: pass :func:`~minipar.clock.scaling.cluster_links` to emulate on this CPU).
+        inter: link between nodes (default :data:`~minipar.comm.links.IB_NDR`).
         node_of: global rank → node: None (one node), an int k (k ranks per node), a list/dict, or a function.
         straggler: ``{global rank: factor}``; that rank's compute counts ``factor`` times its CPU time.
         enabled: False: the block runs untouched (nothing patched; ``now`` stays 0, no timeline).

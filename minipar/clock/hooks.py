@@ -1,40 +1,37 @@
-"""How the cluster clock sees communication: scoped wrappers around torch.distributed's functions.
+"""How the cluster clock sees communication: its listener on minipar.comm.intercept.
 
-The same approach as :mod:`minipar.comm.comm_log` (read its module doc for why wrappers and not a
-dispatch mode): :func:`install` saves each function of :data:`COLLECTIVES` and :data:`P2P` from
-``torch.distributed.distributed_c10d`` and ``torch.distributed`` and puts a clocking wrapper in
-its place in both; :func:`uninstall` puts the saved ones back wherever the wrapper is still in
-place (code that replaced it meanwhile keeps its own). The wrappers are closures over ONE
-:class:`~minipar.clock.clock.ClusterClock`: nothing is kept at module level.
+:func:`install` subscribes a :class:`ClockListener` over ONE :class:`~minipar.clock.clock.ClusterClock`
+to :mod:`minipar.comm.intercept` (torch.distributed's one interception: read its module doc for
+which calls are seen, and why wrappers and not PyTorch's dispatcher); :func:`uninstall`
+unsubscribes it. Nothing is kept at module level.
 
-Every wrapped collective runs asynchronously underneath (``async_op=True``) and returns a
+Every clocked collective runs asynchronously underneath (``async_op=True``) and returns a
 :class:`ClockedWork` (a blocking call waits for it at once); its start-time exchange is one more
-``all_gather`` made through the saved function inside :func:`minipar.comm.comm_log.unrecorded`.
-A point-to-point message carries its time stamp IN the message: 16 bytes (two float64) before
-the data, one transfer instead of two (a second gloo message per message cost more than the
-clock's 1.15× budget on a pipeline step); the receiver's tensor is filled from it in ``wait()``
-(``isend``/``irecv`` return a :class:`ClockedWork`). Every rank of the program must run the clock.
+``all_gather`` made with torch's own function (:func:`minipar.comm.intercept.original`: no
+listener sees it). A point-to-point message carries its time stamp IN the message: 16 bytes (two
+float64) before the data, one transfer instead of two (a second gloo message per message cost
+more than the clock's 1.15× budget on a pipeline step); the receiver's tensor is filled from it in
+``wait()`` (``isend``/``irecv`` return a :class:`ClockedWork`). Every rank of the program must run the clock.
 
-With ``CommLog``: a log opened INSIDE the clock sees the program's calls exactly; a log opened
-outside it sees what the clock sends: the collectives exactly (the exchange is unrecorded), each
-point-to-point message 16 bytes larger.
+With ``CommLog``: a log opened INSIDE the clock (its listener subscribed later: it sees the call
+first) sees the program's calls exactly; a log opened outside it sees what the clock sends: the
+collectives exactly (the exchange is not seen), each point-to-point message 16 bytes larger.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import threading
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
-from minipar.comm.comm_log import tensor_bytes, unrecorded
+from minipar.comm import intercept
+from minipar.comm.comm_log import tensor_bytes
 from minipar.comm.p2p import HEADER_TAG
 from minipar.errors import ConfigError
 
-# name -> (algorithm of minipar.clock.clock.collective_time, argument holding the full buffer, × group size)
+# name -> (algorithm of minipar.comm.cost.collective_time, argument holding the full buffer, × group size)
 COLLECTIVES = {
     "all_reduce": ("allreduce", "tensor", False),
     "barrier": ("allreduce", None, False),
@@ -53,7 +50,6 @@ COLLECTIVES = {
 }
 P2P = ("send", "recv", "isend", "irecv")
 _STAMP = 16  # bytes of a point-to-point message's time stamp: (start, end) as two float64
-_MARK = "_minipar_cluster_clock"
 
 
 def _first_tensor(t):
@@ -72,7 +68,7 @@ class ClockedWork:
 
     def wait(self, timeout=None) -> bool:
         mine = self._clock._owner == threading.get_ident()
-        outer = mine and not self._clock._inside  # not the wait of a blocking call's own wrapper
+        outer = mine and not self._clock._inside  # not the wait of a blocking call's own listener
         if outer:
             self._clock._tick()
         for w in self._works:
@@ -98,28 +94,40 @@ def _ranks(group) -> list[int]:
     return dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
 
 
-def _collective(clock, name: str, fn, saved: dict):
-    algo, buf_arg, times_n = COLLECTIVES[name]
-    sig = inspect.signature(fn)
-    gather = saved["all_gather_single" if "all_gather_single" in saved else "all_gather_into_tensor"][0]
+class ClockListener:
+    """``clock``'s listener on :mod:`minipar.comm.intercept`: calls of the thread that entered the
+    clock, not made from inside a clocked call, are clocked (:data:`COLLECTIVES`, :data:`P2P`); the
+    others go through unchanged."""
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if clock._inside or clock._owner != threading.get_ident():
-            return fn(*args, **kwargs)  # a call made by a clocked call (torch's own nesting), or another thread
-        t_post = clock._tick()  # the compute up to here; the wrapper's own CPU time is not compute
+    def __init__(self, clock):
+        self.clock = clock
+        self._signatures: dict[str, inspect.Signature] = {}
+
+    def __call__(self, op: str, call, args: tuple, kwargs: dict):
+        clock = self.clock
+        if clock._inside or clock._owner != threading.get_ident() or (op not in COLLECTIVES and op not in P2P):
+            return call(*args, **kwargs)  # a call made by a clocked call (torch's own nesting), or another thread
+        t_post = clock._tick()  # the compute up to here; the listener's own CPU time is not compute
         clock._inside = True
         try:
-            a = sig.bind(*args, **kwargs).arguments
-            group = a.get("group")
-            if group is not None and dist.get_rank(group) < 0:
-                return fn(*args, **kwargs)  # not a member: torch returns at once
-            return _clocked_collective(a, group, t_post)
+            if op not in self._signatures:
+                self._signatures[op] = inspect.signature(intercept.original(op))
+            a = self._signatures[op].bind(*args, **kwargs).arguments
+            if op in COLLECTIVES:
+                group = a.get("group")
+                if group is not None and dist.get_rank(group) < 0:
+                    return call(*args, **kwargs)  # not a member: torch returns at once
+                return self._collective(op, call, a, group, t_post)
+            if a.get("tag", 0) == HEADER_TAG:
+                return call(*args, **kwargs)  # minipar.comm.p2p's strict-mode header: not the program's traffic
+            return self._p2p(op, call, a)
         finally:
             clock._inside = False
             clock._resume()
 
-    def _clocked_collective(a, group, t_post):
+    def _collective(self, op: str, call, a: dict, group, t_post: float):
+        clock = self.clock
+        algo, buf_arg, times_n = COLLECTIVES[op]
         ranks = _ranks(group)
         payload = a.get(buf_arg) if buf_arg else None
         n = tensor_bytes(payload) * (len(ranks) if times_n else 1)
@@ -127,54 +135,24 @@ def _collective(clock, name: str, fn, saved: dict):
         device = first.device if first is not None else group_device(group)
         mine = torch.tensor([t_post, float(n)], dtype=torch.float64, device=device)
         buf = torch.empty(2 * len(ranks), dtype=torch.float64, device=device)
-        with unrecorded():  # the clock's bookkeeping is not the program's traffic
-            exchange = gather(buf, mine, group=group, async_op=True)
-        work = fn(**{**a, "async_op": True})
-        op = clock._post_collective(name, ranks, algo, exchange, buf)
-        clocked = ClockedWork(clock, [work, exchange], lambda: clock._finish_collective(op))
+        gather = intercept.original(
+            "all_gather_single" if "all_gather_single" in intercept.OPS else "all_gather_into_tensor"
+        )
+        exchange = gather(buf, mine, group=group, async_op=True)  # the clock's bookkeeping: no listener sees it
+        work = call(**{**a, "async_op": True})
+        posted = clock._post_collective(op, ranks, algo, exchange, buf)
+        clocked = ClockedWork(clock, [work, exchange], lambda: clock._finish_collective(posted))
         if a.get("async_op", False):
             return clocked
         clocked.wait()
         return None
 
-    return wrapper
-
-
-def _peer(a: dict, side: str) -> int:
-    group, peer = a.get("group"), a.get("dst" if side == "send" else "src")
-    if peer is not None:
-        return peer
-    group_peer = a.get("group_dst" if side == "send" else "group_src")
-    if group_peer is None:
-        raise ConfigError(
-            "a receive from any source (src=None) cannot be clocked: the cluster clock needs the sender; pass src="
-        )
-    return dist.get_global_rank(group, group_peer) if group is not None else group_peer
-
-
-def _p2p(clock, name: str, fn, saved: dict):
-    side = "send" if "send" in name else "recv"
-    sig = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if clock._inside or clock._owner != threading.get_ident():
-            return fn(*args, **kwargs)
-        clock._tick()
-        clock._inside = True
-        try:
-            a = sig.bind(*args, **kwargs).arguments
-            if a.get("tag", 0) == HEADER_TAG:
-                return fn(*args, **kwargs)  # minipar.comm.p2p's strict-mode header: not the program's traffic
-            return _clocked_p2p(a)
-        finally:
-            clock._inside = False
-            clock._resume()
-
-    def _clocked_p2p(a):
+    def _p2p(self, op: str, call, a: dict):
+        clock = self.clock
+        side = "send" if "send" in op else "recv"
         peer, tensor = _peer(a, side), a["tensor"]
         if not tensor.is_contiguous():
-            raise ConfigError(f"{name}: the cluster clock sends and receives contiguous tensors; pass .contiguous()")
+            raise ConfigError(f"{op}: the cluster clock sends and receives contiguous tensors; pass .contiguous()")
         label = f"send to {peer}" if side == "send" else f"recv from {peer}"
         raw = tensor.view(-1).view(torch.uint8)
         if side == "send":  # the message: the time stamp (start, end) as 16 bytes, then the data
@@ -195,8 +173,8 @@ def _p2p(clock, name: str, fn, saved: dict):
                 t0, t1 = posted, posted + (t1 - t0)
             clock._finish_p2p(label, t0, t1)
 
-        out = fn(**{**a, "tensor": packed})
-        if not name.startswith("i"):  # blocking: done
+        out = call(**{**a, "tensor": packed})
+        if not op.startswith("i"):  # blocking: done
             deliver()
             finish()
             return out
@@ -204,7 +182,17 @@ def _p2p(clock, name: str, fn, saved: dict):
             raise ConfigError("batch_isend_irecv on a coalescing backend (NCCL) is not supported by the cluster clock")
         return ClockedWork(clock, [out], finish, deliver)
 
-    return wrapper
+
+def _peer(a: dict, side: str) -> int:
+    group, peer = a.get("group"), a.get("dst" if side == "send" else "src")
+    if peer is not None:
+        return peer
+    group_peer = a.get("group_dst" if side == "send" else "group_src")
+    if group_peer is None:
+        raise ConfigError(
+            "a receive from any source (src=None) cannot be clocked: the cluster clock needs the sender; pass src="
+        )
+    return dist.get_global_rank(group, group_peer) if group is not None else group_peer
 
 
 def group_device(group) -> torch.device:
@@ -214,29 +202,18 @@ def group_device(group) -> torch.device:
     return torch.device("cpu")
 
 
-def install(clock) -> dict:
-    """Put ``clock``'s wrappers in place; returns what :func:`uninstall` needs.
+def install(clock) -> ClockListener:
+    """Subscribe ``clock``'s listener to :mod:`minipar.comm.intercept`; returns it, for :func:`uninstall`.
 
     Raises ConfigError when a cluster clock is already open on this rank.
     """
-    if getattr(c10d.all_reduce, _MARK, None) is not None:
+    if any(isinstance(x, ClockListener) for x in intercept.listeners()):
         raise ConfigError("a ClusterClock is already open on this rank: clocks do not nest")
-    names = [n for n in (*COLLECTIVES, *P2P) if hasattr(c10d, n)]
-    saved = {n: (getattr(c10d, n), getattr(dist, n)) for n in names}
-    installed = {}
-    for n in names:
-        w = (_collective if n in COLLECTIVES else _p2p)(clock, n, saved[n][0], saved)
-        setattr(w, _MARK, clock)
-        installed[n] = (*saved[n], w)
-        setattr(c10d, n, w)
-        setattr(dist, n, w)
-    return installed
+    listener = ClockListener(clock)
+    intercept.subscribe(listener)
+    return listener
 
 
-def uninstall(installed: dict) -> None:
-    """Put the saved functions back where ``clock``'s wrapper is still in place."""
-    for n, (orig, orig_dist, w) in installed.items():
-        if getattr(c10d, n) is w:
-            setattr(c10d, n, orig)
-        if getattr(dist, n) is w:
-            setattr(dist, n, orig_dist)
+def uninstall(listener: ClockListener) -> None:
+    """Unsubscribe ``listener`` (the calls made after this go through unclocked)."""
+    intercept.unsubscribe(listener)

@@ -5,32 +5,25 @@
         ...                                    # any torch.distributed calls, minipar's or yours
     log.total("sent"), log.by_op(), log.records
 
-How calls are seen, and only inside the block. Importing this module changes nothing. Entering
-the *outermost* open ``CommLog`` saves the ``torch.distributed`` functions listed in
-:data:`_WRAPPED` and puts recording wrappers in their place, in the ``torch.distributed``
-namespace and in ``distributed_c10d`` (so ``P2POp``/``batch_isend_irecv``, library code such as
-FSDP2, and a learner's own ``dist.all_reduce(...)`` are all seen); leaving the last open one puts
-the saved functions back, also when the block raises. Logs nest: an inner log shares the outer
-one's wrappers, and every record made while a log is open goes to that log. A wrapper that some
-other code replaced in the meantime is left to that code (with no log open a wrapper only passes
-the call through). Only the outermost call is recorded when one wrapped function calls another.
-
-Why wrappers and not a hook: torch.distributed has no hook for its Python-level calls, and a
-``TorchDispatchMode`` (as ``CommDebugMode`` uses) sees the ``c10d`` ops *below* them, where
-``send`` and ``isend`` are one op (``c10d::send``) and a group is an opaque script object; a
-record must name the call the program made, its group's ranks and its peer.
-So the wrappers are a scoped replacement, like ``unittest.mock.patch``: a function imported by
-name *before* the block (``from torch.distributed import all_reduce``) keeps the original, and
-calls that bypass Python (the C++ reducer inside ``torch.nn.parallel.DistributedDataParallel``)
-are not seen: use a DDP comm hook there.
+How calls are seen, and only inside the block: the outermost open ``CommLog`` subscribes a
+recording listener to :mod:`minipar.comm.intercept` (torch.distributed's one interception; read its
+module doc for which calls are seen, and why wrappers and not PyTorch's dispatcher); the last one
+to close unsubscribes it, also when the block raises. Logs nest: an inner log shares the outer
+one's listener, and every record made while a log is open goes to every open log. Only the
+outermost call is recorded when one intercepted function calls another. A record names the call
+the program made, its group's ranks and its peer. Opened inside a cluster clock
+(:class:`minipar.clock.ClusterClock`), a log sees the program's calls exactly; opened outside
+one, what the clock sends (every point-to-point message 16 bytes larger).
 
 What a record counts, per rank, for a message of ``S`` bytes in a group of ``N`` ranks:
 
 - point-to-point (``send``/``isend``: sent = S; ``recv``/``irecv``: received = S) — exact;
 - ``all_reduce``: sent = received = 2(N−1)/N · S, the ring algorithm's per-rank volume
-  (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md);
+  (Patarasuk & Yuan 2009; the "bus bytes" of nccl-tests' PERFORMANCE.md;
+  :func:`minipar.comm.cost.all_reduce_bytes`);
 - ``all_gather`` (S = output bytes), ``reduce_scatter`` (S = input bytes), ``all_to_all``:
-  (N−1)/N · S each way; ``all_to_all_single`` exactly (uneven splits: all rows but this rank's own);
+  (N−1)/N · S each way (:func:`minipar.comm.cost.ring_bytes`); ``all_to_all_single`` exactly
+  (uneven splits: all rows but this rank's own);
 - rooted ``broadcast``/``scatter`` (root sends), ``reduce``/``gather`` (root receives):
   counted as direct transfers, root ↔ each other rank, s = one rank's share;
 - ``barrier``: 0 bytes.
@@ -47,37 +40,17 @@ order, in ``record.parts`` (so ``total()`` counts every byte once).
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
-_WRAPPED = [
-    "all_reduce",
-    "broadcast",
-    "reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_single",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_single",
-    "all_to_all",
-    "all_to_all_single",
-    "scatter",
-    "gather",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "barrier",
-]
-_active: list["CommLog"] = []  # the open logs, outermost first; wrappers are installed while non-empty
-_installed: dict[str, tuple] = {}  # name -> (c10d's function, torch.distributed's function, the wrapper)
+from minipar.comm import intercept
+from minipar.comm.cost import all_reduce_bytes, ring_bytes
+
+_active: list["CommLog"] = []  # the open logs, outermost first; _record_call listens while non-empty
 _lock = threading.Lock()  # entering and leaving logs from several threads
 _state = threading.local()  # .inside: in a recorded call or unrecorded(); .parent: in a collective()
 _labels: list[str] = []
@@ -157,17 +130,17 @@ def _record(op: str, args, kwargs) -> Record:
             recv = S
     elif op == "all_reduce":
         S = tensor_bytes(first)
-        sent = recv = 2 * (n - 1) / n * S
+        sent = recv = all_reduce_bytes(n, S)
     elif op == "all_to_all_single":  # exact with uneven splits
         S, inp = tensor_bytes(first), _arg(args, kwargs, 1, "input")
         sent = _moved(inp, _arg(args, kwargs, 3, "input_split_sizes"), ranks.index(me), n)
         recv = _moved(first, _arg(args, kwargs, 2, "output_split_sizes"), ranks.index(me), n)
     elif op in ("all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all"):
         S = tensor_bytes(first)  # output list / output tensor
-        sent = recv = (n - 1) / n * S
+        sent = recv = ring_bytes(n, S)
     elif op in ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single"):
         S = tensor_bytes(_arg(args, kwargs, 1, "input" if op != "reduce_scatter" else "input_list"))
-        sent = recv = (n - 1) / n * S
+        sent = recv = ring_bytes(n, S)
     elif op in ("broadcast", "reduce", "scatter", "gather"):
         S = tensor_bytes(first)  # one rank's share
         root_key = {"broadcast": "src", "scatter": "src", "reduce": "dst", "gather": "dst"}[op]
@@ -185,58 +158,34 @@ def _record(op: str, args, kwargs) -> Record:
     return Record(op, n, S, sent, recv, peer, _labels[-1] if _labels else "", dtype, ranks)
 
 
-def _wrap(op: str, fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if getattr(_state, "inside", False) or not _active:
-            return fn(*args, **kwargs)
-        rec = _record(op, args, kwargs)
-        parent = getattr(_state, "parent", None)
-        if parent is not None:  # inside a minipar collective: a part of its record
-            parent.parts.append(rec)
-            parent.sent += rec.sent
-            parent.recv += rec.recv
-        else:
-            for log in _active:
-                log.records.append(rec)
-        _state.inside = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _state.inside = False
-
-    return wrapper
-
-
-def _install() -> None:
-    """Save the functions of :data:`_WRAPPED` and put recording wrappers in their place."""
+def _record_call(op: str, call, args, kwargs):
+    """The log's listener on :mod:`minipar.comm.intercept`: record the call in every open log (or in
+    the enclosing :func:`collective`'s record), unless it is made inside a recorded call or
+    :func:`unrecorded`; then make it."""
+    if getattr(_state, "inside", False) or not _active:
+        return call(*args, **kwargs)
+    rec = _record(op, args, kwargs)
+    parent = getattr(_state, "parent", None)
+    if parent is not None:  # inside a minipar collective: a part of its record
+        parent.parts.append(rec)
+        parent.sent += rec.sent
+        parent.recv += rec.recv
+    else:
+        for log in _active:
+            log.records.append(rec)
+    _state.inside = True
     try:
-        for name in _WRAPPED:
-            orig, orig_dist = getattr(c10d, name), getattr(dist, name)
-            w = _wrap(name, orig)
-            _installed[name] = (orig, orig_dist, w)
-            setattr(c10d, name, w)
-            setattr(dist, name, w)
-    except BaseException:
-        _uninstall()
-        raise
-
-
-def _uninstall() -> None:
-    """Put back the saved functions (where the wrapper is still in place)."""
-    for name, (orig, orig_dist, w) in _installed.items():
-        if getattr(c10d, name) is w:
-            setattr(c10d, name, orig)
-        if getattr(dist, name) is w:
-            setattr(dist, name, orig_dist)
-    _installed.clear()
+        return call(*args, **kwargs)
+    finally:
+        _state.inside = False
 
 
 class CommLog:
     """Context manager recording this rank's communication inside its block (see the module doc).
 
-    ``torch.distributed`` is wrapped from ``__enter__`` of the outermost open log to ``__exit__`` of
-    the last one, and is exactly as before afterwards, also after an exception. A log can be
+    The log's listener is subscribed to :mod:`minipar.comm.intercept` from ``__enter__`` of the
+    outermost open log to ``__exit__`` of the last one; torch.distributed is exactly as before
+    afterwards (when no other listener is left), also after an exception. A log can be
     entered again after it is closed (its records are kept), not while it is open.
 
     Attributes:
@@ -251,7 +200,7 @@ class CommLog:
             if any(log is self for log in _active):
                 raise RuntimeError("this CommLog is already open; open a new CommLog() to nest one")
             if not _active:
-                _install()
+                intercept.subscribe(_record_call)
             _active.append(self)
         return self
 
@@ -262,7 +211,7 @@ class CommLog:
                     del _active[i]
                     break
             if not _active:
-                _uninstall()
+                intercept.unsubscribe(_record_call)
 
     def total(self, what: str = "sent", op: str | None = None, label: str | None = None) -> float:
         """Sum of ``what`` (``"sent"``, ``"recv"`` or ``"bytes"``) over records, optionally one op/label."""
@@ -293,7 +242,7 @@ def collective(op: str, tensor=None, group=None):
     """Record the block as one call of minipar's own collective ``op`` (e.g. ``"ring_all_reduce"``).
 
     ``tensor``: the payload (``Record.bytes`` = its bytes, ``dtype`` from it); ``group``: the process
-    group (default: world). Inside the block the wrapped ``torch.distributed`` calls become
+    group (default: world). Inside the block the intercepted ``torch.distributed`` calls become
     ``record.parts`` and their bytes are summed into ``record.sent``/``record.recv``. Yields the
     record, or None when no log is open or the block runs inside another recorded call (then the
     outer record gets the parts).

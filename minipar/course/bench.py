@@ -77,6 +77,33 @@ def median_time(
     return median
 
 
+# Lesson 01's sizes for the α–β fit: 4 B (latency) to 4 MiB (bandwidth).
+ALL_REDUCE_SIZES = (4, 4 << 10, 64 << 10, 1 << 20, 4 << 20)
+
+
+def all_reduce_sweep(
+    sizes: tuple[int, ...] = ALL_REDUCE_SIZES, repeats: int = 5, warmup: int = 1, *, slowest: bool = False, group=None
+) -> list[tuple[int, float]]:
+    """The α–β sweep (lessons 01, 04, 07, 10): ``[(S bytes, median seconds of one all_reduce of S bytes)]``.
+
+    Every rank of ``group`` calls it. Each size is an fp32 tensor of S/4 ones on this rank's device
+    (:func:`minipar.runtime.dist.device`), timed by :func:`median_time` with a barrier before each run;
+    ``slowest=True`` returns the slowest rank's median (what nccl-tests reports), else this rank's.
+    Fit the result with ``t = α + S/β`` (lesson 01).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from minipar.runtime import dist as mdist
+
+    out = []
+    for nbytes in sizes:
+        t = torch.ones(nbytes // 4, device=mdist.device())
+        fn = lambda: dist.all_reduce(t, group=group)  # noqa: E731
+        out.append((nbytes, median_time(fn, repeats, warmup, barrier=True, slowest=slowest, group=group)))
+    return out
+
+
 def discover() -> list[str]:
     from minipar.course import benchmarks
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 EXIT_OK, EXIT_FAILED, EXIT_NO_CUDA = 0, 1, 3
 NO_CUDA = "no CUDA device: gpu-check needs a GPU"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 # Datasheet dense bf16 tensor-core peaks, FLOP/s (no sparsity), matched by substring of
 # torch.cuda.get_device_name(), most specific first. A100 (SXM4 and PCIe) 312 T; H100 SXM5 989 T,

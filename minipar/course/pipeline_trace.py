@@ -30,6 +30,7 @@ import torch
 from minipar.clock import ClusterClock
 from minipar.data import CharCorpus, load_text, make_loader
 from minipar.model.gpt import GPT, GPTConfig
+from minipar.model.presets import default_dtype
 from minipar.pp.executor import PipelineExecutor, TraceEvent
 from minipar.pp.schedules import Action, Simulation, bubble_formula, make_schedule, parse, simulate, unpack
 from minipar.pp.stages import build_stages
@@ -139,9 +140,7 @@ def traced_run(spec: RunSpec) -> dict:
 def single_device_run(spec: RunSpec) -> dict:
     """The same training on one device: ``losses`` and ``params`` (the reference), in ``spec.dtype``
     (the caller's default dtype is restored afterwards)."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(getattr(torch, spec.dtype))
-    try:
+    with default_dtype(getattr(torch, spec.dtype)):
         model, batches = model_and_data(spec)
         opt = torch.optim.AdamW(model.parameters(), lr=spec.lr)
         losses = []
@@ -151,8 +150,6 @@ def single_device_run(spec: RunSpec) -> dict:
             loss.backward()
             opt.step()
             losses.append(loss.item())
-    finally:
-        torch.set_default_dtype(before)
     return dict(losses=losses, params={k: q.detach().clone() for k, q in model.named_parameters()})
 
 

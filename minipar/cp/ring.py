@@ -55,12 +55,15 @@ def pieces(t: torch.Tensor, ranges: Ranges):
         off += e - s
 
 
-def _attend(q, k, v, q_ranges, k_ranges, acc, scale):
-    """Merge the attention of every (query piece, key piece) pair that is not masked into ``acc``."""
+def _attend(q, k, v, q_ranges, k_ranges, acc, scale, trace=None, step=0):
+    """Merge the attention of every (query piece, key piece) pair that is not masked into ``acc``;
+    append ``(step, q range, k range)`` of each block attended to ``trace`` (a list, or None)."""
     for i, (qr, qp) in enumerate(pieces(q, q_ranges)):
         for (kr, kp), (_, vp) in zip(pieces(k, k_ranges), pieces(v, k_ranges)):
             if block_kind(qr, kr) != SKIP:
                 acc[i] = merge(*acc[i], *block_attention(qp, kp, vp, qr, kr, scale))
+                if trace is not None:
+                    trace.append((step, qr, kr))
 
 
 def _post(kind: str, t: torch.Tensor, peer: int, group, label: str):
@@ -71,7 +74,7 @@ class RingAttention(torch.autograd.Function):
     """The autograd function behind :func:`ring_attention` (forward and backward are both rings)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ranges, group, scale, overlap=True):
+    def forward(ctx, q, k, v, ranges, group, scale, overlap=True, trace=None):
         ranks, me = ring_of(group)
         n = len(ranks)
         right, left = ranks[(me + 1) % n], ranks[(me - 1) % n]
@@ -84,7 +87,7 @@ class RingAttention(torch.autograd.Function):
                 works = [_post("recv", nxt, left, group, f"kv{s}"), _post("send", kv, right, group, f"kv{s}")]
                 while works and not overlap:  # the contrast: wait for the transfer, then compute
                     works.pop(0).wait()
-            _attend(q, kv[0], kv[1], ranges[me], ranges[src], acc, scale)
+            _attend(q, kv[0], kv[1], ranges[me], ranges[src], acc, scale, trace, s)
             if s < n - 1:
                 for w in works:
                     w.wait()
@@ -122,7 +125,7 @@ class RingAttention(torch.autograd.Function):
                         dkp += g_k
                         dvp += g_v
             if n == 1:
-                return dq, dkv[0], dkv[1], None, None, None, None
+                return dq, dkv[0], dkv[1], None, None, None, None, None
             if incoming is not None:  # add the accumulator that travelled here, then pass it on
                 incoming[0].wait()
                 dkv += incoming[1]
@@ -136,11 +139,18 @@ class RingAttention(torch.autograd.Function):
             send.wait()
         incoming[0].wait()  # after N hops, this rank's own dK/dV is home
         dkv = incoming[1]
-        return dq, dkv[0], dkv[1], None, None, None, None
+        return dq, dkv[0], dkv[1], None, None, None, None, None
 
 
 def ring_attention(
-    q, k, v, ranges: list[Ranges], group=None, scale: float | None = None, overlap: bool = True
+    q,
+    k,
+    v,
+    ranges: list[Ranges],
+    group=None,
+    scale: float | None = None,
+    overlap: bool = True,
+    trace: list | None = None,
 ) -> torch.Tensor:
     """Causal attention of this rank's queries to the whole sequence's keys, K/V passed round a ring.
 
@@ -152,6 +162,8 @@ def ring_attention(
         scale: softmax scale (default 1/√d).
         overlap: post each transfer before the block compute and wait after it (default); False waits
             for it first (the same numbers, for the timing contrast of lesson 11).
+        trace: a list to record the forward's work in: one ``(step, q range, k range)`` per block this
+            rank attends, in order (at ring step s it holds the keys of the rank s places to its left).
     Returns:
         (B, h, L_r, d): rows equal to full causal attention's rows at this rank's positions.
     Raises:
@@ -165,7 +177,7 @@ def ring_attention(
             f"rank {me}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} but its ranges hold "
             f"{length(ranges[me])} tokens; shard q, k, v with minipar.cp.split.shard(x, ranges[rank], dim=2)"
         )
-    return RingAttention.apply(q, k, v, ranges, group, scale, overlap)
+    return RingAttention.apply(q, k, v, ranges, group, scale, overlap, trace)
 
 
 def ring_attention_bytes(ranges: list[Ranges], rank: int, batch: int, heads: int, head_dim: int, elem_bytes: int):

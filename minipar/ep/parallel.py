@@ -15,7 +15,7 @@ Each of the ``ep`` ranks of the group holds E/ep whole experts (rank r: experts
 
 Backward runs the two all-to-alls in reverse, so an expert's gradient already sums the
 contributions of every rank's tokens in the group; the router's gradient is local (its
-parameters are replicated: reduce them with the data-parallel group, see :mod:`minipar.job.moe_piece`).
+parameters are replicated: reduce them with the data-parallel group, see :mod:`minipar.job.piece`).
 
 Bytes per rank and all-to-all, rows of d elements of b bytes: d·b · (rows sent to other ranks);
 with k choices per token and balanced routing, (ep−1)/ep · T·k·d·b. A training step makes four

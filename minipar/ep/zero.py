@@ -11,7 +11,7 @@ distributed optimizer does with its separate expert-data-parallel buffers, two
 :class:`~minipar.zero.stage12.ZeroOptimizer` s: the dense units over ``mesh.dp_cp_group`` (N = dp·cp), the
 ``blocks.i.mlp.experts`` units over ``mesh.edp_cp_group`` (N = dp·cp/ep; with cp = 1, dp and expert-dp).
 
-Gradients (see :mod:`minipar.job.moe_piece`): dense = mean over dp·cp, which the dense reduce-scatter gives;
+Gradients (see :mod:`minipar.job.piece`): dense = mean over dp·cp, which the dense reduce-scatter gives;
 experts = (sum over expert-dp × cp) / (dp·cp) = (mean there) / ep, so the expert shards are divided
 by ep after their reduce-scatter. Clipping uses the whole model's norm: each dense element lies in one
 rank's shard and each expert element in one rank's shard (its EP block, its slice), so one all-reduce

@@ -1,8 +1,10 @@
 """The main job's parts (``python -m minipar.train`` reads them top to bottom, in :mod:`minipar.train`).
 
-- ``minipar.job.config``       ``TrainConfig``: a run's settings, their checks, the command line made from them [00]
-- ``minipar.job.parallelize``  this rank's piece of the GPT on a (pp, dp, [cp,] tp) mesh and its training step [07]
-- ``minipar.job.moe_piece``    the same for a mixture-of-experts GPT: experts over EP groups carved out of dp [12]
+- ``minipar.job.config``       ``TrainConfig``: a run's settings (frozen, in sections), checked once into a ``Job`` [00]
+- ``minipar.job.cli``          the command line, made from ``TrainConfig``'s fields
+- ``minipar.job.parallelize``  ``parallelize(model, mesh, cfg)``: TP or EP, recompute, the pipeline stage, CP,
+  ZeRO and the optimizer applied once to the GPT, dense or experts [07, 11, 12]
+- ``minipar.job.piece``        ``Piece``: this rank's piece and its one training step, every layout [07, 12]
 - ``minipar.job.outdir``       its folders: checked before any rank starts, one run at a time (a lock), atomic writes
 - ``minipar.job.run_log``      its progress bar, metrics.jsonl, loss plot and text sample (replaced together,
   at the end)

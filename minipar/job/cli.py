@@ -13,7 +13,7 @@ import os
 import typing
 
 from minipar.errors import ConfigError
-from minipar.job.config import TrainConfig
+from minipar.job.config import SECTIONS, TrainConfig, fields_of
 
 
 class _Help(argparse.HelpFormatter):
@@ -44,29 +44,33 @@ LAUNCH_FLAGS = {  # how to start the ranks: flags of the command, not settings o
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m minipar.train``: one flag per :class:`TrainConfig` field
-    (``--n-layer`` for ``n_layer``; type, default, help and choices from the field), then
-    :data:`LAUNCH_FLAGS` (integers, default None)."""
+    (``--n-layer`` for ``n_layer``; type, default, help and choices from the field), listed by section
+    (:data:`~minipar.job.config.SECTIONS`), then :data:`LAUNCH_FLAGS` (integers, default None)."""
     p = _Parser(prog="python -m minipar.train", description=DESCRIPTION, formatter_class=_Help)
     hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        flag, kw = "--" + f.name.replace("_", "-"), {"default": f.default, "help": f.metadata["help"]}
-        if hints[f.name] is bool:
-            p.add_argument(flag, action="store_true", **kw)
-            continue
-        kind = next(t for t in (int, float, str) if t in (hints[f.name], *typing.get_args(hints[f.name])))
-        p.add_argument(flag, type=kind, choices=f.metadata.get("choices"), **kw)
+    for section in SECTIONS:
+        group = p.add_argument_group(section)
+        for f in fields_of(section):
+            flag, kw = "--" + f.name.replace("_", "-"), {"default": f.default, "help": f.metadata["help"]}
+            if hints[f.name] is bool:
+                group.add_argument(flag, action="store_true", **kw)
+                continue
+            kind = next(t for t in (int, float, str) if t in (hints[f.name], *typing.get_args(hints[f.name])))
+            group.add_argument(flag, type=kind, choices=f.metadata.get("choices"), **kw)
+    launch = p.add_argument_group("launch")
     for name, help in LAUNCH_FLAGS.items():
-        p.add_argument(f"--{name}", type=int, default=None, help=help)
+        launch.add_argument(f"--{name}", type=int, default=None, help=help)
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Namespace]:
     """``(TrainConfig, namespace)`` from a command line (the namespace also holds :data:`LAUNCH_FLAGS`).
 
-    ``--ckpt-dir`` defaults to ``OUT/ckpt`` when ``--ckpt-every`` or ``--resume`` is given.
+    ``--ckpt-dir`` defaults to ``OUT/ckpt`` when ``--ckpt-every`` or ``--resume`` is given. The settings are
+    checked by :func:`minipar.job.config.check` (all of them, once), not here.
     Raises:
-        ConfigError: an unknown flag or a bad value (one line; argparse's message or
-        :meth:`TrainConfig.validate`'s).
+        ConfigError: an unknown flag, a value of the wrong type or not among a flag's choices (one line,
+        argparse's message); a launch flag < 1.
     """
     a = parser().parse_args(argv)
     for name in LAUNCH_FLAGS:
@@ -76,6 +80,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
             )
     cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
     if not cfg.ckpt_dir:
-        cfg.ckpt_dir = os.path.join(cfg.out, "ckpt") if cfg.out and (cfg.ckpt_every or cfg.resume) else None
-    cfg.validate()  # here, before the launcher derives the rank count from --dp/--tp/--pp
+        ckpt_dir = os.path.join(cfg.out, "ckpt") if cfg.out and (cfg.ckpt_every or cfg.resume) else None
+        cfg = dataclasses.replace(cfg, ckpt_dir=ckpt_dir)
     return cfg, a

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from minipar.data import CharCorpus, load_text, make_loader
-from minipar.job.config import TrainConfig, build, lr_at
+from minipar.data import make_loader
+from minipar.job.config import TrainConfig, build, check, lr_at
 
 
 def train_single_device(cfg: TrainConfig) -> list[dict]:
@@ -28,8 +28,7 @@ def train_single_device(cfg: TrainConfig) -> list[dict]:
     The loss logged at a step is the mean over its global batch (``cfg.batch_size`` sequences),
     measured before that step's update — what ``minipar.train`` logs as ``loss``.
     """
-    cfg.validate()
-    corpus = CharCorpus(load_text(cfg.data))
+    corpus = check(cfg).corpus  # the settings checked (for one device), the text loaded
     loader = make_loader(corpus.split("train", cfg.block_size), cfg.batch_size, seed=cfg.seed)
     model, opt = build(cfg, corpus.vocab_size)
     m = cfg.microbatches

@@ -91,8 +91,9 @@ class CausalSelfAttention(nn.Module):
     ``recompute_core = True`` (set by :func:`minipar.model.recompute.set_recompute`, mode "selective")
     runs the attention core under :func:`minipar.model.recompute.checkpoint`: only q, k, v are kept.
     ``context_parallel``: None, or a function ``(q, k, v) -> y`` that replaces the core — ring attention
-    over the cp group, installed by :func:`minipar.cp.model.set_context_parallel` for --cp > 1 (lesson 11):
-    x then holds this rank's tokens only (no attention dropout).
+    over the cp group, installed once by :meth:`minipar.cp.model.ContextParallel.apply` (called by
+    :func:`minipar.job.parallelize.parallelize` for --cp > 1, lesson 11): x then holds this rank's tokens
+    only (no attention dropout).
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -154,7 +155,9 @@ class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln_1(x))`` then ``x + mlp(ln_2(x))``.
 
     ``recompute = "full"`` (:func:`minipar.model.recompute.set_recompute`) keeps only the block's input
-    for backward and re-runs the block there (Korthikanti et al. 2022, §4.3).
+    for backward and re-runs the block there (Korthikanti et al. 2022, §4.3). A mixture of experts sets
+    ``mlp.aux_loss`` as a side effect, which a no-grad forward would leave without a graph: the recomputed
+    function returns it as a second output, so its gradient survives.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -170,9 +173,12 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.recompute == "full" and torch.is_grad_enabled():
+        if self.recompute != "full" or not torch.is_grad_enabled():
+            return self._forward(x)
+        if isinstance(self.mlp, MLP):
             return checkpoint(self._forward, x)
-        return self._forward(x)
+        out, self.mlp.aux_loss = checkpoint(lambda h: (self._forward(h), self.mlp.aux_loss), x)  # experts
+        return out
 
 
 class GPT(nn.Module):
@@ -218,8 +224,7 @@ class GPT(nn.Module):
                 f"sequence length {T} > block_size={self.cfg.block_size}; "
                 f"crop the input or build the model with block_size >= {T}"
             )
-        pos = getattr(self, "positions", None)  # context parallelism: this rank's global positions (lesson 11)
-        pos = torch.arange(T, device=idx.device) if pos is None else pos.to(idx.device)
+        pos = torch.arange(T, device=idx.device)  # --cp: a hook on wpe reads the global ones (minipar.cp.model)
         return self.drop(self.wte(idx) + self.wpe(pos))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:

@@ -43,15 +43,23 @@ def adam_bytes_formula(num_params: int, mixed_precision: bool = False) -> dict[s
 
 
 def _nbytes(t: torch.Tensor) -> int:
+    t = t.to_local() if hasattr(t, "to_local") else t  # a DTensor (PyTorch's fully_shard, TP): its local piece
     return t.numel() * t.element_size()
 
 
-def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
-    """Bytes held right now by parameters, their ``.grad`` and the optimizer's state tensors.
+def state_bytes(model: nn.Module | None, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Bytes held on this rank right now by parameters, their ``.grad`` and the optimizer's state tensors.
 
-    Shared (tied) parameters are counted once. Returns ``{"params", "grads", "optimizer", "total"}``.
+    Shards count as what this rank holds: a DTensor (PyTorch's ``fully_shard``, DTensor TP) by its local
+    piece; minipar's per-parameter ``fully_shard`` and TP layers hold only their shard as the parameter
+    anyway. A ZeRO optimizer whose flat shards live outside the model (``minipar.zero.zero``: it has
+    ``held_bytes()``) answers for itself. Shared (tied) parameters are counted once; ``model=None``
+    counts the optimizer alone. Optimizer scalars (AdamW's ``step``) are left out.
+    Returns ``{"params", "grads", "optimizer", "total"}``.
     """
-    params = {id(p): p for p in model.parameters()}.values()
+    if hasattr(optimizer, "held_bytes"):
+        return optimizer.held_bytes()
+    params = {id(p): p for p in (model.parameters() if model is not None else ())}.values()
     out = dict(
         params=sum(_nbytes(p) for p in params),
         grads=sum(_nbytes(p.grad) for p in params if p.grad is not None),
@@ -233,3 +241,20 @@ def activation_bytes_formula(cfg, batch_size: int, seq_len: int | None = None) -
     per_layer = 4 * 16 * s * b * h + 4 * 4 * b * s + 4 * a * b * s
     embed_head = 8 * b * s + 8 * s + 4 * 2 * s * b * h + 4 * 2 * b * s + 4 * b * s * V + 8 * b * s + 4
     return dict(per_layer=per_layer, layers=L * per_layer, embed_head=embed_head, total=L * per_layer + embed_head)
+
+
+def tensor_memory_tracker(model: nn.Module, optimizer: torch.optim.Optimizer):
+    """PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``) attached to ``model`` and its
+    optimizer (a wrapper's inner ``.optimizer``, as ZeRO's, is used): inside ``with tracker:`` it sees every
+    tensor allocation and free through a dispatch mode, so ``tracker.get_tracker_snapshot("peak")`` is an
+    exact count of live tensor bytes (activations and temporaries included), the CPU analogue of
+    ``torch.cuda.max_memory_allocated``. Its warnings about parameters whose ``.grad`` is None are silenced."""
+    import warnings
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tracker.track_external(model, getattr(optimizer, "optimizer", optimizer))
+    return tracker

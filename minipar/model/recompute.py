@@ -120,3 +120,20 @@ def cpu_extra_bytes(seq_len: int, batch_size: int, d_model: int, n_head: int, re
     if recompute == "full":
         return 0
     return 2 * s * b * h + 8 * s * b + (a * s * s * b if recompute == "none" else 0)
+
+
+def use_torch_checkpoint(model: nn.Module, reentrant: bool = False) -> nn.Module:
+    """PyTorch's own full recompute, to compare with :func:`set_recompute`'s "full": every block's forward
+    wrapped in ``torch.utils.checkpoint.checkpoint(block._forward, ..., use_reentrant=reentrant)``.
+
+    ``reentrant=False`` is PyTorch's recommended form; it keeps what it saves behind saved-tensor hooks
+    of its own, which hide it from an outer counter (:class:`minipar.model.memory.SavedTensorMeter`), so
+    byte counts use ``reentrant=True`` (an autograd Function like :class:`_Checkpoint`; the same tensors
+    kept). Returns ``model``."""
+    import functools
+
+    import torch.utils.checkpoint
+
+    for blk in model.blocks:
+        blk.forward = functools.partial(torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=reentrant)
+    return model

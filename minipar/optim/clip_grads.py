@@ -9,7 +9,7 @@ what it holds, one all-reduce of 4 bytes adds the sums, and every rank gets the 
 (Megatron-LM's ``clip_grad_norm_fp32``):
 
 - ZeRO shards (:mod:`minipar.zero`): every element lives on one dp rank: sum over the dp group;
-- the 3D job (:mod:`minipar.job.parallelize`): TP pieces and pipeline stages hold different elements,
+- the 3D job (:func:`minipar.job.piece.clip_global_`): TP pieces and pipeline stages hold different elements,
   but a TP-replicated tensor (LayerNorm, row-parallel bias, position embedding) is on every tp
   rank: it is counted on tp rank 0 only (``count``, from
   :func:`minipar.tp.partition.param_is_not_tensor_parallel_duplicate`); after a dp all-reduce the dp

@@ -3,7 +3,9 @@
 Two kinds, one dataclass (:class:`Device`):
 
 - **a GPU cluster** (:data:`GPUS`: A100 80 GiB / 40 GiB, H100, H200, B200): datasheet presets,
-  NVLink inside a node and InfiniBand across nodes (:data:`NETWORKS`, or any rate: :func:`with_links`),
+  NVLink inside a node and InfiniBand across nodes at the link table's datasheet rates
+  (:mod:`minipar.comm.links`: ``NVLINK_GBPS``, ``NETWORKS``, or any rate: :func:`with_links`) times
+  the fraction NCCL's rings achieve on them (``NVLINK_EFF``, ``IB_EFF``),
   counted the way Megatron-LM's papers count a step (``counts="megatron"``). Every constant is a
   datasheet figure, an ASSUMPTION named with the measurement that would pin it, or CHOSEN on the
   declared fit set (:mod:`minipar.perf.published`);
@@ -21,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from minipar.comm.links import NETWORKS, NVLINK_GBPS
 from minipar.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -79,18 +82,12 @@ NVLINK_EFF, IB_EFF = 0.77, 0.88
 ALPHA_INTRA, ALPHA_INTER = 5e-6, 1e-5  # s per ring step: ASSUMED (nccl-tests' small-message latency pins it)
 GEMM_EFF = 0.68  # fraction of dense peak on bf16 GEMMs: CHOSEN on the fit set (published.fit_gemm_efficiency)
 HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
-# Inter-node networks, Gb/s per GPU (one HCA per GPU): name -> (Gb/s, what it is)
-NETWORKS = {
-    "hdr": (200, "InfiniBand HDR, one 200 Gb/s HCA per GPU (DGX A100, Selene)"),
-    "ndr": (400, "InfiniBand NDR, one 400 Gb/s HCA per GPU (DGX H100/H200/B200)"),
-    "roce100": (100, "100 Gb/s Ethernet (RoCE) per GPU"),
-}
-NVLINK_GBPS = {3: 300 * 8, 4: 450 * 8, 5: 900 * 8}  # per direction, Gb/s: NVLink 3 (A100), 4 (H100/H200), 5 (B200)
 
 
 def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None) -> Device:
     """A GPU preset from its datasheet: dense bf16 TFLOP/s, memory (GiB unless ``mem_bytes``), HBM TB/s,
-    NVLink generation and inter-node network (:data:`NETWORKS`); links at the assumed efficiencies."""
+    NVLink generation and inter-node network (:data:`minipar.comm.links.NETWORKS`); links at the
+    link table's rates times the assumed efficiencies."""
     intra = (ALPHA_INTRA, NVLINK_EFF * NVLINK_GBPS[nvlink] / 8 * 1e9)
     inter = (ALPHA_INTER, IB_EFF * NETWORKS[net][0] / 8 * 1e9)
     mem = mem_bytes or mem_gib * GiB
@@ -111,7 +108,7 @@ GPUS = {
 
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):
     """``dev`` with other links: per-direction Gb/s inside a node / per GPU across nodes (datasheet rates,
-    scaled by the assumed efficiencies), or a network preset ``net`` of :data:`NETWORKS`.
+    scaled by the assumed efficiencies), or a network preset ``net`` of :data:`minipar.comm.links.NETWORKS`.
 
     Raises:
         ConfigError: a rate <= 0 or an unknown ``net``.

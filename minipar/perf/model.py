@@ -30,8 +30,9 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   Both add ``layer_overhead`` per layer and divide by ``compute_share``.
 - **Links** (:func:`group_link`): a group uses NVLink only if every group of its kind lies inside
   one node in Megatron's rank order (tp innermost, then cp, dp, pp); tp = 6 on 8-GPU nodes straddles
-  nodes and runs on the inter-node link. α–β ring costs (lesson 01): all-reduce 2(n−1)α +
-  2(n−1)/n·S/β; the 2(n−1)α latency is the first-principles per-GPU-count effect (it grows with n).
+  nodes and runs on the inter-node link. α–β ring costs (lesson 01; :mod:`minipar.comm.cost`): all-reduce
+  2(n−1)α + 2(n−1)/n·S/β, reduce-scatter and all-gather half of it, one message α + n/β; the 2(n−1)α
+  latency is the first-principles per-GPU-count effect (it grows with n).
 - **TP** (Shoeybi et al. 2019, arXiv:1909.08053, §3): per layer and micro-batch 2 all-reduces of
   b·s·h values forward, 2 backward, 2 more in a recomputed forward (sequence parallelism: all-gather
   + reduce-scatter, the same volume, Korthikanti §4.2.2). ``"tp"`` in overlap hides them behind the
@@ -71,6 +72,7 @@ from __future__ import annotations
 import functools
 import math
 
+from minipar.comm.cost import all_reduce_time, p2p_time, ring_time
 from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, stage_params: read here by lessons 00, 07, 08)
     activation_bytes_per_layer,
     attention_core_flops,
@@ -87,14 +89,6 @@ from minipar.perf.timeline import overlap_formula
 from minipar.pp.schedules import make_schedule, simulate
 
 BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
-
-
-def all_reduce_time(n: int, nbytes: float, link: tuple) -> float:
-    """Seconds of a ring all-reduce over ``n`` ranks of ``nbytes`` on ``link = (α s, β bytes/s)``:
-    2(n−1)α + 2(n−1)/n·S/β (Patarasuk & Yuan 2009; lesson 01's fit). The 2(n−1)α term is the
-    per-GPU-count effect: it grows with the group (a reduce-scatter or all-gather is half)."""
-    a, b = link
-    return 0.0 if n <= 1 else 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes / b
 
 
 def group_link(dev: Device, size: int, stride: int) -> tuple:
@@ -172,7 +166,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if layout.recompute == "full" else 0.0)
     if "tp" in layout.overlap:
         tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
-    step = L["cp"][0] + cp_block_bytes(model, b, s, t, bpv) / L["cp"][1] if c > 1 else 0.0  # one K/V block
+    step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
     if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
         cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
     else:  # ring attention: each step's transfer hides behind one chunk's attention
@@ -181,9 +175,9 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
         split = layout.scatter_gather or sp
-        p2p = L["pp"][0] + msg / (t if split else 1) / L["pp"][1]
+        p2p = p2p_time(msg / (t if split else 1), L["pp"])
         if layout.scatter_gather and not sp and t > 1:
-            p2p += all_reduce_time(t, msg, L["tp"]) / 2  # the all-gather over NVLink
+            p2p += ring_time(t, msg, L["tp"])  # the all-gather over NVLink
     logit = logit_flops(model, b) / c / t / eff
     layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
     lf = [n * (f_l + tp_f + cp_f) + p2p for n in layers]
@@ -227,7 +221,7 @@ def _pipeline_minipar(model: ModelShape, dev: Device, layout: Layout, m: int) ->
         t_c *= 4 / 3  # forward + backward = 3 forwards, plus one
     L = _links(dev, layout)
     t_tp = (4 * layers + 2) * all_reduce_time(t, msg, L["tp"])
-    t_pp = 2 * (L["pp"][0] + msg / L["pp"][1]) if p > 1 else 0.0
+    t_pp = 2 * p2p_time(msg, L["pp"]) if p > 1 else 0.0
     stage = t_c + t_tp + t_pp
     return {
         "compute": m * t_c,
@@ -256,8 +250,8 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     n, z, bpv = layout.dp * layout.cp, layout.zero, dev.bytes_per_value
     psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
     link = _links(dev, layout)["dp"]
-    grads = all_reduce_time(n, layout.grad_bytes * psi, link) / (2 if z else 1)
-    gather = all_reduce_time(n, bpv * psi, link) / 2 if z else 0.0
+    grads = (ring_time if z else all_reduce_time)(n, layout.grad_bytes * psi, link)  # reduce-scatter or all-reduce
+    gather = ring_time(n, bpv * psi, link) if z else 0.0
     hide = "dp" in layout.overlap
     if z == 3:
         if not hide:

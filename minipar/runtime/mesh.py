@@ -5,7 +5,8 @@ parallel_dims.py``), holds what every part of a job asks about its layout:
 
     layout = Mesh(world_size=8, pp=2, tp=2)      # validated here: dp = 8 / (pp·tp) = 2
     layout.shape, layout.size("dp")              # (2, 2, 2), 2 -- no process group needed
-    mesh = init_mesh(pp=2, tp=2)                 # the same, plus this rank and its groups
+    mesh = init_groups(layout)                   # the same object, plus this rank and its groups
+    mesh = init_mesh(pp=2, tp=2)                 # both at once: init_groups(Mesh(world_size, pp=2, tp=2))
     mesh.tp_group, mesh.dp_rank, mesh.pp_size    # as in Megatron's parallel_state
 
 Layout (Megatron-LM's order, ``megatron/core/parallel_state.py``): tensor-parallel ranks are
@@ -293,21 +294,36 @@ def init_mesh(
     group_cache: dict | None = None,
 ) -> Mesh:
     """The :class:`Mesh` of the current world with this rank's groups (a collective: every rank calls
-    it, with the same arguments).
+    it, with the same arguments): ``init_groups(Mesh(world_size, pp, dp, tp, cp, ep))``.
+
+    Raises:
+        ConfigError: see :class:`Mesh`.
+    """
+    return init_groups(Mesh(mdist.world_size(), pp, dp, tp, cp, ep), group_cache=group_cache)
+
+
+def init_groups(mesh: Mesh, group_cache: dict | None = None) -> Mesh:
+    """Fill in ``mesh`` (a layout, e.g. the one :func:`minipar.job.config.check` built) with this rank and its
+    process groups; returns it. A collective: every rank calls it, with the same layout.
 
     Every TP, DP and PP group is created with minipar's bounded timeout, in the same order on
     every rank (as ``new_group`` requires), including one-rank groups for size-1 dimensions; then,
     with cp > 1, the dp × cp groups, and with ep > 1 the EP and expert-dp groups (:func:`expert_group_ranks`).
-    Without a process group, a 1×1×1 mesh with ``groups`` all None is returned.
+    Without a process group (one process), ``groups`` stay None.
 
     Args:
         group_cache: a dict, kept by the caller, of groups already made (key: the tuple of ranks); a
             group with the same ranks is reused instead of created (``new_group`` is a world-wide
             collective: the slow part of switching layouts in a sweep).
     Raises:
-        ConfigError: see :class:`Mesh`.
+        ConfigError: the layout is for another number of ranks than the current world's.
     """
-    mesh = Mesh(mdist.world_size(), pp, dp, tp, cp, ep, rank=mdist.rank())
+    if mesh.world_size != mdist.world_size():
+        raise ConfigError(
+            f"a layout of {mesh.world_size} ranks on a world of {mdist.world_size()}; "
+            f"start {mesh.world_size} ranks, or build the layout for {mdist.world_size()}"
+        )
+    mesh.rank, cp, ep = mdist.rank(), mesh.cp, mesh.ep
     lists = [(d, group_ranks(mesh.shape, d)) for d in mesh.dims]
     dp_cp = group_ranks(mesh.shape, ("dp", "cp")) if cp > 1 else []
     if cp > 1:

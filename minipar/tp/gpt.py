@@ -135,8 +135,9 @@ def parallelize_gpt_(model: GPT, group=None, sequence_parallel: bool = False) ->
     Every block as :func:`parallelize_block_`; ``wte`` vocabulary-parallel and ``lm_head``
     column-parallel over the vocabulary padded to a multiple of N (tied again if the model ties
     them); with sequence parallelism the embedding dropout keeps T/N positions
-    (:class:`SequenceParallelDropout`) and ``ln_f`` is tagged ``sequence_parallel``. The loss is set by
-    :class:`TensorParallelGPT`.
+    (:class:`SequenceParallelDropout`) and ``ln_f`` is tagged ``sequence_parallel``. ``model.loss``
+    becomes :func:`vocab_parallel_cross_entropy` over ``group`` (a plain function holding no reference
+    to the model: a pipeline stage takes it along).
 
     Raises:
         ConfigError: d_model, n_head or 4·d_model not divisible by N.
@@ -161,6 +162,7 @@ def parallelize_gpt_(model: GPT, group=None, sequence_parallel: bool = False) ->
     if sequence_parallel:
         model.drop = SequenceParallelDropout(model.drop, group)
         _mark_sequence_parallel(*model.ln_f.parameters())
+    model.loss = functools.partial(vocab_parallel_cross_entropy, vocab_size=cfg.vocab_size, group=group)
     return model
 
 
@@ -187,8 +189,7 @@ class TensorParallelGPT(GPT):
         check_tp_config(cfg, tp_size(group))  # before the random draws of the full model
         super().__init__(cfg)  # the single-device model, from the current random state
         self.group, self.sequence_parallel = group, sequence_parallel
-        parallelize_gpt_(self, group, sequence_parallel)
-        self.loss = functools.partial(vocab_parallel_cross_entropy, vocab_size=cfg.vocab_size, group=group)
+        parallelize_gpt_(self, group, sequence_parallel)  # also sets self.loss
 
     def full_state_dict(self, grads: bool = False) -> dict[str, torch.Tensor]:
         """The single-device ``GPT``'s state dict (or its gradients), gathered. Collective."""

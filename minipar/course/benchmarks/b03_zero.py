@@ -16,12 +16,12 @@ import torch
 import torch.distributed as dist
 
 from minipar.course.bench import Row
+from minipar.course.zero_strategies import apply_strategy
 from minipar.model.gpt import GPT, GPTConfig, num_params
+from minipar.model.memory import tensor_memory_tracker
 from minipar.runtime import dist as md
 from minipar.runtime.launch import launch
-from minipar.zero import zero
 from minipar.zero.flat import zero_bytes_formula
-from minipar.zero.fully_shard import MixedPrecisionPolicy, fully_shard
 
 CFG = dict(vocab_size=96, block_size=64, n_layer=4, n_head=4, d_model=128)
 N = 2
@@ -33,26 +33,11 @@ TIMED = {"zero3": None, "fsdp2": None, "zero3pp": None, "zero3pp-bf16": BF16, "f
 
 def _build(strategy: str):
     """``zero1``..``zero3`` (flat units), ``zero3pp`` (minipar's per-parameter fully_shard) or ``fsdp2``
-    (PyTorch's), ``-bf16`` for the bf16/fp32 policy; units as lesson 03: embeddings, blocks, ln_f, head."""
+    (PyTorch's), ``-bf16`` for the bf16/fp32 policy (:func:`minipar.course.zero_strategies.apply_strategy`)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(**CFG))
-    units = [model.wte, model.wpe, *model.blocks, model.ln_f, model.lm_head]
-    kind, mp = strategy.split("-")[0], TIMED.get(strategy)
-    if kind == "fsdp2":
-        from torch.distributed import fsdp
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cpu", (md.world_size(),))
-        policy = fsdp.MixedPrecisionPolicy(*mp) if mp else fsdp.MixedPrecisionPolicy()
-        for m in [*units, model]:
-            fsdp.fully_shard(m, mesh=mesh, mp_policy=policy)
-        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
-    if kind == "zero3pp":
-        policy = MixedPrecisionPolicy(*mp) if mp else None
-        for m in [*units, model]:
-            fully_shard(m, mp_policy=policy)
-        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return model, zero(model, int(strategy[-1]), lr=1e-3)
+    adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)  # noqa: E731
+    return model, apply_strategy(model, strategy.split("-")[0], adamw, TIMED.get(strategy), lr=1e-3)
 
 
 def _timed_step(model, opt, xy) -> float:
@@ -73,21 +58,17 @@ def job(steps: int) -> dict:
     )[md.rank()]
     import warnings
 
-    from torch.distributed._tools.mem_tracker import MemTracker
-
     held, peak = {}, {}
     for s in ("zero1", "zero2", "zero3"):
         model, opt = _build(s)
         for _ in range(2):  # the second step finds the optimizer state allocated: measure it
-            tracker = MemTracker()
-            with warnings.catch_warnings():
+            tracker = tensor_memory_tracker(model, opt)
+            with warnings.catch_warnings(), tracker:
                 warnings.simplefilter("ignore", UserWarning)
-                tracker.track_external(model, opt.optimizer)
-                with tracker:
-                    model(xy[:, :-1], xy[:, 1:])[1].backward()
-                    held[s] = opt.held_bytes()["total"]
-                    opt.step()
-                    opt.zero_grad()
+                model(xy[:, :-1], xy[:, 1:])[1].backward()
+                held[s] = opt.held_bytes()["total"]
+                opt.step()
+                opt.zero_grad()
         peak[s] = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
     runs = {s: _build(s) for s in TIMED}
     times = {s: [] for s in runs}

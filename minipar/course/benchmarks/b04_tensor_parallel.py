@@ -21,6 +21,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from minipar.comm import intercept
 from minipar.course.bench import Row
 from minipar.runtime.launch import launch
 
@@ -30,27 +31,24 @@ BATCH = 8
 
 @contextlib.contextmanager
 def _collective_timer(spent: list):
-    """Add the seconds spent inside minipar's collectives (incl. waiting for peers) to ``spent[0]``."""
-    names = ["all_reduce", "all_gather_single", "reduce_scatter_single"]
-    orig = {n: getattr(dist, n) for n in names}
+    """Add the seconds spent inside minipar's collectives (incl. waiting for peers) to ``spent[0]``:
+    a listener on :mod:`minipar.comm.intercept` (the outermost call only, when one calls another)."""
+    names = ("all_reduce", "all_gather_single", "reduce_scatter_single")
+    depth = [0]
 
-    def wrap(fn):
-        def timed(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[0] += time.perf_counter() - t
+    def timed(op, call, args, kwargs):
+        if op not in names or depth[0]:
+            return call(*args, **kwargs)
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t
+            depth[0] -= 1
 
-        return timed
-
-    for n in names:
-        setattr(dist, n, wrap(orig[n]))
-    try:
+    with intercept.listening(timed):
         yield
-    finally:
-        for n in names:
-            setattr(dist, n, orig[n])
 
 
 def _timed_step(model, opt, x, y, ctx) -> tuple[float, float, float]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.clock import IB_NDR, NVLINK4
+from minipar.comm.links import IB_NDR, NVLINK4
 from minipar.course.bench import Row
 from minipar.course.pipeline_trace import RunSpec, measured_durations, message_bytes, read_clock, traced_run
 from minipar.pp.dualpipe import dualpipe, idle_per_rank, route, table2_bubble

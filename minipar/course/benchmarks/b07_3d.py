@@ -16,7 +16,8 @@ BATCH, M = 16, 2
 
 
 def job(layouts, reps: int) -> dict:
-    from minipar.job.parallelize import build_piece
+    from minipar.job.config import TrainConfig
+    from minipar.job.parallelize import parallelize
     from minipar.model.gpt import GPT, GPTConfig
     from minipar.runtime.mesh import init_mesh
 
@@ -24,7 +25,8 @@ def job(layouts, reps: int) -> dict:
     g = torch.Generator().manual_seed(0)
     out = {}
     for pp, dp, tp, zero in layouts:
-        piece = build_piece(cfg, init_mesh(pp=pp, dp=dp, tp=tp), microbatches=M, zero=zero)
+        torch.manual_seed(0)
+        piece = parallelize(GPT(cfg), init_mesh(pp=pp, dp=dp, tp=tp), TrainConfig(microbatches=M, zero=zero))
         x = torch.randint(0, cfg.vocab_size, (BATCH // dp, cfg.block_size), generator=g, device="cpu")
         out[(pp, dp, tp, zero)] = median_time(lambda: piece.step(x, x, 1e-3), reps, barrier=True, slowest=True)
     # PyTorch-native reference: DDP over all 8 ranks, the same global batch as M accumulated micro-batches

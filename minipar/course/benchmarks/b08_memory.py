@@ -12,17 +12,15 @@ Timing blocks alternate between the sides, medians of repeats, one process.
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 
 import torch
-import torch.utils.checkpoint
 
 from minipar.course.bench import Row
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import SavedTensorMeter
-from minipar.model.recompute import set_recompute
+from minipar.model.recompute import set_recompute, use_torch_checkpoint
 
 CFG = dict(vocab_size=96, n_layer=4, n_head=4, d_model=128, block_size=128, dropout=0.1, attention="explicit")
 
@@ -31,10 +29,7 @@ def _model(mode: str) -> GPT:
     torch.manual_seed(0)
     m = GPT(GPTConfig(**CFG))
     if mode.startswith("torch"):
-        for blk in m.blocks:
-            blk.forward = functools.partial(
-                torch.utils.checkpoint.checkpoint, blk._forward, use_reentrant=mode == "torch-reentrant"
-            )
+        use_torch_checkpoint(m, reentrant=mode == "torch-reentrant")
     else:
         set_recompute(m, mode)
     return m

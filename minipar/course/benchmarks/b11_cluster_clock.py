@@ -18,7 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from minipar.clock import IB_NDR, NVLINK4, ClusterClock, cluster_links
+from minipar.clock import ClusterClock, cluster_links
+from minipar.comm.links import IB_NDR, NVLINK4
 from minipar.course.bench import Row
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.pp.executor import PipelineExecutor

@@ -5,8 +5,8 @@
 - ``minipar.model.moe.experts``   E feed-forward experts held as stacked weights
 - ``minipar.model.moe.layer``     ``MoE``: the layer on one device (what ``GPTConfig(moe_experts=E)`` uses)
 - ``minipar.ep.parallel``  ``ExpertParallelMoE``: experts sharded over an EP group, all-to-all dispatch/combine
-- ``minipar.job.moe_piece``  the main job's EP (the Mesh's ep/edp groups): gradients of experts vs dense
-  parameters, micro-batches, recomputation
+- ``minipar.job.piece``      the main job's EP (the Mesh's ep/edp groups): gradients of experts vs dense
+  parameters, micro-batches, recomputation (the one training step, :class:`~minipar.job.piece.Piece`)
 - ``minipar.ep.zero``      ZeRO-1 of the MoE job: dense moments sharded over dp, experts' over expert-dp
 - ``minipar.checkpoint.moe`` the MoE job's checkpoints: whole expert tensors, resumable under any ep
 """

@@ -1,29 +1,15 @@
-"""Links of the emulated cluster: α–β presets named for real hardware, and their scaling to this machine.
+"""The emulated cluster's links scaled to this machine: the link table's presets in slow motion.
 
-    from minipar.clock.links import NVLINK4, IB_NDR, PCIE5, scaled, cluster_links
-    NVLINK4.time(2**20)                          # seconds to move 1 MiB over one H100's NVLink 4
+    from minipar.clock.scaling import cluster_links, scaled, slow_motion
+    from minipar.comm.links import IB_NDR
     intra, inter = cluster_links(cpu_flops)      # NVLink 4 / IB NDR, scaled to this CPU (see below)
     slow_motion(IB_NDR, here_s=20e-3, there_s=2e-3)   # an action: 20 ms here, 2 ms on an H100
 
-A :class:`Link` costs ``α + n/β`` seconds for one message of ``n`` bytes (Hockney's model): α the
-per-message (per ring step) latency, β the bandwidth of ONE direction as one GPU sees it.
-
-The presets and where their numbers come from:
-
-- :data:`NVLINK4`, inside an H100 SXM node (NVSwitch): β = 450 GB/s per direction per GPU, the
-  H100 datasheet's "NVLink 900 GB/s" counted both ways (18 NVLink 4 links × 25 GB/s per direction;
-  NVIDIA H100 Tensor Core GPU datasheet). NVIDIA's ``p2pBandwidthLatencyTest`` reaches ~380 GB/s
-  of it (NVIDIA/nccl issue #1264, 83 %). α = 3.4 µs: NCCL's per-ring-step latency for NVLink
-  with the Simple protocol (``hwLat[NVLINK][Ring][Simple]``, ``src/graph/tuning.cc``).
-- :data:`IB_NDR`, across nodes: one 400 Gb/s NDR InfiniBand HCA per GPU (ConnectX-7, as in DGX
-  H100): β = 400e9 / 8 = 50 GB/s per direction. α = 9.6 µs: NCCL's ``hwLat[NET][Ring][Simple]``.
-- :data:`PCIE5`, a PCIe Gen5 x16 slot (GPUs without NVLink, or GPU to host): β = 64 GB/s per
-  direction (32 GT/s × 16 lanes, 128b/130b; the H100 PCIe datasheet's "128 GB/s" counts both
-  ways). α = 5.7 µs: NCCL's ``hwLat[PCI][Ring][Simple]``.
-
-These are link (datasheet) rates; NCCL's rings reach ~75–85 % of them. The performance model's
-devices (:data:`minipar.perf.hardware.GPUS`) use those *achieved* rates: :func:`link_of` turns a
-device's intra/inter pair into a Link, so the clock and the planner can run on the same numbers.
+The links themselves (:class:`~minipar.comm.links.Link`, α + n/β; the presets ``NVLINK4``,
+``IB_NDR``, ``PCIE5`` with their datasheet sources) are the link table, :mod:`minipar.comm.links`,
+which the performance model reads too (its devices, :data:`minipar.perf.hardware.GPUS`, at the
+*achieved* fraction of the same rates): :func:`link_of` turns a device's intra/inter pair into a
+Link, so the clock and the planner can run on the same numbers.
 
 Scaling (:func:`scaled`). A CPU core computes ~10⁴ times slower than an H100; emulating the
 cluster's links at their real speed would make communication free. Scaling both α and n/β by
@@ -37,38 +23,11 @@ Units: seconds, bytes, bytes/s, FLOP/s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from minipar.comm.links import IB_NDR, NVLINK4, Link
 from minipar.errors import ConfigError
 from minipar.perf.hardware import GPUS, Device, measured_peak_flops
-
-
-@dataclass(frozen=True)
-class Link:
-    """One direction of a link: ``time(n) = alpha_s + n / beta_bytes_per_s`` seconds for ``n`` bytes.
-
-    Raises ConfigError when ``alpha_s < 0`` or ``beta_bytes_per_s <= 0``.
-    """
-
-    name: str
-    alpha_s: float  # seconds per message (per ring step)
-    beta_bytes_per_s: float  # bytes/s, one direction
-
-    def __post_init__(self):
-        if not self.alpha_s >= 0 or not self.beta_bytes_per_s > 0:
-            raise ConfigError(
-                f"Link {self.name!r}: alpha_s={self.alpha_s!r} must be >= 0 seconds and "
-                f"beta_bytes_per_s={self.beta_bytes_per_s!r} > 0 bytes/s"
-            )
-
-    def time(self, nbytes: float) -> float:
-        """Seconds to move one message of ``nbytes`` bytes: α + n/β."""
-        return self.alpha_s + nbytes / self.beta_bytes_per_s
-
-
-NVLINK4 = Link("NVLink 4 (H100 SXM, in a node)", 3.4e-6, 450e9)
-IB_NDR = Link("InfiniBand NDR 400 Gb/s (across nodes)", 9.6e-6, 50e9)
-PCIE5 = Link("PCIe Gen5 x16", 5.7e-6, 64e9)
 
 
 def scaled(link: Link, cpu_flops: float, gpu_flops: float) -> Link:
