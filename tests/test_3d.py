@@ -251,7 +251,10 @@ def test_layout_errors_name_the_fix():
     """In-process (one device): a pipeline longer than the model, a tp that does not divide the heads."""
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2"):
         check(TrainConfig(n_layer=2, n_head=2, d_model=32, pp=3), world_size=3)
-    with pytest.raises(ConfigError, match="number of heads n_head"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--tp 4 must divide --n-head 2 and --d-model 32 \(whole heads and columns per rank\); use --tp 1, 2$",
+    ):
         check(TrainConfig(n_layer=2, n_head=2, d_model=32, tp=4), world_size=4)
 
 

@@ -30,7 +30,7 @@ from minipar.job.outdir import check_folder
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.moe.dispatch import check_moe
 from minipar.model.recompute import MODES as RECOMPUTE_MODES
-from minipar.runtime.mesh import Mesh
+from minipar.runtime.mesh import Mesh, divisors
 from minipar.tp.gpt import check_tp_config
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -304,7 +304,13 @@ def _check_experts(cfg: TrainConfig) -> None:
     that it divides dp, the :class:`~minipar.runtime.mesh.Mesh` checks), tp, pp, ZeRO-3, gradient compression."""
     if cfg.ep > 1 and not cfg.moe_experts:
         raise ConfigError(f"--ep {cfg.ep} needs experts to shard: add --moe-experts E (a multiple of {cfg.ep})")
-    check_moe(cfg.moe_experts, cfg.moe_top_k, None, cfg.ep)
+    n, k = cfg.moe_experts, cfg.moe_top_k
+    if k > n:
+        raise ConfigError(f"--moe-top-k {k}: at most --moe-experts {n} experts per token; use --moe-top-k {n} or less")
+    if n % cfg.ep:
+        fits = ", ".join(map(str, divisors(n)[:12]))
+        raise ConfigError(f"--ep {cfg.ep} must divide --moe-experts {n} (whole experts per rank); use --ep {fits}")
+    check_moe(n, k, None, cfg.ep)
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
@@ -336,5 +342,11 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
         raise ConfigError(
             f"--pp {pp} stages but the model has only --n-layer {model.n_layer} blocks; "
             f"use --pp <= {model.n_layer} or --n-layer >= {pp}"
+        )
+    heads = math.gcd(model.n_head, model.d_model)  # tp must divide both (Megatron's split of heads and columns)
+    if heads % tp:
+        raise ConfigError(
+            f"--tp {tp} must divide --n-head {model.n_head} and --d-model {model.d_model} (whole heads and columns "
+            f"per rank); use --tp {', '.join(map(str, divisors(heads)[:12]))}"
         )
     check_tp_config(model, tp)
