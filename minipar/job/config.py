@@ -31,7 +31,6 @@ from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.moe.dispatch import check_moe
 from minipar.model.recompute import MODES as RECOMPUTE_MODES
 from minipar.runtime.mesh import Mesh, divisors
-from minipar.tp.gpt import check_tp_config
 
 DTYPES = ("fp32", "bf16", "fp16")
 SCHEDULES_3D = ("gpipe", "1f1b")  # the main job runs one pipeline stage per rank
@@ -329,7 +328,7 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
     """Raise :class:`ConfigError` unless ``model`` can be split into ``pp`` stages of ``tp`` shards.
 
     pp <= n_layer (every stage holds at least one block); tp divides d_model, n_head and 4·d_model
-    (:func:`minipar.tp.gpt.check_tp_config`, Megatron's column/row split of heads and the FFN);
+    (Megatron's column/row split of heads and the FFN: tp divides gcd(n_head, d_model));
     block_size >= 2·cp (the load-balanced split gives every cp rank two non-empty chunks,
     :func:`minipar.cp.split.load_balanced_ranges`; lengths need not divide).
     """
@@ -349,4 +348,3 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
             f"--tp {tp} must divide --n-head {model.n_head} and --d-model {model.d_model} (whole heads and columns "
             f"per rank); use --tp {', '.join(map(str, divisors(heads)[:12]))}"
         )
-    check_tp_config(model, tp)
