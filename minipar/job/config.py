@@ -80,9 +80,7 @@ class TrainConfig:
     log_every: int = _opt("run", 10, "log the training loss every N steps", minimum=1)
     eval_every: int = _opt("run", 100, "evaluate the validation loss every N steps", minimum=1)
     eval_batches: int = _opt("run", 8, "validation batches per evaluation", minimum=1)
-    sample_chars: int = _opt(
-        "run", 300, "characters of text sampled from the trained model", minimum=0, maximum=100_000
-    )
+    sample_chars: int = _opt("run", 300, "characters of text sampled from the trained model", minimum=0, maximum=10_000)
     ckpt_dir: str | None = _opt("run", None, "checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)")
     ckpt_every: int = _opt("run", 0, "save a checkpoint every N steps (0: never)", minimum=0)
     resume: bool = _opt("run", False, "continue from the newest complete checkpoint")
