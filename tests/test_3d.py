@@ -233,7 +233,7 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
     "args, text",
     [
         (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
-        (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
+        (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but there are 4 ranks"),
         (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
         (["--zero", "2"], "--zero: invalid choice: 2 (choose from 0, 1, 3)"),
         (["--grad-clip", "-1"], "--grad-clip -1"),
