@@ -238,7 +238,10 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
         (["--zero", "2"], "--zero: invalid choice: 2 (choose from 0, 1, 3)"),
         (["--grad-clip", "-1"], "--grad-clip -1"),
         (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
-        (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
+        (
+            ["--tp", "8", "--nproc", "8"],
+            "--tp 8 must divide --n-head 4 and --d-model 128 (whole heads and columns per rank); use --tp 1, 2, 4",
+        ),
     ],
 )
 def test_cli_bad_layout_is_one_line(capsys, args, text):

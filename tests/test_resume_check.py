@@ -226,3 +226,17 @@ def test_every_checkpoint_damaged_is_one_line(ck, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"--resume: no undamaged checkpoint in {ck}" in err
     assert "step_00000004/__0_0.distcp is truncated" in err and "step_00000002/__0_0.distcp is truncated" in err
+
+
+def test_a_change_of_experts_per_token_is_refused(tmp_path, capsys):
+    """Issue #36 item 5: --moe-top-k was not recorded; now it is, and a change is named."""
+    argv = TINY + ["--moe-experts", "4", "--ckpt-dir", str(tmp_path / "ck"), "--out", ""]
+    assert main(argv + ["--steps", "2", "--ckpt-every", "2"]) == 0
+    capsys.readouterr()
+    assert main(argv + ["--steps", "4", "--resume", "--moe-top-k", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in err and "was saved with --moe-top-k 1, this run has --moe-top-k 2; resume with --moe-top-k 1" in err
+    )
+    assert main(argv + ["--steps", "4", "--resume", "--moe-experts", "2"]) == 2
+    assert "was saved with --moe-experts 4, this run has --moe-experts 2" in capsys.readouterr().err
