@@ -39,7 +39,7 @@ def test_layout_names_sizes_and_model_checks():
     assert (m.cp_rank, m.cp_size, m.cp_group) == (0, 1, None)  # no --cp: the 3-D shape, no ring
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2 blocks; use --pp <= 2"):
         check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=3, tp=1)
-    with pytest.raises(ConfigError, match="n_head=2 is not divisible by tp=4"):
+    with pytest.raises(ConfigError, match="--tp 4 must divide --n-head 2 and --d-model 32"):
         check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=1, tp=4)
 
 
