@@ -16,7 +16,10 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 (Llama). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
-``fits`` and the time terms. Only the command line: the model is :mod:`minipar.perf.model`.
+``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
+differs from it is refused). ``--moe-experts``: the experts' counts only (``--ep`` must divide ``--moe-experts``
+and ``--gpus``; a layout flag with it is refused, not dropped). Only the command line: the model is
+:mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
