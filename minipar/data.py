@@ -109,7 +109,7 @@ def check_fits(n_chars: int, block_size: int, batch_size: int, dp_size: int = 1)
     why = []
     if (n_train - 1) // block_size < batch_size:
         why.append(
-            f"the train split ({n_train} characters) holds {(n_train - 1) // block_size} windows, "
+            f"the train split ({n_train} characters) holds {max(0, n_train - 1) // block_size} windows, "
             f"fewer than --batch-size {batch_size}"
         )
     if n_val < block_size + 1:

@@ -16,13 +16,17 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 (Llama). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
-``fits`` and the time terms. Only the command line: the model is :mod:`minipar.perf.model`.
+``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
+differs from it is refused). ``--moe-experts``: the experts' counts only (``--ep`` must divide ``--moe-experts``
+and ``--gpus``; a layout flag with it is refused, not dropped). Only the command line: the model is
+:mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -35,10 +39,12 @@ from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.runtime.mesh import divisors
 
 OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
+DEFAULT_GPUS = 64
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -59,6 +65,45 @@ def check_args(a: argparse.Namespace) -> None:
     fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
     if fixed and len(fixed) < 3:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
+    if a.moe_experts is not None:
+        _check_moe_args(a)
+    elif fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
+        n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
+        raise ConfigError(
+            f"--tp {a.tp} --pp {a.pp} --dp {a.dp}{cp} is a layout of {n} GPUs, not --gpus {a.gpus}; "
+            f"use --gpus {n} (or leave it out), or a layout whose tp·pp·dp·cp is {a.gpus}"
+        )
+
+
+LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather")  # what only the dense layout search reads
+
+
+def _check_moe_args(a: argparse.Namespace) -> None:
+    """``--moe-experts`` prints the MoE counts only: its numbers checked, and no layout flag silently dropped."""
+    given = [f"--{f.replace('_', '-')}" for f in LAYOUT_FLAGS if getattr(a, f) not in (None, False)]
+    if given:
+        raise ConfigError(
+            f"--moe-experts {a.moe_experts} prints the experts' parameter, FLOP and all-to-all counts only (the layout "
+            f"search models dense models): drop {' '.join(given)}, or drop --moe-experts to evaluate the dense layout"
+        )
+    n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or DEFAULT_GPUS
+    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep)):
+        if v < 1:
+            raise ConfigError(f"{flag} {v}: must be an integer >= 1")
+    if k > n:
+        raise ConfigError(f"--moe-top-k {k}: at most --moe-experts {n} experts per token; use --moe-top-k {n} or less")
+    if n % ep:
+        raise ConfigError(f"--ep {ep} must divide --moe-experts {n} (whole experts per GPU); use --ep {_fit(n)}")
+    if gpus % ep:
+        raise ConfigError(
+            f"--ep {ep} must divide --gpus {gpus} (expert parallelism is carved out of the GPUs); use --ep "
+            f"{_fit(math.gcd(n, gpus))}, or --gpus a multiple of {ep}"
+        )
+
+
+def _fit(n: int) -> str:
+    """The divisors of ``n``, comma-separated (the first 12)."""
+    return ", ".join(map(str, divisors(n)[:12]))
 
 
 def _shape(a) -> tuple[str, ModelShape]:
@@ -128,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {f}")
     p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
     p.add_argument("--no-dropout", action="store_true", help="no dropout masks kept (Llama): activation memory")
-    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--gpus", type=int, default=None, help=f"default: {DEFAULT_GPUS}, or the fixed layout's count")
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU's (8)")
     p.add_argument("--network", default=None, choices=sorted(NETWORKS), help="inter-node preset (default: the GPU's)")
@@ -155,6 +200,7 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     try:
         check_args(a)
+        a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = _shape(a)
         if a.moe_experts is not None:
             return moe_summary(name, model, a)

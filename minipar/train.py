@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -151,7 +152,7 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
             loss = piece.step(x, y, lr)  # schedule, dp grad sync, global clip, AdamW
         last_finite = check_finite(loss.item(), step, last_finite, cfg)  # the same on every rank: all stop
         if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
-            save_ckpt(cfg.ckpt_dir, step + 1, piece, loader, meta=cfg.meta(corpus))
+            save_ckpt(cfg.ckpt_dir, step + 1, piece, loader, meta={**cfg.meta(corpus), "run_id": job.run_id})
         if step % cfg.log_every == 0:
             now = time.perf_counter()
             tok_s = tokens_per_step * (cfg.log_every if step > start else 1) / (now - t_last)
@@ -221,12 +222,26 @@ def resume(cfg: TrainConfig, piece, loader, verbose: bool = True, load=ckpt.load
 
 def check_finite(loss: float, step: int, last: tuple[int, float] | None, cfg: TrainConfig) -> tuple[int, float]:
     """``(step, loss)`` if ``loss`` is finite; else raise :class:`NonFiniteLossError` naming the step,
-    the last finite loss and the fix (nothing of this step is logged or checkpointed)."""
+    the last finite loss, the checkpoint kept and the fix (nothing of this step is logged or checkpointed).
+
+    The checkpoint of this step (saved after the previous update) holds the weights that gave this loss: rank 0
+    moves it aside to ``step_NNNNNNNN.nonfinite`` (never loaded, not deleted), so ``--resume`` takes the newest
+    checkpoint older than it, whose weights gave a finite loss; the message names that one."""
     if math.isfinite(loss):
         return step, loss
     before = f"the last finite loss was {last[1]:.4g} at step {last[0]}" if last else "no step before it was finite"
     clip = f"a smaller --grad-clip (now {cfg.grad_clip})" if cfg.grad_clip else "--grad-clip 1.0"
-    kept = f"; the newest checkpoint in {cfg.ckpt_dir} is kept" if cfg.ckpt_dir else ""
+    kept = ""
+    if cfg.ckpt_dir:
+        good, bad = ckpt.latest(cfg.ckpt_dir, before=step), ckpt.step_dir(cfg.ckpt_dir, step)
+        kept = (
+            f"; kept: {good}, the newest checkpoint with a finite loss" if good else "; no checkpoint had a finite loss"
+        )
+        if os.path.isdir(bad) or os.path.isdir(bad + ".nonfinite"):  # rank 0 may have moved it already
+            kept += f" ({(name := os.path.basename(bad))}, which gave this loss, was moved aside to {name}.nonfinite)"
+            if mdist.rank() == 0 and os.path.isdir(bad):
+                shutil.rmtree(bad + ".nonfinite", ignore_errors=True)
+                os.replace(bad, bad + ".nonfinite")
     raise NonFiniteLossError(
         f"step {step}: the training loss is {loss} ({before}); lower --lr (now {cfg.lr:g}) or use {clip}{kept}"
     )

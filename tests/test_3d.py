@@ -233,12 +233,15 @@ def test_cli_starts_its_own_ranks(tmp_path, one_device):
     "args, text",
     [
         (["--nproc", "8", "--tp", "4", "--pp", "3"], "not divisible by tp·pp = 4·3 = 12; valid layouts for 8 ranks"),
-        (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but world_size=4"),
+        (["--dp", "2", "--tp", "2", "--pp", "2", "--nproc", "4"], "pp·dp·tp = 2·2·2 = 8 but there are 4 ranks"),
         (["--schedule", "zb"], "--schedule: invalid choice: 'zb'"),
         (["--zero", "2"], "--zero: invalid choice: 2 (choose from 0, 1, 3)"),
         (["--grad-clip", "-1"], "--grad-clip -1"),
         (["--pp", "3", "--n-layer", "2"], "--pp 3 stages but the model has only --n-layer 2"),
-        (["--tp", "8", "--nproc", "8"], "n_head=4 is not divisible by tp=8; use tp in [1, 2, 4]"),
+        (
+            ["--tp", "8", "--nproc", "8"],
+            "--tp 8 must divide --n-head 4 and --d-model 128 (whole heads and columns per rank); use --tp 1, 2, 4",
+        ),
     ],
 )
 def test_cli_bad_layout_is_one_line(capsys, args, text):
@@ -251,7 +254,10 @@ def test_layout_errors_name_the_fix():
     """In-process (one device): a pipeline longer than the model, a tp that does not divide the heads."""
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2"):
         check(TrainConfig(n_layer=2, n_head=2, d_model=32, pp=3), world_size=3)
-    with pytest.raises(ConfigError, match="number of heads n_head"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--tp 4 must divide --n-head 2 and --d-model 32 \(whole heads and columns per rank\); use --tp 1, 2$",
+    ):
         check(TrainConfig(n_layer=2, n_head=2, d_model=32, tp=4), world_size=4)
 
 

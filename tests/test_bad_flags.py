@@ -31,6 +31,16 @@ CASES = [
     (["--moe-experts", "4", "--ep", "2", "--dp", "3"], "--ep 2 must divide the 3 data-parallel ranks"),
     (["--moe-experts", "4", "--zero", "3"], "--moe-experts 4 runs with data, expert and context"),
     (["--moe-experts", "4", "--tp", "2", "--cp", "2"], "--moe-experts 4 runs with data, expert and context"),
+    (
+        ["--sample-chars", "1000000000"],
+        "--sample-chars 1000000000: must be an integer <= 10000; use --sample-chars 10000 or less",
+    ),
+    (["--seed", "100000000000000000000000"], "--seed 100000000000000000000000: must be an integer <= 4294967295"),
+    (["--seed", "-1"], "--seed -1: must be an integer >= 0 and <= 4294967295"),
+    (["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k 5: at most --moe-experts 4 experts per token"),
+    (["--moe-experts", "4", "--ep", "3", "--nproc", "3"], "--ep 3 must divide --moe-experts 4 (whole experts per"),
+    (["--d-model", "128", "--tp", "3", "--nproc", "3"], "--tp 3 must divide --n-head 4 and --d-model 128 (whole"),
+    (["--cp", "2", "--zero", "3", "--dp", "2"], "--zero 3 with --tp 1 --pp 1 --cp 2: the main job shards ZeRO-3"),
 ]
 
 

@@ -67,9 +67,9 @@ def test_cli_trains_on_text(tmp_path, capsys):
     "kw, text",
     [
         (dict(moe_experts=0, ep=2), "--ep 2 needs experts"),
-        (dict(moe_experts=3, ep=2, dp=2), "must divide moe_experts=3"),
+        (dict(moe_experts=3, ep=2, dp=2), "--ep 2 must divide --moe-experts 3 .*use --ep 1, 3"),
         (dict(moe_experts=4, ep=2, dp=3), "--ep 2 must divide the 3 data-parallel ranks.*use --ep 1, 3"),
-        (dict(moe_experts=4, moe_top_k=5), "moe_top_k=5"),
+        (dict(moe_experts=4, moe_top_k=5), "--moe-top-k 5: at most --moe-experts 4 experts per token"),
         (dict(moe_experts=4, tp=2), "drop --tp"),
         (dict(moe_experts=4, zero=3), r"drop --zero 3 \(use --zero 1\)"),
         (dict(moe_experts=4, pp=2, grad_compression="bf16"), "drop --pp, --grad-compression"),

@@ -23,7 +23,7 @@ def test_factorizations_and_errors():
     assert Mesh(8, pp=2, tp=2).shape == (2, 2, 2)
     with pytest.raises(ConfigError, match=r"not divisible by tp·pp = 3·1 = 3.*pp1·dp2·tp4"):
         Mesh(8, tp=3)
-    with pytest.raises(ConfigError, match=r"pp·dp·tp = 2·2·1 = 4 but world_size=8"):
+    with pytest.raises(ConfigError, match=r"pp·dp·tp = 2·2·1 = 4 but there are 8 ranks"):
         Mesh(8, pp=2, dp=2, tp=1)
     with pytest.raises(ConfigError, match="--tp 0: must be an integer >= 1"):
         Mesh(8, tp=0)
@@ -39,7 +39,7 @@ def test_layout_names_sizes_and_model_checks():
     assert (m.cp_rank, m.cp_size, m.cp_group) == (0, 1, None)  # no --cp: the 3-D shape, no ring
     with pytest.raises(ConfigError, match="--pp 3 stages but the model has only --n-layer 2 blocks; use --pp <= 2"):
         check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=3, tp=1)
-    with pytest.raises(ConfigError, match="n_head=2 is not divisible by tp=4"):
+    with pytest.raises(ConfigError, match="--tp 4 must divide --n-head 2 and --d-model 32"):
         check_model_fits(GPTConfig(n_layer=2, n_head=2, d_model=32), pp=1, tp=4)
 
 
@@ -66,7 +66,7 @@ def test_context_parallel_dimension():
     assert group_ranks(m.shape, "cp")[:2] == [[0, 2], [1, 3]]
     assert group_ranks(m.shape, ("dp", "cp"))[:2] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert rank_of(coords_of(13, m.shape), m.shape) == 13
-    with pytest.raises(ConfigError, match="pp·dp·cp·tp = 1·2·2·1 = 4 but world_size=8"):
+    with pytest.raises(ConfigError, match="pp·dp·cp·tp = 1·2·2·1 = 4 but there are 8 ranks"):
         Mesh(8, dp=2, cp=2)
     with pytest.raises(ConfigError, match="--cp 4 needs sequences of at least 2·cp = 8 tokens"):
         check_model_fits(GPTConfig(block_size=6, n_layer=2, n_head=2, d_model=32), pp=1, tp=1, cp=4)

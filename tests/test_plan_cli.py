@@ -90,3 +90,43 @@ def test_llama3_layout_uneven_chunks_from_the_command_line(capsys):
     assert with_dropout["layout"].startswith("dp128·tp8·pp16·b1·v8·first0·last0")
     assert main([*shape, *fixed, "--no-dropout"]) == 0
     assert json.loads(capsys.readouterr().out)["mem_gb"] < with_dropout["mem_gb"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--model", "70b", "--tp", "8", "--pp", "8", "--dp", "16", "--gpus", "64"],
+            "--tp 8 --pp 8 --dp 16 is a layout of 1024 GPUs, not --gpus 64; use --gpus 1024",
+        ),
+        (
+            ["--tp", "2", "--pp", "2", "--dp", "2", "--cp", "2", "--gpus", "8"],
+            "--tp 2 --pp 2 --dp 2 --cp 2 is a layout of 16 GPUs, not --gpus 8",
+        ),
+        (["--moe-experts", "16", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --gpus 8"),
+        (
+            ["--moe-experts", "6", "--ep", "4"],
+            "--ep 4 must divide --moe-experts 6 (whole experts per GPU); use --ep 1, 2, 3, 6",
+        ),
+        (["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k 5: at most --moe-experts 4"),
+        (["--moe-experts", "0"], "--moe-experts 0: must be an integer >= 1"),
+        (
+            ["--moe-experts", "8", "--tp", "2", "--pp", "2", "--dp", "2"],
+            "--moe-experts 8 prints the experts' parameter, FLOP and all-to-all counts only (the layout search "
+            "models dense models): drop --tp --pp --dp, or drop --moe-experts",
+        ),
+        (["--moe-experts", "8", "--zero", "1"], "--moe-experts 8 prints the experts'"),
+    ],
+)
+def test_contradictions_are_one_line(argv, message, capsys):
+    """Issue #36 item 9: before, the fixed layout's 1,024 GPUs were evaluated for --gpus 64, --ep 16 on 8 GPUs
+    was accepted and --moe-experts silently dropped the layout."""
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith(f"error: {message}") and cap.err.count("\n") == 1, cap.err
+
+
+def test_a_fixed_layout_without_gpus_counts_its_own(capsys):
+    assert main(["--model", "70b", "--tp", "8", "--pp", "8", "--dp", "16"]) == 0
+    assert "on 1024 × " in capsys.readouterr().out
+    assert main(["--model", "70b", "--tp", "8", "--pp", "8", "--dp", "1", "--gpus", "64", "--json"]) == 0

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 
 from minipar import launch
 from minipar.job.config import TrainConfig
@@ -115,6 +116,11 @@ def main(argv=None) -> int:
     layout = choose_layout(a.world, cfg)
     cfg = dataclasses.replace(cfg, **dict(zip(("pp", "dp", "tp", "microbatches"), layout)))  # TrainConfig is frozen
     prediction = predict(cfg, vocab, layout)
+    ckpt_dir, previous = cfg.ckpt_dir, cfg.ckpt_dir + ".previous"
+    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):  # a fresh run is refused another run's checkpoints
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(ckpt_dir, previous)
+        print(f"the previous run's checkpoints moved to {previous}/ (this run writes its own to {ckpt_dir}/)")
     results = launch(run_rank, world_size=a.world, args=(cfg,), prefix=False)
     rep = report(cfg, layout, prediction, results)
     os.makedirs(a.out, exist_ok=True)

@@ -48,6 +48,7 @@ import torch.nn as nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor, Shard
 
+from minipar.checkpoint.manifest import checksums
 from minipar.checkpoint.reader import SafeFileSystemReader, SafeLoadPlanner
 from minipar.errors import CheckpointError
 from minipar.tp.partition import param_is_tensor_parallel
@@ -122,7 +123,8 @@ def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str
     """Write ``state`` (nested dicts of tensors, DTensors and plain values) as checkpoint ``step``.
 
     ``meta``: JSON-able settings saved beside it (:func:`read_meta`), e.g. the model shape, so a
-    resume can say which setting differs instead of failing deep inside DCP.
+    resume can say which setting differs instead of failing deep inside DCP; with ``"files"``, the
+    size and SHA-256 of every file written (:mod:`minipar.checkpoint.manifest`).
     Collective: every rank calls it. Returns the final directory.
     """
     final = step_dir(ckpt_dir, step)
@@ -137,10 +139,9 @@ def save(ckpt_dir: str, step: int, state: dict, meta: dict | None = None) -> str
         with _as_checkpoint_error("write", partial):
             dcp.save(state, checkpoint_id=partial, no_dist=not dist.is_initialized())
     _barrier()  # every rank's shard file and rank 0's metadata are written
-    if rank0:
-        if meta is not None:
-            with open(os.path.join(partial, META), "w") as f:
-                json.dump(meta, f)
+    if rank0:  # minipar.json: ``meta`` and every file's size and checksum (checked at --resume: resume.damage)
+        with open(os.path.join(partial, META), "w") as f:
+            json.dump({**(meta or {}), "files": checksums(partial, skip=(META,))}, f)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
     _barrier()

@@ -22,15 +22,15 @@ from types import SimpleNamespace
 
 import torch
 
-from minipar.checkpoint.resume import check_resume
+from minipar.checkpoint.manifest import text_digest
+from minipar.checkpoint.resume import check_run
 from minipar.data import CharCorpus, check_fits, load_text
 from minipar.errors import ConfigError
 from minipar.job.outdir import check_folder
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.moe.dispatch import check_moe
 from minipar.model.recompute import MODES as RECOMPUTE_MODES
-from minipar.runtime.mesh import Mesh
-from minipar.tp.gpt import check_tp_config
+from minipar.runtime.mesh import Mesh, divisors
 
 DTYPES = ("fp32", "bf16", "fp16")
 SCHEDULES_3D = ("gpipe", "1f1b")  # the main job runs one pipeline stage per rank
@@ -42,7 +42,7 @@ SECTIONS = ("model", "parallelism", "optimizer", "run")  # TrainConfig's groups 
 def _opt(section: str, default, help: str, **kw):
     """A field of ``section`` (one of :data:`SECTIONS`) with its command-line help in its metadata, and
     optionally ``choices`` (the allowed values) or ``minimum=k`` (an integer >= k; None allowed where None
-    is the default); :func:`check` checks both."""
+    is the default) and ``maximum=n`` (<= n); :func:`check` checks them."""
     return field(default=default, metadata={"section": section, "help": help, **kw})
 
 
@@ -73,14 +73,14 @@ class TrainConfig:
     warmup: int = _opt("optimizer", 20, "linear learning-rate warm-up, steps", minimum=0)
     weight_decay: float = _opt("optimizer", 0.1, "AdamW weight decay of the matrices")
     grad_clip: float = _opt("optimizer", 1.0, "clip the global gradient norm (0: off)")
-    seed: int = _opt("run", 0, "seed of the weights and the data order")
+    seed: int = _opt("run", 0, "seed of the weights and the data order", minimum=0, maximum=2**32 - 1)
     dtype: str = _opt("run", "fp32", "autocast precision (fp16: GPU only)", choices=DTYPES)
     data: str | None = _opt("run", None, "a UTF-8 text file (default: Python's pydoc_data.topics)")
     out: str | None = _opt("run", "runs/train", "output folder ('' for none)")
     log_every: int = _opt("run", 10, "log the training loss every N steps", minimum=1)
     eval_every: int = _opt("run", 100, "evaluate the validation loss every N steps", minimum=1)
     eval_batches: int = _opt("run", 8, "validation batches per evaluation", minimum=1)
-    sample_chars: int = _opt("run", 300, "characters of text sampled from the trained model", minimum=0)
+    sample_chars: int = _opt("run", 300, "characters of text sampled from the trained model", minimum=0, maximum=10_000)
     ckpt_dir: str | None = _opt("run", None, "checkpoint folder (default: OUT/ckpt with --ckpt-every or --resume)")
     ckpt_every: int = _opt("run", 0, "save a checkpoint every N steps (0: never)", minimum=0)
     resume: bool = _opt("run", False, "continue from the newest complete checkpoint")
@@ -138,11 +138,12 @@ class TrainConfig:
         )
 
     def meta(self, corpus: CharCorpus) -> dict:
-        """What a checkpoint of this run only fits: the model's shape and the corpus's vocabulary
-        (:func:`minipar.checkpoint.dcp.save_3d` adds the layout; checked by :mod:`minipar.checkpoint.resume`)."""
-        keys = ("n_layer", "n_head", "d_model", "block_size", "data") + (("moe_experts",) if self.moe_experts else ())
+        """What a checkpoint of this run only fits: the model's shape, the corpus (its vocabulary and the SHA-256
+        of its text) and what else decides the trajectory (seed, global batch, experts per token), checked by
+        :mod:`minipar.checkpoint.resume`; :func:`minipar.checkpoint.dcp.save_3d` adds the layout."""
+        keys = ("n_layer", "n_head", "d_model", "block_size", "data", "moe_experts", "moe_top_k", "seed", "batch_size")
         shape = {k: getattr(self, k) for k in keys}
-        return {**shape, "vocab": "".join(corpus.chars)}
+        return {**shape, "vocab": "".join(corpus.chars), "data_sha256": text_digest(corpus.text)}
 
     def gpt(self, vocab_size: int) -> GPTConfig:
         return GPTConfig(
@@ -164,12 +165,14 @@ def fields_of(section: str) -> list[dataclasses.Field]:
 @dataclass(frozen=True)
 class Job:
     """A checked run (made only by :func:`check`): its settings, its layout (pure: no process groups;
-    :func:`minipar.runtime.mesh.init_groups` adds this rank's), its corpus and the step it starts at."""
+    :func:`minipar.runtime.mesh.init_groups` adds this rank's), its corpus, the step it starts at and the id
+    its checkpoints record (:func:`minipar.checkpoint.resume.check_run`)."""
 
     cfg: TrainConfig
     mesh: Mesh
     corpus: CharCorpus
     start: int
+    run_id: str = ""
 
 
 def _fits(model: GPTConfig, pp: int, tp: int) -> bool:
@@ -212,7 +215,8 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         ConfigError: a bad flag or combination of flags, a layout that does not fit ``world_size`` or
         the model, fp16 off GPU, a text too short for the splits, an ``--out``/``--ckpt-dir`` that is a
         file, lies under one or cannot be written, every checkpoint damaged, a checkpoint past
-        ``--steps`` or of another model (:func:`minipar.checkpoint.resume.check_resume`).
+        ``--steps``, of another model or of another seed, batch or text, a fresh run over another run's
+        checkpoints, or a ``--ckpt-dir`` holding two runs' (:func:`minipar.checkpoint.resume.check_run`).
     """
     _check_flags(cfg)
     if cfg.out:
@@ -244,16 +248,18 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
             f"(= --batch-size {cfg.batch_size} / dp {dp}); use --microbatches "
             f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
         )
-    return Job(cfg, mesh, corpus, check_resume(cfg, corpus) if cfg.resume else 0)
+    return Job(cfg, mesh, corpus, *check_run(cfg, corpus))
 
 
 def _check_flags(cfg: TrainConfig) -> None:
     """:func:`check`'s first part: each flag alone and the flags together (no world size needed)."""
     for f in dataclasses.fields(cfg):
         v, flag, choices = getattr(cfg, f.name), "--" + f.name.replace("_", "-"), f.metadata.get("choices")
-        low = f.metadata.get("minimum")
+        low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
         if low is not None and not (v is None and f.default is None) and (not isinstance(v, int) or v < low):
-            raise ConfigError(f"{flag} {v}: must be an integer >= {low}")
+            raise ConfigError(f"{flag} {v}: must be an integer >= {low}" + (f" and <= {high}" if high else ""))
+        if high is not None and v > high:
+            raise ConfigError(f"{flag} {v}: must be an integer <= {high}; use {flag} {high} or less")
         if choices and v not in choices:
             raise ConfigError(f"{flag} {v}: use one of {', '.join(map(str, choices))}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
@@ -295,7 +301,13 @@ def _check_experts(cfg: TrainConfig) -> None:
     that it divides dp, the :class:`~minipar.runtime.mesh.Mesh` checks), tp, pp, ZeRO-3, gradient compression."""
     if cfg.ep > 1 and not cfg.moe_experts:
         raise ConfigError(f"--ep {cfg.ep} needs experts to shard: add --moe-experts E (a multiple of {cfg.ep})")
-    check_moe(cfg.moe_experts, cfg.moe_top_k, None, cfg.ep)
+    n, k = cfg.moe_experts, cfg.moe_top_k
+    if k > n:
+        raise ConfigError(f"--moe-top-k {k}: at most --moe-experts {n} experts per token; use --moe-top-k {n} or less")
+    if n % cfg.ep:
+        fits = ", ".join(map(str, divisors(n)[:12]))
+        raise ConfigError(f"--ep {cfg.ep} must divide --moe-experts {n} (whole experts per rank); use --ep {fits}")
+    check_moe(n, k, None, cfg.ep)
     clash = {
         "--tp": cfg.tp > 1,
         "--pp": cfg.pp > 1,
@@ -314,7 +326,7 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
     """Raise :class:`ConfigError` unless ``model`` can be split into ``pp`` stages of ``tp`` shards.
 
     pp <= n_layer (every stage holds at least one block); tp divides d_model, n_head and 4·d_model
-    (:func:`minipar.tp.gpt.check_tp_config`, Megatron's column/row split of heads and the FFN);
+    (Megatron's column/row split of heads and the FFN: tp divides gcd(n_head, d_model));
     block_size >= 2·cp (the load-balanced split gives every cp rank two non-empty chunks,
     :func:`minipar.cp.split.load_balanced_ranges`; lengths need not divide).
     """
@@ -328,4 +340,9 @@ def check_model_fits(model: GPTConfig, pp: int, tp: int, cp: int = 1) -> None:
             f"--pp {pp} stages but the model has only --n-layer {model.n_layer} blocks; "
             f"use --pp <= {model.n_layer} or --n-layer >= {pp}"
         )
-    check_tp_config(model, tp)
+    heads = math.gcd(model.n_head, model.d_model)  # tp must divide both (Megatron's split of heads and columns)
+    if heads % tp:
+        raise ConfigError(
+            f"--tp {tp} must divide --n-head {model.n_head} and --d-model {model.d_model} (whole heads and columns "
+            f"per rank); use --tp {', '.join(map(str, divisors(heads)[:12]))}"
+        )

@@ -252,11 +252,11 @@ class Mesh:
         if self.dp is None:
             if world % (pp * tp):
                 prod = f"tp·cp·pp = {self.tp}·{cp}·{pp}" if cp > 1 else f"tp·pp = {tp}·{pp}"
-                raise ConfigError(f"world_size={world} is not divisible by {prod} = {tp * pp}; {valid()}")
+                raise ConfigError(f"{world} ranks are not divisible by {prod} = {tp * pp}; {valid()}")
             self.dp = world // (pp * tp)
         if pp * self.dp * tp != world:
             prod = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
-            raise ConfigError(f"{prod} = {pp * self.dp * tp} but world_size={world}; {valid()}")
+            raise ConfigError(f"{prod} = {pp * self.dp * tp} but there are {world} ranks; {valid()}")
         check_ep(self.ep, self.dp)
 
     @property
