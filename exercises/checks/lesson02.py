@@ -74,8 +74,8 @@ def reference(lr_scale: float = 1.0):
 
 def train_worker(module):
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
+    from minipar.comm import intercept
     from minipar.runtime import dist as mdist
 
     mod = importlib.import_module(module)
@@ -118,15 +118,19 @@ def train_worker(module):
         def __getattr__(self, name):
             return getattr(self.work, name)
 
-    def spy(t, *a, **kw):
-        calls.append((t.numel(), bool(kw.get("async_op", False)), ready[0]))
-        work = real(t, *a, **kw)
+    def spy(op, call, args, kwargs):  # a listener of minipar.comm.intercept: the one interception of c10d
+        if op != "all_reduce":
+            return call(*args, **kwargs)
+        t = args[0] if args else kwargs["tensor"]
+        calls.append((t.numel(), bool(kwargs.get("async_op", False)), ready[0]))
+        work = call(*args, **kwargs)
         return Waited(work) if work is not None else None
 
-    patched = [(m, "all_reduce") for m in (dist, c10d)]
-    patched += [(mod, k) for k, v in vars(mod).items() if v is real]  # from torch.distributed import all_reduce
-    for m, k in patched:
-        setattr(m, k, spy)
+    own = [k for k, v in vars(mod).items() if v is real]  # from torch.distributed import all_reduce
+    listening = intercept.listening(spy)
+    listening.__enter__()
+    for k in own:  # the learner's own name for it goes through the interception too
+        setattr(mod, k, dist.all_reduce)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
     first = None
     try:
@@ -144,8 +148,9 @@ def train_worker(module):
             opt.step()
             opt.zero_grad()
     finally:
-        for m, k in patched:
-            setattr(m, k, real)
+        for k in own:
+            setattr(mod, k, real)
+        listening.__exit__(None, None, None)
     pos = {i: k for k, i in enumerate(first["order"])}
     return {
         "params": {k: v.clone() for k, v in model.state_dict().items()},

@@ -14,8 +14,9 @@
 
 Subscribers: :class:`minipar.comm.comm_log.CommLog` (records each call's bytes),
 :class:`minipar.clock.ClusterClock` (:mod:`minipar.clock.hooks`: runs each call on the cluster's
-virtual time) and the tensor-parallel benchmark's timer (:mod:`minipar.course.benchmarks.b04_tensor_parallel`).
-No other module of minipar writes into ``torch.distributed``.
+virtual time), the tensor-parallel benchmark's timer (:mod:`minipar.course.benchmarks.b04_tensor_parallel`)
+and lesson 02's exercise checker (its spy on the learner's bucket all-reduces). Nothing else writes into
+``torch.distributed``.
 
 How. Importing changes nothing. While at least one listener is subscribed, each function of
 :data:`OPS` is replaced, in ``torch.distributed`` and in ``torch.distributed.distributed_c10d``
