@@ -48,6 +48,11 @@ class Malformed(ValueError):
     """The evidence is not what job.py writes (a file too big, not JSON, a field of the wrong type)."""
 
 
+def _malformed(out_dir, e: Malformed) -> tuple[bool, str]:
+    """The one failed check that malformed evidence makes: what is wrong, and the fix."""
+    return False, f"evidence in {out_dir}/ is malformed: {e} — run python -m homework.a_train_your_text.job again"
+
+
 def _json_object(path: Path) -> dict:
     """The JSON object in ``path`` (at most :data:`MAX_JSON_BYTES`); else :class:`Malformed`."""
     if path.stat().st_size > MAX_JSON_BYTES:
@@ -188,9 +193,7 @@ def check_run(out_dir) -> list[tuple[bool, str]]:
         for r in ranks:
             _need("evidence.json's ranks", r if isinstance(r, dict) else {}, "peak_rss_bytes", (int, float), 0)
     except Malformed as e:
-        return [
-            (False, f"evidence in {out_dir}/ is malformed: {e} — run python -m homework.a_train_your_text.job again")
-        ]
+        return [_malformed(out_dir, e)]
     out: list[tuple[bool, str]] = []
 
     # the data
@@ -335,9 +338,7 @@ def main(argv=None) -> int:
     try:
         results = check_run(out_dir)
     except Malformed as e:  # metrics.jsonl, read late
-        results = [
-            (False, f"evidence in {out_dir}/ is malformed: {e} — run python -m homework.a_train_your_text.job again")
-        ]
+        results = [_malformed(out_dir, e)]
     for ok, what in results:
         print(f"{'✓' if ok else '✗'} {what}")
     print(f"{sum(ok for ok, _ in results)}/{len(results)} checks pass")

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from minipar.checkpoint.full_state import gather_stages
 from minipar.comm import p2p
 from minipar.cp.model import ContextParallel
 from minipar.ep.parallel import gather_experts, is_expert
@@ -216,21 +217,14 @@ def gather_full_state(piece: Piece, dst: int) -> dict[str, torch.Tensor] | None:
 
     TP slices are all-gathered inside each tp group (:func:`~minipar.tp.partition.gather_state_dict`; with
     ZeRO-3 the per-parameter shards over dp), experts over each EP group (:func:`~minipar.ep.parallel.gather_experts`),
-    then every stage's tensors are gathered to ``dst`` as Python objects (fine for course-sized models).
+    then every stage's tensors are gathered to ``dst`` (:func:`~minipar.checkpoint.full_state.gather_stages`).
     """
     if piece.zero == 3:  # per-parameter shards: all-gathered over dp (tp = pp = 1)
         sd = full_state_dict(piece.stage)
     else:
         sd = gather_state_dict(piece.stage, piece.mesh.tp_group)
     sd = {k: v.cpu() for k, v in gather_experts(piece.mesh, sd).items()}
-    if mdist.world_size() == 1:
-        return sd
-    box = [None] * mdist.world_size() if mdist.rank() == dst else None
-    first = piece.mesh.dp_rank == 0 and piece.mesh.cp_rank == 0 and piece.mesh.tp_rank == 0
-    dist.gather_object(sd if first else {}, box, dst=dst)
-    if mdist.rank() != dst:
-        return None
-    return {k: v for part in box for k, v in part.items()}
+    return gather_stages(sd, piece.mesh, dst)  # every stage's dict to rank dst
 
 
 def full_model(piece: Piece, dst: int) -> GPT | None:
