@@ -127,3 +127,19 @@ def test_tensor_memory_tracker_peak_counts_the_step():
         opt.step()
     peak = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
     assert peak >= 3 * 256 * 257 * 4  # weights, grads and AdamW's two moments alive at the step's end
+
+
+def test_schematic_draws_boxes_arrows_and_lanes():
+    import matplotlib.pyplot as plt
+
+    from minipar.course.schematic import Arrow, Box, Span, draw_boxes, draw_timeline
+
+    fig, (a, b) = plt.subplots(1, 2)
+    draw_boxes(a, [Box("x", 0, 0, "X", "data"), Box("w", 2, 0, "W", "param")], [Arrow("x", "w", "matmul")], title="t")
+    assert len(a.patches) == 2 and a.get_title() == "t"
+    with pytest.raises(KeyError, match="no box named 'y'"):
+        draw_boxes(a, [Box("x", 0, 0, "X")], [Arrow("x", "y")])
+    draw_timeline(b, {"rank 0": [Span(0, 1, "F"), Span(1, 3, "B", "backward")], "rank 1": [Span(1, 2, "", "idle")]})
+    assert len(b.patches) == 3 and [t.get_text() for t in b.get_yticklabels()] == ["rank 1", "rank 0"]
+    assert {t.get_text() for t in b.get_legend().get_texts()} == {"forward", "backward", "idle"}
+    plt.close(fig)
