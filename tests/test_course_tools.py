@@ -143,3 +143,19 @@ def test_schematic_draws_boxes_arrows_and_lanes():
     assert len(b.patches) == 3 and [t.get_text() for t in b.get_yticklabels()] == ["rank 1", "rank 0"]
     assert {t.get_text() for t in b.get_legend().get_texts()} == {"forward", "backward", "idle"}
     plt.close(fig)
+
+
+def test_proof_table_checks_at_once_and_prints_one_verdict(capsys):
+    from minipar.course.verify import ProofError, ProofTable
+
+    t = ProofTable("demo")
+    t.close("losses", [1.0, 2.0], [1.0, 2.0 + 1e-12], bound=1e-9)
+    t.equal("names", ["a"], ["a"])
+    t.bound("bubble", 0.3, lo=0.2, bound_text="at least 20 %")
+    with pytest.raises(ProofError, match="losses 2"):
+        t.close("losses 2", [1.0], [1.1], bound=1e-9)  # raises at once, adds no row
+    t.show("float64")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "demo" and len(out) == 6, out
+    assert sum("✓" in line for line in out) == 1 and out[-1] == "✓ all 3 proofs hold (float64)"
+    assert out[4].rstrip().endswith("holds ⏱ 30.0%")  # the measured value after the sanitizer's marker

@@ -128,3 +128,42 @@ def check_bound(
     if show:
         print(line)
     return line
+
+
+class ProofTable:
+    """A lesson's proofs as one compact table (shape v2's "Prove it"), not a screen of ✓ lines.
+
+    Each ``close``/``equal``/``bound`` call checks at once — a failed proof raises :class:`ProofError`
+    then, naming the quantity and the value — and adds a row (what was compared, the bound, the result);
+    :meth:`show` prints the table and one verdict line. Measured values (they differ between machines) go
+    after the ⏱ marker at the end of their row, which the notebooks' sanitizer masks::
+
+        proofs = ProofTable("GPipe equals one device (float64, 5 AdamW steps)")
+        proofs.close("p=2: losses", got, want, bound=1e-9)
+        proofs.show()
+    """
+
+    def __init__(self, title: str):
+        self.title, self.rows = title, []
+
+    def close(self, what: str, got, want, bound: float, why: str = "", hint: str = "") -> None:
+        check_close(what, got, want, bound, why, hint, show=False)
+        self.rows.append((what, f"max|Δ| < {bound:g}", "holds"))
+
+    def equal(self, what: str, got, want) -> None:
+        check_equal(what, got, want, show=False)
+        self.rows.append((what, "equal", "holds"))
+
+    def bound(self, what: str, value: float, lo=None, hi=None, bound_text: str = "", fmt: str = "{:.1%}") -> None:
+        check_bound(what, value, lo, hi, bound_text, show=False, fmt=fmt)
+        self.rows.append((what, bound_text, f"holds ⏱ {fmt.format(value)}"))
+
+    def show(self, note: str = "") -> None:
+        """Print the table, then ``✓ all N proofs hold`` (and ``note``, e.g. how the bounds were derived)."""
+        w0 = max([len("what was compared")] + [len(r[0]) for r in self.rows])
+        w1 = max([len("bound")] + [len(r[1]) for r in self.rows])
+        print(self.title)
+        print(f"  {'what was compared':<{w0}}  {'bound':<{w1}}  result")
+        for what, bound, result in self.rows:
+            print(f"  {what:<{w0}}  {bound:<{w1}}  {result}")
+        print(f"✓ all {len(self.rows)} proofs hold" + (f" ({note})" if note else ""))
