@@ -9,8 +9,10 @@ Together they are the ring all-reduce (Patarasuk & Yuan 2009, J. Parallel Distri
 69(2), §3). Use only point-to-point messages: ``dist.isend`` / ``dist.irecv`` (or ``send`` /
 ``recv``), never ``dist.reduce_scatter`` or ``dist.all_gather``. The chunks are
 :func:`minipar.comm.collectives.chunk_bounds` (sizes differ by at most one, some are empty when the
-tensor has fewer elements than ranks). The checker runs N = 1, 3 and 4 ranks, sizes that do not
-divide by N, and a sub-group.
+tensor has fewer elements than ranks). Messages go to *global* ranks, also on a sub-group:
+:func:`ring_neighbours` lists the group's ranks in ring order. A message and the buffer it is received
+into must have the same size (gloo aborts the rank otherwise). The checker runs N = 1, 3 and 4 ranks,
+sizes that do not divide by N, and a sub-group.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None) -> torch.Tensor:
 
     Invariant: sends and receives (N−1) messages of one chunk each; N = 1 returns the whole tensor.
 
-    Hint: lesson 01, "Build it: the ring all-reduce from send/recv". Each rank sends only to the
+    Hint: lesson 01, "The ring, chunk by chunk" and "What you need to build it". Each rank sends only to the
     next rank of the ring and receives only from the previous one; a chunk picks up one more rank's
     contribution at each hop, so work out which chunk each rank must send first for the chunk that
     arrives last (complete) to be its own. Post the receive and the send together: if every rank
@@ -68,7 +70,7 @@ def ring_all_gather(tensor: torch.Tensor, group=None) -> torch.Tensor:
     Invariant: N−1 steps, one chunk sent to the next rank and one received from the previous per
     step; what a rank received at one step is what it forwards at the next.
 
-    Hint: lesson 01, "Build it": the same ring as the reduce-scatter, with copies instead of sums,
+    Hint: lesson 01, "The ring, chunk by chunk": the same ring as the reduce-scatter, with copies instead of sums,
     received straight into place.
     """
     raise NotImplementedError("not implemented yet: ring_all_gather")

@@ -1,11 +1,8 @@
-"""Lesson 01's experiment drivers (run on every rank by ``minipar.launch``) and its pictures.
+"""Lesson 01's drivers (run on every rank by ``minipar.launch``) and its pictures; what the lesson teaches
+lives in ``minipar.comm.collectives``, the α–β cost and its fit in ``minipar.comm.cost``.
 
-Workers only call ``torch.distributed`` and ``minipar``; what the lesson teaches lives in
-``minipar.comm.collectives``. The pictures are drawn from the tensors the workers return.
-
-Cell values encode who contributed: rank r starts with (c+1)·10^r in chunk c, so a sum shows
-every contributor as a non-zero digit (chunk 1 summed over 4 ranks = 2222). Colours follow the
-same digits: one colour per contributing rank, grey for "everyone".
+Cell values encode who contributed: rank r starts with (c+1)·10^r in chunk c, so a sum shows every
+contributor as a non-zero digit (chunk 1 summed over 4 ranks = 2222); one colour per rank, grey for all.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ import minipar.runtime.dist as md
 from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
 from minipar.comm.comm_log import CommLog
 from minipar.comm.cost import all_reduce_time
+from minipar.course.schematic import Arrow, Box, Span, draw_boxes, draw_timeline
 
 NAN = float("nan")
 
@@ -111,7 +109,6 @@ def compare_ring_with_gloo(numel: int) -> dict:
         ring=(ring - ref).abs().max().item(),
         naive=(naive - ref).abs().max().item(),
         ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact),
-        scale=ref.abs().max().item(),
         max_abs=x.abs().max().item(),
     )
 
@@ -119,44 +116,47 @@ def compare_ring_with_gloo(numel: int) -> dict:
 # ---- what goes wrong -------------------------------------------------------------------------
 
 
-def swapped_order() -> dict:
-    """Two ranks all-reduce a gradient (1 per rank) and a loss (10 per rank), rank 1 in the other order."""
-    grad, loss = torch.tensor([1.0]), torch.tensor([10.0])
-    order = [grad, loss] if md.rank() == 0 else [loss, grad]
-    for t in order:
-        dist.all_reduce(t)
-    return dict(grad=grad.item(), loss=loss.item())
-
-
-def swapped_order_detail() -> dict:
-    """:func:`swapped_order` on a group made with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` checks."""
-    dist.set_debug_level(dist.DebugLevel.DETAIL)  # groups made from now on check every collective
-    group = md.new_group()
+def swapped_order(detail: bool = False) -> dict:
+    """Two ranks all-reduce a gradient (1 per rank) and a loss (10 per rank), rank 1 in the other order;
+    ``detail``: on a group made under ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` checks."""
+    group = None
+    if detail:
+        dist.set_debug_level(dist.DebugLevel.DETAIL)  # groups made from now on check every collective
+        group = md.new_group()
     grad, loss = torch.tensor([1.0]), torch.tensor([10.0])
     for t in [grad, loss] if md.rank() == 0 else [loss, grad]:
         dist.all_reduce(t, group=group)
     return dict(grad=grad.item(), loss=loss.item())
 
 
-def different_shapes(how: str) -> str:
-    """Rank 1 passes 5 elements where rank 0 passes 4; return what this rank saw.
+def exchange_toy() -> str:
+    """Every rank sends 3 numbers to the next rank and receives 3 from the previous one, both posted at once."""
+    n, me = md.world_size(), md.rank()
+    send, recv = torch.full((3,), float(me)), torch.empty(3)
+    works = [dist.irecv(recv, src=(me - 1) % n), dist.isend(send, dst=(me + 1) % n)]  # return at once
+    for work in works:
+        work.wait()  # blocks until this message has arrived (irecv) or left (isend)
+    return f"sent {send.tolist()} to rank {(me + 1) % n}, received {recv.tolist()} from rank {(me - 1) % n}"
 
-    ``how``: ``"gloo"`` (plain ``dist.all_reduce``), ``"detail"`` (the same on a group made under
-    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) or ``"minipar"`` (``ring_all_reduce``).
-    """
+
+def _said(call) -> str:
+    """What ``call()`` raised on this rank (type and message), or "no error"."""
+    try:
+        call()
+        return "no error"
+    except Exception as exc:  # noqa: BLE001 - the point is to show what is raised
+        return f"{type(exc).__name__}: {exc}"
+
+
+def different_shapes(how: str) -> str:
+    """Rank 1 passes 5 elements where rank 0 passes 4; ``how``: ``"gloo"`` (plain ``dist.all_reduce``),
+    ``"detail"`` (on a group made under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) or ``"minipar"`` (``ring_all_reduce``)."""
     group = None
     if how == "detail":
         dist.set_debug_level(dist.DebugLevel.DETAIL)
         group = md.new_group()
     t = torch.ones(4 if md.rank() == 0 else 5)
-    try:
-        if how == "minipar":
-            ring_all_reduce(t)
-        else:
-            dist.all_reduce(t, group=group)
-        return f"no error; result {t.tolist()}"
-    except Exception as exc:  # noqa: BLE001 - the point is to show what is raised
-        return f"{type(exc).__name__}: {exc}"
+    return _said(lambda: ring_all_reduce(t) if how == "minipar" else dist.all_reduce(t, group=group))
 
 
 def skipped_call(use_minipar: bool) -> str:
@@ -166,12 +166,7 @@ def skipped_call(use_minipar: bool) -> str:
     if md.rank() == 1:
         time.sleep(3)
         return "skipped"
-    t = torch.ones(4)
-    try:
-        (ring_all_reduce if use_minipar else dist.all_reduce)(t)
-        return "no error"
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"
+    return _said(lambda: (ring_all_reduce if use_minipar else dist.all_reduce)(torch.ones(4)))
 
 
 # ---- pictures --------------------------------------------------------------------------------
@@ -225,11 +220,9 @@ def draw_primitives(results):
     names = list(results[0])
     fig, axes = plt.subplots(len(names) // 2, 4, figsize=(13, 2.6 * len(names) // 2))
     for k, name in enumerate(names):
-        before = [res[name][0] for res in results]
-        after = [res[name][1] for res in results]
         row, col = divmod(k, 2)
-        draw_rows(axes[row, 2 * col], before, f"{name}\nbefore")
-        draw_rows(axes[row, 2 * col + 1], after, "after")
+        draw_rows(axes[row, 2 * col], [res[name][0] for res in results], f"{name}\nbefore")
+        draw_rows(axes[row, 2 * col + 1], [res[name][1] for res in results], "after")
     fig.tight_layout()
     return fig
 
@@ -247,13 +240,8 @@ def draw_ring(results):
         step = [res["steps"][k] for res in results]
         s = step[0]
         ax = axes[k // half, 1 + k % half]
-        draw_rows(
-            ax,
-            [x["after"] for x in step],
-            f"{s['phase']} step {s['step'] + 1}",
-            sent=[x["send"] for x in step],
-            received=[x["recv"] for x in step],
-        )
+        marks = dict(sent=[x["send"] for x in step], received=[x["recv"] for x in step])
+        draw_rows(ax, [x["after"] for x in step], f"{s['phase']} step {s['step'] + 1}", **marks)
     fig.suptitle(
         "ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
         "(added in the reduce-scatter, copied in the all-gather)",
@@ -266,20 +254,6 @@ def draw_ring(results):
 # ---- the α–β cost model ----------------------------------------------------------------------
 
 
-def fit_alpha_beta(sizes: list[int], times: list[float], n: int) -> tuple[float, float]:
-    """Fit T(S) = 2(N−1)·α + 2(N−1)/N · S/B to measured (bytes, seconds); return (α seconds, B bytes/s).
-
-    Least squares on the *relative* error (each point weighted by 1/T), so the 1 KB points, whose
-    times are a thousand times smaller, count as much as the 64 MB ones.
-    """
-    import numpy as np
-
-    S, T = np.asarray(sizes, float), np.asarray(times, float)
-    A = np.stack([np.full_like(S, 2 * (n - 1)), 2 * (n - 1) / n * S], axis=1) / T[:, None]
-    (alpha, inv_b), *_ = np.linalg.lstsq(A, np.ones_like(T), rcond=None)
-    return float(alpha), float(1 / inv_b)
-
-
 def draw_cost_model(sizes, sweep, fits):
     """Measured all_reduce times (points) against the fitted model (lines), per world size; ring vs torch."""
     import matplotlib.pyplot as plt
@@ -290,22 +264,15 @@ def draw_cost_model(sizes, sweep, fits):
         S = np.asarray(sizes[: len(res["torch"])], float)
         colour = plt.get_cmap("tab10").colors[k]
         ax.loglog(S, np.asarray(res["torch"]) * 1e3, "o", color=colour, label=f"dist.all_reduce, N={n}")
-        alpha, B = fits[n]
-        grid = np.geomspace(S[0], S[-1], 50)
-        ax.loglog(
-            grid,
-            all_reduce_time(n, grid, (alpha, B)) * 1e3,
-            "-",
-            color=colour,
-            alpha=0.6,
-            label=f"model: α={alpha * 1e6:.0f} µs, B={B / 1e9:.2f} GB/s",
-        )
+        grid, (alpha, beta) = np.geomspace(S[0], S[-1], 50), fits[n]
+        label = f"model: α={alpha * 1e6:.0f} µs, β={beta / 1e9:.2f} GB/s"
+        ax.loglog(grid, all_reduce_time(n, grid, fits[n]) * 1e3, "-", color=colour, alpha=0.6, label=label)
         if "ring" in res:
             ax.loglog(S, np.asarray(res["ring"]) * 1e3, "x", color=colour, ms=8, label=f"minipar ring, N={n}")
             bx.semilogx(S, np.asarray(res["ring"]) / np.asarray(res["torch"]), "x-", color=colour, label=f"N={n}")
     ax.set_xlabel("message size S (bytes)")
     ax.set_ylabel("time (ms)")
-    ax.set_title("all-reduce time: measured (points) vs T = 2(N−1)α + 2(N−1)/N·S/B")
+    ax.set_title("all-reduce time: measured (points) vs T = 2(N−1)α + 2(N−1)/N·S/β")
     ax.legend(fontsize=7)
     bx.axhline(1.0, color="0.5", lw=1)
     bx.axhline(1.2, color="red", lw=1, ls="--", label="target ≤ 1.2× at 16 MB")
@@ -337,14 +304,23 @@ def draw_bytes(table, S):
     return fig
 
 
-def misfit(sizes: list[int], times: list[float], n: int, fit: tuple[float, float]) -> str:
-    """Where the α–β line misses: measured / model time at every size; returns a one-line summary
-    (the worst ratio and its size, how many sizes are within ×1.5). Measured: print it after ⏱."""
-    ratios = [t / all_reduce_time(n, s, fit) for s, t in zip(sizes, times)]
-    worst = max(range(len(ratios)), key=lambda i: max(ratios[i], 1 / ratios[i]))
-    near = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)
-    return (
-        f"measured/model from {sizes[0] // 1024} KiB up: "
-        + " ".join(f"{r:.2f}" for r in ratios)
-        + f"; worst ×{ratios[worst]:.2f} at {sizes[worst] // 1024} KiB; {near} of {len(ratios)} within ×1.5"
-    )
+def draw_ring_concept(n: int = 4):
+    """Concept drawing: the ring (who sends to whom) and the 2(N−1) steps, with the chunk each rank sends."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.6), gridspec_kw=dict(width_ratios=[1, 2]))
+    xy = [(2.2 * math.sin(2 * math.pi * r / n), 1.6 * math.cos(2 * math.pi * r / n)) for r in range(n)]
+    boxes = [Box(f"r{r}", x, y, f"rank {r}\n{n} chunks", kind="param") for r, (x, y) in enumerate(xy)]
+    arrows = [Arrow(f"r{r}", f"r{(r + 1) % n}", "S/N bytes", color="tab:red") for r in range(n)]
+    draw_boxes(ax, boxes, arrows, title="the ring: one chunk per step to rank+1")
+    rs, ag = "reduce-scatter: send chunk c, rank+1 adds it", "all-gather: send finished chunk c, rank+1 copies it"
+    lanes = {
+        f"rank {r}": [Span(s, s + 1, f"+c{(r - s - 1) % n}", rs, "tab:red") for s in range(n - 1)]
+        + [Span(n - 1 + s, n + s, f"c{(r - s) % n}", ag, "tab:purple") for s in range(n - 1)]
+        for r in range(n)
+    }
+    draw_timeline(bx, lanes, "the 2(N−1) steps: which chunk each rank sends", "time (ring steps of α + S/(Nβ) each)")
+    fig.tight_layout()
+    return fig

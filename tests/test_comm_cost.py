@@ -40,3 +40,13 @@ def test_one_link_table_read_by_the_clock_and_the_planner():
     h100 = GPUS["h100"]  # the planner: the same datasheet rates times the fraction NCCL's rings achieve
     assert h100.intra[1] == NVLINK_EFF * NVLINK_GBPS[4] / 8 * 1e9
     assert h100.inter[1] == IB_EFF * NETWORKS["ndr"][0] / 8 * 1e9
+
+
+def test_fit_all_reduce_recovers_alpha_and_beta_from_the_model_itself():
+    from minipar.comm.cost import all_reduce_time, fit_all_reduce, misfit
+
+    sizes = [2**10 * 4**k for k in range(8)]
+    times = [all_reduce_time(4, s, (50e-6, 2e9)) for s in sizes]
+    alpha, beta = fit_all_reduce(sizes, times, 4)
+    assert abs(alpha - 50e-6) < 1e-9 and abs(beta / 2e9 - 1) < 1e-9
+    assert misfit(sizes, times, 4, (alpha, beta)).endswith("8 of 8 within ×1.5")

@@ -47,6 +47,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("01", "ex01_ag_broadcasts", "ring_all_gather", "called the collective broadcast"),
     ("01", "ex01_ag_send_everyone", "ring_all_gather", "sends to one neighbour"),
     ("01", "ex01_rs_minipar", "ring_reduce_scatter", "this exercise is the ring"),
+    ("01", "ex01_recv_wrong_size", "ring_reduce_scatter", "its neighbour receives it into"),
     ("02", "ex02_forward_order", "make_buckets", "reverse"),
     ("02", "ex02_frozen_in_bucket", "make_buckets", "requires_grad=False"),
     ("02", "ex02_big_param_merged", "make_buckets", "larger than the cap"),

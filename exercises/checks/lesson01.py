@@ -78,6 +78,21 @@ def ag_worker(module, numel, members):
     return {"out": torch.as_tensor(x if out is None else out).detach().clone().reshape(-1), "seen": w.summary()}
 
 
+def _run(worker, world, args, what) -> list:
+    """``run_ranks``, with gloo's abort on a message of the wrong size named in the lesson's terms."""
+    try:
+        return run_ranks(worker, world, args, what)
+    except CheckFailed as exc:
+        if "signal 6" not in str(exc):
+            raise
+        raise CheckFailed(
+            f"{what}: a rank was aborted by gloo (signal 6, 'Received data size doesn't match expected size'): "
+            "a message and the buffer its neighbour receives it into had different sizes. At step s rank i "
+            "sends a chunk and rank i + 1 receives that same chunk: size the send and the receive buffer from "
+            "chunk_bounds of that one chunk (chunks differ by one element when N does not divide the size)"
+        ) from None
+
+
 def _owner(numel, n, pos):
     return next(c for c in range(n) if chunk_bounds(numel, n, c)[0] <= pos < chunk_bounds(numel, n, c)[1])
 
@@ -133,7 +148,7 @@ def check_reduce_scatter(mod) -> str:
         ranks = _where_ranks(members, world)
         n = len(ranks)
         what = f"ring_reduce_scatter, {world} ranks, {numel} elements" + (f", sub-group {members}" if members else "")
-        res = run_ranks(rs_worker, world, (mod.__name__, numel, members), what)
+        res = _run(rs_worker, world, (mod.__name__, numel, members), what)
         for g in ranks:
             judge(f"{what}: rank {g}", res[g]["seen"])
             seen.append((f"{what}: rank {g}", res[g]["seen"]))
@@ -204,7 +219,7 @@ def check_all_gather(mod) -> str:
         ranks = _where_ranks(members, world)
         n = len(ranks)
         what = f"ring_all_gather, {world} ranks, {numel} elements" + (f", sub-group {members}" if members else "")
-        res = run_ranks(ag_worker, world, (mod.__name__, numel, members), what)
+        res = _run(ag_worker, world, (mod.__name__, numel, members), what)
         for g in ranks:
             judge(f"{what}: rank {g}", res[g]["seen"])
             seen.append((f"{what}: rank {g}", res[g]["seen"]))

@@ -20,7 +20,7 @@ input) on ``n`` ranks:
   (n−1)·α + S/β.
 
 One rank: 0 seconds. Works element-wise on numpy arrays of ``nbytes`` (lesson 01 draws it).
-Lesson 01 fits α and β to measured all-reduces of this machine (``workers_01.fit_alpha_beta``).
+Lesson 01 fits α and β to measured all-reduces of this machine (:func:`fit_all_reduce`, :func:`misfit`).
 Units: seconds, bytes, bytes/s.
 """
 
@@ -85,3 +85,30 @@ def collective_time(algo: str, n_ranks: int, nbytes, link):
     if algo not in ALGORITHMS:
         raise ConfigError(f"collective_time(algo={algo!r}): use 'allreduce', 'ring' or 'chain'")
     return {"allreduce": all_reduce_time, "ring": ring_time, "chain": chain_time}[algo](n_ranks, nbytes, link)
+
+
+def fit_all_reduce(sizes, times, n: int) -> tuple[float, float]:
+    """Fit T(S) = 2(n−1)α + 2(n−1)/n · S/β to measured (bytes, seconds) of ring all-reduces on ``n`` ranks.
+
+    Returns ``(α seconds, β bytes/s)``. Least squares on the *relative* error (each point weighted by 1/T),
+    so a 1 KiB point, a thousand times faster than a 64 MiB one, counts as much.
+    """
+    import numpy as np
+
+    S, T = np.asarray(sizes, float), np.asarray(times, float)
+    A = np.stack([np.full_like(S, 2 * (n - 1)), all_reduce_bytes(n, S)], axis=1) / T[:, None]
+    (alpha, inv_b), *_ = np.linalg.lstsq(A, np.ones_like(T), rcond=None)
+    return float(alpha), float(1 / inv_b)
+
+
+def misfit(sizes, times, n: int, link) -> str:
+    """Where the α–β line misses: measured / model time at every size, the worst ratio and its size, and how
+    many sizes are within ×1.5, as one line (a measurement: print it after ⏱)."""
+    ratios = [t / all_reduce_time(n, s, link) for s, t in zip(sizes, times)]
+    worst = max(range(len(ratios)), key=lambda i: max(ratios[i], 1 / ratios[i]))
+    near = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)
+    return (
+        f"measured/model from {sizes[0] // 1024} KiB up: "
+        + " ".join(f"{r:.2f}" for r in ratios)
+        + f"; worst ×{ratios[worst]:.2f} at {sizes[worst] // 1024} KiB; {near} of {len(ratios)} within ×1.5"
+    )
