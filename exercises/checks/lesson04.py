@@ -90,7 +90,10 @@ def _named(fn, what, split):
         first = str(exc).splitlines()[0] if str(exc) else ""
         if not any(w in first for w in ("size", "shape", "match", "mat1")):
             raise
-        raise CheckFailed(f"{what}: a shape mismatch ({first[:120]}): {split}") from None
+        # keep the learner's frames: the checker's report then points at their line, not at this one
+        raise CheckFailed(f"{what}: a shape mismatch ({first[:120]}): {split}").with_traceback(
+            exc.__traceback__
+        ) from None
 
 
 def mlp_worker(module, tp):
