@@ -9,6 +9,7 @@ import torch.distributed as dist
 import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
+from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus, make_loader
 from minipar.model.gpt import GPT, Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes, state_bytes
@@ -167,6 +168,14 @@ def make_tp_group(tp: int):
     new_tp_group(tp)
 
 
+def toy_group_all_reduce() -> dict:
+    """4 ranks in two groups of 2 ({0, 1}, {2, 3}): all_reduce sums in place, within the caller's group only."""
+    x = torch.tensor([10.0 ** md.rank()])
+    y = x.clone()  # all_reduce overwrites its argument: reduce a copy when the input must survive
+    dist.all_reduce(y, group=new_tp_group(2))
+    return {"rank": md.rank(), "x": x.item(), "y": y.item()}
+
+
 # ---------------------------------------------------------------- pictures (drawn from real tensors)
 def block_shapes(B: int = 4, T: int = 32) -> dict:
     """The shapes one tensor-parallel block's layers see on this rank, without and with sequence
@@ -195,88 +204,72 @@ def block_shapes(B: int = 4, T: int = 32) -> dict:
 def draw_block_dataflow(shapes: dict, n: int, heads: int, axes) -> None:
     """One block's data flow on one of ``n`` ranks, top without and bottom with sequence parallelism:
     each layer with the shape it produces here (from :func:`block_shapes`), f and g (or all-gather /
-    reduce-scatter along T), and the regions: replicated or sequence-split (grey), split over ranks (blue)."""
-    import matplotlib.pyplot as plt
-
+    reduce-scatter along T), and the regions: replicated or sequence-split, split over ranks, communication."""
     for ax, sp in zip(axes, (False, True)):
         s = shapes[sp]
-        full_T = s["attn.qkv"][1][1]
         shp = lambda t: "(" + ",".join(map(str, t)) + ")"  # noqa: E731
-        comm_in = (
-            "all-gather\nalong T" if sp else "f\n(id / AR)",
-            shp(s["attn.qkv"][0][:1] + (full_T,) + s["attn.qkv"][0][2:]),
-        )
-        comm_out = ("reduce-scatter\nalong T" if sp else "g\n(AR / id)", shp(s["attn.proj"][1]))
-        steps = [
-            ("x", shp(s["ln_1"][0]), "rep"),
-            ("LN₁", shp(s["ln_1"][1]), "rep"),
-            (*comm_in, "comm"),
-            ("qkv\ncolumn", shp(s["attn.qkv"][1]), "split"),
-            (f"attention\n{heads // n} of {heads} heads", shp(s["attn.proj"][0]), "split"),
-            ("proj\nrow", shp(s["attn.proj"][0][:2] + (s["attn.proj"][1][-1],)) + "\npartial sum", "split"),
-            (*comm_out, "comm"),
-            ("+ x, LN₂", shp(s["ln_2"][1]), "rep"),
-            (comm_in[0], comm_in[1], "comm"),
-            ("fc column\n+ GELU", shp(s["mlp.fc"][1]), "split"),
-            ("proj\nrow", shp(s["mlp.fc"][1][:2] + (s["mlp.proj"][1][-1],)) + "\npartial sum", "split"),
-            (comm_out[0], shp(s["mlp.proj"][1]), "comm"),
-            ("+ x", shp(s["mlp.proj"][1]), "rep"),
-        ]
-        colors = {"rep": "#e6e6e6", "split": "#cfe2f3", "comm": "#f4cccc"}
-        for i, (name, shape, kind) in enumerate(steps):
-            ax.add_patch(plt.Rectangle((i + 0.06, 0.35), 0.88, 0.5, fc=colors[kind], ec="0.4"))
-            ax.text(i + 0.5, 0.6, name, ha="center", va="center", fontsize=7.5, weight="bold")
-            ax.text(i + 0.5, 0.2, shape, ha="center", va="top", fontsize=7)
-            if i:
-                ax.annotate("", (i + 0.06, 0.6), (i - 0.06, 0.6), arrowprops=dict(arrowstyle="->", lw=0.8))
-        ax.set_xlim(0, len(steps))
-        ax.set_ylim(-0.35, 1.0)
-        ax.axis("off")
+        full_in = shp(s["attn.qkv"][0][:1] + (s["attn.qkv"][1][1],) + s["attn.qkv"][0][2:])
+        c_in, c_out = ("all-gather\nalong T", "reduce-\nscatter\nalong T") if sp else ("f", "g")
+        part = lambda name: shp(s[name][0][:2] + (s[name][1][-1],)) + "\npartial"  # noqa: E731
+        steps = [("x", shp(s["ln_1"][0]), "activation"), ("LN₁", shp(s["ln_1"][1]), "activation")]
+        steps += [(c_in, full_in, "comm"), ("qkv\ncolumn", shp(s["attn.qkv"][1]), "forward")]
+        steps += [(f"attention\n{heads // n} of {heads}\nheads", shp(s["attn.proj"][0]), "forward")]
+        steps += [("proj row", part("attn.proj"), "forward"), (c_out, shp(s["attn.proj"][1]), "comm")]
+        steps += [("+ x, LN₂", shp(s["ln_2"][1]), "activation"), (c_in, full_in, "comm")]
+        steps += [("fc column\n+ GELU", shp(s["mlp.fc"][1]), "forward"), ("proj row", part("mlp.proj"), "forward")]
+        steps += [(c_out, shp(s["mlp.proj"][1]), "comm"), ("+ x", shp(s["mlp.proj"][1]), "activation")]
+        boxes = [Box(str(i), 1.5 * i, 0, f"{a}\n{b}", k, w=1.4, h=1.3) for i, (a, b, k) in enumerate(steps)]
+        arrows = [Arrow(str(i), str(i + 1)) for i in range(len(steps) - 1)]
         region = f"sequence-split (B, T/{n}, d)" if sp else "replicated (B, T, d)"
-        ax.set_title(
-            f"{'with' if sp else 'without'} sequence parallelism, one of {n} ranks — grey: {region}; "
-            f"blue: split over ranks; red: communication",
-            fontsize=9,
-        )
+        legend = {region: "activation", "split over ranks": "forward", "communication": "comm"}
+        draw_boxes(ax, boxes, arrows, f"{'with' if sp else 'without'} sequence parallelism, one of {n} ranks", legend)
 
 
-def draw_shards(full: dict, axes, colors=("tab:blue", "tab:orange")) -> None:
-    """Block 0's single-device weights in grey, each rank's shard shaded: fc (rows split), proj
-    (columns split), qkv (each rank's heads of q, of k and of v: stride 3), for 2 ranks."""
+def draw_megatron(axes) -> None:
+    """Megatron's MLP and self-attention on 2 ranks (Shoeybi et al. 2019, arXiv:1909.08053, Figure 3): a
+    column → row pair between f and g; forward on top, backward (dashed, right to left) below."""
+    parts = {"MLP": "GeLU(X·A_r)\n(b, s, 4h/N)", "self-attention": "softmax(Q_r K_rᵀ)V_r\nrank r's heads\n(b, s, h/N)"}
+    back = [("dz", 12, "dZ"), ("gb", 9.6, "g backward:\nidentity"), ("rb", 6.1, "dX_r = dY_r·A_rᵀ\non each rank")]
+    back += [("fb", 2.4, "f backward:\ndX = Σ_r dX_r\n(all-reduce)"), ("dx", 0, "dX")]
+    for ax, (name, col) in zip(axes, parts.items()):
+        boxes = [Box("x", 0, 1, "X\n(b, s, h)", "activation"), Box("z", 12, 1, "Z\n(b, s, h)", "activation")]
+        boxes += [Box("f", 2.4, 1, "f forward:\nidentity", "comm", h=0.9)]
+        boxes += [Box("g", 9.6, 1, "g forward:\nall-reduce", "comm", h=0.9)]
+        arrows = [Arrow("x", "f"), Arrow("g", "z")]
+        for r, y in enumerate((2.4, -0.4)):
+            boxes += [Box(f"c{r}", 4.9, y, f"rank {r}:\n{col}", "forward", w=2.6, h=1.2)]
+            boxes += [Box(f"r{r}", 7.5, y, "Y_r·B_r\n(b, s, h)\npartial sum", "forward", w=1.7, h=1.2)]
+            arrows += [Arrow("f", f"c{r}"), Arrow(f"c{r}", f"r{r}"), Arrow(f"r{r}", "g")]
+        boxes += [Box(k, x, -2.3, lab, "backward", w=2.2 if k[1] == "b" else 1.4, h=1.1) for k, x, lab in back]
+        arrows += [Arrow(a[0], b[0], color="tab:orange", dashed=True) for a, b in zip(back, back[1:])]
+        legend = {"replicated on every rank": "activation", "split over ranks": "forward"}
+        legend |= {"communication (f, g)": "comm", "backward": "backward"}
+        draw_boxes(ax, boxes, arrows, f"{name}: column → row between f and g", legend)
+
+
+def draw_shards(d: int, heads: int, axes, colors=("tab:orange", "white")) -> None:
+    """Which entries of block 0's weights each of 2 ranks holds, drawn on structured matrices: fc's entry
+    (o, i) is its output feature o, proj's its input feature i, qkv's the head its row belongs to."""
     import matplotlib.pyplot as plt
 
-    def draw(ax, w, boxes, title):
-        ax.imshow(w.numpy(), cmap="gray", aspect="auto", interpolation="nearest")
-        for r0, r1, c0, c1, rank in boxes:
-            ax.add_patch(
-                plt.Rectangle((c0 - 0.5, r0 - 0.5), c1 - c0, r1 - r0, fill=True, alpha=0.35, color=colors[rank], lw=0)
-            )
-            ax.text((c0 + c1) / 2, (r0 + r1) / 2, f"rank {rank}", ha="center", va="center", fontsize=10, weight="bold")
-        ax.set_title(title, fontsize=10)
-
-    d, h = full["full_proj"].shape[0], full["full_fc"].shape[0]
-    draw(
-        axes[0],
-        full["full_fc"],
-        [(r * h // 2, (r + 1) * h // 2, 0, d, r) for r in range(2)],
-        f"mlp.fc.weight {tuple(full['full_fc'].shape)}\ncolumn-parallel: rows split",
-    )
-    draw(
-        axes[1],
-        full["full_proj"],
-        [(0, d, r * h // 2, (r + 1) * h // 2, r) for r in range(2)],
-        f"mlp.proj.weight {tuple(full['full_proj'].shape)}\nrow-parallel: columns split",
-    )
-    boxes = [(j * d + r * d // 2, j * d + (r + 1) * d // 2, 0, d, r) for j in range(3) for r in range(2)]
-    draw(
-        axes[2],
-        full["full_qkv"],
-        boxes,
-        f"attn.qkv.weight {tuple(full['full_qkv'].shape)} = [q; k; v]\nstride 3: each rank takes its heads of q, k, v",
-    )
-    axes[2].set_yticks([d / 2, 3 * d / 2, 5 * d / 2], ["q", "k", "v"], fontsize=12)
-    axes[1].set_xlabel("input feature")
-    axes[0].set_ylabel("output feature")
+    o4, i4 = torch.arange(4 * d)[:, None], torch.arange(4 * d)[None, :]
+    head = (torch.arange(3 * d)[:, None] % d) // (d // heads) + torch.zeros(1, d)
+    mats = [
+        (o4 + torch.zeros(1, d), [(0, 2 * d, 0, d), (2 * d, 4 * d, 0, d)], "output feature o"),
+        (i4 + torch.zeros(d, 1), [(0, d, 0, 2 * d), (0, d, 2 * d, 4 * d)], "input feature i"),
+        (head, [(j * d + r * d // 2, j * d + (r + 1) * d // 2, 0, d) for j in range(3) for r in range(2)], "head"),
+    ]
+    names = ["mlp.fc.weight (4d, d): column-parallel", "mlp.proj.weight (d, 4d): row-parallel", "attn.qkv.weight"]
+    names[2] += " (3d, d) = [q; k; v]: stride 3"
+    for ax, (m, blocks, what), name in zip(axes, mats, names):
+        im = ax.imshow(m.numpy(), cmap="viridis", aspect="auto", interpolation="nearest")
+        for n, (r0, r1, c0, c1) in enumerate(blocks):
+            rect = plt.Rectangle((c0 - 0.5, r0 - 0.5), c1 - c0, r1 - r0, fill=False, ec=colors[n % 2], lw=2.5)
+            ax.add_patch(rect)
+            ax.text((c0 + c1) / 2, (r0 + r1) / 2, f"rank {n % 2}", ha="center", va="center", color=colors[n % 2])
+        ax.set(title=name, xlabel="input feature i", ylabel="output feature o (row of W)")
+        plt.colorbar(im, ax=ax, label=f"entry = its {what}")
+    axes[2].set_yticks([d / 2, 3 * d / 2, 5 * d / 2], ["q", "k", "v"])
 
 
 def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:

@@ -84,6 +84,8 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("04", "ex04_minipar_mappings", "f and g", "your code called minipar.tp.mappings."),
     # issue 37 (review): class attributes are walked too
     ("04", "ex04_full_weight_class_attr", "Column/RowParallelLinear", "globals or class attributes"),
+    # issue 34: a shape error is named in the lesson's terms, not a raw size mismatch
+    ("04", "ex04_row_split_rows", "Column/RowParallelLinear", "row-parallel keeps the columns"),
     ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
     ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
     ("05", "ex05_gpipe_minipar", "gpipe", "your code called minipar.pp.schedules.gpipe"),

@@ -71,13 +71,38 @@ def full():
     return dict(x=rnd(2, 3, D), w1=rnd(H, D), b1=rnd(H), w2=rnd(D, H), b2=rnd(D), c=rnd(2, 3, D))
 
 
+SPLIT = {  # what each layer holds and computes, in the lesson's terms: a size mismatch is named with these
+    "column": "column-parallel keeps the rows weight[r·out/N:(r+1)·out/N, :] of the (out, in) weight, shape "
+    "(out/N, in), and bias[r·out/N:(r+1)·out/N]",
+    "row": "row-parallel keeps the columns weight[:, r·in/N:(r+1)·in/N] of the (out, in) weight, shape (out, in/N), "
+    "and the whole (out,) bias",
+    "column forward": "column-parallel maps the full (…, in) input to this rank's (…, out/N) output features",
+    "row forward": "row-parallel maps this rank's (…, in/N) slice (the column layer's output) to a (…, out) partial "
+    "sum, then g sums it over the group",
+}
+
+
+def _named(fn, what, split):
+    """Run ``fn``; a size or shape mismatch from PyTorch becomes a CheckFailed that says which split was meant."""
+    try:
+        return fn()
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        if not any(w in first for w in ("size", "shape", "match", "mat1")):
+            raise
+        # keep the learner's frames: the checker's report then points at their line, not at this one
+        raise CheckFailed(f"{what}: a shape mismatch ({first[:120]}): {split}").with_traceback(
+            exc.__traceback__
+        ) from None
+
+
 def mlp_worker(module, tp):
     mod = importlib.import_module(module)
     group, ranks = _group(tp)
     t = full()
     col, row = mod.ColumnParallelLinear(D, H, group), mod.RowParallelLinear(H, D, group)
-    col.load_full_(t["w1"], t["b1"])
-    row.load_full_(t["w2"], t["b2"])
+    _named(lambda: col.load_full_(t["w1"], t["b1"]), "ColumnParallelLinear.load_full_", SPLIT["column"])
+    _named(lambda: row.load_full_(t["w2"], t["b2"]), "RowParallelLinear.load_full_", SPLIT["row"])
     loaded = [
         col.weight.detach().clone(),
         col.bias.detach().clone(),
@@ -88,7 +113,8 @@ def mlp_worker(module, tp):
     x = t["x"].clone().requires_grad_()
     seen = {}
     with Watch(RULES, own=mod) as seen["forward"]:
-        y = row(F.gelu(col(x)))
+        h = _named(lambda: col(x), "ColumnParallelLinear.forward", SPLIT["column forward"])
+        y = _named(lambda: row(F.gelu(h)), "RowParallelLinear.forward", SPLIT["row forward"])
     with Watch(RULES, own=mod) as seen["backward"]:
         (y * t["c"]).sum().backward()
     return {

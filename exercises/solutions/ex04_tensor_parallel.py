@@ -33,21 +33,20 @@ class CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        """Identity: every rank keeps the whole (…, d) input. Remember ``group`` on ``ctx`` for backward.
+        """Contract: in ``x`` (…, d), replicated on every rank of ``group``; out: the same values, (…, d),
+        as a new tensor object (autograd needs one); no communication. ``backward`` needs ``group``.
 
-        Hint: lesson 04, "Build it: four operators, three layers". Return a new tensor object
-        (``x.view_as(x)``), not ``x`` itself.
+        Hint: lesson 04, "What you need to build it" (autograd.Function) and "The math" (f's backward).
         """
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        """Each rank's gradient w.r.t. x is only its part of the sum: all-reduce (sum) it over the group.
+        """Contract: in ``grad`` (…, d), this rank's part dY_r·W_r of dL/dx; out ``(dL/dx, None)``: the sum of
+        the parts over the group (one all-reduce, on the group given to forward), (…, d) on every rank.
 
-        Returns ``(grad_x, None)``: one gradient per forward input (``group`` gets ``None``).
-
-        Hint: lesson 04, "Build it". ``dist.all_reduce`` works in place: all-reduce a contiguous copy.
+        Hint: lesson 04, "The math, with shapes" (why f's backward is a sum) and "What you need to build it".
         """
         g = grad.contiguous().clone()
         dist.all_reduce(g, group=ctx.group)
@@ -59,9 +58,10 @@ class ReduceFromTP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        """Sum the ranks' partial results: all-reduce a copy of ``x`` over ``group`` and return it.
+        """Contract: in ``x`` (…, d), this rank's partial sum; out: the sum over ``group`` (one all-reduce),
+        (…, d), the same on every rank. ``x`` itself is left unchanged.
 
-        Hint: lesson 04, "Build it". Do not all-reduce ``x`` in place (autograd may need it).
+        Hint: lesson 04, "What you need to build it" (all_reduce works in place).
         """
         y = x.contiguous().clone()
         dist.all_reduce(y, group=group)
@@ -69,9 +69,10 @@ class ReduceFromTP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        """Identity: the output is replicated, so each rank's gradient already is the whole gradient.
+        """Contract: in ``grad`` (…, d), the gradient of the replicated output; out ``(dL/dx, None)``, (…, d),
+        no communication.
 
-        Hint: lesson 04, "Build it". Returns ``(grad, None)``.
+        Hint: lesson 04, "The math, with shapes" (g's backward).
         """
         return grad, None
 
@@ -91,19 +92,21 @@ class ColumnParallelLinear(nn.Module):
 
     @torch.no_grad()
     def load_full_(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        """Copy this rank's rows ``[r·out/N, (r+1)·out/N)`` of the full (out, in) ``weight`` and (out,) ``bias``.
+        """Contract: in the full ``weight`` (out, in) in ``nn.Linear``'s layout and ``bias`` (out,); fills
+        ``self.weight`` (out/N, in) and ``self.bias`` (out/N,) with this rank's output features (rank r of
+        ``group`` holds block r of N). Keeps no full copy.
 
-        Hint: lesson 04, "Build it" (Megatron's ``_initialize_affine_weight_cpu``).
+        Hint: lesson 04, "The math, with shapes" (column-parallel = rows of W).
         """
         k, r = self.weight.shape[0], tp_rank(self.group)
         self.weight.copy_(weight[r * k : (r + 1) * k])
         self.bias.copy_(bias[r * k : (r + 1) * k])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(…, in) -> (…, out/N): f on the input, then the local linear layer.
+        """Contract: in ``x`` (…, in), replicated; out (…, out/N): this rank's output features, no communication
+        forward; backward, dL/dx must be the full gradient (f: one all-reduce of (…, in) on ``group``).
 
-        Hint: lesson 04, "Build it". Without f, the input gradient of the layers before would be
-        only this rank's part.
+        Hint: lesson 04, "The math, with shapes".
         """
         return F.linear(CopyToTP.apply(x, self.group), self.weight, self.bias)
 
@@ -124,17 +127,20 @@ class RowParallelLinear(nn.Module):
 
     @torch.no_grad()
     def load_full_(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
-        """Copy this rank's columns ``[r·in/N, (r+1)·in/N)`` of the full (out, in) ``weight``; the whole ``bias``.
+        """Contract: in the full ``weight`` (out, in) and ``bias`` (out,); fills ``self.weight`` (out, in/N) with
+        this rank's input features (block r of N) and ``self.bias`` (out,) with the whole bias (replicated).
 
-        Hint: lesson 04, "Build it".
+        Hint: lesson 04, "The math, with shapes" (row-parallel = columns of W).
         """
         k, r = self.weight.shape[1], tp_rank(self.group)
         self.weight.copy_(weight[:, r * k : (r + 1) * k])
         self.bias.copy_(bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(…, in/N) -> (…, out): the local product is a partial sum; g sums it; then add the bias once.
+        """Contract: in ``x`` (…, in/N), this rank's slice (a column-parallel output); out (…, out), equal on
+        every rank to the one-device ``x_full Wᵀ + b`` (g: one all-reduce of (…, out) on ``group`` forward,
+        none backward). The bias counts once.
 
-        Hint: lesson 04, "Build it". Adding the bias before g would add it N times.
+        Hint: lesson 04, "The math, with shapes" (row-parallel: a sum over ranks).
         """
         return ReduceFromTP.apply(F.linear(x, self.weight), self.group) + self.bias
