@@ -124,27 +124,25 @@ def different_start(cfg: GPTConfig, stage: int) -> None:
     zero(GPT(cfg), stage)
 
 
-def single_device_sgd(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
-    """One process, the whole batch, ``torch.optim.SGD(**sgd)``, in float64: the reference for
-    :func:`zero_redundancy`."""
-    torch.manual_seed(0)
-    model = GPT(cfg).to(torch.float64)
-    opt = torch.optim.SGD(model.parameters(), **sgd)
-    for xy in batches:
-        model(xy[:, :-1], xy[:, 1:])[1].backward()
-        opt.step()
-        opt.zero_grad()
-    return full_state_dict(model)
+def toy_collectives(numel: int) -> dict:
+    """The toy before "Your turn", on every rank: x_r = arange(numel) + 100·r, padded with zeros to a
+    multiple of N; ``reduce_scatter_single`` gives rank r the sums of its shard, ``all_gather_single``
+    joins the shards again, ``all_reduce`` of the unpadded x_r for comparison."""
+    n, r = md.world_size(), md.rank()
+    x = torch.zeros(-(-numel // n) * n, dtype=torch.float64)
+    x[:numel] = torch.arange(numel) + 100.0 * r
+    shard, full, summed = x.new_empty(x.numel() // n), torch.empty_like(x), x[:numel].clone()
+    dist.reduce_scatter_single(shard, x)
+    dist.all_gather_single(full, shard)
+    dist.all_reduce(summed)
+    return dict(x=x, shard=shard, full=full, all_reduce=summed)
 
 
 def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
-    """minipar's and PyTorch's ZeroRedundancyOptimizer around ``torch.optim.SGD(**sgd)``, float64.
-
-    Each rank takes its rows of every global batch; the gradients are averaged with one all-reduce
-    per parameter (what DDP does), then ``opt.step()`` steps this rank's parameters and broadcasts
-    every parameter from its owner. Returns both runs' parameters, the elements each rank owns and
-    the bytes of optimizer state (momentum) this rank holds.
-    """
+    """minipar's and PyTorch's ZeroRedundancyOptimizer around ``torch.optim.SGD(**sgd)``, float64: each rank
+    averages the gradients of its rows (one all-reduce per parameter, DDP's job), then ``opt.step()`` steps its
+    own parameters and broadcasts each from its owner. Returns both runs' parameters, the elements this rank
+    owns and the bytes of optimizer state (momentum) it holds."""
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZeRO
 
     from minipar.zero.redundancy import ZeroRedundancyOptimizer

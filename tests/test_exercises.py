@@ -75,6 +75,9 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("03", "ex03_moments_class_attr", "zero1_step", "a class attribute"),
     ("03", "ex03_moments_in_default", "zero1_step", "outside `state`"),
     ("03", "ex03_moments_on_param", "zero1_step", "of the parameter tensor"),
+    # issue 34: shape errors named in the lesson's terms (padded buffer, shard), not gloo's check
+    ("03", "ex03_unpadded_grad", "zero1_step", "reduce-scatter of the wrong shapes"),
+    ("03", "ex03_gather_into_param", "zero1_step", "all-gather of the wrong shapes"),
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),

@@ -7,8 +7,10 @@ bound 1e-12. ``eps`` is large (1e-4) so that a gradient N times too large change
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
+import re
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,7 +80,7 @@ def worker(module, numel):
     p, state, seen, gathered, after = start(numel), {}, [], [], []
     before = state_snapshot(mod)
     for s in range(STEPS):
-        with Watch(RULES, own=mod) as w, _Gathered() as g:
+        with Watch(RULES, own=mod) as w, _Gathered() as g, shapes_in_lesson_terms(numel, mdist.world_size()):
             mod.zero1_step(p, grad(numel, s, mdist.rank()), state, **HYPER)
         seen.append(w.summary())
         gathered.append(g.inputs)
@@ -95,6 +97,39 @@ def worker(module, numel):
         "gathered": gathered,
         "after": after,
     }
+
+
+class ShapeError(ValueError):
+    """A collective got buffers of the wrong shape or dtype, named in the lesson's terms."""
+
+
+@contextlib.contextmanager
+def shapes_in_lesson_terms(numel, n):
+    """Turn the shape and dtype errors gloo raises inside a collective into the lesson's terms:
+    the padded buffer (``padded`` elements, a multiple of N) and this rank's shard (``padded / N``)."""
+    padded = math.ceil(numel / n) * n
+    sizes = f"numel = {numel}, N = {n}: padded buffer = {padded} elements, shard = padded / N = {padded // n}"
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        if m := re.search(r"outputShape\[0\] \* worldSize == inputShape\[0\] \((\d+) vs\. (\d+)\)", text):
+            raise ShapeError(
+                f"reduce-scatter of the wrong shapes (output × N = {m[1]}, input = {m[2]}): its input is this "
+                f"rank's gradient padded with zeros, its output one shard ({sizes}; shard_range gives both)"
+            ) from None
+        if m := re.search(r"allgather: invalid tensor size at index \d+ \(expected \((\d+)\), got \((\d+)\)\)", text):
+            raise ShapeError(
+                f"all-gather of the wrong shapes (a piece of {m[1]} elements expected, {m[2]} given): its input is "
+                f"this rank's updated shard, its output the padded buffer ({sizes}); copy its first numel "
+                "elements back into flat_param"
+            ) from None
+        if m := re.search(r"dtype\(\) == \w+\[\w+\]\.dtype\(\) \((\w+) vs\. (\w+)\)", text):
+            raise ShapeError(
+                f"a collective got buffers of two dtypes ({m[1]} vs. {m[2]}): make the padded buffers and the "
+                "shards in the dtype of flat_param and flat_grad (float64 here)"
+            ) from None
+        raise
 
 
 def reference(numel, grads):

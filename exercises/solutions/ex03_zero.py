@@ -49,22 +49,30 @@ def zero1_step(
 ) -> None:
     """One ZeRO-1 AdamW step of the replicated ``flat_param``, in place, on every rank of ``group``.
 
-    Args:
-        flat_param: (numel,) the full parameters, identical on every rank (updated in place).
-        flat_grad: (numel,) this rank's gradient (of its share of the batch).
-        state: this rank's optimizer state, a dict kept between calls (empty at the first call). Keep
-            ``state["step"]`` (int) and ``state["exp_avg"]``, ``state["exp_avg_sq"]`` of the shard's
-            shape ``(padded / N,)`` only: that is the point of ZeRO-1 (8Ψ/N bytes of moments, not 8Ψ).
+    Contract (N = ranks of ``group``, numel = ``flat_param.numel()``, ``padded, lo, hi = shard_range(numel, N, rank)``):
+
+    Inputs:
+        flat_param: (numel,) the full parameters, identical on every rank; updated in place.
+        flat_grad: (numel,) this rank's gradient (of its share of the batch), same dtype as ``flat_param``.
+        state: this rank's optimizer state, a dict kept between calls (empty at the first call):
+            ``state["step"]`` (int), ``state["exp_avg"]`` and ``state["exp_avg_sq"]`` of shape
+            ``(padded / N,)`` only — the moments of this rank's shard ``[lo, hi)`` (8Ψ/N bytes, not 8Ψ).
+            Nothing else anywhere (globals, attributes, default arguments): the checker walks them.
         lr, betas, eps, weight_decay: as ``torch.optim.AdamW``.
+        group: the data-parallel process group (None: every rank).
 
-    Afterwards ``flat_param`` equals one device's AdamW step with the *mean* gradient over the ranks.
+    Output: none; afterwards ``flat_param`` on every rank equals one device's AdamW step with the
+    *mean* of the N gradients.
 
-    Communication (what the checker watches): one reduce-scatter of the padded gradient and one
-    all-gather of the updated shards, nothing else — no full-size all-reduce. Given:
-    :func:`shard_range` (padding and this rank's slice), :func:`adamw_update` (AdamW on a shard).
+    Communication on ``group``, per call, nothing else (the checker watches):
+        one ``dist.reduce_scatter_single``: input (padded,) = the gradient padded with zeros,
+            output (padded / N,) = this rank's shard of the summed gradient;
+        one ``dist.all_gather_single``: input (padded / N,) = this rank's updated parameter shard,
+            output (padded,) = every rank's shard in rank order.
+    Given: :func:`shard_range` (padding and this rank's slice), :func:`adamw_update` (AdamW on a shard).
+    With N = 1 both collectives are copies: the same code runs.
 
-    Hint: lesson 03, "Build it: stages 1 and 2" (``minipar/zero/stage12.py``, ``ZeroOptimizer.step``).
-    With N = 1 the collectives are plain copies (they work on a group of one too).
+    Hint: lesson 03, "What you need to build it" (the toy) and "Walk-through" (``ZeroOptimizer.step``).
     """
     n, r = dist.get_world_size(group), dist.get_rank(group)
     numel = flat_param.numel()
