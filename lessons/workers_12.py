@@ -1,8 +1,5 @@
-"""Experiment drivers for lesson 12 (mixture of experts, expert parallelism). They only call minipar and torch.
-
-Child processes import them by name, so they live here and not in the notebook. Everything that
-decides a route runs in float64, so no printed count depends on a CPU's rounding.
-"""
+"""Experiment drivers for lesson 12 (mixture of experts, expert parallelism): they only call minipar and torch.
+Child processes import them by name, so they live here and not in the notebook; routes are decided in float64."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from minipar.ep.parallel import ExpertParallelMoE
 from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.moe.dispatch import expert_capacity
 from minipar.model.moe.layer import MoE
-from minipar.model.presets import default_dtype
+from minipar.model.presets import SMALL, default_dtype, seeded_gpt
 from minipar.train import train
 
 F64 = torch.float64
@@ -40,9 +37,23 @@ def train_moe(model: GPT, steps: int, lr=3e-3, batch=8, seed=0) -> list[float]:
 
 
 def val_batch(block_size=32, n=16):
-    """The first ``n`` validation windows (fixed): (n, T) inputs."""
+    """The first ``n`` validation windows (fixed): (n, T) inputs and (n, T) targets."""
     val = builtin_corpus().split("val", block_size)
-    return torch.stack([val[i][0] for i in range(n)])
+    return torch.stack([val[i][0] for i in range(n)]), torch.stack([val[i][1] for i in range(n)])
+
+
+def balance_runs(x: torch.Tensor, alphas, seeds, steps=100) -> dict:
+    """Per α: for each seed, the busiest-expert load per block on ``x`` at initialisation and after ``steps``
+    AdamW steps (model and data seeded), and the trained model: ``{α: [(before, after, model), ...]}``."""
+    out = {}
+    for a in alphas:
+        out[a] = []
+        for s in seeds:
+            m = seeded_gpt(SMALL, F64, seed=s, moe_experts=4, moe_top_k=1, moe_aux_loss_coef=a)
+            before = imbalance(m, x)
+            train_moe(m, steps, seed=s)
+            out[a].append((before, imbalance(m, x), m))
+    return out
 
 
 @torch.no_grad()
@@ -90,17 +101,17 @@ def imbalance(model: GPT, x: torch.Tensor) -> list[float]:
 
 
 @torch.no_grad()
-def drops_vs_capacity(model: GPT, x: torch.Tensor, factors) -> list[dict]:
+def drops_vs_capacity(model: GPT, x: torch.Tensor, y: torch.Tensor, factors) -> list[dict]:
     """For each capacity factor, per block: the choices the forward dropped, and the formula
     Σ_e max(0, routed_e − C) on that forward's routes (block 0's routes never change with C; a later
-    block's do, since the blocks before it dropped tokens), and the busiest expert's load."""
+    block's do, since the blocks before it dropped tokens), the busiest expert's load; and the cross-entropy."""
     rows = []
     before = [b.mlp.capacity_factor for b in model.blocks]
     try:
         for cf in factors:
             for b in model.blocks:
                 b.mlp.capacity_factor = cf
-            model(x)
+            ce = GPT.loss(model(x)[0], y).item()
             C = expert_capacity(x.numel(), model.cfg.moe_experts, model.cfg.moe_top_k, cf)
             st = [b.mlp.stats for b in model.blocks]
             rows.append(
@@ -110,6 +121,7 @@ def drops_vs_capacity(model: GPT, x: torch.Tensor, factors) -> list[dict]:
                     dropped=[s["dropped"] for s in st],
                     formula=[int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st],
                     busiest=[int(s["routed"].max()) for s in st],
+                    loss=ce,
                 )
             )
     finally:
@@ -177,23 +189,12 @@ def expert_parallel(E, k):
         y = ep(xs)
         loss = ((y * w[part]).sum() + ep.aux_loss) / N
         loss.backward()
-    router = ep.router.weight.grad.clone()
-    dist.all_reduce(router)
-    total = loss.detach().clone()
-    dist.all_reduce(total)
-    a2a = [
-        (rec.sent, rec.recv) for rec in log.records if rec.op == "all_to_all_single" and rec.dtype == "torch.float64"
-    ]
-    return dict(
-        y=y.detach(),
-        loss=total,
-        router=router,
-        experts={n: p.grad for n, p in ep.experts.named_parameters()},
-        first=ep.first_expert,
-        rows=ep.stats["a2a_rows"],
-        a2a=a2a,
-        routed=ep.stats["routed"],
-    )
+    router, total = ep.router.weight.grad.clone(), loss.detach().clone()
+    for t in (router, total):
+        dist.all_reduce(t)
+    a2a = [(r.sent, r.recv) for r in log.records if r.op == "all_to_all_single" and r.dtype == "torch.float64"]
+    out = dict(y=y.detach(), loss=total, router=router, first=ep.first_expert, rows=ep.stats["a2a_rows"], a2a=a2a)
+    return out | dict(experts={n: p.grad for n, p in ep.experts.named_parameters()}, routed=ep.stats["routed"])
 
 
 def train_float64(cfg):
@@ -202,11 +203,10 @@ def train_float64(cfg):
         return train(cfg, "none")
 
 
-# ---- in PyTorch: the same exchange with torch.distributed.nn.functional.all_to_all_single ----------
+# ---- in PyTorch: the same exchange with _functional_collectives.all_to_all_single_autograd ---------
 def torch_vs_minipar_a2a():
     """Rank worker: uneven splits, forward and backward through minipar's and PyTorch's autograd all-to-all
-    (``torch.distributed._functional_collectives.all_to_all_single_autograd``; 2.13 deprecates
-    ``torch.distributed.nn.functional.all_to_all_single`` in its favour)."""
+    (``torch.distributed._functional_collectives.all_to_all_single_autograd``)."""
     import torch.distributed._functional_collectives as fc
 
     N, r = dist.get_world_size(), dist.get_rank()

@@ -4,8 +4,8 @@ Bound (float64, as tests/test_train.py derives it): EP and DP add the same numbe
 (an expert's rows arrive grouped by source rank; gradients are averaged over ranks instead of over
 one batch), which moves a float64 gradient by δ ≲ 1e-13; AdamW (eps 1e-8, lr 3e-3) turns that into
 at most lr·δ/eps ≈ 3e-8 per weight per step, and the losses of ~3-4 nats move far less than 1e-5
-over these few steps. A real bug (an expert gradient divided by dp/ep instead of dp, the aux loss
-balanced per rank instead of over the batch, a router not averaged) moves them by > 1e-4.
+over these few steps. A real bug moves them past it: an expert gradient divided by dp/ep instead of dp
+moves them by ~9e-5 (``test_wrong_expert_divisor_moves_the_losses_past_the_bound`` introduces it).
 Routing is a discrete choice: a weight difference of 1e-8 could flip a token whose two best
 experts tie within 1e-8; the seeded runs here have no such token (a flip would fail the bound).
 
@@ -51,6 +51,33 @@ def test_expert_parallel_job_equals_one_device(world, ep):
     assert _losses(many[0]) == _losses(many[-1])  # every rank logs the same all-reduced loss
     for (s, k, a), (s2, k2, b) in zip(_losses(one), _losses(many[0]), strict=True):
         assert (s, k) == (s2, k2) and abs(a - b) < LOSS_BOUND, (s, k, a, b)
+
+
+def _train_with_wrong_expert_divisor(cfg):
+    """The mutant of lesson 12's claim: experts' gradients divided by dp/ep instead of dp (× ep after the
+    correct average), patched into this rank's ``minipar.job.piece`` before it trains."""
+    import minipar.job.piece as piece
+
+    correct = piece.average_grads_
+
+    def mutant(module, mesh, compressor=None):
+        correct(module, mesh, compressor)
+        for name, p in module.named_parameters():
+            if piece.is_expert(name):
+                p.grad.mul_(mesh.ep_size)
+
+    piece.average_grads_ = mutant
+    return wt.train_float64(cfg)
+
+
+def test_wrong_expert_divisor_moves_the_losses_past_the_bound():
+    """The bound 1e-5 is not blind to the bug it is meant to catch: with the experts' gradients divided by
+    dp/ep = 1 instead of dp = 2 (dp2·ep2), some logged loss moves by more than 5× the bound from one
+    device's (about 9e-5 in float64 on this seed)."""
+    one = wt.train_float64(TrainConfig(**MOE, out=None))
+    bad = launch(_train_with_wrong_expert_divisor, world_size=2, args=(TrainConfig(**MOE, dp=2, ep=2, out=None),))
+    moved = max(abs(a - b) for (_, _, a), (_, _, b) in zip(_losses(one), _losses(bad[0]), strict=True))
+    assert moved > 5 * LOSS_BOUND, moved
 
 
 def test_cli_trains_on_text(tmp_path, capsys):
