@@ -10,8 +10,8 @@ stages, so W can be moved into the slots where 1F1B idles.
 - :func:`zb_h1` — the paper's ZB-H1 ("memory efficient schedule", §2.1, Figure 3 top): 1F1B's
   order of F and I, with rank r's W passes delayed by r slots, so every rank holds at most p
   micro-batches' activations (1F1B's rank 0 holds p) and the delayed W's fill the cool-down.
-  Bubble ``(p−1)(T_F + T_B − T_W)`` per rank against 1F1B's ``(p−1)(T_F + T_B + T_W)``
-  (§2; :func:`zb_h1_bubble`); with T_F = T_B = T_W one third of 1F1B's.
+  Bubble ``(p−1)(T_F + T_I − T_W)`` per rank against 1F1B's ``(p−1)(T_F + T_I + T_W)`` (§2, where the
+  paper writes T_B for minipar's T_I; :func:`zb_h1_bubble`); with T_F = T_I = T_W one third of 1F1B's.
 - :class:`WeightGradStore` and :func:`split_linears` — how minipar splits a real backward. Every
   ``nn.Linear`` of the stage runs through :class:`SplitLinear`, whose backward, while a store is
   collecting (the I pass), computes only ``grad_x = grad_y · Wᵀ`` and stores what W needs
@@ -42,9 +42,9 @@ from minipar.pp.schedules import _check_pm, zb_h1  # noqa: F401 (zb_h1 lives wit
 
 
 def zb_h1_bubble(p: int, m: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0) -> float:
-    """Idle fraction of the step under ZB-H1: bubble time ``(p−1)(T_F + T_B − T_W)`` per rank
-    (arXiv:2401.10241 §2, ``t_b`` = the paper's B = minipar's I) over the step
-    ``m(T_F + T_B + T_W) + bubble``. The simulator reaches it for m ≥ p and T_W ≤ min(T_F, T_B).
+    """Idle fraction of the step under ZB-H1: bubble time ``(p−1)(T_F + T_I − T_W)`` per rank
+    (arXiv:2401.10241 §2; ``t_b`` is T_I, the input-gradient pass, which the paper calls B) over the step
+    ``m(T_F + T_I + T_W) + bubble``. The simulator reaches it for m ≥ p and T_W ≤ min(T_F, T_I).
 
     Raises:
         ConfigError: m < p (the warm-up then holds every micro-batch; the formula does not apply).
