@@ -18,13 +18,7 @@ import torch
 from minipar.course.memory_timeline import profile_memory
 from minipar.job.config import TrainConfig
 from minipar.model.gpt import GPT, GPTConfig, num_params
-from minipar.model.memory import (
-    activation_bytes_formula,
-    measure_peak,
-    release_freed_memory,
-    saved_activation_bytes,
-    state_bytes,
-)
+from minipar.model.memory import measure_peak, release_freed_memory, saved_activation_bytes, state_bytes
 from minipar.train import train
 
 
@@ -60,8 +54,7 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
     ``params``, ``grads``, ``optimizer`` (counted after a step, :func:`minipar.model.memory.state_bytes`),
     ``activations`` (saved for backward, :func:`saved_activation_bytes`), ``weight_copies`` (under
     bf16 autocast: the bf16 copies of the Linear weights autocast saves, 2 bytes each, included
-    in ``activations``), ``act_formula`` (:func:`activation_bytes_formula`, fp32),
-    ``peak`` (measured: peak RSS while building the model and optimizer and running ``steps``
+    in ``activations``), ``peak`` (measured: peak RSS while building the model and optimizer and running ``steps``
     steps, above the RSS before), plus ``num_params``.
     """
     release_freed_memory()  # so RSS follows tensor lifetimes (see its docstring)
@@ -99,7 +92,6 @@ def step_memory(cfg: GPTConfig, batch: int, dtype: str = "fp32", steps: int = 2)
         optimizer=counted["optimizer"],
         activations=saved_activation_bytes(fwd, exclude=model),
         weight_copies=2 * linear_weights if dtype == "bf16" else 0,
-        act_formula=activation_bytes_formula(cfg, batch)["total"],
         peak=peak,
     )
 
@@ -113,10 +105,10 @@ def sweep_memory(cases: list[tuple[GPTConfig, int, str]]) -> list[dict]:
     return [step_memory(*case) for case in cases]
 
 
-def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32"):
+def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32", set_to_none: bool = True):
     """``GPT(cfg)`` (seed 0), its AdamW (lr 1e-3) and one training step on a fixed batch, ``dtype`` "bf16"
     under CPU autocast: ``(model, opt, step)``; ``step()`` runs forward, backward, ``opt.step()`` and
-    ``zero_grad(set_to_none=True)`` (as :func:`minipar.job.reference.train_single_device`)."""
+    ``zero_grad(set_to_none)`` (True as :func:`minipar.job.reference.train_single_device`)."""
     torch.manual_seed(0)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -127,7 +119,7 @@ def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32"):
             loss = model(x, y)[1]  # the logits die here, before backward
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=set_to_none)
 
     return model, opt, step
 
@@ -156,11 +148,11 @@ def step_peaks(cfg: GPTConfig, batch: int, release: bool, repeats: int = 4) -> l
 
 
 # ---------------------------------------------------------------- memory over one step
-def memory_timeline(cfg: GPTConfig, batch: int) -> dict:
+def memory_timeline(cfg: GPTConfig, batch: int, set_to_none: bool = True) -> dict:
     """Live tensor bytes over one AdamW step of ``GPT(cfg)`` (the second: AdamW's moments exist), by
-    category (:func:`minipar.course.memory_timeline.profile_memory`). ``zero_grad(set_to_none=True)``
-    as in :func:`minipar.job.reference.train_single_device`."""
-    step = _adamw_step(cfg, batch)[2]
+    category (:func:`minipar.course.memory_timeline.profile_memory`). ``set_to_none=False`` keeps the
+    gradients' memory alive between steps (zeroed, not freed)."""
+    step = _adamw_step(cfg, batch, set_to_none=set_to_none)[2]
     step()  # the first step creates AdamW's moments
     return profile_memory(step)
 

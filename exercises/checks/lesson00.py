@@ -31,9 +31,29 @@ OPTIM = Refuse(
 )
 
 
+# PyTorch's words for a shape error, and what each exercise's shape errors mean in the lesson's terms
+SHAPE_WORDS = ("must match the size", "cannot be multiplied", "is invalid for input of size", "Dimension out of range")
+SHAPES = {
+    "layer_norm_backward": "A shape error inside your code. x is (..., D) with any number of leading (batch, sequence) "
+    "dimensions: take the statistics over the last dimension (-1) with keepdim=True, shape (..., 1), so they "
+    "broadcast back against (..., D) (lesson 00, What you need to build it, 2)",
+    "cross_entropy_backward": "A shape error inside your code. logits are (N, V), N rows of V class scores, and "
+    "targets (N,) class indices: the row maximum and the row sums keep their dimension (keepdim=True, (N, 1)); "
+    "the one-hot of the targets is (N, V) (F.one_hot(targets, V))",
+    "adamw_step": "A shape error inside your code. param, grad, exp_avg and exp_avg_sq all have the same shape, "
+    "one value per weight; step is a Python int, the same for all of them",
+}
+
+
 def _by_hand(mod, seen, what, rules, fn, *args, **kw):
-    """The learner's call, watched: no refused function, no PyTorch backward/fused-optimizer kernel."""
-    out, summary = watched(what, rules, mod, fn, *args, op_words=("backward", "_fused_adam"), **kw)
+    """The learner's call, watched: no refused function, no PyTorch backward/fused-optimizer kernel; a shape
+    error PyTorch raised inside it is explained in the lesson's terms."""
+    try:
+        out, summary = watched(what, rules, mod, fn, *args, op_words=("backward", "_fused_adam"), **kw)
+    except CheckFailed as exc:
+        if any(w in str(exc) for w in SHAPE_WORDS):
+            raise CheckFailed(f"{SHAPES[what]}. PyTorch said: {exc}") from None
+        raise
     seen.append((what, summary))
     if summary["ops"]:
         op = next(iter(summary["ops"]))
@@ -63,6 +83,13 @@ def check_layer_norm(mod) -> str:
             raise CheckFailed("layer_norm_backward must return (grad_x, grad_weight, grad_bias)")
         gx, gw, gb = got
         what = f"layer_norm_backward, x of shape {shape}"
+        for name, g, want, why in (
+            ("grad_x", gx, shape, "an input's gradient has the input's shape"),
+            ("grad_weight", gw, (D,), "one value per channel: sum over every leading (batch, sequence) dimension"),
+            ("grad_bias", gb, (D,), "one value per channel: sum over every leading (batch, sequence) dimension"),
+        ):
+            if isinstance(g, torch.Tensor) and tuple(g.shape) != want:
+                raise CheckFailed(f"{what}: {name} has shape {tuple(g.shape)}, expected {want}: {why}")
         expect_close(f"{what}: grad_bias", gb, b.grad, hint="sum grad_out over every leading dimension")
         expect_close(
             f"{what}: grad_weight",
@@ -93,6 +120,11 @@ def check_cross_entropy(mod) -> str:
             mod, seen, "cross_entropy_backward", AUTOGRAD, mod.cross_entropy_backward, logits.detach().clone(), t
         )
         what = f"cross_entropy_backward, logits ({n}, {v})" + (" of size ~1000" if scale > 1 else "")
+        if isinstance(got, torch.Tensor) and tuple(got.shape) != (n, v):
+            raise CheckFailed(
+                f"{what}: the gradient has shape {tuple(got.shape)}, expected the logits' shape {(n, v)}: one value "
+                "per row and class (N rows, V classes), not the per-row loss nor the target column alone"
+            )
         if torch.as_tensor(got).isnan().any():
             raise CheckFailed(f"{what}: NaN — subtract each row's maximum before exp (softmax overflows otherwise)")
         if max_diff(got, logits.grad * n) < 1e-12 and n > 1:
@@ -129,7 +161,14 @@ def check_adamw(mod) -> str:
             g = _rand(p.numel(), seed=10 + step + (50 if name == "b" else 0))
             p_ref.grad = g.clone()
             opt.step()
+            p_before = p.clone()
             _by_hand(mod, seen, "adamw_step", OPTIM, mod.adamw_step, p, g.clone(), m, v, step, **hyper)
+            if torch.equal(p, p_before):
+                raise CheckFailed(
+                    f"adamw_step, parameter {name} at step {step}: param did not change. Update it in place "
+                    "(p.mul_, p.add_/p.sub_): `param = ...` only rebinds your local name, and the caller's tensor "
+                    "is the model's weight"
+                )
             what = f"adamw_step, parameter {name} after step {step}" + (
                 " (it resumed at step 4, stepped in turn with b)" if first > 1 else " (stepped in turn with a)"
             )

@@ -7,7 +7,9 @@ Exercises (run ``make check LESSON=00``):
 3. :func:`adamw_step` — one AdamW update (Loshchilov & Hutter 2019, arXiv:1711.05101, Algorithm 2),
    equal to ``torch.optim.AdamW`` to float64 rounding.
 
-All three are checked in float64 against autograd / ``torch.optim.AdamW`` on one device.
+All three are checked in float64 against autograd / ``torch.optim.AdamW`` on one device: no process
+group, no collective. Each docstring states the contract (inputs, outputs, shapes); the lesson's
+"What you need to build it" shows every tool they need.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ def layer_norm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward of ``y = (x − mean) / sqrt(var + eps) · weight + bias`` over the last dimension.
 
-    Shapes: ``grad_out``, ``x``: (..., D); ``weight``: (D,). ``var`` is the *biased* variance
-    (divide by D), as ``torch.nn.functional.layer_norm``.
+    Shapes: ``grad_out``, ``x``: (..., D), any number of leading (batch, sequence) dimensions;
+    ``weight``: (D,). ``var`` is the *biased* variance (divide by D), as ``torch.nn.functional.layer_norm``.
+    No autograd: the gradients are computed with tensor operations.
 
     Returns:
         ``(grad_x, grad_weight, grad_bias)`` of shapes (..., D), (D,), (D,): what autograd gives
@@ -32,8 +35,9 @@ def layer_norm_backward(
     Invariant: ``grad_x`` sums to zero over the last dimension (shifting x changes nothing) and,
     up to ``eps``, is orthogonal to the normalised input over it (scaling x changes nothing either).
 
-    Hint: lesson 00, "Build it (1): the backward pass by hand": x reaches y three ways (directly,
-    through the mean, through the variance); derive each term, and the two invariants check you.
+    Hint: lesson 00, "What you need to build it" (the chain rule, keepdim, sums over leading
+    dimensions): x reaches y three ways (directly, through the mean, through the variance); derive
+    each term, and the two invariants check you.
     """
     mean = x.mean(-1, keepdim=True)
     rstd = (x.var(-1, unbiased=False, keepdim=True) + eps).rsqrt()
@@ -47,7 +51,8 @@ def layer_norm_backward(
 def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Gradient of ``F.cross_entropy(logits, targets)`` (mean over the N rows) w.r.t. ``logits``.
 
-    Shapes: ``logits`` (N, V) float; ``targets`` (N,) int64 in [0, V).
+    Shapes: ``logits`` (N, V) float, N rows of V class scores; ``targets`` (N,) int64 in [0, V).
+    No autograd.
 
     Returns:
         (N, V): d(mean loss)/d(logits), what autograd gives for ``F.cross_entropy(logits, targets)``.
@@ -56,7 +61,8 @@ def cross_entropy_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch
     shifted by a constant (compute the softmax with the row maximum subtracted: large logits
     must not overflow).
 
-    Hint: lesson 00, "Build it (1)": differentiate −log softmax(z)[y] for one row z, then account
+    Hint: lesson 00, "What you need to build it" (the table's cross-entropy row): differentiate
+    −log softmax(z)[y] for one row z, then account
     for the mean over the N rows.
     """
     p = torch.softmax(logits, dim=-1)
@@ -86,7 +92,9 @@ def adamw_step(
     both moments bias-corrected (Kingma & Ba 2015, arXiv:1412.6980, Algorithm 1), in PyTorch's
     order of operations (its documentation of ``torch.optim.AdamW`` lists them).
 
-    Hint: lesson 00, "In PyTorch: AdamW by hand equals torch.optim.AdamW". Forgetting the bias
+    Returns nothing: ``param``, ``exp_avg`` and ``exp_avg_sq`` are the optimizer's tensors, updated in place.
+
+    Hint: lesson 00, "What you need to build it", 3 and 4 (in-place updates, the AdamW update). Forgetting the bias
     correction makes the first steps ~10× too large; eps goes *after* the bias-corrected sqrt.
     """
     beta1, beta2 = betas
