@@ -63,7 +63,9 @@ def reading_cells(nn: str) -> list[str]:
 
 
 def pattern(spelling: str) -> re.Pattern:
-    return re.compile(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", re.I)
+    """The spelling as a whole word; case-sensitive when it has capitals after its first letter (ZeRO is not zero)."""
+    flags = 0 if any(ch.isupper() for ch in spelling[1:]) else re.I
+    return re.compile(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", flags)
 
 
 def mentions(text: str, spellings) -> bool:
