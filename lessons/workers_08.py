@@ -227,7 +227,7 @@ def draw_decision_guide(steps: list[tuple[str, str, str]]) -> None:
         boxes += [Box(f"t{i}", 0, y, name, "param", 3.0, 0.9), Box(f"s{i}", 3.4, y, save, "optimizer", 3.4, 0.9)]
         boxes.append(Box(f"c{i}", 6.9, y, costs, "comm", 3.2, 0.9))
         arrows += [Arrow(f"t{i - 1}", f"t{i}", "still too big?")] if i else []
-    fig, ax = plt.subplots(figsize=(10, 6))
+    fig, ax = plt.subplots(figsize=(10, 5.4))
     legend = {"technique": "param", "saves (measured here)": "optimizer", "costs": "comm"}
     draw_boxes(ax, boxes, arrows, title="when memory runs short: try in this order", legend=legend)
     plt.tight_layout()
