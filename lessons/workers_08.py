@@ -12,6 +12,8 @@ import time
 
 import torch
 
+from minipar.course.loop import train_steps
+from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
@@ -59,14 +61,7 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
         set_recompute(model, mode)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     torch.manual_seed(123)  # dropout masks
-    losses = []
-    for step in range(steps):
-        x, y = batch(B, cfg["block_size"], step)
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    losses = train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
     return {"losses": torch.tensor(losses, dtype=torch.float64), "params": dict(model.named_parameters())}
 
 
@@ -147,15 +142,7 @@ def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: f
     else:
         model = model.to(torch.bfloat16 if kind == "bf16-pure" else torch.float32)
         opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        x, y = batch(B, cfg["block_size"], step)
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if step < steps - 1:
-            opt.zero_grad()
+    losses = train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
     return {"losses": losses, "opt": opt, "model": model}
 
 
@@ -231,23 +218,18 @@ def draw_underflow(res: dict, ax) -> None:
 
 
 def draw_decision_guide(steps: list[tuple[str, str, str]]) -> None:
-    """The decision guide: one box per technique (name), what it saved and what it cost here."""
+    """The decision guide, top to bottom: one row per technique (name, what it saved here, what it cost)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 5.0))
-    ax.axis("off")
+    boxes, arrows = [], []
     for i, (name, save, costs) in enumerate(steps):
-        y = 1 - i / len(steps)
-        ax.add_patch(plt.Rectangle((0.02, y - 0.11), 0.3, 0.09, fc="#dbe9f6", ec="k"))
-        ax.text(0.17, y - 0.065, name, ha="center", va="center", fontsize=9, weight="bold")
-        ax.text(0.36, y - 0.065, save, va="center", fontsize=8, color="darkgreen")
-        ax.text(0.68, y - 0.065, costs, va="center", fontsize=8, color="darkred")
-        if i < len(steps) - 1:
-            ax.annotate("", (0.17, y - 0.162), (0.17, y - 0.11), arrowprops=dict(arrowstyle="-|>", lw=1.2))
-            ax.text(0.185, y - 0.138, "still too big?", fontsize=7, style="italic", va="center")
-    ax.text(0.36, 1.0, "saves (measured here)", fontsize=9, color="darkgreen")
-    ax.text(0.68, 1.0, "costs", fontsize=9, color="darkred")
-    ax.set_ylim(0, 1.03)
+        y = -1.2 * i
+        boxes += [Box(f"t{i}", 0, y, name, "param", 3.0, 0.9), Box(f"s{i}", 3.4, y, save, "optimizer", 3.4, 0.9)]
+        boxes.append(Box(f"c{i}", 6.9, y, costs, "comm", 3.2, 0.9))
+        arrows += [Arrow(f"t{i - 1}", f"t{i}", "still too big?")] if i else []
+    fig, ax = plt.subplots(figsize=(10, 5.4))
+    legend = {"technique": "param", "saves (measured here)": "optimizer", "costs": "comm"}
+    draw_boxes(ax, boxes, arrows, title="when memory runs short: try in this order", legend=legend)
     plt.tight_layout()
     plt.show()
 
@@ -261,12 +243,7 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
     for name, cls in (("plain", MixedPrecisionAdamW), ("offload", OffloadedAdamW)):
         model = seeded_gpt(cfg, torch.float32)
         opt = cls(model, torch.bfloat16, lr=3e-3)
-        for step in range(steps):
-            x, y = batch(B, cfg["block_size"], step)
-            model(x, y)[1].backward()
-            opt.step()
-            if step < steps - 1:
-                opt.zero_grad()
+        train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
         out[name] = {
             "params": [p.detach().float() for p in opt.params],
             "opt": opt,

@@ -5,20 +5,19 @@ Child processes import them by name, so they live here and not in the notebook.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
-import warnings
 
 import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
+from minipar.course.loop import train_steps
 from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
-from minipar.dp.param_server import flat_params, gather_model, run_async, run_sync
+from minipar.dp.param_server import flat_params
 from minipar.model.gpt import GPT
 from minipar.model.presets import MEDIUM, SMALL, seeded_gpt  # SMALL: proofs (float64); MEDIUM: timings
 from minipar.tp.overlap import allgather_matmul, matmul_reducescatter
@@ -226,13 +225,12 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
             net.register_comm_hook(None, fp16_compress_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         comp = BF16Compression(torch.float16)
-        for x, y in batches:
-            opt.zero_grad()
-            _, loss = net(x, y)
-            loss.backward()
-            if not native:
-                comp.all_reduce_([p.grad for p in model.parameters()])
-            opt.step()
+        train_steps(
+            net,
+            opt,
+            batches,
+            before_step=None if native else lambda: comp.all_reduce_([p.grad for p in model.parameters()]),
+        )
         out.append(flat_params(model))
     return out
 
@@ -265,161 +263,9 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
             **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}),
         )
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
-        losses = []
-        for x, y in batches:
-            opt.zero_grad()
-            _, loss = net(x, y)
-            loss.backward()
-            if kind != "torch":
-                comp.all_reduce_([p.grad for p in model.parameters()])
-            t = loss.detach().clone()
-            dist.all_reduce(t)
-            losses.append(t.item() / md.world_size())
-            opt.step()
-        out[kind] = losses
+        hook = None if kind == "torch" else lambda: comp.all_reduce_([p.grad for p in model.parameters()])
+        out[kind] = train_steps(net, opt, batches, before_step=hook, mean_over_ranks=True)
     return out
-
-
-# ---- 4. the parameter server ---------------------------------------------------------------------
-
-_LOADERS: dict = {}
-
-
-def _batch(worker: int, workers: int, k: int, global_batch: int = 8):
-    key = (worker, workers, global_batch)
-    if key not in _LOADERS:
-        _LOADERS[key] = [
-            make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, worker, workers),
-            [],
-        ]
-    loader, seen = _LOADERS[key]
-    while len(seen) <= k:
-        seen.append(next(loader))
-    return seen[k]
-
-
-def _grad_fn(workers: int):
-    def grad_fn(model, worker, k):
-        x, y = _batch(worker, workers, k)
-        _, loss = model(x, y)
-        loss.backward()
-        return loss.detach()
-
-    return grad_fn
-
-
-def _adamw(params):
-    return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0)
-
-
-def ps_sync_vs_ddp(steps: int = 4, n_servers: int = 1) -> dict:
-    """Synchronous parameter server (ranks 0..S−1 servers) vs torch DDP on the workers' group, float64.
-
-    Returns the final parameters of both on the first worker, and the bytes each role moved.
-    """
-    _LOADERS.clear()
-    world = md.world_size()
-    workers = world - n_servers
-    model = seeded_gpt()
-    with CommLog() as log:
-        res = run_sync(model, _grad_fn(workers), steps, _adamw, n_servers)
-    ps_final = gather_model(model, res)
-    wgroup = dist.new_group(list(range(n_servers, world)))  # every rank calls new_group
-    ddp_final = None
-    if md.rank() >= n_servers:
-        ref = seeded_gpt()
-        ddp = torch.nn.parallel.DistributedDataParallel(ref, process_group=wgroup)
-        opt = _adamw(ref.parameters())
-        w = md.rank() - n_servers
-        for k in range(steps):
-            opt.zero_grad()
-            x, y = _batch(w, workers, k)
-            _, loss = ddp(x, y)
-            loss.backward()
-            opt.step()
-        ddp_final = flat_params(ref)
-    return {
-        "ps": ps_final,
-        "ddp": ddp_final,
-        "sent": log.total("sent"),
-        "recv": log.total("recv"),
-        "numel": flat_params(model).numel(),
-        "role": "server" if md.rank() < n_servers else "worker",
-    }
-
-
-def ps_async(updates: int = 60, staleness: int = 0, seconds: bool = False) -> dict:
-    """Bounded-staleness asynchronous training, 1 server: losses per update (on the workers) and wall time."""
-    _LOADERS.clear()
-    workers = md.world_size() - 1
-    model = seeded_gpt()
-    t = time.perf_counter()
-    res = run_async(model, _grad_fn(workers), updates, _adamw, staleness)
-    elapsed = time.perf_counter() - t
-    final = gather_model(model, res)
-    val = None
-    if final is not None:  # validation loss of the final model, on the first worker
-        from minipar.dp.param_server import load_flat_
-
-        load_flat_(model, final)
-        vx, vy = make_loader(builtin_corpus().split("val", SMALL["block_size"]), 64, shuffle=False).__next__()
-        with torch.no_grad():
-            val = model(vx, vy)[1].item()
-    return {"losses": res.get("losses"), "val": val, "seconds": elapsed}
-
-
-def rpc_parameter_server(updates: int = 6) -> dict:
-    """The same asynchronous τ = 0 loop with torch.distributed.rpc: worker 1 calls the server's update.
-
-    Returns the final parameters on the worker (rank 1); rank 0 only serves.
-    """
-    import torch.distributed.rpc as rpc
-
-    warnings.filterwarnings("ignore", message="You are using a Backend")
-    me = md.rank()
-    opts = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{os.environ['MINIPAR_RPC_PORT']}", rpc_timeout=60
-    )
-    rpc.init_rpc(f"r{me}", rank=me, world_size=2, rpc_backend_options=opts)
-    final = None
-    if me == 1:
-        _LOADERS.clear()
-        model = seeded_gpt()
-        server = rpc.remote("r0", _Store, args=(flat_params(model),))
-        for k in range(updates):
-            from minipar.dp.param_server import flat_grads, load_flat_
-
-            load_flat_(model, server.rpc_sync().pull())
-            model.zero_grad(set_to_none=True)
-            x, y = _batch(0, 1, k)
-            model(x, y)[1].backward()
-            server.rpc_sync().push(flat_grads(model))
-        final = server.rpc_sync().pull()
-    rpc.shutdown()
-    return {"final": final}
-
-
-class _Store:
-    """The rpc server's state: the flat parameters and their AdamW (lives on rank 0)."""
-
-    def __init__(self, flat: torch.Tensor):
-        self.flat = flat.clone()
-        self.opt = _adamw([self.flat])
-
-    def pull(self) -> torch.Tensor:
-        return self.flat.clone()
-
-    def push(self, grad: torch.Tensor) -> None:
-        self.flat.grad = grad
-        self.opt.step()
-
-
-def ps_async_single(updates: int = 6) -> torch.Tensor:
-    """minipar's parameter server, 1 server + 1 worker, τ = 0: final parameters on the worker."""
-    _LOADERS.clear()
-    model = seeded_gpt()
-    res = run_async(model, _grad_fn(1), updates, _adamw, staleness=0)
-    return gather_model(model, res)
 
 
 # ---- 5. the lesson 02 loop with HF Accelerate ----------------------------------------------------
@@ -441,16 +287,8 @@ def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -
     else:
         net = DistributedDataParallel(model, bucket_cap_mb=1)
         backward = torch.Tensor.backward
-    losses = []
     t1 = time.perf_counter()
-    for x, y in batches:
-        opt.zero_grad()
-        _, loss = net(x, y)
-        backward(loss)
-        opt.step()
-        t = loss.detach().clone()
-        dist.all_reduce(t)
-        losses.append(t.item() / md.world_size())
+    losses = train_steps(net, opt, batches, backward=backward, mean_over_ranks=True)
     t2 = time.perf_counter()
     info = {}
     if use_accelerate:

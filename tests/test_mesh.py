@@ -85,6 +85,21 @@ def test_expert_parallel_folds_into_dp():
     assert Mesh(8, ep=1).ep_group is None  # no expert parallelism: no group, edp_group is the dp group
 
 
+def test_ep_is_a_dimension_of_the_experts_view():
+    """ep is a mesh dimension like the others (torchtitan's ParallelDims): the same ranks seen as
+    (pp, edp, ep, [cp,] tp), with coords, sizes and group ranks along ep and edp, and the same rank formula."""
+    m = Mesh(16, pp=2, tp=2, ep=2, rank=13)  # dp = 4 = edp 2 · ep 2
+    assert (m.expert_shape, m.expert_dims) == ((2, 2, 2, 2), ("pp", "edp", "ep", "tp"))
+    assert m.coords == {"pp": 1, "dp": 2, "tp": 1, "edp": 1, "ep": 0} and (m.size("edp"), m.size("ep")) == (2, 2)
+    assert rank_of(m.coords, m.expert_shape, m.expert_dims) == 13 == rank_of(m.coords, m.shape)
+    assert group_ranks(m.expert_shape, "ep", m.expert_dims) == expert_group_ranks(m.shape, 2)[0]
+    c = Mesh(8, cp=2, ep=2)  # dp = 4, cp = 2: each cp index has its own EP groups
+    assert c.expert_dims == ("pp", "edp", "ep", "cp", "tp") and c.expert_shape == (1, 2, 2, 2, 1)
+    assert group_ranks(c.expert_shape, "ep", c.expert_dims) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert group_ranks(c.expert_shape, ("edp", "cp"), c.expert_dims) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert Mesh(4).coords == {"pp": 0, "dp": 0, "tp": 0}  # ep = 1: nothing added
+
+
 def test_bad_ep_is_one_line_naming_the_fix():
     with pytest.raises(ConfigError, match=r"^--ep 3 must divide the 4 data-parallel ranks .*use --ep 1, 2, 4, or --dp"):
         Mesh(4, ep=3)

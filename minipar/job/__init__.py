@@ -9,4 +9,15 @@
 - ``minipar.job.run_log``      its progress bar, metrics.jsonl, loss plot and text sample (replaced together,
   at the end)
 - ``minipar.job.reference``    the plain single-device loop every layout is tested against [00]
+
+The path of ``python -m minipar.train --dp 2 --tp 2 --pp 2`` to the first optimizer step, as the job's own code
+calls it (``tests/test_call_path.py`` traces it and counts the hops between files):
+
+- the CLI's process: ``train.main`` → ``job.cli.parse_args`` → ``job.config.check`` (every setting, the layout
+  ``Mesh``, the corpus, ``--resume``'s checkpoint, ``job.outdir.check_folder``) → ``job.outdir.hold`` →
+  ``runtime.launch.launch``;
+- each rank: ``train.train`` → ``runtime.mesh.init_groups`` → ``data.make_loader`` → ``model.gpt.GPT`` →
+  ``job.parallelize.parallelize`` (tp, recompute, the pipeline stage and schedule, the optimizer) →
+  ``train.evaluate`` (step 0) → ``job.piece.Piece.step`` (``pp.executor`` runs the schedule, gradients averaged
+  over ``mesh.dp_cp_group``, clipped, AdamW).
 """

@@ -1,4 +1,4 @@
-"""The layout of a job: its (pp, dp, [cp,] tp) degrees and ep folded into dp, checked once, and every rank's groups.
+"""The layout of a job: its (pp, dp, [cp,] tp) degrees and ep carved out of dp, checked once, and every rank's groups.
 
 One object, :class:`Mesh` (minipar's torchtitan ``ParallelDims``, ``torchtitan/distributed/
 parallel_dims.py``), holds what every part of a job asks about its layout:
@@ -26,13 +26,17 @@ Megatron's own example, 16 GPUs with tp=2, pp=4 (so dp=2):
 It is the row-major order of a (pp, dp, tp) array, the same as
 ``torch.distributed.device_mesh.init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))``.
 
-Expert parallelism (``ep``, lesson 12) adds no ranks: each dp group is split as dp = edp · ep, ep
-fastest. Runs of ``ep`` consecutive dp ranks are **EP groups** (all E experts once, tokens traded by
-all-to-all); dp ranks at stride ``ep`` are **expert-data-parallel (edp) groups** (the same experts).
-As torchtitan's ``ParallelDims`` (``dp_shard = dp_shard_mod_ep · dp_shard_in_ep``, ep inner; it needs
-``dp_shard·cp % ep == 0``, so its ep may borrow cp) and Megatron-LM's expert-model-parallel groups
-(``megatron/core/parallel_state.py``). minipar folds ep into dp only (ep divides dp; with cp, each
-cp index has its own EP groups). dp = 8, ep = 4: EP groups [0..3] [4..7], expert-dp groups [0,4] [1,5] [2,6] [3,7].
+Expert parallelism (``ep``, lesson 12) adds no ranks: it borrows them from dp, split as dp = edp · ep
+with ep the faster of the two, so the experts see the same ranks as the mesh (pp, edp, ep, [cp,] tp)
+(:data:`EXPERT_DIMS`, :attr:`Mesh.expert_shape`): the same rank formula, dp's index written as
+``edp_rank · ep + ep_rank``. Along ``ep`` lie the **EP groups** (ep consecutive dp ranks: all E experts
+once, tokens traded by all-to-all), a sub-group of the data-parallel ranks; along ``edp`` the
+**expert-data-parallel groups** (dp ranks at stride ep: the same experts, their gradients reduced there).
+As torchtitan's ``ParallelDims`` (``torchtitan/distributed/parallel_dims.py``: its experts' mesh splits
+``dp_shard = dp_shard_mod_ep · dp_shard_in_ep``, ep inner; it needs ``dp_shard·cp % ep == 0``, so its ep
+may also borrow cp) and Megatron-LM's expert-model-parallel groups (``megatron/core/parallel_state.py``).
+minipar's ep borrows from dp only (ep divides dp; with cp, each cp index has its own EP groups).
+dp = 8, ep = 4: EP groups [0..3] [4..7], expert-dp groups [0,4] [1,5] [2,6] [3,7].
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from minipar.runtime import dist as mdist
 
 DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of a Mesh's shape and of the rank formula
 DIMS_3D = ("pp", "dp", "tp")  # a 3-tuple shape is (pp, dp, tp): cp = 1, the shape of every job without --cp
+EXPERT_DIMS = ("pp", "edp", "ep", "cp", "tp")  # the same ranks as the experts see them: dp = edp · ep, ep inner
 
 
 def dims_of(shape: tuple[int, ...]) -> tuple[str, ...]:
@@ -79,47 +84,54 @@ def factorizations(world_size: int) -> list[tuple[int, int, int]]:
     return [(pp, dp, world_size // (pp * dp)) for pp in divisors(world_size) for dp in divisors(world_size // pp)]
 
 
-def rank_of(coords: dict[str, int] | tuple[int, ...], shape: tuple[int, ...]) -> int:
-    """Global rank of (pp_rank, dp_rank, [cp_rank,] tp_rank) in a (pp, dp, [cp,] tp) mesh (row-major, tp fastest)."""
-    c = [coords.get(d, 0) for d in dims_of(shape)] if isinstance(coords, dict) else coords
+def rank_of(coords: dict[str, int] | tuple[int, ...], shape: tuple[int, ...], dims: tuple[str, ...] = ()) -> int:
+    """Global rank of (pp_rank, dp_rank, [cp_rank,] tp_rank) in a (pp, dp, [cp,] tp) mesh (row-major, tp fastest);
+    ``dims``: the names of ``shape``'s dimensions when they are not :func:`dims_of`'s (e.g. the experts')."""
+    c = [coords.get(d, 0) for d in dims or dims_of(shape)] if isinstance(coords, dict) else coords
     rank = 0
     for k, n in zip(c, shape):
         rank = rank * n + k
     return rank
 
 
-def coords_of(rank: int, shape: tuple[int, ...]) -> dict[str, int]:
-    """{"pp", "dp", ["cp",] "tp"} coordinates of a global rank in a (pp, dp, [cp,] tp) mesh."""
-    out, dims = {}, dims_of(shape)
+def coords_of(rank: int, shape: tuple[int, ...], dims: tuple[str, ...] = ()) -> dict[str, int]:
+    """{"pp", "dp", ["cp",] "tp"} coordinates of a global rank in a (pp, dp, [cp,] tp) mesh (``dims``: as
+    :func:`rank_of`)."""
+    out, dims = {}, dims or dims_of(shape)
     for d, n in reversed(list(zip(dims, shape))):
         rank, out[d] = divmod(rank, n)
     return {d: out[d] for d in dims}
 
 
-def group_ranks(shape: tuple[int, ...], dim: str | tuple[str, ...]) -> list[list[int]]:
+def group_ranks(shape: tuple[int, ...], dim: str | tuple[str, ...], dims: tuple[str, ...] = ()) -> list[list[int]]:
     """Every group along ``dim`` (``"pp"``, ``"dp"``, ``"cp"``, ``"tp"``, or a tuple of them, e.g.
-    ``("dp", "cp")``: Megatron's data-parallel group with context parallelism): lists of global ranks, sorted."""
-    dims, along = dims_of(shape), (dim,) if isinstance(dim, str) else dim
+    ``("dp", "cp")``: Megatron's data-parallel group with context parallelism): lists of global ranks, sorted.
+    ``dims``: as :func:`rank_of` (``group_ranks(mesh.expert_shape, "ep", mesh.expert_dims)``: the EP groups)."""
+    dims, along = dims or dims_of(shape), (dim,) if isinstance(dim, str) else dim
     groups: dict[tuple, list[int]] = {}
     for r in range(math.prod(shape)):
-        c = coords_of(r, shape)
+        c = coords_of(r, shape, dims)
         groups.setdefault(tuple(c[d] for d in dims if d not in along), []).append(r)
     return sorted(groups.values())
 
 
-def expert_group_ranks(shape: tuple[int, ...], ep: int) -> tuple[list[list[int]], list[list[int]]]:
-    """``(EP groups, expert-dp groups)`` of a (pp, dp, [cp,] tp) mesh with ``ep`` folded into dp: each dp
-    group cut into runs of ``ep`` consecutive members, and into ``ep`` groups at stride ``ep``; sorted.
+def expert_layout(shape: tuple[int, ...], ep: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The experts' view of a (pp, dp, [cp,] tp) shape: (pp, dp/ep, ep, [cp,] tp) and its names
+    (:data:`EXPERT_DIMS`, without cp for a 3-tuple). Raises ConfigError unless ep divides dp (:func:`check_ep`)."""
+    dims = dims_of(shape)
+    sizes = dict(zip(dims, shape))
+    check_ep(ep, sizes["dp"])
+    sizes.update(edp=sizes["dp"] // ep, ep=ep)
+    names = tuple(d for d in EXPERT_DIMS if d in sizes)
+    return tuple(sizes[d] for d in names), names
 
-    Raises:
-        ConfigError: ``ep`` does not divide dp (:func:`check_ep`).
-    """
-    runs, strides = [], []
-    for dp_ranks in group_ranks(shape, "dp"):
-        check_ep(ep, len(dp_ranks))
-        runs += [dp_ranks[i : i + ep] for i in range(0, len(dp_ranks), ep)]
-        strides += [dp_ranks[j::ep] for j in range(ep)]
-    return sorted(runs), sorted(strides)
+
+def expert_group_ranks(shape: tuple[int, ...], ep: int) -> tuple[list[list[int]], list[list[int]]]:
+    """``(EP groups, expert-dp groups)`` of a (pp, dp, [cp,] tp) mesh with ``ep`` borrowed from dp: the groups
+    along ``ep`` and along ``edp`` of :func:`expert_layout` (runs of ``ep`` consecutive dp ranks, and dp ranks
+    at stride ``ep``); sorted. Raises ConfigError: ``ep`` does not divide dp (:func:`check_ep`)."""
+    eshape, edims = expert_layout(shape, ep)
+    return group_ranks(eshape, "ep", edims), group_ranks(eshape, "edp", edims)
 
 
 def check_ep(ep: int, dp: int) -> None:
@@ -177,9 +189,12 @@ class Mesh:
     ranks that hold the same model piece and average gradients); with cp = 1 the shape stays
     (pp, dp, tp) and nothing changes.
 
-    ``ep`` (default 1) folds into dp, not in DIMS: it must divide dp; ``ep_rank = dp_rank % ep``,
-    ``edp_rank = dp_rank // ep``; ep > 1 adds ``ep_group`` and ``edp_group`` (:func:`expert_group_ranks`);
-    with ep = 1 ``ep_group`` is None (no all-to-all) and ``edp_group`` is the dp group.
+    Expert parallelism is a dimension of the experts' view of the same ranks, (pp, edp, ep, [cp,] tp)
+    (:attr:`expert_dims`, :attr:`expert_shape`): ``ep`` (default 1) borrows from dp and must divide it,
+    dp = edp · ep. With ep > 1, :attr:`coords` also holds ``"edp"`` and ``"ep"`` (``ep_rank = dp_rank % ep``,
+    ``edp_rank = dp_rank // ep``), ``ranks`` and ``groups`` hold ``"ep"`` (the all-to-all group), ``"edp"``
+    (the experts' gradient reduction) and, with cp > 1, ``"edp_cp"``; with ep = 1 ``ep_group`` is None (no
+    all-to-all) and ``edp_group`` is the dp group.
     """
 
     world_size: int = 1
@@ -198,16 +213,8 @@ class Mesh:
     dp_rank, dp_size, dp_group = _coord("dp"), _size("dp"), _group("dp")
     tp_rank, tp_size, tp_group = _coord("tp"), _size("tp"), _group("tp")
     cp_size = _size("cp")
-
-    @property
-    def cp_rank(self) -> int:
-        """This rank's index along cp, 0 .. cp_size - 1 (0 when cp = 1)."""
-        return self.coords.get("cp", 0)
-
-    @property
-    def cp_group(self):
-        """This rank's context-parallel ProcessGroup (None when cp = 1: no ring to run)."""
-        return self.groups.get("cp")
+    cp_rank = property(lambda self: self.coords.get("cp", 0), doc="index along cp, 0 .. cp_size - 1 (0 when cp = 1)")
+    cp_group = property(lambda self: self.groups.get("cp"), doc="the context-parallel group (None when cp = 1)")
 
     @property
     def dp_cp_group(self):
@@ -216,19 +223,13 @@ class Mesh:
         return self.groups.get("dp_cp", self.groups.get("dp"))
 
     ep_size = _size("ep")
-    ep_rank = property(lambda self: self.dp_rank % self.ep, doc="index in the EP group, dp_rank % ep")
+    ep_rank = property(lambda self: self.coords.get("ep", 0), doc="index in the EP group, dp_rank % ep")
     edp_size = property(lambda self: self.dp // self.ep, doc="ranks holding the same experts, dp / ep")
-    edp_rank = property(lambda self: self.dp_rank // self.ep, doc="index in the expert-dp group, dp_rank // ep")
-
-    @property
-    def ep_group(self):
-        """This rank's expert-parallel ProcessGroup (None when ep = 1: no all-to-all to run)."""
-        return self.groups.get("ep")
-
-    @property
-    def edp_group(self):
-        """This rank's expert-data-parallel ProcessGroup (same experts, other EP groups); = dp_group when ep = 1."""
-        return self.groups.get("edp", self.groups.get("dp"))
+    edp_rank = property(lambda self: self.coords.get("edp", self.dp_rank), doc="index in the expert-dp group")
+    ep_group = property(lambda self: self.groups.get("ep"), doc="the EP (all-to-all) group; None when ep = 1")
+    edp_group = property(
+        lambda self: self.groups.get("edp", self.groups.get("dp")), doc="the same experts' ranks; dp_group if ep = 1"
+    )
 
     @property
     def edp_cp_group(self):
@@ -257,7 +258,7 @@ class Mesh:
         if pp * self.dp * tp != world:
             prod = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
             raise ConfigError(f"{prod} = {pp * self.dp * tp} but there are {world} ranks; {valid()}")
-        check_ep(self.ep, self.dp)
+        self.expert_shape, self.expert_dims = expert_layout(self.shape, self.ep)  # checks that ep divides dp
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -270,13 +271,17 @@ class Mesh:
         return tuple(getattr(self, d) for d in self.dims)
 
     def size(self, dim: str) -> int:
-        """The degree of ``dim`` ("pp", "dp" or "tp")."""
-        return getattr(self, dim)
+        """The degree of ``dim`` ("pp", "dp", "cp", "tp", "ep" or "edp")."""
+        return self.edp_size if dim == "edp" else getattr(self, dim)
 
     @property
     def coords(self) -> dict[str, int]:
-        """{"pp", "dp", "tp"} coordinates of :attr:`rank`."""
-        return coords_of(self.rank, self.shape)
+        """{"pp", "dp", ["cp",] "tp"} coordinates of :attr:`rank`; with ep > 1 also "edp" and "ep"."""
+        c = coords_of(self.rank, self.shape)
+        if self.ep > 1:
+            e = coords_of(self.rank, self.expert_shape, self.expert_dims)
+            c.update(edp=e["edp"], ep=e["ep"])
+        return c
 
     @property
     def loss_rank(self) -> int:
@@ -308,7 +313,8 @@ def init_groups(mesh: Mesh, group_cache: dict | None = None) -> Mesh:
 
     Every TP, DP and PP group is created with minipar's bounded timeout, in the same order on
     every rank (as ``new_group`` requires), including one-rank groups for size-1 dimensions; then,
-    with cp > 1, the dp × cp groups, and with ep > 1 the EP and expert-dp groups (:func:`expert_group_ranks`).
+    with cp > 1, the dp × cp groups, and with ep > 1 the groups along the experts' dimensions ep, edp (and
+    edp × cp), from :attr:`Mesh.expert_shape`.
     Without a process group (one process), ``groups`` stay None.
 
     Args:
@@ -325,15 +331,11 @@ def init_groups(mesh: Mesh, group_cache: dict | None = None) -> Mesh:
         )
     mesh.rank, cp, ep = mdist.rank(), mesh.cp, mesh.ep
     lists = [(d, group_ranks(mesh.shape, d)) for d in mesh.dims]
-    dp_cp = group_ranks(mesh.shape, ("dp", "cp")) if cp > 1 else []
     if cp > 1:
-        lists.append(("dp_cp", dp_cp))
-    if ep > 1:
-        lists += zip(("ep", "edp"), expert_group_ranks(mesh.shape, ep))
-    if ep > 1 and cp > 1:  # the same experts in every cp index: split each dp × cp group by ep_rank
-        lists.append(
-            ("edp_cp", [[r for r in g if coords_of(r, mesh.shape)["dp"] % ep == j] for g in dp_cp for j in range(ep)])
-        )
+        lists.append(("dp_cp", group_ranks(mesh.shape, ("dp", "cp"))))
+    expert = [("ep", "ep"), ("edp", "edp")] + ([("edp_cp", ("edp", "cp"))] if cp > 1 else [])
+    if ep > 1:  # the experts' dimensions: the same ranks seen as (pp, edp, ep, [cp,] tp)
+        lists += [(key, group_ranks(mesh.expert_shape, along, mesh.expert_dims)) for key, along in expert]
     for key, all_ranks in lists:
         for ranks in all_ranks:
             if group_cache is not None and tuple(ranks) in group_cache:
