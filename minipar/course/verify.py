@@ -154,9 +154,11 @@ class ProofTable:
         check_equal(what, got, want, show=False)
         self.rows.append((what, "equal", "holds"))
 
-    def bound(self, what: str, value: float, lo=None, hi=None, bound_text: str = "", fmt: str = "{:.1%}") -> None:
+    def bound(
+        self, what: str, value: float, lo=None, hi=None, bound_text: str = "", fmt: str = "{:.1%}", detail: str = ""
+    ) -> None:
         check_bound(what, value, lo, hi, bound_text, show=False, fmt=fmt)
-        self.rows.append((what, bound_text, f"holds ⏱ {fmt.format(value)}"))
+        self.rows.append((what, bound_text, f"holds ⏱ {fmt.format(value)}{detail}"))
 
     def show(self, note: str = "") -> None:
         """Print the table, then ``✓ all N proofs hold`` (and ``note``, e.g. how the bounds were derived)."""

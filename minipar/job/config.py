@@ -26,6 +26,7 @@ from minipar.checkpoint.manifest import text_digest
 from minipar.checkpoint.resume import check_run
 from minipar.data import CharCorpus, check_fits, load_text
 from minipar.errors import ConfigError
+from minipar.job.fits import check_memory
 from minipar.job.outdir import check_folder
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.moe.dispatch import check_moe
@@ -216,7 +217,7 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         the model, fp16 off GPU, a text too short for the splits, an ``--out``/``--ckpt-dir`` that is a
         file, lies under one or cannot be written, every checkpoint damaged, a checkpoint past
         ``--steps``, of another model or of another seed, batch or text, a fresh run over another run's
-        checkpoints, or a ``--ckpt-dir`` holding two runs' (:func:`minipar.checkpoint.resume.check_run`).
+        checkpoints, a ``--ckpt-dir`` of two runs (:func:`minipar.checkpoint.resume.check_run`), too little memory.
     """
     _check_flags(cfg)
     if cfg.out:
@@ -237,7 +238,7 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         lo = cfg.batch_size // dp * dp
         raise ConfigError(
             f"--batch-size {cfg.batch_size} is not divisible by the {dp} data-parallel "
-            f"ranks; use {lo or dp} or {lo + dp}"
+            "ranks; use " + (f"{lo} or {lo + dp}" if lo else f"a multiple of {dp}, e.g. --batch-size {dp}")
         )
     check_fits(len(corpus.text), cfg.block_size, cfg.batch_size, dp)
     local = cfg.batch_size // dp
@@ -248,6 +249,7 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
             f"(= --batch-size {cfg.batch_size} / dp {dp}); use --microbatches "
             f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
         )
+    check_memory(cfg, dp, world_size, device_type)  # every rank of this machine, against its free memory
     return Job(cfg, mesh, corpus, *check_run(cfg, corpus))
 
 
