@@ -267,9 +267,11 @@ def profile_step(out_dir: str, bucket_cap_mb: float = 0.5, local_batch: int = 4)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     for i in range(3):
         dist.barrier()
-        with _quiet() if i == 2 else contextlib.nullcontext(), CommLog() as log, (
-            profile(activities=[ProfilerActivity.CPU]) if i == 2 else contextlib.nullcontext()
-        ) as prof:
+        with (
+            _quiet() if i == 2 else contextlib.nullcontext(),
+            CommLog() as log,
+            profile(activities=[ProfilerActivity.CPU]) if i == 2 else contextlib.nullcontext() as prof,
+        ):
             for phase in ("forward", "backward", "optimizer"):
                 with record_function(phase):
                     if phase == "forward":

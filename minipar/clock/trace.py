@@ -33,8 +33,15 @@ def chrome_trace(timeline, path=None, rank: int = 0) -> dict:
     ]
     for kind, label, t0, t1 in timeline:
         events.append(
-            {"name": label, "cat": kind, "ph": "X", "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "pid": rank,
-             "tid": TIDS.get(kind, len(TIDS))}  # fmt: skip
+            {
+                "name": label,
+                "cat": kind,
+                "ph": "X",
+                "ts": t0 * 1e6,
+                "dur": (t1 - t0) * 1e6,
+                "pid": rank,
+                "tid": TIDS.get(kind, len(TIDS)),
+            }
         )
     trace = {"traceEvents": events, "displayTimeUnit": "ms"}
     if path is not None:
