@@ -111,51 +111,6 @@ def prove(steps=5, global_batch=8):
     }
 
 
-def timeline(bucket_cap_mb=0.5, local_batch=4, steps=9):
-    """Time the phases of training steps with and without overlap (``time.perf_counter``, seconds).
-
-    Both modes do the same work (same model, same input on each rank) and alternate step by step
-    (two model copies), so a busy moment of the machine hits both; compare medians over the steps
-    after the first, with their spread. Returns ``{overlap: [trace of each step]}`` with a trace ``{"t0": forward start,
-    "t": {phase: time}, "buckets": [...], "labels": [(bucket label, bytes sent)], "sent": bytes,
-    "step": seconds}`` (times relative to ``t0``; ``perf_counter`` is the machine's monotonic clock,
-    so ``t0`` compares across ranks), and ``"params"``: the parameter count.
-    """
-    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
-    runs, traces = ddp_pair(bucket_cap_mb), {False: [], True: []}
-    for _ in range(steps):
-        for overlap, (net, opt) in runs.items():
-            dist.barrier()
-            with CommLog() as log:
-                _, loss = net(x, x)
-                t_bwd = time.perf_counter()
-                loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            t_opt = time.perf_counter()
-            t, t0 = net.last_times, net.last_times["forward_start"]
-            phases = dict(
-                forward_end=t["forward_end"],
-                backward_start=t_bwd,
-                backward_end=t["backward_end"],
-                sync_end=t["sync_end"],
-                step_end=t_opt,
-            )
-            traces[overlap].append(
-                {
-                    "t": {k: v - t0 for k, v in phases.items()},
-                    "buckets": [{**b, **{k: b[k] - t0 for k in ("ready", "launch", "done")}} for b in net.last_step],
-                    "labels": [(r.label, r.sent) for r in log.records],
-                    "sent": log.total("sent"),
-                    "step": t_opt - t0,
-                    "t0": t0,
-                }
-            )
-    out = dict(traces)
-    out["params"] = sum(p.numel() for p in runs[True][0].module.parameters())
-    return out
-
-
 def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
     """Samples per second of minipar DDP training (all ranks together), fixed batch per rank.
 
@@ -185,6 +140,17 @@ def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
         "wall_s": seconds.item(),
         "samples": samples,
     }
+
+
+def toy_async() -> list[str]:
+    """Two async all-reduces on every rank: ``async_op=True`` returns a ``Work`` at once, ``wait()`` gives the sum."""
+    r = md.rank()
+    a, b = torch.full((3,), float(r + 1)), torch.full((2,), 10.0 * (r + 1))
+    works = [dist.all_reduce(t, async_op=True) for t in (a, b)]  # issued in the same order on every rank
+    lines = [f"rank {r}: dist.all_reduce(t, async_op=True) returned {type(works[0]).__name__} handles at once"]
+    for work in works:
+        work.wait()  # only now do a and b hold the sums
+    return lines + [f"after wait(): a = {a.tolist()} (1 + 2 on every element), b = {b.tolist()} (10 + 20)"]
 
 
 def bad_inputs():
@@ -269,40 +235,69 @@ def ddp_on_clock(
     )
 
 
-def draw_wall_timeline(tl: dict) -> None:
-    """The wall-clock timeline of lesson 02 (``tl[overlap]``: the median step of :func:`timeline` on
-    rank 0, with ``"rank1"``): compute lanes of both ranks and rank 0's all-reduce lane, per mode."""
-    import matplotlib.pyplot as plt
+@contextlib.contextmanager
+def _quiet():
+    """Silence the C++ profiler's start/stop log lines (they carry a timestamp) on this process's stdout/stderr."""
+    import os
+    import sys
 
-    def compute_lane(ax, y, t, bks, shift=0.0):
-        ms = lambda s: 1e3 * (s + shift)  # noqa: E731
-        ax.barh(y, 1e3 * t["forward_end"], left=ms(0), color="tab:blue", label="forward" if y == 1 else None)
-        edges = [t["backward_start"]] + [b["ready"] for b in bks]
-        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
-            ax.barh(y, 1e3 * (b - a), left=ms(a), color="tab:orange" if i % 2 == 0 else "navajowhite",
-                    edgecolor="white", label="backward (per bucket)" if i == 0 and y == 1 else None)  # fmt: skip
-        ax.barh(y, 1e3 * (t["sync_end"] - t["backward_end"]), left=ms(t["backward_end"]), color="lightgrey",
-                label="wait for all-reduce" if y == 1 else None)  # fmt: skip
-        ax.barh(y, 1e3 * (t["step_end"] - t["sync_end"]), left=ms(t["sync_end"]), color="tab:green",
-                label="optimizer" if y == 1 else None)  # fmt: skip
+    sys.stdout.flush(), sys.stderr.flush()
+    saved, null = [os.dup(fd) for fd in (1, 2)], os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            os.dup2(null, fd)
+        yield
+    finally:
+        for fd, s in zip((1, 2), saved):
+            os.dup2(s, fd)
+            os.close(s)
+        os.close(null)
 
-    fig, axes = plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)
-    for ax, overlap in zip(axes, (False, True)):
-        r0, r1 = tl[overlap], tl[overlap]["rank1"]
-        compute_lane(ax, 1, r0["t"], r0["buckets"])
-        compute_lane(ax, 2, r1["t"], r1["buckets"], shift=r1["t0"] - r0["t0"])
-        prev_done = 0.0
-        for b in r0["buckets"]:  # a bar starts at the bucket's launch, or when the one before it completed
-            start = max(b["launch"], prev_done)
-            ax.barh(0, 1e3 * max(b["done"] - start, 2e-4), left=1e3 * start,
-                    color=plt.cm.tab10.colors[b["bucket"] % 10], edgecolor="black", linewidth=0.3)  # fmt: skip
-            if 1e3 * (b["done"] - start) > 3:
-                ax.text(1e3 * (start + b["done"]) / 2, 0, str(b["bucket"]), fontsize=7, ha="center", va="center")
-            prev_done = max(prev_done, b["done"])
-        ax.set_yticks([0, 1, 2], ["all-reduce\n(rank 0)", "rank 0", "rank 1"])
-        what = "overlap: each bucket launched when full" if overlap else "no overlap: all buckets after backward"
-        ax.set_title(f"WALL CLOCK of this machine — {what}")
-    axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, 1.6), fontsize=8, ncol=4)
-    axes[1].set_xlabel("ms since the forward started (rank 0)")
-    plt.tight_layout()
-    plt.show()
+
+def profile_step(out_dir: str, bucket_cap_mb: float = 0.5, local_batch: int = 4) -> dict:
+    """One minipar DDP step of the MEDIUM GPT under ``torch.profiler`` (after 2 warm-up steps); each rank
+    exports its Chrome trace to ``out_dir/rank{r}.json`` (open it in ui.perfetto.dev). Returns the step's
+    bytes sent (CommLog), its per-bucket ``labels`` and the parameter count."""
+    from pathlib import Path
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
+    model, opt = build(MEDIUM)
+    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    for i in range(3):
+        dist.barrier()
+        with (
+            _quiet() if i == 2 else contextlib.nullcontext(),
+            CommLog() as log,
+            profile(activities=[ProfilerActivity.CPU]) if i == 2 else contextlib.nullcontext() as prof,
+        ):
+            for phase in ("forward", "backward", "optimizer"):
+                with record_function(phase):
+                    if phase == "forward":
+                        _, loss = net(x, x)
+                    elif phase == "backward":
+                        loss.backward()
+                    else:
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(Path(out_dir) / f"rank{md.rank()}.json"))
+    return {"sent": log.total("sent"), "labels": [(r.label, r.sent) for r in log.records],
+            "params": sum(p.numel() for p in model.parameters())}  # fmt: skip
+
+
+def trace_lanes(path) -> dict:
+    """The lanes of one rank's ``torch.profiler`` Chrome trace, in ms from the forward's start, as
+    ``minipar.course.schematic`` spans: the step's phases (record_function) and gloo's all-reduces."""
+    import json
+
+    from minipar.course.schematic import Span
+
+    ev = [e for e in json.load(open(path, encoding="utf-8"))["traceEvents"] if e.get("ph") == "X"]
+    phases = {e["name"]: e for e in ev if e["name"] in ("forward", "backward", "optimizer")}
+    t0 = phases["forward"]["ts"]
+    ms = lambda e: ((e["ts"] - t0) / 1e3, (e["ts"] + e["dur"] - t0) / 1e3)  # noqa: E731
+    compute = [Span(*ms(e), "", name) for name, e in phases.items()]
+    gloo = sorted((e for e in ev if e["name"] == "gloo:all_reduce"), key=lambda e: e["ts"])
+    return {"compute": compute, "gloo": [Span(*ms(e), str(k), "comm") for k, e in enumerate(gloo)]}

@@ -61,6 +61,8 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("02", "ex02_launch_when_full", "BucketedDDP", "in bucket order"),
     ("02", "ex02_no_while", "BucketedDDP", "a while loop"),
     ("02", "ex02_buckets_minipar", "make_buckets", "your code called minipar.dp.buckets."),
+    # issue 34: a shape error is named in the lesson's terms (the bucket slot), not as a raw RuntimeError
+    ("02", "ex02_slot_size", "BucketedDDP", "differ in size"),
     ("03", "ex03_sum_not_mean", "zero1_step", "SUM of the gradients"),
     ("03", "ex03_full_state", "zero1_step", "shard of the moments"),
     ("03", "ex03_no_all_gather", "zero1_step", "all-gather"),

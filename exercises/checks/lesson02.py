@@ -9,6 +9,7 @@ the whole batch to float64 rounding (bound 1e-12).
 from __future__ import annotations
 
 import importlib
+import re
 
 import torch
 import torch.nn as nn
@@ -20,6 +21,8 @@ from exercises.checks.watch import Refuse, Watch, finally_own, judge, watched
 CAP = 1024  # bytes: 128 float64 values
 BATCH, T, V, D = 12, 5, 11, 8
 STEPS, LR = 3, 0.5
+# what torch says when a gradient meets a slot of the wrong size (copy_, view_as, reshape, slicing)
+SHAPE_ERROR = re.compile(r"size of tensor|must match the size|invalid for input of size|expanded size|shape mismatch")
 DDP = "this exercise is DDP's bucketing and overlap: write it yourself"
 RULES = Refuse(
     {"minipar.dp": DDP + ", not minipar's", "torch.nn.parallel": DDP + ", not PyTorch's"},
@@ -140,7 +143,17 @@ def train_worker(module):
             order.clear()
             del calls[:], waits[:]
             with Watch(RULES, own=mod) as w:
-                model(x[r * share : (r + 1) * share], y[r * share : (r + 1) * share]).backward()
+                try:
+                    model(x[r * share : (r + 1) * share], y[r * share : (r + 1) * share]).backward()
+                except RuntimeError as exc:
+                    if not SHAPE_ERROR.search(str(exc)):
+                        raise
+                    raise RuntimeError(
+                        "a gradient and its slot of the bucket buffer differ in size: p's slot is the p.numel() "
+                        "elements buffers[k][off : off + p.numel()] with (k, off) = where[id(p)]; copy "
+                        "p.grad.reshape(-1) into it in grad_ready, and the slot .view_as(p) back into p.grad in "
+                        f"finish (torch said: {str(exc).splitlines()[0][:100]})"
+                    ) from None
             seen.append(w.summary())
             first = first or {"calls": calls[:], "waits": waits[:], "order": order[:], "comm": w.comm[:]}
             if unwaited[0]:
@@ -176,6 +189,11 @@ def check_make_buckets(mod) -> str:
             b.params
             for b in ref_make([(n, p) for n, p in net.named_parameters() if p.requires_grad][::-1], cap / 2**20)
         ]
+        if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) and b for b in got):
+            raise CheckFailed(
+                f"make_buckets(cap_bytes={cap}) returned {type(got).__name__} {str(got)[:80]}: return a list of "
+                "buckets, each a non-empty list of parameters ([[p, ...], ...], bucket 0 = the last parameters)"
+            )
         show = lambda bs: [[names.get(id(p), "?") for p in b] for b in bs]  # noqa: E731
         if any(not p.requires_grad for b in got for p in b):
             raise CheckFailed(

@@ -33,7 +33,8 @@ def make_buckets(params: list[nn.Parameter], cap_bytes: int) -> list[list[nn.Par
     Returns:
         ``[[p, ...], ...]``: bucket 0 holds the last parameters of the model.
 
-    Hint: lesson 02, "Build it" (``minipar.dp.buckets.make_buckets``).
+    Hint: lesson 02, "The idea" (its worked example prints the buckets of the lesson's GPT; "Predict"
+    asks for those of the checker's model).
     """
     buckets, size = [], 0
     for p in reversed([p for p in params if p.requires_grad]):
@@ -98,15 +99,21 @@ class BucketedDDP:
         self._reset()
 
     def grad_ready(self, p: torch.Tensor) -> None:
-        """Called by autograd when ``p.grad`` is final for this backward.
+        """Called by autograd (a post-accumulate-grad hook) when ``p.grad`` is final for this backward.
+
+        Contract: ``p`` is a trainable parameter; ``p.grad`` has ``p``'s shape; its slot is the
+        ``p.numel()`` elements ``self.buffers[k][off : off + p.numel()]``, ``(k, off) = self.where[id(p)]``
+        (flat: copy ``p.grad`` flattened). Collectives: ``dist.all_reduce`` (SUM) of a whole bucket
+        buffer on ``self.group``, nothing else.
 
         Invariant: a bucket's all-reduce is launched (``async_op=True``, its work kept in
         ``self.works``) as soon as that bucket and every bucket before it hold all their gradients
         (``self.where`` gives each parameter's slot): never later, never out of bucket order —
         ranks must issue collectives in the same order, and a later bucket may fill first.
 
-        Hint: lesson 02, "Build it". ``dist.all_reduce(buf, group=self.group, async_op=True)``
-        returns at once; the sum travels while backward computes earlier layers.
+        Hint: lesson 02, "What you need to build it" (1. an asynchronous collective, 2. the hook).
+        ``dist.all_reduce(buf, group=self.group, async_op=True)`` returns a ``Work`` at once; the sum
+        travels while backward computes earlier layers.
         """
         k, off = self.where[id(p)]
         self.buffers[k][off : off + p.numel()].copy_(p.grad.reshape(-1))
@@ -120,10 +127,12 @@ class BucketedDDP:
 
         Afterwards: every bucket's all-reduce was launched exactly once, in bucket order (those not
         launched during backward now; a parameter that got no gradient contributes zeros) and
-        waited for; each ``p.grad`` (the shape of ``p``) is the mean of the ranks' gradients.
+        waited for; each ``p.grad`` (the shape of ``p``) is the mean of the ranks' gradients, read back
+        from its slot of the bucket buffer. Called once per backward, from an autograd callback.
 
-        Hint: lesson 02, "Build it". Forgetting ``wait()`` reads a buffer the all-reduce is still
-        writing; forgetting the division steps with N times the gradient.
+        Hint: lesson 02, "What you need to build it" (1. ``Work.wait()``, 3. the callback). Forgetting
+        ``wait()`` reads a buffer the all-reduce is still writing; forgetting the division steps with N
+        times the gradient.
         """
         for k in range(self.next, len(self.buckets)):
             for p in self.buckets[k]:
