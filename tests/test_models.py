@@ -67,7 +67,7 @@ def test_generate_and_mlp(gpt):
 
 
 def test_bad_config():
-    with pytest.raises(ConfigError, match="not divisible by n_head=3"):
+    with pytest.raises(ConfigError, match="--d-model 32 is not divisible by --n-head 3"):
         GPTConfig(d_model=32, n_head=3)
     with pytest.raises(ConfigError, match="n_layer=0"):
         GPTConfig(n_layer=0)
