@@ -86,6 +86,17 @@ def _die_with_parent(watch) -> None:
     threading.Thread(target=wait_for_eof, name="minipar-parent-watch", daemon=True).start()
 
 
+def _all_connected(store, world_size: int, timeout_s: float) -> None:
+    """Wait (bounded by ``timeout_s``) until every rank has its process group: a rank whose ``fn`` returns at once
+    would otherwise close its sockets while a slower peer is still connecting, and that peer would die with
+    gloo's raw "connectFullMesh failed" instead of minipar's blame. A store counter, not a collective."""
+    deadline = time.monotonic() + timeout_s
+    n = store.add("minipar/connected", 1)
+    while n < world_size and time.monotonic() < deadline:
+        time.sleep(0.002)
+        n = store.add("minipar/connected", 0)
+
+
 def run_rank(
     rank,
     world_size,
@@ -140,6 +151,7 @@ def run_rank(
         fn = _resolve_fn(fn_spec)
         store = dist.TCPStore(HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
         mdist.init(backend=backend, timeout=timeout_s, store=store, rank=rank, world_size=world_size)
+        _all_connected(store, world_size, timeout_s)
         value = fn(*args, **kwargs)
         payload = ("ok", value)
         try:
