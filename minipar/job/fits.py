@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from types import SimpleNamespace
 
 from minipar.errors import ConfigError
 from minipar.model.memory import activation_bytes_formula
@@ -66,8 +67,8 @@ def rank_bytes(cfg, dp: int) -> dict[str, int]:
     elif cfg.zero >= 1:
         per_param -= 8 - 8 / dp
     micro = max(1, cfg.batch_size // (dp * cfg.microbatches))
-    gpt = dataclasses.make_dataclass("Shape", ["vocab_size", "block_size", "n_layer", "n_head", "d_model"])(
-        V, max(1, s // cfg.cp), math.ceil(L / cfg.pp), cfg.n_head, h
+    gpt = SimpleNamespace(  # one rank's slice of the model, as activation_bytes_formula reads a GPTConfig
+        vocab_size=V, block_size=max(1, s // cfg.cp), n_layer=math.ceil(L / cfg.pp), n_head=cfg.n_head, d_model=h
     )
     act = activation_bytes_formula(gpt, micro)
     per_layer = act["per_layer"] * (4 + 12 / cfg.tp) / 16
