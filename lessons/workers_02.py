@@ -190,9 +190,10 @@ def ddp_on_clock(
     compute it has on the cluster at that many tokens per GPU.
     ``ib``: one rank per node (every all-reduce crosses InfiniBand), else one node (NVLink).
 
-    Returns, per overlap mode, the fastest step's virtual seconds (the last rank to finish) and this
-    rank's clock timeline of it (labels forward / backward / optimizer), plus ``t_here``, ``t_there``
-    and the links used.
+    Returns, per overlap mode, the fastest step's virtual seconds (the last rank to finish), this
+    rank's clock timeline of it (labels forward / backward / optimizer) and what
+    :func:`minipar.clock.replay` needs (its events, the all-reduces' durations, its compute seconds),
+    plus ``t_here``, ``t_there`` and the links used.
     """
     from minipar.clock import ClusterClock, compute_seconds, slow_motion
     from minipar.comm.links import IB_NDR, NVLINK4
@@ -225,9 +226,11 @@ def ddp_on_clock(
             v = torch.tensor([clk.now], dtype=torch.float64)
             dist.all_reduce(v, op=dist.ReduceOp.MAX)
             if i > 0 and v.item() < best.get(overlap, (float("inf"),))[0]:
-                best[overlap] = (v.item(), [tuple(s) for s in clk.timeline])
+                durations = [end - start for _, start, end in clk.collectives]
+                best[overlap] = (v.item(), [tuple(s) for s in clk.timeline], clk.events, durations, clk.compute_s)
+    keys = ("virtual_s", "timeline", "events", "durations", "compute_s")  # the last three: for minipar.clock.replay
     return dict(
-        {ov: dict(virtual_s=b[0], timeline=b[1]) for ov, b in best.items()},
+        {ov: dict(zip(keys, b)) for ov, b in best.items()},
         t_here=here,
         t_there=t_there,
         links=(intra, inter),

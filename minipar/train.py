@@ -129,13 +129,13 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
     bar = progress_bar(progress, cfg.steps) if is_logger else None
     if bar is not None and start:
         bar.update(start)
-    log_file = open_metrics(cfg, start) if is_logger and cfg.out else None
+    log_file = open_metrics(cfg, start, job.run_id) if is_logger and cfg.out else None
     t_last = time.perf_counter()
 
     def log(rec: dict) -> None:
         history.append(rec)
         if log_file is not None:
-            log_file.write(json.dumps(rec) + "\n")
+            log_file.write(json.dumps({**rec, "run_id": job.run_id}) + "\n")  # which run wrote it (see open_metrics)
             log_file.flush()
 
     last_finite = None  # (step, loss) of the newest finite training loss

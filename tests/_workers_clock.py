@@ -201,7 +201,13 @@ def ddp_on_clock(alpha: float = 0.5e-3, steps: int = 3) -> dict:
                 compute=sum(s.t1 - s.t0 for s in spans if s.kind == "compute"),
                 backward=sum(s.t1 - s.t0 for s in spans if s.kind == "compute" and s.label == "backward"),
                 comm=sum(s.t1 - s.t0 for s in spans if s.kind == "comm"),
+                compute_s=clk.compute_s,
+                events=list(clk.events),
+                durations=[e - s for _, s, e in clk.collectives],
             )
-            if i > 0 and row["step"] < best.get(overlap, {"step": float("inf")})["step"]:
+            slowest = torch.tensor([clk.now], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # every rank keeps the same step (for the replay)
+            row["slowest"] = slowest.item()
+            if i > 0 and row["slowest"] < best.get(overlap, {"slowest": float("inf")})["slowest"]:
                 best[overlap] = row
     return best

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 
 from minipar import launch
-from minipar.clock import ClusterClock, scaled
+from minipar.clock import ClusterClock, post_after_backward, replay, scaled
 from minipar.comm.cost import collective_time
 from minipar.comm.links import IB_NDR, NVLINK4, PCIE5, Link
 from minipar.course.pipeline_trace import from_clock, measured_bubble, measured_durations
@@ -180,6 +180,41 @@ def test_the_ddp_overlap_verdicts_hold_on_a_loaded_machine(loaded):
         )
         assert exposed[True] < exposed[False]  # overlap hides communication behind backward
         assert exposed[True] >= o[True]["comm"] - o[True]["backward"] - 2e-3  # but only behind backward
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["quiet", "two-busy-loops"])
+def test_replay_reproduces_the_clock_and_compares_policies_on_one_run(loaded):
+    # minipar.clock.replay: the recorded events replayed as they were give every rank's own clock.now
+    # (same rules as the clock); moved to "post after backward" they give DDP without overlap on the
+    # SAME compute, which can only expose as much or more (one stream, all-reduces after backward).
+    run = lambda: launch(w.ddp_on_clock, world_size=2)  # noqa: E731
+    out = _with_busy_loops(run) if loaded else run()
+    for ov in (False, True):
+        rows = [o[ov] for o in out]
+        got = replay([r["events"] for r in rows], rows[0]["durations"], [r["compute_s"] for r in rows])
+        assert got == pytest.approx([r["step"] for r in rows], rel=0, abs=1e-9)
+        assert all(r["durations"] == rows[0]["durations"] for r in rows)
+    rows = [o[True] for o in out]
+    events, d, compute = [r["events"] for r in rows], rows[0]["durations"], [r["compute_s"] for r in rows]
+    with_overlap = max(replay(events, d, compute)) - max(compute)
+    without = max(replay([post_after_backward(e) for e in events], d, compute)) - max(compute)
+    print(f"exposed on one run's compute: {with_overlap * 1e3:.2f} ms with overlap, {without * 1e3:.2f} ms without")
+    # without overlap only the compute after backward (unpacking finished buckets) hides all-reduces
+    tail = max(c - next(t for k, _, t in e if k == "wait") for e, c in zip(events, compute))
+    assert without >= sum(d) - tail - 1e-12
+    assert with_overlap < without
+
+
+def test_replay_refuses_events_that_cannot_happen():
+    with pytest.raises(ConfigError, match="waits on collective 0 before every rank posted it"):
+        replay([[("wait", 0, 1.0)], [("post", 0, 0.0)]], [1.0], [1.0, 1.0])
+    with pytest.raises(ConfigError, match="never posts collective 1"):
+        replay([[("post", 0, 0.0), ("post", 1, 0.0)], [("post", 0, 0.0)]], [1.0, 1.0], [1.0, 1.0])
+    # two ranks, one collective of 2 s: rank 1 posts at 3 s, so rank 0 (posted at 1, waits at 2) stalls to 5
+    assert replay([[("post", 0, 1.0), ("wait", 0, 2.0)], [("post", 0, 3.0), ("wait", 0, 3.0)]], [2.0], [4, 4]) == [
+        7.0,
+        6.0,
+    ]
 
 
 def test_coupled_pairs_match_the_simulators_coupled_model_on_a_slow_link():

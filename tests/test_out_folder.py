@@ -131,6 +131,20 @@ def test_a_resume_keeps_the_records_of_the_run_that_wrote_its_checkpoint(tmp_pat
     assert got[:4] == [r for r in first if r["step"] < 4]
 
 
+def test_a_resume_never_takes_the_records_of_another_run_that_shared_the_out(tmp_path, capsys):
+    """Issue #36: run A saves checkpoints; run B, fresh and without checkpoints, replaces --out's metrics
+    (another seed); resuming A's checkpoint keeps no record of B's (it used to take B's steps 0-3, so
+    the log mixed two runs). A's earlier records are gone with B's replacement: the log starts at 4."""
+    out = tmp_path / "run"
+    assert main(TINY + ["--steps", "4", "--ckpt-every", "2", "--out", str(out)]) == 0
+    a_id = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["run_id"]
+    assert main(TINY + ["--steps", "6", "--seed", "1", "--out", str(out)]) == 0
+    assert main(TINY + ["--steps", "6", "--ckpt-every", "2", "--resume", "--out", str(out)]) == 0
+    got = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == [4, 5, 6]
+    assert {r["run_id"] for r in got} == {a_id}
+
+
 def _file(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")

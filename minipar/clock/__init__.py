@@ -14,10 +14,12 @@ Use it on every rank, around any torch.distributed code:
 - :mod:`minipar.clock.scaling`  the link table's presets scaled to this machine (slow motion)
 - :mod:`minipar.clock.clock`    :class:`ClusterClock`: the per-rank virtual time, what each operation costs
 - :mod:`minipar.clock.hooks`    its listener on :mod:`minipar.comm.intercept`: how it sees torch.distributed's calls
+- :mod:`minipar.clock.replay`   :func:`replay`: one run's recorded durations under another policy (overlap or not)
 - :mod:`minipar.clock.trace`    :func:`chrome_trace`: a timeline as Chrome-trace JSON (Perfetto, chrome://tracing)
 """
 
 from minipar.clock.clock import ClusterClock, Span, compute_seconds
+from minipar.clock.replay import post_after_backward, replay
 from minipar.clock.scaling import cluster_links, link_of, scaled, slow_motion
 from minipar.clock.trace import chrome_trace
 
@@ -30,4 +32,6 @@ __all__ = [
     "link_of",
     "cluster_links",
     "chrome_trace",
+    "replay",
+    "post_after_backward",
 ]

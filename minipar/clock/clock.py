@@ -100,8 +100,8 @@ def _node_fn(node_of):
 class _Collective:
     """A posted collective: resolved (start, end) once its start-time exchange is read."""
 
-    def __init__(self, label, key, algo, ranks, link, exchange, buf):
-        self.label, self.key, self.algo, self.ranks, self.link = label, key, algo, ranks, link
+    def __init__(self, label, key, algo, ranks, link, exchange, buf, index):
+        self.label, self.key, self.algo, self.ranks, self.link, self.index = label, key, algo, ranks, link, index
         self.exchange, self.buf = exchange, buf
         self.start: float | None = None
         self.end: float | None = None
@@ -120,6 +120,10 @@ class ClusterClock:
 
     Attributes:
         timeline: list of :class:`Span`, in this rank's order (adjacent compute of one label merged).
+        compute_s: this rank's compute seconds so far (``now`` less the time spent waiting).
+        events: ``("post" | "wait", k, compute_s)`` for the k-th collective this rank posted, in order:
+            when (in its own compute seconds) it posted and waited on it (for :mod:`minipar.clock.replay`).
+        collectives: ``(label, start, end)`` virtual seconds of the k-th collective, once resolved.
 
     Raises (on entry): ConfigError when torch.distributed is not initialized, a straggler factor is
     not > 0, the ranks were given different links, or a clock is already open on this rank.
@@ -133,6 +137,9 @@ class ClusterClock:
             raise ConfigError(f"straggler={bad}: a slowdown factor must be > 0 (2.0 = computes half as fast)")
         self._node = _node_fn(node_of)
         self.timeline: list[Span] = []
+        self.compute_s = 0.0
+        self.events: list[tuple[str, int, float]] = []
+        self.collectives: list[tuple[str, float, float] | None] = []
         self._now = 0.0
         self._mark = 0.0
         self._labels: list[str] = []
@@ -161,7 +168,7 @@ class ClusterClock:
             self._hooks = None
             raise
         self._owner = threading.get_ident()
-        self._now, self._mark = 0.0, time.thread_time()
+        self._now, self._mark, self.compute_s = 0.0, time.thread_time(), 0.0
         return self
 
     def __exit__(self, *exc) -> None:
@@ -232,6 +239,7 @@ class ClusterClock:
             else:
                 self.timeline.append(Span("compute", lab, self._now, self._now + dt))
             self._now += dt
+            self.compute_s += dt
         return self._now
 
     def _resume(self) -> None:
@@ -250,8 +258,10 @@ class ClusterClock:
     # -- collectives -----------------------------------------------------------------------------
     def _post_collective(self, label, ranks, algo, exchange, buf) -> _Collective:
         key = ("group", tuple(ranks))
-        op = _Collective(label, key, algo, tuple(ranks), self.link(ranks), exchange, buf)
+        op = _Collective(label, key, algo, tuple(ranks), self.link(ranks), exchange, buf, len(self.collectives))
         self._streams.setdefault(key, deque()).append(op)
+        self.collectives.append(None)
+        self.events.append(("post", op.index, self.compute_s))
         return op
 
     def _finish_collective(self, op: _Collective) -> None:
@@ -265,6 +275,8 @@ class ClusterClock:
             first.end = t0 + collective_time(first.algo, len(first.ranks), float(starts[:, 1].max()), first.link)
             self._free[first.key] = first.end
             first.start = t0
+            self.collectives[first.index] = (first.label, first.start, first.end)
+        self.events.append(("wait", op.index, self.compute_s))
         self._advance("comm", op.label, op.start, op.end)
 
     # -- point-to-point --------------------------------------------------------------------------

@@ -12,7 +12,9 @@ outputs replace the previous run's all together, as the run's last act, or not a
   ``metrics.jsonl.partial`` (and ``traceback.txt``, see :func:`minipar.train.main`) to read.
 - A resumed run keeps the records before its checkpoint's step, from the log of the run that wrote
   the checkpoint: the live log of a run that was killed (``metrics.jsonl.partial``) or the last
-  complete run's ``metrics.jsonl``, whichever reaches closer to that step.
+  complete run's ``metrics.jsonl``, whichever reaches closer to that step. Every record names its
+  run (``run_id``, also in the checkpoints), and only the checkpoint's run's records are kept: a
+  run without checkpoints that shared the ``--out`` in between does not lend its steps.
 """
 
 from __future__ import annotations
@@ -75,15 +77,18 @@ def _records(path: str) -> list[dict]:
     return [r for r in out if isinstance(r, dict) and "step" in r]
 
 
-def open_metrics(cfg, start: int):
+def open_metrics(cfg, start: int, run_id: str = ""):
     """Open the live log ``metrics.jsonl.partial`` (loss rank). A fresh run starts it empty; a resumed
-    run keeps the records before its checkpoint's step (see the module doc), so a killed job loses
-    no logged line."""
+    run (``start`` > 0, ``run_id`` its checkpoint's run) keeps that run's records before ``start``
+    (see the module doc), so a killed job loses no logged line and no other run's line comes in."""
     os.makedirs(cfg.out, exist_ok=True)
     live = os.path.join(cfg.out, METRICS + PARTIAL)
     old = []
     if start:  # the log that reaches furthest toward the checkpoint (a tie: the live one, the newer)
-        logs = [[r for r in _records(p) if r["step"] < start] for p in (live, os.path.join(cfg.out, METRICS))]
+        logs = [
+            [r for r in _records(p) if r["step"] < start and r.get("run_id") == run_id]
+            for p in (live, os.path.join(cfg.out, METRICS))
+        ]
         old = max(logs, key=lambda rs: max((r["step"] for r in rs), default=-1))
     f = open(live, "w")
     f.writelines(json.dumps(r) + "\n" for r in old)

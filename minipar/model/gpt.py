@@ -259,14 +259,21 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Sample ``max_new_tokens`` more ids after ``idx`` (B, T0) -> (B, T0 + max_new_tokens)."""
+        """Sample ``max_new_tokens`` more ids after ``idx`` (B, T0) -> (B, T0 + max_new_tokens).
+
+        ``generator`` may live on another device than the model (the main job passes a CPU one): the
+        probabilities then move to it for the draw, so a seed gives the same text on a CPU and a GPU.
+        """
         for _ in range(max_new_tokens):
             logits, _ = self(idx[:, -self.cfg.block_size :])
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                 logits[logits < v[:, [-1]]] = -float("inf")
-            nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            probs = F.softmax(logits, dim=-1)
+            if generator is not None and generator.device != probs.device:
+                probs = probs.float().cpu()  # a CPU generator draws the same sample on a CPU and a GPU run
+            nxt = torch.multinomial(probs, 1, generator=generator).to(idx.device)
             idx = torch.cat([idx, nxt], dim=1)
         return idx
 
