@@ -93,6 +93,26 @@ def unused_parameter():
     return {"grad": model["used"].weight.grad.clone(), "unused_grad": model["unused"].weight.grad}
 
 
+def grads_as_bucket_views():
+    """Two backward passes, no zero_grad between: both layers used, then only "used". After each, the
+    gradients (views of the buckets) and a plain replica's (inputs averaged over the ranks: the same mean)."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "sometimes": torch.nn.Linear(4, 4)}).double()
+    torch.manual_seed(0)
+    plain = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 4), "sometimes": torch.nn.Linear(4, 4)}).double()
+    net = DistributedDataParallel(model, bucket_cap_mb=1e-4)  # one bucket per parameter
+    n, out = md.world_size(), []
+    for both in (True, False):
+        for m, inputs in ((model, [float(md.rank() + 1)]), (plain, [float(r + 1) for r in range(n)])):
+            for v in inputs:  # the plain replica: every rank's input, each loss / N (the mean's gradient)
+                h = m["used"](torch.full((2, 4), v, dtype=torch.float64))
+                (m["sometimes"](h) if both else h).sum().div(n if m is plain else 1).backward()
+        out.append(
+            {k: (p.grad.clone(), q.grad.clone()) for (k, p), q in zip(model.named_parameters(), plain.parameters())}
+        )
+    return {"steps": out, "is_view": model["used"].weight.grad._base is not None, "net": net is not None}
+
+
 def step_hook_lifetime():
     """The no_sync() step check belongs to its DDP. Global optimizer step pre-hooks beyond those before:
     with two DDPs, after the first one's ``remove_hooks()``, after the second one's, and after a DDP

@@ -85,6 +85,16 @@ def test_parameter_without_gradient_does_not_hang():
         assert torch.allclose(r["grad"], torch.full((4, 4), 2 * 1.5)) and r["unused_grad"] is None
 
 
+def test_gradients_are_views_of_the_averaged_buckets_and_accumulate_as_on_one_device():
+    """p.grad is the bucket's slot (no copy back); a second backward without zero_grad accumulates into it,
+    and a parameter that gets no gradient in that backward keeps the first one's, as on one device."""
+    for r in launch(w.grads_as_bucket_views, world_size=2):
+        assert r["is_view"]
+        for step in r["steps"]:
+            for name, (ddp_grad, plain_grad) in step.items():
+                assert torch.allclose(ddp_grad, plain_grad, atol=1e-12, rtol=0), name
+
+
 def test_uneven_dataset_drops_the_same_tail_on_every_layout():
     """37 windows, global batch 8: 4 steps per epoch and 5 windows dropped, on 1, 2 and 4 ranks;
     at every step the N ranks' local batches together are exactly the one-device batch."""

@@ -53,28 +53,45 @@ def median_time(
     - ``slowest=True``: return the largest median over the ranks (``all_reduce`` MAX): a step
       that ends with a collective ends when its slowest rank does (what nccl-tests reports).
     """
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if barrier:
-            import torch.distributed as dist
+    return median_times({"fn": fn}, repeats, warmup, barrier=barrier, slowest=slowest, group=group)["fn"]
 
-            dist.barrier(group=group)
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
+
+def median_times(
+    fns: dict[str, Callable[[], object]],
+    repeats: int = 5,
+    warmup: int = 1,
+    *,
+    barrier: bool = False,
+    slowest: bool = False,
+    group=None,
+) -> dict[str, float]:
+    """:func:`median_time` of several functions, their runs interleaved: round r runs them in order,
+    round r + 1 in reverse, so a slow moment of a shared machine hits each of them alike (compare
+    two implementations with one call). Returns ``{name: median seconds}``."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(repeats):
+        for name in list(fns) if r % 2 == 0 else list(fns)[::-1]:
+            if barrier:
+                import torch.distributed as dist
+
+                dist.barrier(group=group)
+            t = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t)
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
     if slowest:
         import torch
         import torch.distributed as dist
 
         from minipar.runtime import dist as mdist
 
-        t = torch.tensor([median], dtype=torch.float64, device=mdist.device())
+        t = torch.tensor(list(medians.values()), dtype=torch.float64, device=mdist.device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        median = t.item()
-    return median
+        medians = dict(zip(medians, t.tolist()))
+    return medians
 
 
 # Lesson 01's sizes for the α–β fit: 4 B (latency) to 4 MiB (bandwidth).

@@ -62,10 +62,20 @@ def block_attention(q, k, v, q_range, k_range, scale: float | None = None) -> tu
     """Attention of queries at positions ``q_range`` to keys at ``k_range``: (out, lse).
 
     The block must keep at least one key per query (not ``"skip"``; a diagonal block always does).
+    On CPU, outside autograd, a full block or a diagonal one (``q_range == k_range``) goes to
+    PyTorch's fused CPU attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu``, the
+    kernel ``F.scaled_dot_product_attention`` uses), which returns the same (out, lse) without
+    holding the (Lq, Lk) scores in memory; any other block, or one that needs autograd, is computed
+    as written below (scores, log-sum-exp, softmax times V).
     Raises ValueError on a ``"skip"`` block.
     """
-    if block_kind(q_range, k_range) == SKIP:
+    kind = block_kind(q_range, k_range)
+    if kind == SKIP:
         raise ValueError(f"block q{q_range} k{k_range} is fully masked: skip it instead of attending")
+    fused = q.device.type == "cpu" and (kind == FULL or q_range == k_range)
+    if fused and not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, kind == CAUSAL, scale=scale)
+        return out, lse
     s = scores(q, k, q_range, k_range, scale)
     lse = torch.logsumexp(s, dim=-1)
     return torch.exp(s - lse.unsqueeze(-1)) @ v, lse

@@ -19,8 +19,9 @@ class Bucket:
     Attributes:
         index: position in launch order (0 = the last layers, whose gradients are ready first).
         params, names: the parameters (reverse model order) and their names.
-        buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; gradients are
-            copied in by the hooks and the averaged result copied back after the wait.
+        buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; the hooks write each
+            gradient (divided by N) into it, and after the wait each ``p.grad`` becomes its view of it.
+        views: per parameter, its slice of ``buffer`` shaped like the parameter.
         nbytes: size of ``buffer`` in bytes.
         t_ready, t_launch, t_done: ``time.perf_counter()`` seconds when its last gradient
             arrived, when its all-reduce was launched, and when it completed (this step).
@@ -35,6 +36,7 @@ class Bucket:
             self.offsets.append(total)
             total += p.numel()
         self.buffer = torch.zeros(total, dtype=self.params[0].dtype, device=self.params[0].device)
+        self.views = [self.buffer[o : o + p.numel()].view_as(p) for o, p in zip(self.offsets, self.params)]
         self.nbytes = total * self.buffer.element_size()
         self.reset()
 
@@ -44,7 +46,8 @@ class Bucket:
         self.t_ready = self.t_launch = self.t_done = None
 
     def slice(self, i: int) -> torch.Tensor:
-        return self.buffer[self.offsets[i] : self.offsets[i] + self.params[i].numel()]
+        """Parameter i's place in ``buffer``, shaped like the parameter (a view, made once)."""
+        return self.views[i]
 
 
 def make_buckets(named: list[tuple[str, nn.Parameter]], bucket_cap_mb: float) -> list[Bucket]:

@@ -5,15 +5,17 @@ VLDB, arXiv:2006.15704, §3.2), lesson 02's second version (the first, naive DP,
 
 - gradients are grouped into *buckets* of about ``bucket_cap_mb`` megabytes, in **reverse**
   parameter order (:mod:`minipar.dp.buckets`, §3.2.2 "gradient bucketing");
-- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) copies its
-  gradient into its bucket; when a bucket is full its ``all_reduce`` is launched
+- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) writes its
+  gradient divided by N into its bucket (one pass: copy and divide at once, as PyTorch's
+  reducer does); when a bucket is full its ``all_reduce`` (a sum, so the mean) is launched
   *asynchronously* (``async_op=True``), so it travels while backward computes earlier layers
   (§3.2.3 "overlap computation with communication"). Buckets are launched in index order on
   every rank: collectives issued in different orders on different ranks would silently mix
   data;
-- at the end of backward (an autograd-engine callback) every bucket is waited for and the
-  averaged gradients are copied back into ``p.grad``, so ``loss.backward(); opt.step()``
-  reads exactly as on one device;
+- at the end of backward (an autograd-engine callback) every bucket is waited for and each
+  ``p.grad`` becomes its view of the bucket, which holds the average (no copy back: PyTorch's
+  ``gradient_as_bucket_view=True``), so ``loss.backward(); opt.step()`` reads exactly as on
+  one device;
 - ``no_sync()`` skips communication for gradient accumulation over micro-batches (§3.2.4).
 
 Bytes per step (ring all-reduce, Patarasuk & Yuan 2009): every rank sends and receives
@@ -151,7 +153,7 @@ class DistributedDataParallel(nn.Module):
         if not self.require_backward_grad_sync:
             return
         bucket, i = self._where[id(p)]
-        bucket.slice(i).copy_(p.grad.reshape(-1))
+        torch.div(p.grad, self.world_size, out=bucket.views[i])  # copy and average in one pass (p.grad may be it)
         bucket.ready.add(i)
         if len(bucket.ready) == len(bucket.params):
             bucket.t_ready = time.perf_counter()
@@ -159,7 +161,6 @@ class DistributedDataParallel(nn.Module):
                 self._launch_ready()
 
     def _launch(self, bucket: Bucket) -> None:
-        bucket.buffer.div_(self.world_size)  # exact for N a power of two; then sum = mean
         with label(f"bucket {bucket.index}"):
             bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()
@@ -172,7 +173,7 @@ class DistributedDataParallel(nn.Module):
             self._launch(self.buckets[self._next])
 
     def _end_of_backward(self) -> None:
-        """Autograd callback after the last gradient: wait for every bucket, write ``p.grad``."""
+        """Autograd callback after the last gradient: wait for every bucket; ``p.grad`` becomes its view of it."""
         self._callback_queued = False
         t_end = time.perf_counter()
         if not self.require_backward_grad_sync:
@@ -180,14 +181,17 @@ class DistributedDataParallel(nn.Module):
             return
         for b in self.buckets[self._next :]:  # no-overlap mode, or parameters that got no gradient
             for i in set(range(len(b.params))) - b.ready:
-                b.slice(i).zero_()
+                p = b.params[i]
+                if p.grad is not None and p.grad.data_ptr() == b.views[i].data_ptr():
+                    p.grad = p.grad.clone()  # an unused parameter keeps its gradient, as on one device
+                b.views[i].zero_()
             b.t_ready = b.t_ready or t_end
         self._launch_ready()
         for b in self.buckets:
             b.work.wait()
             b.future.wait()
             for i in b.ready:
-                b.params[i].grad.copy_(b.slice(i).view_as(b.params[i]))
+                b.params[i].grad = b.views[i]  # the average, in place: nothing is copied back
         self.last_times.update(backward_end=t_end, sync_end=time.perf_counter())
         self.last_step = [
             {

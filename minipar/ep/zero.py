@@ -103,8 +103,10 @@ class MoEZero1:
             clip_grad_norm_(dense + experts, self.max_norm, group=self.mesh.dp_cp_group)
         for opt, grads in zip(self.parts, (dense, experts)):
             opt._adamw_step(grads)
-            for flat, shard in zip(opt.flats, opt.shards):
-                all_gather_flat(flat, shard.clone(), opt.group)
+            copies = [shard.clone() for shard in opt.shards]  # every unit's all-gather in flight at once
+            for work in [all_gather_flat(flat, c, opt.group, async_op=True) for flat, c in zip(opt.flats, copies)]:
+                if work is not None:
+                    work.wait()
             opt.grad_shards = [None] * len(opt.units)
 
     def zero_grad(self, set_to_none: bool = True) -> None:

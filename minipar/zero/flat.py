@@ -130,13 +130,24 @@ class FlatUnit:
                 yield i, a - self.lo, b - self.lo
 
 
-def reduce_scatter_mean(shard_out: torch.Tensor, full: torch.Tensor, group=None) -> torch.Tensor:
-    """``shard_out`` <- this rank's 1/N slice of the mean of ``full`` over ranks. (padded,) -> (padded/N,)."""
+def reduce_scatter_mean(shard_out: torch.Tensor, full: torch.Tensor, group=None, async_op: bool = False):
+    """``shard_out`` <- this rank's 1/N slice of the mean of ``full`` over ranks. (padded,) -> (padded/N,).
+
+    Returns ``shard_out``; with ``async_op``, a function to call before reading it (it waits for the
+    reduce-scatter, divides by N and returns ``shard_out``), so several can be in flight at once."""
     n = mdist.world_size(group)
     if n == 1:
-        return shard_out.copy_(full)
-    dist.reduce_scatter_single(shard_out, full, group=group)
-    return shard_out.div_(n)
+        shard_out.copy_(full)
+        return (lambda: shard_out) if async_op else shard_out
+    work = dist.reduce_scatter_single(shard_out, full, group=group, async_op=async_op)
+    if not async_op:
+        return shard_out.div_(n)
+
+    def finish(full=full) -> torch.Tensor:  # full: kept alive until the reduce-scatter has read it
+        work.wait()
+        return shard_out.div_(n)
+
+    return finish
 
 
 def all_gather_flat(full_out: torch.Tensor, shard: torch.Tensor, group=None, async_op: bool = False):

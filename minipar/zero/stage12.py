@@ -130,9 +130,16 @@ class ZeroOptimizer(ShardOptimizer):
             for p in ps:
                 p.grad = None  # the full gradient is gone
 
+    @torch.no_grad()
     def _grad_shards(self) -> list[torch.Tensor]:
+        if self.stage == 1:  # every unit's reduce-scatter is posted before the first wait: their latencies overlap
+            fulls = [u.flatten([p.grad for p in ps]) for u, ps in zip(self.units, self.params)]
+            posted = [
+                reduce_scatter_mean(f.new_empty(u.shard_size), f, self.group, True) for u, f in zip(self.units, fulls)
+            ]
+            self.grad_shards = [finish() for finish in posted]  # (S,) means over ranks
         for j in range(len(self.units)):
-            if self.stage == 1 or self._ready[j]:  # stage 1; or stage 2 units with unused parameters
+            if self._ready[j]:  # stage 2 units with unused parameters
                 self._reduce_scatter_unit(j)
         return [g if g is not None else torch.zeros_like(s) for g, s in zip(self.grad_shards, self.shards)]
 
@@ -162,9 +169,11 @@ class ZeroOptimizer(ShardOptimizer):
         if self.overlap_param_gather and mdist.world_size(self.group) > 1:  # lesson 09: the next forward waits
             self._issued = 1
             self._issue_gather(0)
-        else:
-            for _u, flat, shard in zip(self.units, self.flats, self.shards):
-                all_gather_flat(flat, shard.clone(), self.group)
+        else:  # every unit's all-gather in flight at once (a shard is copied: it lies inside the buffer gathered into)
+            copies = [shard.clone() for shard in self.shards]
+            for work in [all_gather_flat(flat, c, self.group, async_op=True) for flat, c in zip(self.flats, copies)]:
+                if work is not None:
+                    work.wait()
         if self.stage == 1:
             self.grad_shards = [None] * len(self.units)
 

@@ -3,6 +3,11 @@
 Same GPT, same per-rank batch, same bucket size, same gloo ranks. Both wrappers live in the same
 launched job (two model copies), and their timing blocks alternate, so a slow moment of the
 shared machine hits both alike. Ratio = minipar median step / PyTorch median step.
+
+Target (issue #39): at most PyTorch's step. minipar's hooks write each gradient divided by N into its
+bucket in one pass and leave ``p.grad`` as a view of the averaged bucket (no copy back); what is left
+over PyTorch is its reducer's hooks running in C++ where minipar's run in Python (about 1-8 % on this
+2-core machine, run to run).
 """
 
 from __future__ import annotations
@@ -79,8 +84,8 @@ def rows(quick: bool) -> list[Row]:
                 "02",
                 f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, {n} gloo ranks",
                 ratio,
-                target="<= 1.10",
-                ok=ratio <= 1.10,
+                target="<= 1.0",
+                ok=ratio <= 1.0,
                 note=f"{t['minipar'] * 1e3:.1f} ms vs {t['torch'] * 1e3:.1f} ms per step",
             )
         )

@@ -8,9 +8,9 @@ load-balanced shards (chunks i and 2N − 1 − i): causal attention forward, B 
 T = 1024, float32, on 2 and 4 gloo ranks. Both run in the same processes, alternating, so they see
 the same machine load. A second row per N times minipar's forward + backward against one device's
 fused SDPA forward + backward on the whole sequence (reported only: on a shared 2-core CPU, N ranks
-do not get N cores). Target: at most 3× torch's — minipar's block
-attention is the unfused matmul-softmax-matmul of ``minipar.cp.blocks`` (it materialises each block's
-scores, to be read), torch's a tiled flash kernel.
+do not get N cores). Target: at most 1.2× torch's (issue #39). Both run the same fused CPU
+kernel on full and diagonal blocks (``minipar.cp.blocks.block_attention``); what remains is the
+ring's own work: N − 1 point-to-point hops posted before each block's compute, and the merges.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def rows(quick: bool) -> list[Row]:
                 f"ring attention forward (causal, T {T}, 8 heads, d 64, fp32), minipar vs torch's "
                 f"_templated_ring_attention (CPU kernel), {n} gloo ranks",
                 ratio,
-                target="<= 3.0",
-                ok=ratio <= 3.0,
+                target="<= 1.2",
+                ok=ratio <= 1.2,
                 note=f"{mine * 1e3:.0f} ms vs {theirs * 1e3:.0f} ms (slowest rank, median of {reps})",
             )
         )
