@@ -34,7 +34,7 @@ from dataclasses import replace
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
-from minipar.perf.hardware import GPUS, with_links
+from minipar.perf.hardware import GPUS, HBM_EFF, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
@@ -45,6 +45,14 @@ OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide be
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64
+# A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
+# memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
+CUSTOM_DEVICE = (
+    ("device_peak_tflops", "peak_flops", "dense bf16 TFLOP/s per GPU", 1e12),
+    ("hbm_gbps", "hbm_bw", "datasheet HBM GB/s per GPU", HBM_EFF * 1e9),
+    ("mem_gb", "mem_bytes", "GB = 1e9 bytes of memory per GPU", 1e9),
+)
+GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -126,13 +134,32 @@ def _shape(a) -> tuple[str, ModelShape]:
 
 
 def _device(a):
+    """The ``--gpu`` preset with the node size, links and a custom device's numbers the flags give."""
     dev = GPUS[a.gpu] if a.gpus_per_node is None else replace(GPUS[a.gpu], gpus_per_node=a.gpus_per_node)
+    custom = {}
+    for flag, field, unit, scale in CUSTOM_DEVICE:
+        v = getattr(a, flag)
+        if v is None:
+            continue
+        if not v > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be > 0 ({unit})")
+        custom[field] = v * scale
+    if custom:
+        note = ", ".join(f"--{f.replace('_', '-')} {getattr(a, f):g}" for f, *_ in CUSTOM_DEVICE if getattr(a, f))
+        dev = replace(dev, name=f"{dev.name} with {note}", **custom)
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
-def _row(e) -> dict:
+def _row(e, dev) -> dict:
     return {
         "layout": str(e.layout),
+        "device": {
+            "name": dev.name,
+            "peak_tflops": round(dev.peak_flops / 1e12, 1),
+            "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
+            "mem_gb": round(dev.mem_bytes / 1e9, 2),
+        },
+        "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         "mfu": round(e.mfu, 4),
         "tflops_per_gpu": round(e.tflops_per_gpu, 1),
         "step_s": round(e.time["total"], 4) if e.time else None,
@@ -179,6 +206,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--network", default=None, choices=sorted(NETWORKS), help="inter-node preset (default: the GPU's)")
     p.add_argument("--inter-node-gbps", type=float, default=None, help="Gb/s per GPU across nodes, per direction")
     p.add_argument("--intra-node-gbps", type=float, default=None, help="Gb/s per GPU inside a node, per direction")
+    for flag, _, unit, _ in CUSTOM_DEVICE:
+        p.add_argument(f"--{flag.replace('_', '-')}", type=float, default=None, help=f"a custom device: {unit}")
+    p.add_argument(
+        "--grad-reduce-dtype",
+        default="fp32",
+        choices=sorted(GRAD_BYTES),
+        help="dtype of the gradients' all-reduce / reduce-scatter (fp32: Megatron's main grads; bf16: grad_sync_dtype)",
+    )
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}")
@@ -222,17 +257,26 @@ def main(argv=None) -> int:
                 flash_attention=a.flash_attention,
                 first_stage_layers=a.first_stage_layers,
                 last_stage_layers=a.last_stage_layers,
+                grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
         else:
-            rows = plan(model, dev, a.gpus, a.global_batch, overlap=overlap, flash_attention=a.flash_attention)
+            rows = plan(
+                model,
+                dev,
+                a.gpus,
+                a.global_batch,
+                overlap=overlap,
+                flash_attention=a.flash_attention,
+                grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
+            )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     kept = [e for e, why in rows if not why]
     if a.json:
         for e in kept[: a.top] if a.tp is None else kept:
-            print(json.dumps(_row(e), ensure_ascii=False))
+            print(json.dumps(_row(e, dev), ensure_ascii=False))
         return 0
     gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
     print(

@@ -42,6 +42,26 @@ def test_link_speeds_and_presets_change_the_answer(capsys):
         assert json.loads(capsys.readouterr().out)["mfu"] > 0
 
 
+def test_a_custom_device_and_the_gradient_dtype_change_the_answer(capsys):
+    """Issue #38: a power-capped or 94 GB H100 (--device-peak-tflops, --hbm-gbps, --mem-gb) and bf16 gradient
+    reduction (--grad-reduce-dtype), each in --json."""
+    base = [*LLAMA70B, *FIXED, "--json"]
+    assert main(base) == 0
+    ref = json.loads(capsys.readouterr().out)
+    assert ref["grad_reduce_dtype"] == "fp32" and ref["device"]["peak_tflops"] == 989.0
+    assert main([*base, "--grad-reduce-dtype", "bf16"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    # ZeRO-1 (FIXED): gradients reduce-scattered (4 or 2 bytes), bf16 weights all-gathered (2): 6 -> 4 bytes
+    assert bf16["grad_reduce_dtype"] == "bf16"
+    assert bf16["time_s"]["dp"] == pytest.approx(ref["time_s"]["dp"] * 4 / 6, rel=0.02)
+    assert main([*base, "--device-peak-tflops", "700", "--hbm-gbps", "3000", "--mem-gb", "94"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["device"] == {**capped["device"], "peak_tflops": 700.0, "hbm_gbps": 3000.0, "mem_gb": 94.0}
+    assert capped["step_s"] > ref["step_s"] and capped["tflops_per_gpu"] < ref["tflops_per_gpu"]
+    assert main([*base, "--mem-gb", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is False
+
+
 def test_search_with_a_custom_shape_and_json(capsys):
     argv = ["--layers", "24", "--hidden", "2048", "--heads", "16", "--gpus", "16", "--global-batch", "64"]
     assert main([*argv, "--json", "--top", "3"]) == 0
@@ -59,6 +79,8 @@ CASES = [
         "--inter-node-gbps 0.0: must be > 0",
     ),
     (["--kv-heads", "0"], "--kv-heads 0: must be an integer >= 1"),
+    (["--device-peak-tflops", "-5"], "--device-peak-tflops -5.0: must be > 0 (dense bf16 TFLOP/s per GPU)"),
+    (["--hbm-gbps", "0"], "--hbm-gbps 0.0: must be > 0 (datasheet HBM GB/s per GPU)"),
 ]
 
 

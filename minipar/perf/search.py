@@ -48,6 +48,7 @@ def plan(
     max_bubble: float | None = 0.25,
     flash_attention: bool = False,
     cps=None,
+    grad_bytes: int = 4,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -57,7 +58,8 @@ def plan(
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
             (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
-            ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``: fixed.
+            ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``,
+            ``grad_bytes`` (bytes per gradient element reduced over dp: 4 fp32, 2 bf16): fixed.
             ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
             only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
@@ -99,6 +101,7 @@ def plan(
                                 schedule=schedule,
                                 cp=cp,
                                 flash_attention=flash_attention,
+                                grad_bytes=grad_bytes,
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
