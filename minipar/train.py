@@ -58,7 +58,7 @@ from minipar.job.config import Job, TrainConfig, check, lr_at
 from minipar.job.outdir import hold
 from minipar.job.parallelize import parallelize
 from minipar.job.piece import broadcast_from, full_model
-from minipar.job.run_log import TRACEBACK, open_metrics, progress_bar, write_outputs
+from minipar.job.run_log import TRACEBACK, open_metrics, progress_bar, same_run_id, write_outputs
 from minipar.model.gpt import GPT
 from minipar.perf.hardware import measured_peak_flops
 from minipar.runtime import dist as mdist
@@ -112,6 +112,7 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
     job = cfg if isinstance(cfg, Job) else check(cfg, mdist.world_size(), mdist.device().type)  # before any output
     cfg, corpus = job.cfg, job.corpus
     mesh = init_groups(job.mesh)  # this rank's place and process groups in the checked layout
+    job = same_run_id(job)  # one id on every rank (under torchrun each process drew its own)
     loader = make_loader(
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )

@@ -29,6 +29,7 @@ import torch
 from minipar.data import CharCorpus
 from minipar.job.outdir import PARTIAL, publish, write_atomically
 from minipar.model.gpt import GPT
+from minipar.runtime import dist as mdist
 
 METRICS = "metrics.jsonl"
 TRACEBACK = "traceback.txt"  # a failed run's full traceback (minipar.train.main), removed by the next good run
@@ -75,6 +76,20 @@ def _records(path: str) -> list[dict]:
             except ValueError:
                 continue
     return [r for r in out if isinstance(r, dict) and "step" in r]
+
+
+def same_run_id(job):
+    """The :class:`~minipar.job.config.Job` ``job`` with rank 0's run id on every rank: under torchrun each
+    process checks the settings itself and a fresh run draws its own id, while the checkpoints (written by
+    rank 0) and the metrics (the loss rank) must name one run."""
+    if mdist.world_size() == 1:
+        return job
+    raw = job.run_id.encode()[:64]
+    buf = torch.zeros(65, dtype=torch.uint8)
+    buf[0], buf[1 : 1 + len(raw)] = len(raw), torch.tensor(list(raw), dtype=torch.uint8)
+    buf = buf.to(mdist.device())
+    torch.distributed.broadcast(buf, src=0)
+    return dataclasses.replace(job, run_id=bytes(buf[1 : 1 + int(buf[0])].tolist()).decode())
 
 
 def open_metrics(cfg, start: int, run_id: str = ""):
