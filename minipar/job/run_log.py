@@ -85,9 +85,7 @@ def same_run_id(job):
     if mdist.world_size() == 1:
         return job
     raw = job.run_id.encode()[:64]
-    buf = torch.zeros(65, dtype=torch.uint8)
-    buf[0], buf[1 : 1 + len(raw)] = len(raw), torch.tensor(list(raw), dtype=torch.uint8)
-    buf = buf.to(mdist.device())
+    buf = torch.tensor([len(raw), *raw, *[0] * (64 - len(raw))], dtype=torch.uint8, device=mdist.device())
     torch.distributed.broadcast(buf, src=0)
     return dataclasses.replace(job, run_id=bytes(buf[1 : 1 + int(buf[0])].tolist()).decode())
 
