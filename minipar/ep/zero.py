@@ -104,7 +104,8 @@ class MoEZero1:
         for opt, grads in zip(self.parts, (dense, experts)):
             opt._adamw_step(grads)
             copies = [shard.clone() for shard in opt.shards]  # every unit's all-gather in flight at once
-            for work in [all_gather_flat(flat, c, opt.group, async_op=True) for flat, c in zip(opt.flats, copies)]:
+            works = [all_gather_flat(flat, c, opt.group, async_op=True) for flat, c in zip(opt.flats, copies)]
+            for work in reversed(works):  # the last first: on one stream the others are done with it
                 if work is not None:
                     work.wait()
             opt.grad_shards = [None] * len(opt.units)

@@ -171,7 +171,8 @@ class ZeroOptimizer(ShardOptimizer):
             self._issue_gather(0)
         else:  # every unit's all-gather in flight at once (a shard is copied: it lies inside the buffer gathered into)
             copies = [shard.clone() for shard in self.shards]
-            for work in [all_gather_flat(flat, c, self.group, async_op=True) for flat, c in zip(self.flats, copies)]:
+            works = [all_gather_flat(flat, c, self.group, async_op=True) for flat, c in zip(self.flats, copies)]
+            for work in reversed(works):  # the last first: on one stream the others are done with it
                 if work is not None:
                     work.wait()
         if self.stage == 1:
