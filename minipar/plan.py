@@ -136,7 +136,7 @@ def _shape(a) -> tuple[str, ModelShape]:
 def _device(a):
     """The ``--gpu`` preset with the node size, links and a custom device's numbers the flags give."""
     dev = GPUS[a.gpu] if a.gpus_per_node is None else replace(GPUS[a.gpu], gpus_per_node=a.gpus_per_node)
-    custom = {}
+    custom, notes = {}, []
     for flag, field, unit, scale in CUSTOM_DEVICE:
         v = getattr(a, flag)
         if v is None:
@@ -144,9 +144,9 @@ def _device(a):
         if not v > 0:
             raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be > 0 ({unit})")
         custom[field] = v * scale
+        notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:
-        note = ", ".join(f"--{f.replace('_', '-')} {getattr(a, f):g}" for f, *_ in CUSTOM_DEVICE if getattr(a, f))
-        dev = replace(dev, name=f"{dev.name} with {note}", **custom)
+        dev = replace(dev, name=f"{dev.name} with {', '.join(notes)}", **custom)
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 

@@ -45,10 +45,6 @@ class Bucket:
         self.work = self.future = None
         self.t_ready = self.t_launch = self.t_done = None
 
-    def slice(self, i: int) -> torch.Tensor:
-        """Parameter i's place in ``buffer``, shaped like the parameter (a view, made once)."""
-        return self.views[i]
-
 
 def make_buckets(named: list[tuple[str, nn.Parameter]], bucket_cap_mb: float) -> list[Bucket]:
     """Split ``named`` (already in reverse order) into buckets of at most ``bucket_cap_mb`` MiB each.

@@ -28,7 +28,7 @@ import torch.nn as nn
 from minipar.model.gpt import decays
 from minipar.optim.clip_grads import clip_grad_norm_
 from minipar.runtime.mesh import Mesh
-from minipar.zero.flat import all_gather_flat, default_units
+from minipar.zero.flat import all_gather_units, default_units
 from minipar.zero.stage12 import ZeroOptimizer
 
 
@@ -103,11 +103,7 @@ class MoEZero1:
             clip_grad_norm_(dense + experts, self.max_norm, group=self.mesh.dp_cp_group)
         for opt, grads in zip(self.parts, (dense, experts)):
             opt._adamw_step(grads)
-            copies = [shard.clone() for shard in opt.shards]  # every unit's all-gather in flight at once
-            works = [all_gather_flat(flat, c, opt.group, async_op=True) for flat, c in zip(opt.flats, copies)]
-            for work in reversed(works):  # the last first: on one stream the others are done with it
-                if work is not None:
-                    work.wait()
+            all_gather_units(opt.flats, opt.shards, opt.group)
             opt.grad_shards = [None] * len(opt.units)
 
     def zero_grad(self, set_to_none: bool = True) -> None:

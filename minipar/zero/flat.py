@@ -160,6 +160,17 @@ def all_gather_flat(full_out: torch.Tensor, shard: torch.Tensor, group=None, asy
     return work if async_op else full_out
 
 
+def all_gather_units(flats: list[torch.Tensor], shards: list[torch.Tensor], group=None) -> None:
+    """Every unit's ``flats[j]`` (padded,) <- every rank's ``shards[j]``, all in flight at once: each shard is
+    copied first (it lies inside the buffer gathered into), every all-gather is posted, then the last is
+    waited for first (on one stream the others are done with it, so no bookkeeping overlaps a transfer)."""
+    copies = [shard.clone() for shard in shards]
+    works = [all_gather_flat(flat, c, group, async_op=True) for flat, c in zip(flats, copies)]
+    for work in reversed(works):
+        if work is not None:
+            work.wait()
+
+
 def check_same_start(names: list[str], flats: list[torch.Tensor], group=None) -> None:
     """Raise ConfigError if the ranks do not start from bit-identical parameters.
 

@@ -45,6 +45,7 @@ from minipar.zero.flat import (
     FlatUnit,
     ShardOptimizer,
     all_gather_flat,
+    all_gather_units,
     check_same_start,
     default_units,
     reduce_scatter_mean,
@@ -169,12 +170,8 @@ class ZeroOptimizer(ShardOptimizer):
         if self.overlap_param_gather and mdist.world_size(self.group) > 1:  # lesson 09: the next forward waits
             self._issued = 1
             self._issue_gather(0)
-        else:  # every unit's all-gather in flight at once (a shard is copied: it lies inside the buffer gathered into)
-            copies = [shard.clone() for shard in self.shards]
-            works = [all_gather_flat(flat, c, self.group, async_op=True) for flat, c in zip(self.flats, copies)]
-            for work in reversed(works):  # the last first: on one stream the others are done with it
-                if work is not None:
-                    work.wait()
+        else:
+            all_gather_units(self.flats, self.shards, self.group)  # every unit's all-gather in flight at once
         if self.stage == 1:
             self.grad_shards = [None] * len(self.units)
 
