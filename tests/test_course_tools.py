@@ -99,6 +99,8 @@ def test_clock_view_sums_and_exposed():
     assert span_seconds(TIMELINE, "compute") == pytest.approx(1.3)
     assert span_seconds(TIMELINE, "compute", "backward") == pytest.approx(0.3)
     assert exposed_seconds(TIMELINE) == pytest.approx(1.5 - 0.5 - 0.3)  # comm 0.5-2.0 minus compute inside it
+    assert exposed_seconds(TIMELINE, hidden_by=("backward",)) == pytest.approx(1.5 - 0.3)
+    assert exposed_seconds(TIMELINE, hidden_by=()) == pytest.approx(1.5)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()

@@ -15,11 +15,13 @@ def span_seconds(timeline, kind: str, label: str | None = None) -> float:
     return sum(t1 - t0 for k, lab, t0, t1 in timeline if k == kind and (label is None or lab == label))
 
 
-def exposed_seconds(timeline) -> float:
+def exposed_seconds(timeline, hidden_by: tuple[str, ...] | None = None) -> float:
     """Seconds of communication not covered by this rank's compute: the union of the ``comm`` spans
-    minus the ``compute`` spans (waiting for a late peer before a collective starts is in neither)."""
+    minus the ``compute`` spans (waiting for a late peer before a collective starts is in neither).
+    ``hidden_by``: only compute with one of these labels counts as covering (e.g. the next forward,
+    not the bookkeeping that posts the collectives); None: every compute span."""
     comm = sorted((t0, t1) for kind, _, t0, t1 in timeline if kind == "comm")
-    work = [(t0, t1) for kind, _, t0, t1 in timeline if kind == "compute"]
+    work = [(t0, t1) for kind, lab, t0, t1 in timeline if kind == "compute" and (hidden_by is None or lab in hidden_by)]
     total, end = 0.0, float("-inf")
     for t0, t1 in comm:  # walk the union of the comm intervals, subtracting compute inside each piece
         t0 = max(t0, end)
