@@ -80,6 +80,8 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     # issue 34: shape errors named in the lesson's terms (padded buffer, shard), not gloo's check
     ("03", "ex03_unpadded_grad", "zero1_step", "reduce-scatter of the wrong shapes"),
     ("03", "ex03_gather_into_param", "zero1_step", "all-gather of the wrong shapes"),
+    ("03", "ex03_unpadded_param_shard", "zero1_step", "a shard against a shorter slice"),
+    ("03", "ex03_copy_padded_back", "zero1_step", "copy only the first numel elements"),
     ("04", "ex04_f_backward_identity", "f and g", "own gradient"),
     ("04", "ex04_bias_before_g", "Column/RowParallelLinear", "bias was added"),
     ("04", "ex04_world_group", "f and g", "g's forward"),
@@ -91,6 +93,8 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("04", "ex04_full_weight_class_attr", "Column/RowParallelLinear", "globals or class attributes"),
     # issue 34: a shape error is named in the lesson's terms, not a raw size mismatch
     ("04", "ex04_row_split_rows", "Column/RowParallelLinear", "row-parallel keeps the columns"),
+    ("04", "ex04_row_param_replaced", "Column/RowParallelLinear", "left weight (2, 12)"),
+    ("04", "ex04_row_forward_matmul", "Column/RowParallelLinear", "(out, in/N) in nn.Linear's layout"),
     ("05", "ex05_bubble_ideal", "bubble_fraction", "whole step"),
     ("05", "ex05_gpipe_interleaved", "gpipe", "forward after a backward"),
     ("05", "ex05_gpipe_minipar", "gpipe", "your code called minipar.pp.schedules.gpipe"),

@@ -82,9 +82,12 @@ def load(name: str):
 
 
 def _where(tb_text: str) -> str:
-    """The last frame of a traceback that lies in an exercise file (``file:line``), or ''."""
+    """The last frame of a traceback that lies in an exercise file (``file:line``), or ''; never the checker's own
+    frames (``exercises/checks/``), which may run under the learner's code (the watch's dispatch mode)."""
     lines = [ln.strip() for ln in tb_text.splitlines() if ln.strip().startswith('File "')]
     for ln in reversed(lines):
+        if "/exercises/checks/" in ln:
+            continue
         if "/exercises/" in ln or "exercise" in ln or "/tests/" in ln:
             path = ln.split('"')[1]
             line = ln.split("line ")[1].split(",")[0] if "line " in ln else "?"
@@ -127,7 +130,8 @@ def _guard(worker, args):
                 "could not deliver",
             )
         )
-        return ("timeout" if timed_out else "error", text.splitlines()[0][:300], _where(traceback.format_exc()))
+        cut = 700 if type(exc).__module__.startswith("exercises.checks") else 300  # a check's own words: keep them
+        return ("timeout" if timed_out else "error", text.splitlines()[0][:cut], _where(traceback.format_exc()))
 
 
 def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
@@ -160,7 +164,9 @@ def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
     errors = [(r, v) for r, v in enumerate(results) if v[0] == "error"]
     if errors:
         r, v = errors[0]
-        raise CheckFailed(f"{what}: rank {r} raised {v[1]}" + (f" (at {v[2]})" if v[2] else "") + _tail(out.getvalue()))
+        # a check's own words stand alone; anything else is what the rank raised
+        said = v[1][len("CheckFailed: ") :] if v[1].startswith("CheckFailed: ") else f"raised {v[1]}"
+        raise CheckFailed(f"{what}: rank {r}: {said}" + (f" (at {v[2]})" if v[2] else "") + _tail(out.getvalue()))
     waited = [r for r, v in enumerate(results) if v[0] == "timeout"]
     if waited:
         done = [r for r in range(world_size) if r not in waited]

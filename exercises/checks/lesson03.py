@@ -117,18 +117,35 @@ def shapes_in_lesson_terms(numel, n):
             raise ShapeError(
                 f"reduce-scatter of the wrong shapes (output × N = {m[1]}, input = {m[2]}): its input is this "
                 f"rank's gradient padded with zeros, its output one shard ({sizes}; shard_range gives both)"
-            ) from None
+            ).with_traceback(exc.__traceback__) from None  # the learner's line
         if m := re.search(r"allgather: invalid tensor size at index \d+ \(expected \((\d+)\), got \((\d+)\)\)", text):
             raise ShapeError(
                 f"all-gather of the wrong shapes (a piece of {m[1]} elements expected, {m[2]} given): its input is "
                 f"this rank's updated shard, its output the padded buffer ({sizes}); copy its first numel "
                 "elements back into flat_param"
-            ) from None
+            ).with_traceback(exc.__traceback__) from None  # the learner's line
+        if m := re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text):
+            pair, shard = {int(m[1]), int(m[2])}, padded // n
+            if pair == {numel, padded}:
+                why = (
+                    "the padded buffer against flat_param: pad the gradient with zeros before the reduce-scatter, "
+                    "and copy only the first numel elements of the gathered buffer back into flat_param"
+                )
+            elif shard in pair:
+                why = (
+                    "a shard against a shorter slice: on the last rank(s) [lo, hi) runs past numel, so a slice of "
+                    "flat_param or flat_grad there holds fewer than padded / N elements; slice the padded buffer"
+                )
+            else:
+                why = "every buffer is either the padded one, flat_param / flat_grad (numel) or a shard (padded / N)"
+            raise ShapeError(
+                f"two buffers of different lengths ({m[1]} vs. {m[2]}) in one operation: {why} ({sizes})"
+            ).with_traceback(exc.__traceback__) from None  # the learner's line
         if m := re.search(r"dtype\(\) == \w+\[\w+\]\.dtype\(\) \((\w+) vs\. (\w+)\)", text):
             raise ShapeError(
                 f"a collective got buffers of two dtypes ({m[1]} vs. {m[2]}): make the padded buffers and the "
                 "shards in the dtype of flat_param and flat_grad (float64 here)"
-            ) from None
+            ).with_traceback(exc.__traceback__) from None  # the learner's line
         raise
 
 

@@ -82,18 +82,31 @@ SPLIT = {  # what each layer holds and computes, in the lesson's terms: a size m
 }
 
 
-def _named(fn, what, split):
-    """Run ``fn``; a size or shape mismatch from PyTorch becomes a CheckFailed that says which split was meant."""
+def _named(fn, what, split, shapes=None):
+    """Run ``fn``; a size or shape mismatch from PyTorch becomes a CheckFailed that says which split was meant
+    (``shapes()``: the tensors involved, named in the lesson's terms)."""
     try:
         return fn()
     except RuntimeError as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         if not any(w in first for w in ("size", "shape", "match", "mat1")):
             raise
+        here = f" ({shapes()})" if shapes else ""
         # keep the learner's frames: the checker's report then points at their line, not at this one
-        raise CheckFailed(f"{what}: a shape mismatch ({first[:120]}): {split}").with_traceback(
+        raise CheckFailed(f"{what}: a shape mismatch: {split}{here}; PyTorch said: {first[:120]}").with_traceback(
             exc.__traceback__
         ) from None
+
+
+def _shard_shapes(layer, name, want, split, n):
+    """``layer``'s weight and bias have this rank's shard shapes ``want`` after ``load_full_``, or a CheckFailed
+    naming the split (a learner may replace the Parameters instead of filling them)."""
+    got = tuple(tuple(getattr(layer, k).shape) for k in ("weight", "bias"))
+    if got != want:
+        raise CheckFailed(
+            f"{name}.load_full_ left weight {got[0]} and bias {got[1]} in a group of {n} ranks, expected "
+            f"{want[0]} and {want[1]}: {split}"
+        )
 
 
 def mlp_worker(module, tp):
@@ -103,6 +116,8 @@ def mlp_worker(module, tp):
     col, row = mod.ColumnParallelLinear(D, H, group), mod.RowParallelLinear(H, D, group)
     _named(lambda: col.load_full_(t["w1"], t["b1"]), "ColumnParallelLinear.load_full_", SPLIT["column"])
     _named(lambda: row.load_full_(t["w2"], t["b2"]), "RowParallelLinear.load_full_", SPLIT["row"])
+    _shard_shapes(col, "ColumnParallelLinear", ((H // tp, D), (H // tp,)), SPLIT["column"], tp)
+    _shard_shapes(row, "RowParallelLinear", ((D, H // tp), (D,)), SPLIT["row"], tp)
     loaded = [
         col.weight.detach().clone(),
         col.bias.detach().clone(),
@@ -113,8 +128,24 @@ def mlp_worker(module, tp):
     x = t["x"].clone().requires_grad_()
     seen = {}
     with Watch(RULES, own=mod) as seen["forward"]:
-        h = _named(lambda: col(x), "ColumnParallelLinear.forward", SPLIT["column forward"])
-        y = _named(lambda: row(F.gelu(h)), "RowParallelLinear.forward", SPLIT["row forward"])
+        h = _named(
+            lambda: col(x),
+            "ColumnParallelLinear.forward",
+            SPLIT["column forward"],
+            lambda: (
+                f"here x is {tuple(x.shape)} and this rank's weight {tuple(col.weight.shape)}, (out/N, in) in "
+                "nn.Linear's layout: y = x·Wᵀ + b, F.linear"
+            ),
+        )
+        y = _named(
+            lambda: row(F.gelu(h)),
+            "RowParallelLinear.forward",
+            SPLIT["row forward"],
+            lambda: (
+                f"here x is {tuple(h.shape)} and this rank's weight {tuple(row.weight.shape)}, (out, in/N) in "
+                "nn.Linear's layout: the partial sum is x·Wᵀ, F.linear"
+            ),
+        )
     with Watch(RULES, own=mod) as seen["backward"]:
         (y * t["c"]).sum().backward()
     return {

@@ -111,9 +111,9 @@ class BucketedDDP:
         (``self.where`` gives each parameter's slot): never later, never out of bucket order —
         ranks must issue collectives in the same order, and a later bucket may fill first.
 
-        Hint: lesson 02, "What you need to build it" (1. an asynchronous collective, 2. the hook).
-        ``dist.all_reduce(buf, group=self.group, async_op=True)`` returns a ``Work`` at once; the sum
-        travels while backward computes earlier layers.
+        Hint: lesson 02, "What you need to build it" (1. an asynchronous collective, 2. the hook): an
+        asynchronous all-reduce returns a ``Work`` at once, and the sum travels while backward computes
+        earlier layers.
         """
         k, off = self.where[id(p)]
         self.buffers[k][off : off + p.numel()].copy_(p.grad.reshape(-1))

@@ -72,7 +72,8 @@ def zero1_step(
     Given: :func:`shard_range` (padding and this rank's slice), :func:`adamw_update` (AdamW on a shard).
     With N = 1 both collectives are copies: the same code runs.
 
-    Hint: lesson 03, "What you need to build it" (the toy) and "Walk-through" (``ZeroOptimizer.step``).
+    Hint: lesson 03, "The math, with shapes" (one ZeRO-1 step, row by row) and "What you need to build it" (the
+    two collectives on a padded toy; together they are one all-reduce).
     """
     n, r = dist.get_world_size(group), dist.get_rank(group)
     numel = flat_param.numel()
