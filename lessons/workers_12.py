@@ -159,6 +159,17 @@ def draw_balance(models: dict, x: torch.Tensor):
     return fig
 
 
+# ---- what you need: dist.all_to_all_single with uneven splits ---------------------------------------
+def a2a_toy(rows, splits):
+    """Rank worker: rank r cuts ``rows[r]`` into ``splits[r]``; the counts are exchanged first, then the rows."""
+    r = dist.get_rank()
+    sizes = torch.empty(dist.get_world_size(), dtype=torch.long)  # output_split_sizes: one count from each rank
+    dist.all_to_all_single(sizes, torch.tensor(splits[r]))  # no split sizes: equal pieces of one integer
+    out = torch.empty(int(sizes.sum()), dtype=torch.long)
+    dist.all_to_all_single(out, torch.tensor(rows[r]), sizes.tolist(), splits[r])
+    return sizes.tolist(), out.tolist()
+
+
 # ---- prove it: expert parallelism equals one device ------------------------------------------------
 D, T_RANK = 8, 24
 
