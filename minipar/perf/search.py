@@ -57,7 +57,9 @@ def plan(
     Args:
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
-            (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
+            (ZeRO stages, dp > 1 only; ZeRO-3 only with pp = 1: with pipelines FSDP2 keeps the
+            weights gathered for the step, ZeRO-1's cost, :func:`minipar.perf.sharding.dp_time`),
+            ``vs`` (interleaving, pp > 1 only): the choices tried;
             ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``,
             ``grad_bytes`` (bytes per gradient element reduced over dp: 4 fp32, 2 bf16): fixed.
             ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
@@ -85,7 +87,7 @@ def plan(
             for b in sizes:
                 for v in vs if pp > 1 else (1,):
                     for rc in recomputes:
-                        for z in zeros if dp > 1 else (0,):
+                        for z in (z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,):
                             sp = seq_parallel and tp > 1
                             lay = Layout(
                                 dp,
