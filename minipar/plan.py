@@ -51,6 +51,7 @@ CUSTOM_DEVICE = (
     ("device_peak_tflops", "peak_flops", "dense bf16 TFLOP/s per GPU", 1e12),
     ("hbm_gbps", "hbm_bw", "datasheet HBM GB/s per GPU", HBM_EFF * 1e9),
     ("mem_gb", "mem_bytes", "GB = 1e9 bytes of memory per GPU", 1e9),
+    ("device_fp8_tflops", "fp8_flops", "dense FP8 TFLOP/s per GPU (with --precision fp8)", 1e12),
 )
 GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
 
@@ -111,6 +112,7 @@ def _check_partial_flags(a: argparse.Namespace, fixed: list) -> None:
 def _check_moe_args(a: argparse.Namespace) -> None:
     """``--moe-experts`` prints the MoE counts only: its numbers checked, and no layout flag silently dropped."""
     given = [f"--{f.replace('_', '-')}" for f in LAYOUT_FLAGS if getattr(a, f) not in (None, False)]
+    given += ["--precision fp8"] if a.precision == "fp8" else []
     if given:
         raise ConfigError(
             f"--moe-experts {a.moe_experts} prints the experts' parameter, FLOP and all-to-all counts only (the layout "
@@ -169,6 +171,11 @@ def _device(a):
         notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:
         dev = replace(dev, name=f"{dev.name} with {', '.join(notes)}", **custom)
+    if a.precision == "fp8" and dev.fp8_flops is None:
+        raise ConfigError(
+            f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
+            "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
+        )
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
@@ -180,7 +187,9 @@ def _row(e, dev) -> dict:
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
+            **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
+        **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
@@ -213,6 +222,13 @@ def parser() -> argparse.ArgumentParser:
         default="fp32",
         choices=sorted(GRAD_BYTES),
         help="dtype of the gradients' all-reduce / reduce-scatter (fp32: Megatron's main grads; bf16: grad_sync_dtype)",
+    )
+    p.add_argument(
+        "--precision",
+        default="bf16",
+        choices=("bf16", "fp8"),
+        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak (attention, norms, embedding, "
+        "logit layer stay bf16)",
     )
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
@@ -274,6 +290,7 @@ def main(argv=None) -> int:
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
                 recompute_layers=a.recompute_layers,
                 hsdp=a.hsdp,
+                fp8=a.precision == "fp8",
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
         else:
@@ -285,6 +302,7 @@ def main(argv=None) -> int:
                 overlap=overlap,
                 flash_attention=a.flash_attention,
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
+                fp8=a.precision == "fp8",
             )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

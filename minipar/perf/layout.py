@@ -93,7 +93,8 @@ class Layout:
     reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped;
     ``recompute_layers`` N (with recompute "full"): only the first N blocks of each model chunk are
     recomputed (:meth:`recomputed_layers`); ``hsdp`` H: hybrid sharding, ZeRO's state sharded over a
-    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`)."""
+    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`);
+    ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`)."""
 
     dp: int
     tp: int
@@ -115,6 +116,7 @@ class Layout:
     cp_allgather: bool = False
     recompute_layers: int | None = None
     hsdp: int | None = None
+    fp8: bool = False
 
     @property
     def gpus(self) -> int:
@@ -193,6 +195,7 @@ class Layout:
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
+        s += "·fp8" if self.fp8 else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 

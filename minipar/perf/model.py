@@ -72,6 +72,7 @@ from __future__ import annotations
 import functools
 
 from minipar.comm.cost import all_reduce_time, p2p_time, ring_time
+from minipar.errors import ConfigError
 from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, stage_params: read here by lessons 00, 07, 08)
     activation_bytes_per_layer,
     attention_core_flops,
@@ -121,6 +122,26 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
     return 2 * b * s * model.kv * (model.hidden // model.heads) / min(t, model.kv) * bpv
 
 
+def gemm_rate(dev: Device, layout: Layout) -> float:
+    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP): ``gemm_efficiency`` × the dense bf16
+    peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
+    FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's and
+    torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
+    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear``
+    and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed
+    precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved
+    GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
+
+    Raises:
+        ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
+    """
+    if not layout.fp8:
+        return dev.peak_flops * dev.gemm_efficiency * dev.compute_share
+    if dev.fp8_flops is None or dev.counts != "megatron":
+        raise ConfigError(f"fp8 on {dev.name}: it has no FP8 tensor cores (Device.fp8_flops); use bf16 or an H100")
+    return dev.fp8_flops * dev.gemm_efficiency * dev.compute_share
+
+
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Per-term seconds of the pipeline, megatron counts: per-layer FLOPs, per-stage times, the simulated schedule."""
     t, p, b, v, c, L = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp, _links(dev, layout)
@@ -130,7 +151,8 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     core = attention_core_flops(model, b, s, model.seq) / t / eff * (0.5 if flash else 1.0)  # flash: causal half
     act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    f_l = layer_gemm_flops(model, b, s) / t / eff + core + (mem_t + dev.layer_overhead / 3) / share
+    g_rate = gemm_rate(dev, layout) if layout.fp8 else eff  # the blocks' weight GEMMs (fp8: at the FP8 peak)
+    f_l = layer_gemm_flops(model, b, s) / t / g_rate + core + (mem_t + dev.layer_overhead / 3) / share
     extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
     b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
@@ -219,6 +241,7 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         ConfigError: a degree that does not divide the model or the batch (the message names it).
     """
     m = check_layout(model, layout, global_batch, dev.counts)
+    gemm_rate(dev, layout)  # fp8 on a device without FP8: refused before any work
     pipeline = _pipeline_megatron if dev.counts == "megatron" else _pipeline_minipar
     time = pipeline(model, dev, layout, m)
     pipe, _, fwd1, bwd1 = (time.pop(k) for k in ("pipe", "busy", "fwd1", "bwd1"))
