@@ -9,7 +9,10 @@ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, mic
 interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, step time and
 memory per GPU, then one line per reason the others were rejected; or, given ``--tp --pp --dp`` (and
 optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp --flash-attention
---first-stage-layers --last-stage-layers``), evaluates exactly that layout. ``--first/last-stage-layers``:
+--first-stage-layers --last-stage-layers --recompute-layers --hsdp``), evaluates exactly that layout
+(``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks,
+replicated across, :mod:`minipar.perf.sharding`; ``--precision fp8``, search too: the blocks' GEMMs at the FP8
+peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``:
 the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's
 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
 :meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks

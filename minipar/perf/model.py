@@ -23,7 +23,9 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   arXiv:2104.04473, App. A) at ``gemm_efficiency`` of peak (0.68, CHOSEN on the fit set); the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
   arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
-  backward is 2 forwards; full recomputation adds one, selective the attention core (§5).
+  backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
+  model chunk only, Megatron-LM's block method), selective the attention core (§5). FP8
+  (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`).
   FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
   runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
   last stage. minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full recomputation × 4/3.
@@ -50,9 +52,12 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   blocks, :meth:`~minipar.perf.layout.Layout.chunk_layers`: uneven first/last stages or chunks; the
   logit layer on the last); the bubble is what the busiest rank leaves idle.
   minipar: uniform stages, (m + p − 1) stage times (Narayanan §2.2.1).
-- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`dp_time`. Under gradient
+- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`minipar.perf.sharding.dp_time`
+  (HSDP: reduce-scatter and all-gather in the shard group, all-reduce of the shard across replicas;
+  ZeRO-3 with pp > 1: FSDP2's one all-gather per step). Under gradient
   accumulation only the last micro-batch's backward can hide the gradient reduction (bucket by
-  bucket; the last bucket stays exposed). Optimizer step: 32 bytes per parameter over HBM.
+  bucket; the last bucket stays exposed). Optimizer step: 32 bytes per parameter over HBM, ÷ the
+  ranks ZeRO shards over (:attr:`~minipar.perf.layout.Layout.shard`).
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
 - **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`,
