@@ -103,7 +103,10 @@ def test_zero3_with_pipelines_is_fsdp2s_per_step_gather(capsys):
 CASES = [
     ([*LLAMA70B, *FIXED, "--recompute-layers", "2"], "--recompute-layers 2 recomputes that many whole blocks"),
     ([*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "0"], "--recompute-layers 0: must be"),
-    ([*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "11"], "recompute_layers=11: between 1 and"),
+    (
+        [*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "11"],
+        "recompute_layers=11 (--recompute-layers): between",
+    ),
     (["--model", "70b", "--recompute-layers", "2"], "--recompute-layers 2 modifies a fixed layout"),
     ([*LLAMA8B, *FSDP64, "--hsdp", "3"], "--hsdp 3 must divide --dp 64 (shard groups inside dp); use --hsdp 1, 2, 4"),
     ([*LLAMA8B, *FSDP64[:7], "0", *FSDP64[8:], "--hsdp", "8"], "--hsdp 8 shards ZeRO's model states over 8 ranks"),

@@ -289,6 +289,6 @@ def _check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
     most = max(layout.chunk_layers(model.layers))
     if not isinstance(N, int) or not 1 <= N <= most:
         raise ConfigError(
-            f"recompute_layers={N!r}: between 1 and the {most} blocks of the largest model chunk (pp·v = "
-            f"{layout.pp}·{layout.v}); use recompute_layers <= {most}, or none for every block"
+            f"recompute_layers={N!r} (--recompute-layers): between 1 and the {most} blocks of the largest chunk "
+            f"(pp·v = {layout.pp}·{layout.v}); use recompute_layers <= {most}, or none for every block"
         )
