@@ -59,7 +59,9 @@ def _reduce_and_gather(dev: Device, layout: Layout, psi: float) -> tuple[float, 
     dp·cp ranks; HSDP (``hsdp`` = H): the reduce-scatter and all-gather inside the shard group (H·cp ranks,
     its own link), then an all-reduce of this rank's 1/(H·cp) shard across the dp/H replicas on theirs
     (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward`` reduce-scatters, then all-reduces over the
-    replicate dimension; Megatron-LM's ``--num-distributed-optimizer-instances`` the same for ZeRO-1)."""
+    replicate dimension; Megatron-LM's ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under
+    ZeRO-3 with pp = 1 that all-reduce runs in every micro-batch's backward, as FSDP2 does unless
+    ``set_requires_all_reduce(False)`` (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
     n, z, bpv, L = layout.dp * layout.cp, layout.zero, dev.bytes_per_value, links(dev, layout)
     g = layout.grad_bytes * psi
     if layout.hsdp is None:
