@@ -9,7 +9,10 @@ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, mic
 interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, step time and
 memory per GPU, then one line per reason the others were rejected; or, given ``--tp --pp --dp`` (and
 optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp --flash-attention
---first-stage-layers --last-stage-layers``), evaluates exactly that layout. ``--first/last-stage-layers``:
+--first-stage-layers --last-stage-layers --recompute-layers --hsdp``), evaluates exactly that layout
+(``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks,
+replicated across, :mod:`minipar.perf.sharding`; ``--precision fp8``, search too: the blocks' GEMMs at the FP8
+peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``:
 the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's
 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
 :meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks
@@ -33,10 +36,10 @@ from dataclasses import replace
 
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
-from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
 from minipar.perf.hardware import GPUS, HBM_EFF, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
+from minipar.perf.moe import moe_summary
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 from minipar.runtime.mesh import divisors
@@ -51,6 +54,7 @@ CUSTOM_DEVICE = (
     ("device_peak_tflops", "peak_flops", "dense bf16 TFLOP/s per GPU", 1e12),
     ("hbm_gbps", "hbm_bw", "datasheet HBM GB/s per GPU", HBM_EFF * 1e9),
     ("mem_gb", "mem_bytes", "GB = 1e9 bytes of memory per GPU", 1e9),
+    ("device_fp8_tflops", "fp8_flops", "dense FP8 TFLOP/s per GPU (with --precision fp8)", 1e12),
 )
 GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
 
@@ -73,6 +77,7 @@ def check_args(a: argparse.Namespace) -> None:
     fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
     if fixed and len(fixed) < 3:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
+    _check_partial_flags(a, fixed)
     if a.moe_experts is not None:
         _check_moe_args(a)
     elif fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
@@ -83,12 +88,34 @@ def check_args(a: argparse.Namespace) -> None:
         )
 
 
-LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather")  # what only the dense layout search reads
+LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", "recompute_layers", "hsdp")  # dense layouts only
+
+
+def _check_partial_flags(a: argparse.Namespace, fixed: list) -> None:
+    """``--recompute-layers`` and ``--hsdp`` modify a fixed layout: each needs it and what it modifies."""
+    for flag, v in (("--recompute-layers", a.recompute_layers), ("--hsdp", a.hsdp)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} {v}: must be an integer >= 1")
+        if v is not None and not fixed and a.moe_experts is None:
+            raise ConfigError(f"{flag} {v} modifies a fixed layout (the search does not try it): add --tp --pp --dp")
+    if a.recompute_layers is not None and a.recompute != "full":
+        raise ConfigError(
+            f"--recompute-layers {a.recompute_layers} recomputes that many whole blocks per model chunk: add "
+            f"--recompute full (not {a.recompute or 'selective, the default'}), or drop --recompute-layers"
+        )
+    if a.hsdp is not None and fixed and a.dp % a.hsdp:
+        raise ConfigError(f"--hsdp {a.hsdp} must divide --dp {a.dp} (shard groups inside dp); use --hsdp {_fit(a.dp)}")
+    if a.hsdp is not None and fixed and not a.zero:
+        raise ConfigError(
+            f"--hsdp {a.hsdp} shards ZeRO's model states over {a.hsdp} ranks: add --zero 3 (FSDP2's HSDP), or 1 / 2 "
+            "(Megatron-LM's --num-distributed-optimizer-instances)"
+        )
 
 
 def _check_moe_args(a: argparse.Namespace) -> None:
     """``--moe-experts`` prints the MoE counts only: its numbers checked, and no layout flag silently dropped."""
     given = [f"--{f.replace('_', '-')}" for f in LAYOUT_FLAGS if getattr(a, f) not in (None, False)]
+    given += ["--precision fp8"] if a.precision == "fp8" else []
     if given:
         raise ConfigError(
             f"--moe-experts {a.moe_experts} prints the experts' parameter, FLOP and all-to-all counts only (the layout "
@@ -147,6 +174,11 @@ def _device(a):
         notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:
         dev = replace(dev, name=f"{dev.name} with {', '.join(notes)}", **custom)
+    if a.precision == "fp8" and dev.fp8_flops is None:
+        raise ConfigError(
+            f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
+            "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
+        )
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
@@ -158,8 +190,11 @@ def _row(e, dev) -> dict:
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
+            **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
+        **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
+        **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
         "tflops_per_gpu": round(e.tflops_per_gpu, 1),
         "step_s": round(e.time["total"], 4) if e.time else None,
@@ -168,29 +203,6 @@ def _row(e, dev) -> dict:
         "m": e.m,
         "time_s": {k: round(v, 4) for k, v in e.time.items()},
     }
-
-
-def moe_summary(name: str, model: ModelShape, a) -> int:
-    """With ``--moe-experts E --moe-top-k k --ep N``: total vs active parameters, FLOPs per token, and the
-    all-to-all bytes per GPU of one step (:mod:`minipar.perf.flops`); the layout search models dense models only."""
-    from minipar.model.moe.dispatch import check_moe  # imports torch: only this path needs it
-
-    E, k, ep = a.moe_experts, a.moe_top_k, a.ep
-    check_moe(E, k, None, ep)
-    total, active = moe_params(model, E, k)
-    tokens = a.global_batch * model.seq / a.gpus  # per GPU per step, data and expert parallel ranks alike
-    a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
-    print(f"{name} with {E} experts, top-{k}: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B active per token")
-    print(
-        f"training FLOPs per token: {moe_flops_per_token(model, E, k) / 1e9:.1f} GFLOP (the dense model's: "
-        f"{(6 * (model.params - model.seq * model.hidden) + 12 * model.layers * model.hidden * model.seq) / 1e9:.1f})"
-    )
-    print(
-        f"expert parallelism ep={ep}, {tokens:,.0f} tokens per GPU per step: {a2a / 1e9:.2f} GB per all-to-all, "
-        f"4 per layer per step = {4 * model.layers * a2a / 1e9:.1f} GB per GPU per step (bf16, balanced routing)"
-    )
-    print("(a MODEL: the layout search does not model experts yet; these are the counts it would need)")
-    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -214,6 +226,13 @@ def parser() -> argparse.ArgumentParser:
         choices=sorted(GRAD_BYTES),
         help="dtype of the gradients' all-reduce / reduce-scatter (fp32: Megatron's main grads; bf16: grad_sync_dtype)",
     )
+    p.add_argument(
+        "--precision",
+        default="bf16",
+        choices=("bf16", "fp8"),
+        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak (attention, norms, embedding, "
+        "logit layer stay bf16)",
+    )
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}")
@@ -221,6 +240,19 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"fixed layout: {f}")
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
     p.add_argument("--recompute", default=None, choices=("none", "selective", "full"))
+    p.add_argument(
+        "--recompute-layers",
+        type=int,
+        default=None,
+        help="with --recompute full: recompute only N blocks of each model chunk (Megatron-LM's "
+        "--recompute-num-layers, --recompute-method block)",
+    )
+    p.add_argument(
+        "--hsdp",
+        type=int,
+        default=None,
+        help="hybrid sharding: ZeRO (--zero 1-3) shards over N dp ranks, replicated over dp/N (FSDP2's HSDP)",
+    )
     p.add_argument("--sp", action="store_true", help="sequence parallelism (fixed layout)")
     p.add_argument("--cp-allgather", action="store_true", help="CP by all-gathered K/V, Llama 3's (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
@@ -238,7 +270,8 @@ def main(argv=None) -> int:
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = _shape(a)
         if a.moe_experts is not None:
-            return moe_summary(name, model, a)
+            print(moe_summary(name, model, a.moe_experts, a.moe_top_k, a.ep, a.gpus, a.global_batch))
+            return 0
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:
@@ -258,6 +291,9 @@ def main(argv=None) -> int:
                 first_stage_layers=a.first_stage_layers,
                 last_stage_layers=a.last_stage_layers,
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
+                recompute_layers=a.recompute_layers,
+                hsdp=a.hsdp,
+                fp8=a.precision == "fp8",
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
         else:
@@ -269,6 +305,7 @@ def main(argv=None) -> int:
                 overlap=overlap,
                 flash_attention=a.flash_attention,
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
+                fp8=a.precision == "fp8",
             )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

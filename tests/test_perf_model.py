@@ -277,8 +277,8 @@ def test_bad_layouts_raise_config_error():
         estimate(MODELS["175b"], GPUS["a100"], Layout(dp=1, tp=5, pp=1), 8)
     with pytest.raises(ConfigError, match="not divisible by dp·micro_batch"):
         estimate(MODELS["175b"], GPUS["a100"], Layout(dp=3, tp=8, pp=1), 8)
-    with pytest.raises(ConfigError, match="zero=3 with pp > 1"):
-        estimate(MODELS["175b"], GPUS["a100"], Layout(dp=2, tp=8, pp=2, zero=3), 8)
+    with pytest.raises(ConfigError, match="hsdp=3 must divide dp=2"):  # (zero=3 with pp > 1 is valid: FSDP2's)
+        estimate(MODELS["175b"], GPUS["a100"], Layout(dp=2, tp=8, pp=2, zero=3, hsdp=3), 8)
     with pytest.raises(ConfigError, match="recompute='some'"):
         estimate(MODELS["175b"], GPUS["a100"], Layout(dp=1, tp=8, pp=1, recompute="some"), 8)
     with pytest.raises(ConfigError, match="v=2 with pp=1"):

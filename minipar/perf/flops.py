@@ -32,10 +32,17 @@ def logit_flops(model: ModelShape, b: float) -> float:
     return 2 * b * model.seq * model.hidden * model.vocab
 
 
-def model_flops(model: ModelShape, global_batch: int, recompute: str = "none", flash_attention: bool = False) -> float:
+def model_flops(
+    model: ModelShape,
+    global_batch: int,
+    recompute: str = "none",
+    flash_attention: bool = False,
+    recomputed_layers: int | None = None,
+) -> float:
     """FLOPs of one step. ``recompute="none"``: the model's FLOPs, 3 × forward (MegaScale's and PaLM's MFU
     count): 72·B·s·l·h²(1 + s/6h) + 6·B·s·h·V for a GPT. Executed FLOPs (Narayanan's TFLOP/s count):
-    full recomputation adds a forward of every block (eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh)); selective
+    full recomputation adds a forward of every block (eq. 3: 96·B·s·l·h²(1 + s/6h + V/16lh)), or of
+    ``recomputed_layers`` blocks only (Megatron-LM's ``--recompute-num-layers``); selective
     adds the attention core 4·B·s²·h·l (Korthikanti et al. 2022, arXiv:2205.05198, §5); FlashAttention's
     backward recomputes QKᵀ, + 2·B·s²·h·l (Dao et al. 2022, arXiv:2205.14135, §3.1), which also covers
     selective recomputation."""
@@ -43,7 +50,7 @@ def model_flops(model: ModelShape, global_batch: int, recompute: str = "none", f
     layer = layer_gemm_flops(model, B) + attention_core_flops(model, B)
     base = 3 * l * layer + 3 * logit_flops(model, B)
     if recompute == "full":
-        base += l * layer
+        base += (l if recomputed_layers is None else recomputed_layers) * layer
     core = attention_core_flops(model, B) * l
     if flash_attention:
         base += core / 2

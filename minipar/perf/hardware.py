@@ -50,7 +50,8 @@ class Device:
         fraction of a device one rank gets (cores / ranks when processes share CPU cores).
         bytes_per_value: activation/communication dtype (2 bf16, 4 fp32). host_bw: bytes/s to host
         memory for optimizer offload (inf: not modelled). counts: how a step is counted,
-        ``"megatron"`` or ``"minipar"`` (see :mod:`minipar.perf.model`).
+        ``"megatron"`` or ``"minipar"`` (see :mod:`minipar.perf.model`). fp8_flops: dense FP8
+        tensor-core peak (None: the device has none, as the A100).
     """
 
     name: str
@@ -67,6 +68,7 @@ class Device:
     usable_mem: float = 0.9
     host_bw: float = math.inf
     counts: str = "megatron"
+    fp8_flops: float | None = None
 
     def __post_init__(self):
         if self.counts not in COUNTS:
@@ -84,25 +86,28 @@ GEMM_EFF = 0.68  # fraction of dense peak on bf16 GEMMs: CHOSEN on the fit set (
 HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
 
 
-def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None) -> Device:
+def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_tflops=None) -> Device:
     """A GPU preset from its datasheet: dense bf16 TFLOP/s, memory (GiB unless ``mem_bytes``), HBM TB/s,
-    NVLink generation and inter-node network (:data:`minipar.comm.links.NETWORKS`); links at the
-    link table's rates times the assumed efficiencies."""
+    NVLink generation and inter-node network (:data:`minipar.comm.links.NETWORKS`), dense FP8 TFLOP/s
+    (None: no FP8 tensor cores); links at the link table's rates times the assumed efficiencies."""
     intra = (ALPHA_INTRA, NVLINK_EFF * NVLINK_GBPS[nvlink] / 8 * 1e9)
     inter = (ALPHA_INTER, IB_EFF * NETWORKS[net][0] / 8 * 1e9)
     mem = mem_bytes or mem_gib * GiB
-    return Device(name, tflops * 1e12, mem, 8, intra, inter, GEMM_EFF, HBM_EFF * hbm_tbs * 1e12)
+    fp8 = fp8_tflops * 1e12 if fp8_tflops else None
+    return Device(name, tflops * 1e12, mem, 8, intra, inter, GEMM_EFF, HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8)
 
 
 # Datasheets (dense bf16 peak, memory, HBM bandwidth): A100 SXM 80 GB (312 TFLOP/s, 80 GiB, 2.04 TB/s;
 # 40 GB: 1.56 TB/s), H100 SXM (989 TFLOP/s, 80 GiB, 3.35 TB/s), H200 SXM (989 TFLOP/s, 141 GB, 4.8 TB/s),
 # B200 (HGX B200: 2.25 PFLOP/s dense bf16, 180 GB per GPU, 8 TB/s). "80 GB" cards hold 80 GiB (nvidia-smi: 81920 MiB).
+# Dense FP8: half the datasheets' "with sparsity" figures: H100 SXM and H200 SXM 3,958 -> 1,979 TFLOP/s, HGX B200
+# 9 -> 4.5 PFLOP/s per GPU; the A100 has no FP8 tensor cores (its datasheet: TF32, bf16/fp16, int8 only).
 GPUS = {
     "a100": gpu("A100-SXM4-80GB", 312, 80, 2.04, 3, "hdr"),
     "a100-40gb": gpu("A100-SXM4-40GB", 312, 40, 1.56, 3, "hdr"),
-    "h100": gpu("H100-SXM5-80GB", 989, 80, 3.35, 4, "ndr"),
-    "h200": gpu("H200-SXM-141GB", 989, 0, 4.8, 4, "ndr", mem_bytes=141e9),
-    "b200": gpu("B200-180GB", 2250, 0, 8.0, 5, "ndr", mem_bytes=180e9),
+    "h100": gpu("H100-SXM5-80GB", 989, 80, 3.35, 4, "ndr", fp8_tflops=1979),
+    "h200": gpu("H200-SXM-141GB", 989, 0, 4.8, 4, "ndr", mem_bytes=141e9, fp8_tflops=1979),
+    "b200": gpu("B200-180GB", 2250, 0, 8.0, 5, "ndr", mem_bytes=180e9, fp8_tflops=4500),
 }
 
 

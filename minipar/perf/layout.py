@@ -90,7 +90,11 @@ class Layout:
     across nodes and all-gathers it over NVLink); ``first_stage_layers`` / ``last_stage_layers``:
     uneven first/last pipeline stages (v = 1) or first/last model chunks (v > 1): :meth:`chunk_layers`
     (None: even); ``cp_allgather``: context parallelism by all-gathering K and V before attention and
-    reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped."""
+    reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped;
+    ``recompute_layers`` N (with recompute "full"): only the first N blocks of each model chunk are
+    recomputed (:meth:`recomputed_layers`); ``hsdp`` H: hybrid sharding, ZeRO's state sharded over a
+    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`);
+    ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`)."""
 
     dp: int
     tp: int
@@ -110,10 +114,30 @@ class Layout:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     cp_allgather: bool = False
+    recompute_layers: int | None = None
+    hsdp: int | None = None
+    fp8: bool = False
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard(self) -> int:
+        """Ranks ZeRO divides the model states over: dp·cp (every rank holding the same weights), or hsdp·cp
+        with hybrid sharding (PyTorch FSDP2's HSDP: shard within a group, replicate across groups)."""
+        return (self.hsdp or self.dp) * self.cp
+
+    def recomputed_layers(self, layers: int) -> list[int]:
+        """Blocks of each model chunk (:meth:`chunk_layers`) whose forward runs again in backward: all with
+        recompute "full", none otherwise; with ``recompute_layers`` N the first min(N, n) of a chunk of n
+        (Megatron-LM's ``--recompute-granularity full --recompute-method block --recompute-num-layers N``,
+        counted per model chunk: ``TransformerBlock._checkpointed_forward`` loops over the chunk's own
+        layers, megatron/core/transformer/transformer_block.py); the others keep every activation."""
+        chunks = self.chunk_layers(layers)
+        if self.recompute != "full":
+            return [0] * len(chunks)
+        return chunks if self.recompute_layers is None else [min(n, self.recompute_layers) for n in chunks]
 
     def chunk_layers(self, layers: int) -> list[int]:
         """Blocks per virtual stage (model chunk) k = 0 .. pp·v−1; chunk k lives on rank k mod pp
@@ -165,10 +189,13 @@ class Layout:
         s += f"·first{self.first_stage_layers}" if self.first_stage_layers is not None else ""
         s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
+        s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += {"none": "", "selective": "·sel-rc", "full": "·full-rc"}[self.recompute]
+        s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
+        s += "·fp8" if self.fp8 else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 
@@ -194,8 +221,11 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
             sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
             dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
-            minipar: more stages than layers, or uneven stages); ZeRO-3 with pp > 1; a batch not
-            divisible by dp·b; interleaving with m not a multiple of pp.
+            minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
+            interleaving with m not a multiple of pp; ``hsdp`` not dividing dp or without ZeRO;
+            ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
+            the largest model chunk. (ZeRO-3 with pp > 1 is valid: FSDP2's per-step all-gather,
+            :func:`minipar.perf.sharding.dp_time`.)
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
@@ -232,14 +262,33 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
             "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
         )
-    if layout.zero == 3 and p > 1:
-        raise ConfigError(
-            "zero=3 with pp > 1: ZeRO-3 would re-gather every stage's weights for each micro-batch; "
-            "Megatron-LM and DeepSpeed do not combine them. Use zero=1 with pipelines, or pp=1"
-        )
+    _check_hybrid(model, layout, counts)
     if global_batch % (d * b):
         raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
     m = global_batch // (d * b)
     if v > 1 and m % p:
         raise ConfigError(f"interleaving needs m = {m} micro-batches to be a multiple of pp={p}")
     return m
+
+
+def _check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
+    """The ``hsdp`` and ``recompute_layers`` of a layout (:func:`check_layout`). Raises ConfigError."""
+    H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
+    if H is not None and (not isinstance(H, int) or H < 1 or d % H):
+        ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0)
+        raise ConfigError(f"hsdp={H!r} must divide dp={d} (shard groups of hsdp ranks, dp/hsdp replicas); use {ok}")
+    if H is not None and layout.zero == 0:
+        raise ConfigError(f"hsdp={H} shards ZeRO's model states: needs zero 1, 2 or 3 (zero=0 keeps nothing sharded)")
+    if N is None:
+        return
+    if layout.recompute != "full" or counts != "megatron":
+        raise ConfigError(
+            f"recompute_layers={N} recomputes N whole blocks: needs recompute='full' (not {layout.recompute!r}) "
+            "and the GPU counts"
+        )
+    most = max(layout.chunk_layers(model.layers))
+    if not isinstance(N, int) or not 1 <= N <= most:
+        raise ConfigError(
+            f"recompute_layers={N!r} (--recompute-layers): between 1 and the {most} blocks of the largest chunk "
+            f"(pp·v = {layout.pp}·{layout.v}); use recompute_layers <= {most}, or none for every block"
+        )

@@ -50,11 +50,16 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     """Bytes per device of the busiest pipeline rank: params, grads, optimizer (ZeRO's formula over the
     dp·cp ranks that hold the same weights; Rajbhandari et al. 2020, arXiv:1910.02054), activations
     (:func:`~minipar.perf.flops.activation_bytes_per_layer` × :func:`held_layers`, each model chunk
-    with its own block count; full recomputation adds the one block being recomputed), total (all on
-    the device) and host (offloaded optimizer state). Raises ConfigError for an invalid layout."""
+    with its own block count; full recomputation adds the one block being recomputed; with
+    ``recompute_layers`` each chunk's recomputed blocks keep their input and its others every activation),
+    total (all on the device) and host (offloaded optimizer state). ZeRO shards over
+    :attr:`~minipar.perf.layout.Layout.shard` ranks (dp·cp, or hsdp·cp); ZeRO-3 with pp > 1 keeps a
+    stage's weights and gradients unsharded from its first forward to the step's one reduce-scatter
+    (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes. Raises ConfigError
+    for an invalid layout."""
     from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
 
-    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
+    t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
     params = stage_params(model, p, t, dev.counts, stage_layers_of(model, layout, dev))
     if dev.counts == "megatron":
@@ -63,9 +68,15 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         chunks = (-(-model.layers // p) / v,) * (p * v)
     held = held_layers(p, m, v, layout.schedule, chunks)
     per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, sp, bpv, flash, c)
+    if layout.recompute_layers is not None:  # per chunk: recomputed blocks keep their input, the others all
+        none = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+        rc = layout.recomputed_layers(model.layers)
+        held = held_layers(p, m, v, layout.schedule, tuple(r * per_layer + (n - r) * none for n, r in zip(chunks, rc)))
+        per_layer = 1.0  # held is in bytes now
+    zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None
     for i in range(p):
-        states = zero_bytes_formula(params[i], layout.zero, d * c, mixed_precision=bpv == 2)
+        states = zero_bytes_formula(params[i], zero, layout.shard, mixed_precision=bpv == 2)
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations

@@ -23,7 +23,9 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   arXiv:2104.04473, App. A) at ``gemm_efficiency`` of peak (0.68, CHOSEN on the fit set); the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
   arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
-  backward is 2 forwards; full recomputation adds one, selective the attention core (§5).
+  backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
+  model chunk only, Megatron-LM's block method), selective the attention core (§5). FP8
+  (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`).
   FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
   runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
   last stage. minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full recomputation × 4/3.
@@ -50,9 +52,12 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   blocks, :meth:`~minipar.perf.layout.Layout.chunk_layers`: uneven first/last stages or chunks; the
   logit layer on the last); the bubble is what the busiest rank leaves idle.
   minipar: uniform stages, (m + p − 1) stage times (Narayanan §2.2.1).
-- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`dp_time`. Under gradient
+- **DP / ZeRO** (Rajbhandari et al. 2020, arXiv:1910.02054, §7): :func:`minipar.perf.sharding.dp_time`
+  (HSDP: reduce-scatter and all-gather in the shard group, all-reduce of the shard across replicas;
+  ZeRO-3 with pp > 1: FSDP2's one all-gather per step). Under gradient
   accumulation only the last micro-batch's backward can hide the gradient reduction (bucket by
-  bucket; the last bucket stays exposed). Optimizer step: 32 bytes per parameter over HBM.
+  bucket; the last bucket stays exposed). Optimizer step: 32 bytes per parameter over HBM, ÷ the
+  ranks ZeRO shards over (:attr:`~minipar.perf.layout.Layout.shard`).
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
 - **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`,
@@ -70,9 +75,9 @@ all-gathers, MegaScale's parallel block and sliding-window attention.
 from __future__ import annotations
 
 import functools
-import math
 
 from minipar.comm.cost import all_reduce_time, p2p_time, ring_time
+from minipar.errors import ConfigError
 from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, stage_params: read here by lessons 00, 07, 08)
     activation_bytes_per_layer,
     attention_core_flops,
@@ -85,26 +90,9 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu, stage_layers_of
-from minipar.perf.timeline import overlap_formula
+from minipar.perf.sharding import BUCKET_PARAMS, dp_time, group_link  # noqa: F401  (the model's public names)
+from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
-
-BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
-
-
-def group_link(dev: Device, size: int, stride: int) -> tuple:
-    """(α, β) of a group of ``size`` ranks ``stride`` apart in Megatron's rank order (tp, cp, dp, pp
-    innermost first): its block of size·stride consecutive ranks is inside one node only if it fits
-    and the node holds a whole number of blocks; otherwise some group straddles two nodes and runs
-    at the inter-node rate (tp = 3, 5, 6, 7 on 8-GPU nodes: a group crosses a node boundary)."""
-    span, g = size * stride, dev.gpus_per_node
-    return dev.intra if size <= 1 or (span <= g and g % span == 0) else dev.inter
-
-
-def _exposed(comm: float, window: float, nbytes_params: float) -> float:
-    """Seconds of ``comm`` not hidden behind ``window`` seconds of compute, in buckets of
-    :data:`BUCKET_PARAMS` gradients (two streams, :func:`minipar.perf.timeline.overlap_formula`)."""
-    n = max(1, math.ceil(nbytes_params / BUCKET_PARAMS))
-    return overlap_formula(n, comm / n, window / n) - window
 
 
 @functools.lru_cache(maxsize=4096)
@@ -132,22 +120,31 @@ def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> f
     return t1 + (t2 - t1) / (m2 - m1) * (m - m1)
 
 
-def _links(dev: Device, lay: Layout) -> dict:
-    """(α, β) of the TP, CP, DP (over dp·cp ranks) and PP groups (:func:`group_link`)."""
-    t, c, d, p = lay.tp, lay.cp, lay.dp, lay.pp
-    return {
-        "tp": group_link(dev, t, 1),
-        "cp": group_link(dev, c, t),
-        "dp": group_link(dev, d * c, t),
-        "pp": group_link(dev, p, t * c * d),
-    }
-
-
 def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> float:
     """Bytes of one ring-attention message of a rank holding ``s`` tokens: its K and V, 2·b·s·(kv heads
     on this TP rank)·d_head·bpv. Ring attention sends c − 1 of them forward and 2c − 1 backward (the dK/dV
     accumulators make one more hop home): :func:`minipar.cp.ring.ring_attention_bytes`, lesson 11."""
     return 2 * b * s * model.kv * (model.hidden // model.heads) / min(t, model.kv) * bpv
+
+
+def gemm_rate(dev: Device, layout: Layout) -> float:
+    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP): ``gemm_efficiency`` × the dense bf16
+    peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
+    FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's and
+    torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
+    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear``
+    and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed
+    precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved
+    GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
+
+    Raises:
+        ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
+    """
+    if not layout.fp8:
+        return dev.peak_flops * dev.gemm_efficiency * dev.compute_share
+    if dev.fp8_flops is None or dev.counts != "megatron":
+        raise ConfigError(f"fp8 on {dev.name}: it has no FP8 tensor cores (Device.fp8_flops); use bf16 or an H100")
+    return dev.fp8_flops * dev.gemm_efficiency * dev.compute_share
 
 
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
@@ -159,13 +156,16 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     core = attention_core_flops(model, b, s, model.seq) / t / eff * (0.5 if flash else 1.0)  # flash: causal half
     act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    f_l = layer_gemm_flops(model, b, s) / t / eff + core + (mem_t + dev.layer_overhead / 3) / share
+    g_rate = gemm_rate(dev, layout) if layout.fp8 else eff  # the blocks' weight GEMMs (fp8: at the FP8 peak)
+    f_l = layer_gemm_flops(model, b, s) / t / g_rate + core + (mem_t + dev.layer_overhead / 3) / share
     extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
     b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
-    tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if layout.recompute == "full" else 0.0)
+    full = layout.recompute == "full"
+    tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if full else 0.0)
+    b_0, tp_b0 = (2 * f_l + (core / 2 if flash else 0.0), 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
     if "tp" in layout.overlap:
-        tp_f, tp_b = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l)
+        tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
     if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
         cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
@@ -180,8 +180,9 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
             p2p += ring_time(t, msg, L["tp"])  # the all-gather over NVLink
     logit = logit_flops(model, b) / c / t / eff
     layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
+    rc = layout.recomputed_layers(model.layers)  # of them, recomputed (all under "full" unless recompute_layers)
     lf = [n * (f_l + tp_f + cp_f) + p2p for n in layers]
-    lb = [n * (b_l + tp_b + cp_b) + p2p for n in layers]
+    lb = [(n - r) * (b_0 + tp_b0 + cp_b) + r * (b_l + tp_b + cp_b) + p2p for n, r in zip(layers, rc)]
     lf[-1], lb[-1] = lf[-1] + logit, lb[-1] + 2 * logit  # the logit layer runs on the last stage
     if p == 1:
         pipe = m * (lf[0] + lb[0])
@@ -191,12 +192,13 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         pipe = pipeline_makespan(p, m, v, rel(lf), rel(lb), layout.schedule) * unit
     rank = max(range(p), key=lambda r: sum(lf[k] + lb[k] for k in range(r, S, p)))
     mine = list(range(rank, S, p))  # the busiest rank's chunks
-    n_l = sum(layers[k] for k in mine)
+    n_r = sum(rc[k] for k in mine)
+    n_0 = sum(layers[k] for k in mine) - n_r
     busy = m * sum(lf[k] + lb[k] for k in mine)
     return {
-        "compute": m * (n_l * (f_l + b_l) + (3 * logit if rank == p - 1 else 0.0)),
-        "tp": m * n_l * (tp_f + tp_b),
-        "cp": m * n_l * (cp_f + cp_b),
+        "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit if rank == p - 1 else 0.0)),
+        "tp": m * n_0 * (tp_f + tp_b0) + m * n_r * (tp_f + tp_b),
+        "cp": m * (n_0 + n_r) * (cp_f + cp_b),
         "pp": m * len(mine) * 2 * p2p,
         "bubble": pipe - busy,
         "pipe": pipe,
@@ -236,32 +238,6 @@ def _pipeline_minipar(model: ModelShape, dev: Device, layout: Layout, m: int) ->
     }
 
 
-def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float, bwd1: float) -> float:
-    """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054,
-    §7), over the dp·cp ranks that hold the same weights. ZeRO 0: an all-reduce of the busiest stage's
-    gradients (``grad_bytes`` each); ZeRO 1/2 (Megatron's distributed optimizer): a reduce-scatter of
-    them and an all-gather of the 16-bit weights; ZeRO 3 (pp = 1): per micro-batch an all-gather of
-    the weights for the forward and one for the backward, and a reduce-scatter of the gradients
-    (DeepSpeed's stage 3). With ``"dp"`` in ``overlap`` only what can really hide is hidden: under
-    gradient accumulation the gradients are final only in the LAST micro-batch's backward
-    (``bwd1`` seconds), which hides the reduction bucket by bucket (:data:`BUCKET_PARAMS`; the last
-    bucket is always exposed); the weights' all-gather hides behind the first micro-batch's forward
-    (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 per micro-batch behind its own passes."""
-    n, z, bpv = layout.dp * layout.cp, layout.zero, dev.bytes_per_value
-    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
-    link = _links(dev, layout)["dp"]
-    grads = (ring_time if z else all_reduce_time)(n, layout.grad_bytes * psi, link)  # reduce-scatter or all-reduce
-    gather = ring_time(n, bpv * psi, link) if z else 0.0
-    hide = "dp" in layout.overlap
-    if z == 3:
-        if not hide:
-            return m * (2 * gather + grads)
-        return m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
-    if not hide:
-        return grads + gather
-    return _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
-
-
 def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) -> Estimate:
     """Step time (s), TFLOP/s per device, MFU and memory per device (bytes) of one layout (a MODEL;
     every term in the module doc; ``dev.counts`` picks the megatron or minipar counts).
@@ -270,18 +246,20 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         ConfigError: a degree that does not divide the model or the batch (the message names it).
     """
     m = check_layout(model, layout, global_batch, dev.counts)
+    gemm_rate(dev, layout)  # fp8 on a device without FP8: refused before any work
     pipeline = _pipeline_megatron if dev.counts == "megatron" else _pipeline_minipar
     time = pipeline(model, dev, layout, m)
     pipe, _, fwd1, bwd1 = (time.pop(k) for k in ("pipe", "busy", "fwd1", "bwd1"))
     dp_t = dp_time(model, dev, layout, m, fwd1, bwd1)
     psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
-    n_opt = layout.dp * layout.cp if layout.zero else 1
+    n_opt = layout.shard if layout.zero else 1
     opt_t = (32 * psi / n_opt / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
     host_t = 2 * dev.bytes_per_value * psi / dev.host_bw if layout.offload else 0.0
     time.update(dp=dp_t, optimizer=opt_t, offload=host_t, total=pipe + dp_t + opt_t + host_t)
     mem = memory_per_gpu(model, dev, layout, m)
     n, total = layout.gpus, time["total"]
-    executed = model_flops(model, global_batch, layout.recompute, layout.flash_attention)
+    rc = None if layout.recompute_layers is None else sum(layout.recomputed_layers(model.layers))
+    executed = model_flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
     return Estimate(
         layout,
         m,

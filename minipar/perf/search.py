@@ -49,6 +49,7 @@ def plan(
     flash_attention: bool = False,
     cps=None,
     grad_bytes: int = 4,
+    fp8: bool = False,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -57,9 +58,12 @@ def plan(
     Args:
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
-            (ZeRO stages, dp > 1 only), ``vs`` (interleaving, pp > 1 only): the choices tried;
+            (ZeRO stages, dp > 1 only; ZeRO-3 only with pp = 1: with pipelines FSDP2 keeps the
+            weights gathered for the step, ZeRO-1's cost, :func:`minipar.perf.sharding.dp_time`),
+            ``vs`` (interleaving, pp > 1 only): the choices tried;
             ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``,
-            ``grad_bytes`` (bytes per gradient element reduced over dp: 4 fp32, 2 bf16): fixed.
+            ``grad_bytes`` (bytes per gradient element reduced over dp: 4 fp32, 2 bf16), ``fp8`` (the blocks'
+            GEMMs in FP8, :func:`minipar.perf.model.gemm_rate`): fixed.
             ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
             only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
@@ -85,7 +89,7 @@ def plan(
             for b in sizes:
                 for v in vs if pp > 1 else (1,):
                     for rc in recomputes:
-                        for z in zeros if dp > 1 else (0,):
+                        for z in (z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,):
                             sp = seq_parallel and tp > 1
                             lay = Layout(
                                 dp,
@@ -102,6 +106,7 @@ def plan(
                                 cp=cp,
                                 flash_attention=flash_attention,
                                 grad_bytes=grad_bytes,
+                                fp8=fp8,
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

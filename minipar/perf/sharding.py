@@ -1,0 +1,103 @@
+"""Which link each parallel group runs on, and the data-parallel / ZeRO / HSDP communication of one step
+(a MODEL, :mod:`minipar.perf.model`). Units: seconds; (α, β) pairs as :mod:`minipar.comm.cost` reads them.
+
+Rank order (innermost first): tp, cp, dp, pp (Megatron-LM's); with hybrid sharding (``Layout.hsdp`` = H)
+dp splits into a shard group of H consecutive dp ranks inside dp/H replicas (PyTorch FSDP2's HSDP on a 2-D
+mesh ``(replicate, shard)``; torchtitan's ``dp_replicate × dp_shard``, ``dp_shard`` inner).
+"""
+
+from __future__ import annotations
+
+import math
+
+from minipar.comm.cost import all_reduce_time, ring_time
+from minipar.perf.flops import stage_params
+from minipar.perf.hardware import Device
+from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.memory import stage_layers_of
+from minipar.perf.timeline import overlap_formula
+
+BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
+
+
+def group_link(dev: Device, size: int, stride: int) -> tuple:
+    """(α, β) of a group of ``size`` ranks ``stride`` apart in Megatron's rank order (tp, cp, dp, pp
+    innermost first): its block of size·stride consecutive ranks is inside one node only if it fits
+    and the node holds a whole number of blocks; otherwise some group straddles two nodes and runs
+    at the inter-node rate (tp = 3, 5, 6, 7 on 8-GPU nodes: a group crosses a node boundary)."""
+    span, g = size * stride, dev.gpus_per_node
+    return dev.intra if size <= 1 or (span <= g and g % span == 0) else dev.inter
+
+
+def links(dev: Device, lay: Layout) -> dict:
+    """(α, β) of the TP, CP, DP (over dp·cp ranks) and PP groups (:func:`group_link`); with ``hsdp`` = H
+    also ``"shard"`` (H·cp ranks, stride tp: inside a node when H·cp·tp divides the node) and
+    ``"replicate"`` (dp/H ranks, stride tp·cp·H: across nodes unless the whole dp·cp·tp fits in one)."""
+    t, c, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    out = {
+        "tp": group_link(dev, t, 1),
+        "cp": group_link(dev, c, t),
+        "dp": group_link(dev, d * c, t),
+        "pp": group_link(dev, p, t * c * d),
+    }
+    if lay.hsdp is not None:
+        out["shard"] = group_link(dev, lay.hsdp * c, t)
+        out["replicate"] = group_link(dev, d // lay.hsdp, t * c * lay.hsdp)
+    return out
+
+
+def _exposed(comm: float, window: float, nbytes_params: float) -> float:
+    """Seconds of ``comm`` not hidden behind ``window`` seconds of compute, in buckets of
+    :data:`BUCKET_PARAMS` gradients (two streams, :func:`minipar.perf.timeline.overlap_formula`)."""
+    n = max(1, math.ceil(nbytes_params / BUCKET_PARAMS))
+    return overlap_formula(n, comm / n, window / n) - window
+
+
+def _reduce_and_gather(dev: Device, layout: Layout, psi: float) -> tuple[float, float]:
+    """(seconds of the gradients' reduction, seconds of one all-gather of the 16-bit weights) of ``psi``
+    parameters. ZeRO 0: an all-reduce over dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the
+    dp·cp ranks; HSDP (``hsdp`` = H): the reduce-scatter and all-gather inside the shard group (H·cp ranks,
+    its own link), then an all-reduce of this rank's 1/(H·cp) shard across the dp/H replicas on theirs
+    (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward`` reduce-scatters, then all-reduces over the
+    replicate dimension; Megatron-LM's ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under
+    ZeRO-3 with pp = 1 that all-reduce runs in every micro-batch's backward, as FSDP2 does unless
+    ``set_requires_all_reduce(False)`` (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
+    n, z, bpv, L = layout.dp * layout.cp, layout.zero, dev.bytes_per_value, links(dev, layout)
+    g = layout.grad_bytes * psi
+    if layout.hsdp is None:
+        grads = (ring_time if z else all_reduce_time)(n, g, L["dp"])  # reduce-scatter or all-reduce
+        return grads, ring_time(n, bpv * psi, L["dp"]) if z else 0.0
+    s = layout.hsdp * layout.cp
+    grads = ring_time(s, g, L["shard"]) + all_reduce_time(layout.dp // layout.hsdp, g / s, L["replicate"])
+    return grads, ring_time(s, bpv * psi, L["shard"])
+
+
+def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float, bwd1: float) -> float:
+    """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054,
+    §7), over the dp·cp ranks that hold the same weights (HSDP: :func:`_reduce_and_gather`). ZeRO 0: an
+    all-reduce of the busiest stage's gradients (``grad_bytes`` each); ZeRO 1/2 (Megatron's distributed
+    optimizer): a reduce-scatter of them and an all-gather of the 16-bit weights; ZeRO 3 with pp = 1: per
+    micro-batch an all-gather of the weights for the forward and one for the backward, and a
+    reduce-scatter of the gradients (DeepSpeed's stage 3; FSDP2's default ``reshard_after_forward=True``);
+    ZeRO 3 with pp > 1 (FSDP2 under ``torch.distributed.pipelining``, torchtitan's 3-D layout): ONE
+    all-gather and one reduce-scatter per step, as ZeRO 1/2: torchtitan's ``apply_fsdp`` sets
+    ``reshard_after_forward = not pp_enabled`` ("to avoid per-microbatch all-gathers";
+    torchtitan/models/llama3/infra/parallelize.py) and PyTorch's ``PipelineStage`` turns
+    ``set_reshard_after_backward`` and ``set_requires_gradient_sync`` off for every micro-batch, reducing
+    once in ``perform_reduce_grad`` (torch/distributed/pipelining/stage.py). With ``"dp"`` in ``overlap``
+    only what can really hide is hidden: under gradient accumulation the gradients are final only in the
+    LAST micro-batch's backward (``bwd1`` seconds), which hides the reduction bucket by bucket
+    (:data:`BUCKET_PARAMS`; the last bucket is always exposed); the weights' all-gather hides behind the
+    first micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per
+    micro-batch behind its own passes."""
+    z = layout.zero
+    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
+    grads, gather = _reduce_and_gather(dev, layout, psi)
+    hide = "dp" in layout.overlap
+    if z == 3 and layout.pp == 1:
+        if not hide:
+            return m * (2 * gather + grads)
+        return m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
+    if not hide:
+        return grads + gather
+    return _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)

@@ -1,0 +1,132 @@
+"""Issue #38 item 2: partial activation checkpointing (--recompute-layers), hybrid sharding (--hsdp) and ZeRO-3
+(FSDP2) with pipelines, from the command line and the library."""
+
+import json
+
+import pytest
+
+from minipar.comm.cost import all_reduce_time, ring_time
+from minipar.errors import ConfigError
+from minipar.perf.flops import stage_params
+from minipar.perf.hardware import GPUS
+from minipar.perf.layout import Layout
+from minipar.perf.model import estimate
+from minipar.perf.published import MODELS
+from minipar.perf.search import plan
+from minipar.perf.sharding import links
+from minipar.plan import main, parser
+
+LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
+LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
+FIXED = ["--tp", "8", "--pp", "8", "--dp", "16", "--zero", "1", "--sp", "--flash-attention", "--json"]
+LLAMA8B = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--swiglu"]
+LLAMA8B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "512"]
+FSDP64 = ["--tp", "1", "--pp", "1", "--dp", "64", "--zero", "3", "--recompute", "full", "--flash-attention", "--json"]
+
+
+def _run(argv, capsys) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_new_flags_are_in_help():
+    text = parser().format_help()
+    assert "--recompute-layers" in text and "--hsdp" in text
+
+
+def test_recompute_layers_lies_between_none_and_full(capsys):
+    """10 blocks per stage (80 layers, pp 8): N = 10 is full recomputation, N = 5 sits between none and full in
+    memory, step time and executed FLOPs; the JSON echoes N (and only when given)."""
+    none = _run([*LLAMA70B, *FIXED, "--recompute", "none"], capsys)
+    full = _run([*LLAMA70B, *FIXED, "--recompute", "full"], capsys)
+    all10 = _run([*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "10"], capsys)
+    half = _run([*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "5"], capsys)
+    assert "recompute_layers" not in full and half["recompute_layers"] == 5
+    assert half["layout"].endswith("full-rc5·flash·sp")
+    for k in ("step_s", "mem_gb", "mfu", "tflops_per_gpu"):
+        assert all10[k] == full[k]
+    assert none["mem_gb"] > half["mem_gb"] > full["mem_gb"]
+    assert none["step_s"] < half["step_s"] < full["step_s"]
+    # compute: 5 of 10 blocks pay one more forward (a backward is 2 forwards): half of full's extra compute
+    extra = full["time_s"]["compute"] - none["time_s"]["compute"]
+    assert half["time_s"]["compute"] - none["time_s"]["compute"] == pytest.approx(extra / 2, rel=0.01)
+
+
+def test_recompute_layers_per_chunk_with_interleaving():
+    """With v = 2 each of a rank's two chunks recomputes N blocks: N = 5 of 5 blocks per chunk is all of them."""
+    model, dev = MODELS["70b"], GPUS["h100"]
+    full = estimate(model, dev, Layout(16, 8, 8, v=2, recompute="full"), 1024)
+    n5 = estimate(model, dev, Layout(16, 8, 8, v=2, recompute="full", recompute_layers=5), 1024)
+    n1 = estimate(model, dev, Layout(16, 8, 8, v=2, recompute="full", recompute_layers=1), 1024)
+    assert n5.time["total"] == full.time["total"] and n5.mem["total"] == full.mem["total"]
+    assert n1.time["total"] < full.time["total"] and n1.mem["total"] > full.mem["total"]
+
+
+def test_hsdp_shards_inside_the_node_and_replicates_across(capsys):
+    """Llama 3 8B, FSDP on 64 H100s: HSDP with shard groups of 8 (one node) all-gathers and reduce-scatters on
+    NVLink and all-reduces 1/8 of the gradients across nodes; its states are sharded 8-way, not 64-way."""
+    fsdp = _run([*LLAMA8B, *FSDP64], capsys)
+    hsdp = _run([*LLAMA8B, *FSDP64, "--hsdp", "8"], capsys)
+    same = _run([*LLAMA8B, *FSDP64, "--hsdp", "64"], capsys)
+    assert hsdp["hsdp"] == 8 and "·hsdp8" in hsdp["layout"] and "hsdp" not in fsdp
+    assert {k: same[k] for k in ("step_s", "mem_gb")} == {k: fsdp[k] for k in ("step_s", "mem_gb")}
+    assert hsdp["time_s"]["dp"] < fsdp["time_s"]["dp"] and hsdp["mem_gb"] > fsdp["mem_gb"]
+    dev, lay = GPUS["h100"], Layout(64, 1, 1, zero=3, hsdp=8)
+    L = links(dev, lay)
+    assert L["shard"] == dev.intra and L["replicate"] == dev.inter
+
+
+def test_hsdp_costs_are_the_sum_of_its_two_collectives():
+    """ZeRO-1 with HSDP, no overlap: reduce-scatter (fp32) + all-gather (bf16) in the shard group, all-reduce of
+    the 1/H shard across the replicas (minipar.perf.sharding)."""
+    model, dev = MODELS["70b"], GPUS["h100"]
+    lay = Layout(32, 8, 1, zero=1, hsdp=4, recompute="full")
+    e = estimate(model, dev, lay, 256)
+    L, psi = links(dev, lay), stage_params(model, 1, 8)[0]
+    want = ring_time(4, 4 * psi, L["shard"]) + ring_time(4, 2 * psi, L["shard"])
+    want += all_reduce_time(8, 4 * psi / 4, L["replicate"])
+    assert e.time["dp"] == pytest.approx(want, rel=1e-6)
+    assert L["shard"] == dev.inter  # 4 dp ranks × tp 8 = 32 GPUs: across nodes
+
+
+def test_zero3_with_pipelines_is_fsdp2s_per_step_gather(capsys):
+    """ZeRO-3 with pp > 1 (torchtitan's 3-D layout; before: refused): FSDP2 under pipelining gathers a stage's
+    weights once per step and reduce-scatters once, so memory and traffic are ZeRO-1's; the search does not try it
+    twice."""
+    z1 = _run([*LLAMA70B, *FIXED, "--recompute", "selective"], capsys)
+    z3 = _run([*LLAMA70B, *FIXED[:7], "3", *FIXED[8:], "--recompute", "selective"], capsys)
+    assert "zero3" in z3["layout"] and z3["step_s"] == z1["step_s"] and z3["mem_gb"] == z1["mem_gb"]
+    rows = plan(MODELS["70b"], GPUS["h100"], 64, 256)
+    assert not any(e.layout.zero == 3 and e.layout.pp > 1 for e, _ in rows)
+
+
+CASES = [
+    ([*LLAMA70B, *FIXED, "--recompute-layers", "2"], "--recompute-layers 2 recomputes that many whole blocks"),
+    ([*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "0"], "--recompute-layers 0: must be"),
+    (
+        [*LLAMA70B, *FIXED, "--recompute", "full", "--recompute-layers", "11"],
+        "recompute_layers=11 (--recompute-layers): between",
+    ),
+    (["--model", "70b", "--recompute-layers", "2"], "--recompute-layers 2 modifies a fixed layout"),
+    ([*LLAMA8B, *FSDP64, "--hsdp", "3"], "--hsdp 3 must divide --dp 64 (shard groups inside dp); use --hsdp 1, 2, 4"),
+    ([*LLAMA8B, *FSDP64[:7], "0", *FSDP64[8:], "--hsdp", "8"], "--hsdp 8 shards ZeRO's model states over 8 ranks"),
+    (["--model", "70b", "--hsdp", "8"], "--hsdp 8 modifies a fixed layout"),
+    (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 prints the experts'"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CASES, ids=[m.split(":")[0][:40] for _, m in CASES])
+def test_contradictions_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith(f"error: {message}") and cap.err.count("\n") == 1, cap.err
+
+
+def test_the_library_refuses_the_same():
+    model, dev = MODELS["70b"], GPUS["h100"]
+    with pytest.raises(ConfigError, match="hsdp=3 must divide dp=16"):
+        estimate(model, dev, Layout(16, 8, 1, zero=1, hsdp=3), 256)
+    with pytest.raises(ConfigError, match="hsdp=4 shards ZeRO's model states"):
+        estimate(model, dev, Layout(16, 8, 1, hsdp=4), 256)
+    with pytest.raises(ConfigError, match="needs recompute='full'"):
+        estimate(model, dev, Layout(16, 8, 1, recompute="selective", recompute_layers=2), 256)
