@@ -293,3 +293,57 @@ def grad_scaler_trajectory(
         mine.update(ok)
         out["minipar"].append((mine.scale, ok))
     return out
+
+
+# ---- FP8, emulated (minipar.optim.fp8) ----------------------------------------------------------
+
+
+def fp8_gemm_errors(ratios=(1.0, 1e2, 1e3, 1e4, 1e5, 1e6), channel: int = 7) -> dict:
+    """The second MLP GEMM of block 1 of the MEDIUM GPT (x: 512 tokens × 512, w: 128 × 512) on real data, with
+    channel ``channel`` of x scaled so that its amax is ``ratio`` × the median |x| (1: as is). Per ratio, the
+    relative Frobenius error of the 511 clean channels' product, per-tensor e4m3 / block e4m3 / bf16 vs float64;
+    and, as is, max over elements of |Δy| / (derived bound) for both FP8 recipes (≤ 1: within it)."""
+    from minipar.optim.fp8 import gemm_error_bound, quantize_blocks, quantize_tensor
+
+    model, grab = seeded_gpt(MEDIUM_T128, torch.float32), {}
+    hook = model.blocks[1].mlp.proj.register_forward_pre_hook(lambda m, a: grab.update(x=a[0].detach()))
+    model(*batch(4, 128))
+    hook.remove()
+    x, w = grab["x"].reshape(-1, 512), model.blocks[1].mlp.proj.weight.detach()
+    clean = torch.arange(512) != channel
+    recipes = {
+        "per-tensor e4m3": lambda a, b: (quantize_tensor(a), quantize_tensor(b)),
+        "block e4m3 (1×128, 128×128)": lambda a, b: (quantize_blocks(a), quantize_blocks(b, block=(128, 128))),
+        "bf16": lambda a, b: (a.bfloat16().float(), b.bfloat16().float()),
+    }
+    out = {"ratios": list(ratios), "err": {k: [] for k in recipes}, "median": x.abs().median().item()}
+    for r in ratios:
+        xo = x.clone()
+        if r > 1:
+            xo[:, channel] *= r * out["median"] / xo[:, channel].abs().max()
+        ref = x[:, clean].double() @ w[:, clean].double().t()
+        for k, f in recipes.items():
+            xq, wq = f(xo, w)
+            y = (xq[:, clean] @ wq[:, clean].t()).double()
+            out["err"][k].append(((y - ref).norm() / ref.norm()).item())
+    ref = x.double() @ w.double().t()
+    bound = gemm_error_bound(x, w).double()
+    out["within"] = {
+        k: ((f(x, w)[0] @ f(x, w)[1].t()).double() - ref).abs().div(bound).max().item()
+        for k, f in list(recipes.items())[:2]
+    }
+    return out
+
+
+def fp8_training(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3, seed: int = 0) -> list[float]:
+    """Losses of ``steps`` AdamW steps of the small GPT: "fp32", "bf16" (bf16 compute, fp32 master weights) or
+    "fp8-<recipe>" (fp32 weights, every linear of the blocks in emulated FP8: forward e4m3, gradients e5m2)."""
+    from minipar.optim.fp8 import to_fp8
+
+    if kind == "bf16":
+        return mixed_precision_run("bf16-master", steps, cfg, B, lr)["losses"]
+    model = seeded_gpt(cfg, torch.float32, seed=seed)
+    if kind.startswith("fp8-"):
+        to_fp8(model.blocks, kind[4:])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    return train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
