@@ -87,6 +87,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     model_flops,
     stage_params,
 )
+from minipar.perf.gemm import attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu, stage_layers_of
@@ -153,11 +154,15 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
     s = model.seq // c  # this rank's tokens of each sequence
     eff = dev.peak_flops * dev.gemm_efficiency * share
-    core = attention_core_flops(model, b, s, model.seq) / t / eff * (0.5 if flash else 1.0)  # flash: causal half
+    a_rate = attention_rate(dev, flash)  # FlashAttention: the device's own efficiency (minipar.perf.gemm)
+    core = attention_core_flops(model, b, s, model.seq) / t / a_rate * (0.5 if flash else 1.0)  # flash: causal half
     act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    g_rate = gemm_rate(dev, layout) if layout.fp8 else eff  # the blocks' weight GEMMs (fp8: at the FP8 peak)
-    f_l = layer_gemm_flops(model, b, s) / t / g_rate + core + (mem_t + dev.layer_overhead / 3) / share
+    if dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
+        gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
+    else:
+        gemm_t = layer_gemm_flops(model, b, s) / t / (gemm_rate(dev, layout) if layout.fp8 else eff)
+    f_l = gemm_t + core + (mem_t + dev.layer_overhead / 3) / share
     extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
     b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
