@@ -141,9 +141,28 @@ def foundry_row(row, dev: Device) -> Estimate:
     return estimate(mpt_shape(name, seq), dev, lay, gb)
 
 
+def miss_reason(row) -> str | None:
+    """Why the model is known to miss a row, by a rule on its layout (not on its error), or None:
+    ``"comm"``: FULL_SHARD across nodes with <= 2 sequences per micro-batch (the model's ring runs each
+    GPU's all-gathers on one NIC, :func:`minipar.perf.sharding.group_link`; its compute cannot hide them);
+    ``"ckpt"``: activation checkpointing (the model recomputes a whole forward; the published HFU of these
+    rows, 55-58 %, is above every non-checkpointed row's, <= 46 %); ``"attn"``: s/(6h) > 0.5, the
+    attention core a third of the FLOPs or more (FlashAttention at FA2's 35 %, while the 2023 runs' kernel
+    is not stated)."""
+    name, seq, n, _, mb, *_, shard, ckpt, _ = row
+    if shard == "FULL_SHARD" and n > 8 and mb <= 2:
+        return "comm"
+    if ckpt:
+        return "ckpt"
+    return "attn" if seq / (6 * MPT[name][1]) > 0.5 else None
+
+
 def label(row, gpu: str) -> str:
-    name, seq, n, *_ = row
-    return f"llm-foundry {name:>4s} s={seq:5d} {n:3d} {gpu} {'z3' if row[7] == 'FULL_SHARD' else 'z2'}"
+    """``llm-foundry <model> s=<seq> <GPUs> <device> b<micro-batch> z3|z2`` [``MISS:<why>``, :func:`miss_reason`]."""
+    name, seq, n, _, mb, *_ = row
+    why = miss_reason(row)
+    z = "z3" if row[7] == "FULL_SHARD" else "z2"
+    return f"llm-foundry {name:>4s} s={seq:5d} {n:3d} {gpu} b{mb:<2d} {z}" + (f" MISS:{why}" if why else "")
 
 
 def foundry_rows(rows, device: str, eff: float | None = None) -> list[tuple[str, Estimate, str, float]]:

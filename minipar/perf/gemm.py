@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 
 TILE = 128  # cuBLAS's output tile edge for bf16 GEMMs, ASSUMED (NVIDIA's GEMM performance guide)
-K0 = 256  # per-tile fixed cost in k-units (mainloop fill and epilogue), ASSUMED: rate × k/(k + K0)
 SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NVIDIA datasheets / whitepapers
 
 # The attention core (FlashAttention-2 forward + backward, causal) as a fraction of the dense bf16 peak.
@@ -62,7 +61,7 @@ def wave_efficiency(m: float, n: float, sms: int) -> float:
 def gemm_rate_shape(peak: float, eff: float, hbm_bw: float | None, sms: int, m, n, k, bytes_per_value=2) -> float:
     """Achieved FLOP/s of one (m×k)@(k×n) GEMM: min(peak·eff·waves, intensity·hbm_bw) (module doc).
     ``hbm_bw`` None or ``sms`` 0: peak·eff (no roofline, no waves: this CPU)."""
-    rate = peak * eff * wave_efficiency(m, n, sms) * (k / (k + K0) if sms else 1.0)
+    rate = peak * eff * wave_efficiency(m, n, sms)
     if hbm_bw and sms:
         intensity = 2 * m * n * k / (bytes_per_value * (m * k + k * n + m * n))
         rate = min(rate, intensity * hbm_bw)
