@@ -20,7 +20,11 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
-  arXiv:2104.04473, App. A) at ``gemm_efficiency`` of peak (0.68, CHOSEN on the fit set); the
+  arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.48,
+  times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at the
+  device's FlashAttention-2 efficiency (A100 0.60, H100 0.35: the FlashAttention papers), the unfused
+  core and the logit layer at ``gemm_efficiency``; the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
   arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
@@ -68,7 +72,7 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
-GEMM-shape effects (one efficiency for every GEMM), data loading, DeepSpeed's real overlap of ZeRO-3's
+backward GEMMs' own shapes (taken at the forward's), data loading, DeepSpeed's real overlap of ZeRO-3's
 all-gathers, MegaScale's parallel block and sliding-window attention.
 """
 
@@ -129,8 +133,9 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
 
 
 def gemm_rate(dev: Device, layout: Layout) -> float:
-    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP): ``gemm_efficiency`` × the dense bf16
-    peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
+    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate
+    itself takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency``
+    × the dense bf16 peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
     FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's and
     torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
     operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear``
