@@ -133,15 +133,15 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
 
 
 def gemm_rate(dev: Device, layout: Layout) -> float:
-    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate
-    itself takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency``
-    × the dense bf16 peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
-    FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's and
-    torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
-    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear``
-    and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed
-    precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved
-    GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
+    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate itself
+    takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency`` × the
+    dense bf16 peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of
+    the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's
+    and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
+    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear`` and
+    skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed precision's
+    (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved GEMM inputs, which
+    would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
 
     Raises:
         ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
