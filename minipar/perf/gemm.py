@@ -79,16 +79,18 @@ def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]
     return [(tokens, (h + 2 * hk) / t, h), (tokens, h, h / t), (tokens, up / t, h), (tokens, h, f / t)]
 
 
-def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False) -> float:
-    """Seconds of one block's forward weight GEMMs on one TP rank (sum over :func:`block_gemms` of
-    2mnk / rate). Backward's two GEMMs per weight (data and weight gradient, transposed shapes of the
-    same sizes) are taken at the forward's rate, ASSUMED. ``fp8``: at the dense FP8 peak with 1-byte
-    operands (the same ``gemm_efficiency``, ASSUMED); ``dev.compute_share`` scales the peak."""
+def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backward: bool = False) -> float:
+    """Seconds of one block's weight GEMMs on one TP rank, forward (sum over :func:`block_gemms` of
+    2mnk / rate) or ``backward``: per weight the data gradient (m, k, n) and the weight gradient (k, n, m),
+    each at its own shape (the same FLOPs as the forward, other waves). ``fp8``: at the dense FP8 peak with
+    1-byte operands (the same ``gemm_efficiency``, ASSUMED); ``dev.compute_share`` scales the peak."""
     peak = (dev.fp8_flops if fp8 else dev.peak_flops) * dev.compute_share
     bpv = 1 if fp8 else dev.bytes_per_value
     total = 0.0
     for m, n, k in block_gemms(model, tokens, t):
-        total += 2 * m * n * k / gemm_rate_shape(peak, dev.gemm_efficiency, dev.hbm_bw, dev.sms, m, n, k, bpv)
+        for mm, nn, kk in [(m, k, n), (k, n, m)] if backward else [(m, n, k)]:
+            rate = gemm_rate_shape(peak, dev.gemm_efficiency, dev.hbm_bw, dev.sms, mm, nn, kk, bpv)
+            total += 2 * mm * nn * kk / rate
     return total
 
 

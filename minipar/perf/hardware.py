@@ -90,7 +90,7 @@ GEMM_EFF = 0.68  # A100: fraction of peak on large bf16 GEMMs, CHOSEN on its fit
 # Narayanan Table 1; H100 CHOSEN on its own fit set (llm-foundry's single-node H100 rows,
 # :func:`minipar.perf.published.fit_gemm_efficiency` with device "h100"); H200 the H100's (same SMs and
 # clocks, ASSUMED); B200 ASSUMED as H100 (no fit set: a published B200 run would pin it).
-GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.48, "H200": 0.48, "B200": 0.48}
+GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.46, "H200": 0.46, "B200": 0.46}
 HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
 
 

@@ -21,7 +21,7 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
   arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
-  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.48,
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.46,
   times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at the
   device's FlashAttention-2 efficiency (A100 0.60, H100 0.35: the FlashAttention papers), the unfused
   core and the logit layer at ``gemm_efficiency``; the
@@ -165,15 +165,18 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
     if dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
         gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
+        gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True)  # data and weight gradients
     else:
         gemm_t = layer_gemm_flops(model, b, s) / t / (gemm_rate(dev, layout) if layout.fp8 else eff)
-    f_l = gemm_t + core + (mem_t + dev.layer_overhead / 3) / share
+        gemm_b = 2 * gemm_t
+    rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
+    f_l = gemm_t + rest
     extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
-    b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
+    b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if full else 0.0)
-    b_0, tp_b0 = (2 * f_l + (core / 2 if flash else 0.0), 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
+    b_0, tp_b0 = (b_l - extra, 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
     if "tp" in layout.overlap:
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block

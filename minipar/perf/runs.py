@@ -141,9 +141,9 @@ def llama3_row(row, dev: Device | None = None) -> Estimate:
 
     With one GEMM efficiency for every device (0.68, chosen on A100s) and the attention core at it, the
     model missed these rows, all optimistic (+24 %, +23 %, +69 %). With the H100's own large-GEMM
-    efficiency (0.48, chosen on llm-foundry's single-node H100 rows) and FlashAttention-2 at 35 % of the
-    H100's peak (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract) they read -9 %, -9 % and
-    +12 % (:mod:`minipar.perf.gemm`); the 128K row keeps what the model leaves out at 16K GPUs:
+    efficiency (0.46, chosen on llm-foundry's single-node H100 rows) and FlashAttention-2 at 35 % of the
+    H100's peak (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract) they read -12 %, -12 % and
+    +10 % (:mod:`minipar.perf.gemm`); the 128K row keeps what the model leaves out at 16K GPUs:
     stragglers, the RoCE fabric's 1:7 oversubscription between 3,072-GPU pods (§3.3.1), document
     masking's load imbalance (§3.3.2). Memory: the 8,192-GPU row (m = 32, the interleaved warm-up
     holds 141 blocks on rank 1) is modelled at 76.5 GiB: under 80 GiB, above the assumed 90 % limit
