@@ -72,8 +72,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
-backward GEMMs' own shapes (taken at the forward's), data loading, DeepSpeed's real overlap of ZeRO-3's
-all-gathers, MegaScale's parallel block and sliding-window attention.
+GEMM kernels' tile choice (one 128×128 tile, :mod:`minipar.perf.gemm`), data loading, DeepSpeed's real overlap
+of ZeRO-3's all-gathers, MegaScale's parallel block and sliding-window attention.
 """
 
 from __future__ import annotations
