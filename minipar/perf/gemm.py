@@ -7,13 +7,15 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
 - ``eff_large`` (:attr:`~minipar.perf.hardware.Device.gemm_efficiency`): the fraction of the dense
   peak a training step's large GEMMs reach, **per device**, CHOSEN on that device's declared fit set
   (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
-  single-node H100 rows. Sourced ceilings it must stay under (isolated, large, square bf16 GEMMs):
-  A100 about 0.9 of 312 TFLOP/s; H100 SXM lower, about 0.6–0.8 of 989 TFLOP/s (power-capped at 700 W;
-  cuBLAS measurements in Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU
-  Architecture", arXiv:2402.13499; FlashAttention-3, arXiv:2407.08608, §1: the H100's GEMMs reach
-  "80–90 %" only in the best kernels). The fitted H100 value sits below A100's, as these say.
+  single-node H100 rows. It comes out lower on the H100 (0.46 of a 3.2× higher peak) than on the A100
+  (0.68), as the FlashAttention papers measure for attention: FlashAttention-2 reaches "50-73 %" of an
+  A100's peak (Dao 2023, arXiv:2307.08691, abstract) and "only 35 %" of an H100's (Shah et al. 2024,
+  FlashAttention-3, arXiv:2407.08608, abstract). No isolated-GEMM benchmark figure is used: what pins the
+  per-device value without a fit is cuBLAS's bf16 GEMM rate at a training step's shapes on that device
+  (Luo et al. 2024, arXiv:2402.13499, benchmark Hopper's tensor-core instructions, not those GEMMs).
 - ``waves``: tile and wave quantisation. cuBLAS splits C into TILE×TILE output tiles (ASSUMED 128×128,
-  its common bf16 tile; NVIDIA's "Matrix Multiplication Background" guide, §Wave quantization) run on
+  one of the tile sizes NVIDIA's "Matrix Multiplication Background" guide lists; its "Tile" and "Wave
+  quantization" sections are this model) run on
   the device's SMs (A100 108, H100 SXM 132, H200 132, B200 148: datasheets / whitepapers); a
   partial tile or a last partial wave costs a whole one: waves = (m·n / TILE²) / (SMs · ⌈tiles/SMs⌉)
   with tiles = ⌈m/TILE⌉·⌈n/TILE⌉. 1 for large GEMMs; small at the small, TP-sliced sizes.
