@@ -7,12 +7,13 @@ accumulation, global batch (sequences), FSDP sharding strategy, activation check
 precision mode, all GIVEN by the table. MFU as the README defines it: (6·N·s + 12·l·h·s²) per sequence
 (attention as the full square) over the dense bf16 peak, the model's ``mfu`` count.
 
-Given: the MPT shapes (``scripts/train/yamls/pretrain/mpt-*.yaml``: d_model, n_layers, n_heads, expansion
-ratio 4, vocabulary 50,368, no biases, no dropout; the tables' parameter counts match 12·l·h² + V·h + s·h,
-a learned position table, tied embedding); data parallelism only (FSDP: FULL_SHARD = ZeRO-3, SHARD_GRAD_OP
-= ZeRO-2, ``pp = tp = 1``). ASSUMED: FlashAttention-2 (the yamls' ``attn_impl``), FSDP's prefetch
-overlapping its all-gathers and reduce-scatters with compute (``"dp"`` in overlap); gradients reduced in
-fp32 under Composer's DEFAULT mixed precision, bf16 under PURE; the H100 cluster's network the NDR preset
+Given: the MPT shapes' d_model, n_layers and n_heads (``scripts/train/yamls/pretrain/mpt-*.yaml``),
+the vocabulary (50,368) and each row's parameter count, which matches 12·l·h² + V·h + s·h (an MLP of 4h,
+a learned position table, a tied embedding); data parallelism only (FSDP: FULL_SHARD = ZeRO-3,
+SHARD_GRAD_OP = ZeRO-2, ``pp = tp = 1``). ASSUMED: no biases and no dropout (MPT's ``no_bias``, zero
+dropout rates), FlashAttention-2 (the yamls' ``attn_impl``), FSDP's prefetch overlapping its
+all-gathers and reduce-scatters with compute (``"dp"`` in overlap); gradients reduced in fp32 under
+Composer's DEFAULT mixed precision, bf16 under PURE; the H100 cluster's network the NDR preset
 (400 Gb/s per GPU; the table does not say); the A100 80GB rows' 1600 Gb/s per node = 200 Gb/s per GPU
 (given: HDR preset).
 
