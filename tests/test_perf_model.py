@@ -1,14 +1,16 @@
-"""minipar.perf (a MODEL) against published runs, a declared fit set and test set, and its own consistency.
+"""minipar.perf (a MODEL) against published runs, a declared fit set and test set per device, and its own consistency.
 
-Fit set: Narayanan et al. 2021 Table 1 (the one chosen constant, GEMM_EFF, was picked there:
-``published.fit_gemm_efficiency``). Test set: ``minipar.perf.runs`` (MegaScale Table 2, Table 3's
-baseline, Fig. 9; Narayanan Table 2), not tuned on. Every row's error is printed (``pytest -s``);
-the target is 15 % per row and a median within 7 %. The model MISSES the six DeepSpeed ZeRO-3 rows
-of Narayanan Table 2 (+25 … +43 %: with DeepSpeed's prefetch assumed to hide the all-gathers, it
-is optimistic; DeepSpeed's real overlap is not first principles): they stay in the test set, and
-the test holds them to what they measure today, so that a change that makes them worse fails.
-The three Llama 3 rows (Table 4, the only H100 rows) are missed too, all optimistic (+23 … +24 % at
-8K, +69 % at 128K; reasons in ``minipar.perf.runs.llama3_row``), and held to their size the same way.
+Fit sets (one chosen constant per device, its large-GEMM efficiency: ``published.fit_gemm_efficiency``):
+A100 on Narayanan et al. 2021 Table 1; H100 on llm-foundry's single-node H100 rows (s = 2048, 4096).
+Test sets: ``minipar.perf.runs`` (MegaScale Table 2, Table 3's baseline, Fig. 9; Narayanan Table 2;
+llm-foundry's A100 rows; Llama 3 Table 4 and llm-foundry's other H100 rows), not tuned on. Every row's
+error is printed (``pytest -s``), per device; the target is 15 % per row and a median within 7 %.
+Known misses, by a rule on the row's layout, stay in the test set and are held to what they measure
+today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of Narayanan Table 2
+(+25 … +43 %: DeepSpeed's real overlap is not first principles); llm-foundry's ``MISS:comm`` rows
+(FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
+``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %) and ``MISS:attn`` rows (the attention core a
+third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
 """
 
 from dataclasses import replace
@@ -34,20 +36,20 @@ from minipar.perf.model import (
 from minipar.perf.published import (
     MODELS,
     NARAYANAN_TABLE1,
-    errors,
     fit_gemm_efficiency,
-    fit_set,
+    fit_sets,
     narayanan_row,
     summary,
+)
+from minipar.perf.published import (
+    test_sets as held_out_sets,
 )
 from minipar.perf.runs import (
     LLAMA3_405B,
     LLAMA3_TABLE4,
     MS_175B,
-    known_miss,
     llama3_row,
     megascale_layout,
-    out_of_sample,
 )
 from minipar.perf.search import CP_MIN_TOKENS, cp_degrees, plan, rank_correlation
 from minipar.plan import main
@@ -68,38 +70,60 @@ def test_fit_set_narayanan_table1_row(row):
     assert abs(err) <= TOL, f"{row[0]}B: model {e.tflops_per_gpu:.1f} vs published {published} TFLOP/s ({err:+.1%})"
 
 
-def test_the_chosen_constant_is_the_fit_sets_best():
-    """GEMM_EFF is the grid point with the smallest median |error| on the fit set (chosen there, not on the tests)."""
-    grid = fit_gemm_efficiency()
-    assert min(grid, key=grid.get) == GPUS["a100"].gemm_efficiency, grid
-    s = summary(errors(fit_set()))
-    assert s["within_15"] == s["rows"] and s["median"] <= 0.07, s
+@pytest.mark.parametrize("device", ["a100", "h100"])
+def test_the_chosen_constant_is_the_fit_sets_best(device):
+    """Each device's GEMM efficiency is the grid point with the smallest median |error| on ITS fit set (chosen
+    there, not on the tests): A100 0.68 on Narayanan Table 1, H100 0.46 on llm-foundry's single-node rows."""
+    grid = fit_gemm_efficiency(device)
+    assert min(grid, key=grid.get) == GPUS[device].gemm_efficiency, grid
+    fit = fit_sets()[device.upper()]
+    s = summary([getattr(e, m) / p - 1 for _, e, m, p in fit])
+    assert s["median"] <= 0.085, s  # H100 8.0 %: the checkpointed rows read low (-20 %), the others high
+    assert abs(s["worst"]) <= (0.15 if device == "a100" else 0.21), s
 
 
-def test_test_set_out_of_sample():
-    """Test set (not tuned on), printed row by row. Every row but the known misses within 15 %; the misses
-    held to their size today (ZeRO-3 +25 … +43 %; Llama 3 +23 … +24 % at 8K, +69 % at 128K); median over
-    all rows within 7 %. Every row fits (the 8,192-GPU Llama 3 row: in its 80 GiB, above the assumed 90 %)."""
-    rows = out_of_sample()
-    errs = []
-    for label, e, metric, pub in rows:
-        err = getattr(e, metric) / pub - 1
-        errs.append(err)
-        print(f"{label:52s} {metric:15s} published {pub:8.3f} model {getattr(e, metric):8.3f} {err:+6.1%}")
-        assert e.fits or (label.startswith("Llama3") and e.mem["total"] < GPUS["h100"].mem_bytes), label
-        if "zero3" in label:
-            assert 0 < err <= 0.45, f"{label}: {err:+.1%} (a known miss, now outside its recorded range)"
-        elif known_miss(label):
-            hi = 0.75 if "cp16" in label else 0.30
-            assert 0 < err <= hi, f"{label}: {err:+.1%} (a known miss, now outside its recorded range)"
-        else:
-            assert abs(err) <= TOL, f"{label}: {err:+.1%}"
-    s = summary(errs)
-    print(
-        f"test set: {s['rows']} rows, median |error| {s['median']:.1%}, worst {s['worst']:+.1%}, "
-        f"{s['within_15']} within 15 %"
-    )
-    assert s["median"] <= 0.07, s
+# known misses by reason: (lowest, highest) error measured today (module doc)
+MISS_BANDS = {"zero3": (0.0, 0.50), "MISS:comm": (-0.65, -0.30), "MISS:ckpt": (-0.26, 0.05), "MISS:attn": (0.05, 0.40)}
+
+
+def _band(label):
+    return next((b for k, b in MISS_BANDS.items() if k in label), None)
+
+
+def test_fit_and_test_sets_per_device():
+    """Both sets per device, printed row by row (``pytest -s``; the README and lesson 07 quote them). Fit
+    sets: every A100 row within 15 %, every H100 row within 21 %. Test sets: every row but the known misses
+    within 15 %, the misses inside their band; medians per device over the rows that are not known misses
+    within 7 %; the Megatron-LM and MegaScale rows within 10 %; the H100 rows that are not known misses no longer
+    optimistic as a set (signed median within ±7 %; all H100 rows: +23 % with one A100-chosen efficiency for every
+    device, -8.5 % now, the checkpointed rows reading low)."""
+    for kind, sets in (("FIT", fit_sets()), ("TEST", held_out_sets())):
+        for device, rows in sets.items():
+            errs, hit = [], []
+            for label, e, metric, pub in rows:
+                err = getattr(e, metric) / pub - 1
+                errs.append(err)
+                val = getattr(e, metric)
+                print(f"{kind:4s} {device} {label:52s} {metric:14s} published {pub:8.3f} model {val:8.3f} {err:+6.1%}")
+                assert e.fits or (label.startswith("Llama3") and e.mem["total"] < GPUS["h100"].mem_bytes), label
+                band = _band(label) if kind == "TEST" else None
+                if band:
+                    assert band[0] <= err <= band[1], f"{label}: {err:+.1%} (a known miss, now outside {band})"
+                else:
+                    hit.append(err)
+                    tol = 0.21 if (kind, device) == ("FIT", "H100") else TOL
+                    assert abs(err) <= tol, f"{label}: {err:+.1%}"
+                if label.startswith("MegaScale") or label.endswith(" ptd"):
+                    assert abs(err) <= 0.10, f"{label}: {err:+.1%} (Megatron-LM / MegaScale)"
+            s, h = summary(errs), summary(hit)
+            print(
+                f"{kind} {device}: {s['rows']} rows, median |error| {s['median']:.1%}, worst {s['worst']:+.1%}, "
+                f"{s['within_15']} within 15 %; without the known misses: {h['rows']} rows, median {h['median']:.1%}, "
+                f"worst {h['worst']:+.1%}"
+            )
+            assert h["median"] <= (0.085 if kind == "FIT" and device == "H100" else 0.07), (kind, device, h)
+            if kind == "TEST" and device == "H100":
+                assert abs(sorted(hit)[len(hit) // 2]) <= 0.07, "the H100 rows, as a set, are not biased one way"
 
 
 def test_megascale_uses_the_papers_settings():
@@ -163,7 +187,9 @@ def test_gqa_swiglu_flash_cp_and_uneven_stages():
     assert a - f == pytest.approx(5 * 32 * 8192 * 8192 / 8)
     slow = estimate(m, dev, Layout(dp=8, tp=8, pp=1, recompute="none", seq_parallel=True), 64)
     fast = estimate(m, dev, Layout(dp=8, tp=8, pp=1, recompute="none", seq_parallel=True, flash_attention=True), 64)
-    assert fast.mfu > 1.5 * slow.mfu and fast.mem["activations"] < slow.mem["activations"]
+    # FlashAttention's core runs at FA2's 35 % of an H100's peak, the unfused core at the GEMMs' 46 %: the gain
+    # is the s² scores' HBM traffic and the causal half (1.50×; it was 1.5× and more at one efficiency for both)
+    assert fast.mfu > 1.45 * slow.mfu and fast.mem["activations"] < slow.mem["activations"]
     cp = estimate(m, dev, Layout(dp=4, tp=8, pp=1, cp=2, recompute="none", seq_parallel=True, flash_attention=True), 64)
     assert cp.layout.gpus == 64 and cp.mem["activations"] < fast.mem["activations"] and cp.time["cp"] >= 0
     odd = ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True)  # Llama 3 405B

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from minipar.comm.links import NETWORKS, NVLINK_GBPS
 from minipar.errors import ConfigError
+from minipar.perf.gemm import SMS, family
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +52,8 @@ class Device:
         bytes_per_value: activation/communication dtype (2 bf16, 4 fp32). host_bw: bytes/s to host
         memory for optimizer offload (inf: not modelled). counts: how a step is counted,
         ``"megatron"`` or ``"minipar"`` (see :mod:`minipar.perf.model`). fp8_flops: dense FP8
-        tensor-core peak (None: the device has none, as the A100).
+        tensor-core peak (None: the device has none, as the A100). sms: streaming multiprocessors
+        (0: no shape model, every GEMM at ``gemm_efficiency``; GPUs: waves and roofline, :mod:`minipar.perf.gemm`).
     """
 
     name: str
@@ -60,7 +62,7 @@ class Device:
     gpus_per_node: int = 8
     intra: tuple = (5e-6, 230e9)
     inter: tuple = (1e-5, 22e9)
-    gemm_efficiency: float = 0.68  # = GEMM_EFF below (chosen on the fit set)
+    gemm_efficiency: float = 0.68  # = GEMM_EFF below (A100's, chosen on its fit set)
     hbm_bw: float | None = None
     layer_overhead: float = 0.0
     compute_share: float = 1.0
@@ -69,6 +71,7 @@ class Device:
     host_bw: float = math.inf
     counts: str = "megatron"
     fp8_flops: float | None = None
+    sms: int = 0
 
     def __post_init__(self):
         if self.counts not in COUNTS:
@@ -82,7 +85,12 @@ GiB = 2**30
 # a real cluster: ``all_reduce_perf`` of nccl-tests, busbw at >= 1 GB messages, inside a node and across.
 NVLINK_EFF, IB_EFF = 0.77, 0.88
 ALPHA_INTRA, ALPHA_INTER = 5e-6, 1e-5  # s per ring step: ASSUMED (nccl-tests' small-message latency pins it)
-GEMM_EFF = 0.68  # fraction of dense peak on bf16 GEMMs: CHOSEN on the fit set (published.fit_gemm_efficiency)
+GEMM_EFF = 0.68  # A100: fraction of peak on large bf16 GEMMs, CHOSEN on its fit set (published.fit_gemm_efficiency)
+# Per device (large GEMMs; :mod:`minipar.perf.gemm` adds waves and the roofline): A100 (both memories) on
+# Narayanan Table 1; H100 CHOSEN on its own fit set (llm-foundry's single-node H100 rows,
+# :func:`minipar.perf.published.fit_gemm_efficiency` with device "h100"); H200 the H100's (same SMs and
+# clocks, ASSUMED); B200 ASSUMED as H100 (no fit set: a published B200 run would pin it).
+GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.46, "H200": 0.46, "B200": 0.46}
 HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
 
 
@@ -94,7 +102,9 @@ def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_t
     inter = (ALPHA_INTER, IB_EFF * NETWORKS[net][0] / 8 * 1e9)
     mem = mem_bytes or mem_gib * GiB
     fp8 = fp8_tflops * 1e12 if fp8_tflops else None
-    return Device(name, tflops * 1e12, mem, 8, intra, inter, GEMM_EFF, HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8)
+    fam = family(name)
+    eff = GEMM_EFF_BY_DEVICE.get(fam, GEMM_EFF)
+    return Device(name, tflops * 1e12, mem, 8, intra, inter, eff, HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8, sms=SMS[fam])
 
 
 # Datasheets (dense bf16 peak, memory, HBM bandwidth): A100 SXM 80 GB (312 TFLOP/s, 80 GiB, 2.04 TB/s;

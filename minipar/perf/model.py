@@ -20,7 +20,11 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
-  arXiv:2104.04473, App. A) at ``gemm_efficiency`` of peak (0.68, CHOSEN on the fit set); the
+  arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.46,
+  times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at the
+  device's FlashAttention-2 efficiency (A100 0.60, H100 0.35: the FlashAttention papers), the unfused
+  core and the logit layer at ``gemm_efficiency``; the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
   arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
@@ -68,8 +72,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
-GEMM-shape effects (one efficiency for every GEMM), data loading, DeepSpeed's real overlap of ZeRO-3's
-all-gathers, MegaScale's parallel block and sliding-window attention.
+GEMM kernels' tile choice (one 128×128 tile, :mod:`minipar.perf.gemm`), data loading, DeepSpeed's real overlap
+of ZeRO-3's all-gathers, MegaScale's parallel block and sliding-window attention.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     model_flops,
     stage_params,
 )
+from minipar.perf.gemm import attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu, stage_layers_of
@@ -128,14 +133,15 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
 
 
 def gemm_rate(dev: Device, layout: Layout) -> float:
-    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP): ``gemm_efficiency`` × the dense bf16
-    peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of the dense
-    FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's and
-    torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
-    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear``
-    and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed
-    precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved
-    GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
+    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate itself
+    takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency`` × the
+    dense bf16 peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of
+    the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's
+    and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
+    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear`` and
+    skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed precision's
+    (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved GEMM inputs, which
+    would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
 
     Raises:
         ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
@@ -153,17 +159,24 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
     s = model.seq // c  # this rank's tokens of each sequence
     eff = dev.peak_flops * dev.gemm_efficiency * share
-    core = attention_core_flops(model, b, s, model.seq) / t / eff * (0.5 if flash else 1.0)  # flash: causal half
+    a_rate = attention_rate(dev, flash)  # FlashAttention: the device's own efficiency (minipar.perf.gemm)
+    core = attention_core_flops(model, b, s, model.seq) / t / a_rate * (0.5 if flash else 1.0)  # flash: causal half
     act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    g_rate = gemm_rate(dev, layout) if layout.fp8 else eff  # the blocks' weight GEMMs (fp8: at the FP8 peak)
-    f_l = layer_gemm_flops(model, b, s) / t / g_rate + core + (mem_t + dev.layer_overhead / 3) / share
+    if dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
+        gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
+        gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True)  # data and weight gradients
+    else:
+        gemm_t = layer_gemm_flops(model, b, s) / t / (gemm_rate(dev, layout) if layout.fp8 else eff)
+        gemm_b = 2 * gemm_t
+    rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
+    f_l = gemm_t + rest
     extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
-    b_l = 2 * f_l + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
+    b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"
     tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if full else 0.0)
-    b_0, tp_b0 = (2 * f_l + (core / 2 if flash else 0.0), 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
+    b_0, tp_b0 = (b_l - extra, 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
     if "tp" in layout.overlap:
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block

@@ -1,18 +1,20 @@
-"""Published runs the performance model is checked against: a declared FIT set and a declared TEST set.
+"""Published runs the performance model is checked against: a declared FIT set and a declared TEST set, per device.
 
-- **Fit set** (:data:`NARAYANAN_TABLE1`): Narayanan et al. 2021 (Megatron-LM, arXiv:2104.04473)
-  Table 1, 10 rows, A100-80GB on Selene. The model's one chosen constant (``GEMM_EFF`` in
-  :mod:`minipar.perf.hardware`) was picked on these rows: :func:`fit_gemm_efficiency` re-runs the choice.
-- **Test set** (:mod:`minipar.perf.runs`): rows the constants were NOT chosen on: MegaScale
-  (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan Table 2;
-  Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783) Table 4, the only H100 rows (405B, GQA,
-  SwiGLU, uneven pipeline chunks, context parallelism at 128K). The fit set is A100-only: the GEMM
-  efficiency it picks is applied to every GPU preset unchanged (the Llama 3 rows show what that
-  costs on H100s: :func:`minipar.perf.runs.llama3_row`).
+- **Fit sets**, one per device, where that device's one chosen constant (its large-GEMM efficiency,
+  ``GEMM_EFF_BY_DEVICE`` in :mod:`minipar.perf.hardware`) was picked (:func:`fit_gemm_efficiency` re-runs
+  the choice): A100 on Narayanan et al. 2021 (Megatron-LM, arXiv:2104.04473) Table 1, 10 rows,
+  A100-80GB on Selene (:data:`NARAYANAN_TABLE1`); H100 on MosaicML llm-foundry's single-node H100 rows
+  at s = 2048 and 4096, 11 rows (:data:`minipar.perf.foundry.H100_FIT`).
+- **Test sets** (:mod:`minipar.perf.runs`, :func:`test_sets`): rows no constant was chosen on. A100:
+  MegaScale (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan
+  Table 2; llm-foundry's A100 80GB rows at s = 2048. H100: llm-foundry's multi-node and long-sequence
+  H100 rows and its Large Scale table (128-512 GPUs); Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783)
+  Table 4 (405B, GQA, SwiGLU, uneven pipeline chunks, context parallelism at 128K).
 
+Everything else the GEMM and attention terms use is sourced or ASSUMED, not fitted (:mod:`minipar.perf.gemm`).
 Each row states its layout and where each setting comes from (the paper, the authors' scripts, or
-an assumption). ``tests/test_perf_model.py`` prints the errors of both sets; lesson 07 and the
-README quote them.
+an assumption). ``tests/test_perf_model.py`` prints the errors of both sets per device; lesson 07 and
+the README quote them.
 """
 
 from __future__ import annotations
@@ -102,6 +104,32 @@ def summary(errs: list[float]) -> dict:
     }
 
 
-def fit_gemm_efficiency(grid=tuple(x / 100 for x in range(60, 82, 2))) -> dict[float, float]:
-    """The choice of ``GEMM_EFF``, re-run: median |error| on the fit set for each candidate efficiency."""
+def fit_gemm_efficiency(device: str = "a100", grid=None) -> dict[float, float]:
+    """The choice of a device's large-GEMM efficiency, re-run: median |error| on its fit set (A100: Narayanan
+    Table 1; H100: llm-foundry's single-node rows) for each candidate (default grid: 0.60-0.80 for the
+    A100, 0.44-0.62 for the H100, steps of 0.02)."""
+    if device == "h100":
+        from minipar.perf.foundry import H100_FIT, foundry_rows
+
+        grid = grid or tuple(x / 100 for x in range(44, 64, 2))
+        return {g: summary([getattr(e, k) / p - 1 for _, e, k, p in foundry_rows(H100_FIT, "h100", g)])["median"]
+                for g in grid}  # fmt: skip
+    grid = grid or tuple(x / 100 for x in range(60, 82, 2))
     return {g: summary(errors(fit_set(replace(GPUS["a100"], gemm_efficiency=g))))["median"] for g in grid}
+
+
+def fit_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:
+    """Both fit sets, ``{"A100": rows, "H100": rows}``, each row ``(label, estimate, metric, published)``."""
+    from minipar.perf.foundry import H100_FIT, foundry_rows
+
+    lab = lambda r: f"Narayanan T1 {r[0]:6.1f}B t{r[4]} p{r[5]:<2d} {r[6]:4d} A100"  # noqa: E731
+    a100 = [(lab(r), *x) for r, x in zip(NARAYANAN_TABLE1, fit_set())]
+    return {"A100": a100, "H100": foundry_rows(H100_FIT, "h100")}
+
+
+def test_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:
+    """The test set (:func:`minipar.perf.runs.out_of_sample`) split by device: ``{"A100": rows, "H100": rows}``."""
+    from minipar.perf.runs import out_of_sample
+
+    rows = out_of_sample()
+    return {d: [r for r in rows if ("H100" in r[0]) == (d == "H100")] for d in ("A100", "H100")}

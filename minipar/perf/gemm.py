@@ -1,0 +1,105 @@
+"""Achieved GEMM throughput per device and matrix shape: the compute term of :mod:`minipar.perf.model`.
+
+A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU is modelled as
+
+    rate(m, n, k) = min(peak · eff_large · waves(m, n),  intensity(m, n, k) · hbm_bw)
+
+- ``eff_large`` (:attr:`~minipar.perf.hardware.Device.gemm_efficiency`): the fraction of the dense
+  peak a training step's large GEMMs reach, **per device**, CHOSEN on that device's declared fit set
+  (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
+  single-node H100 rows. It comes out lower on the H100 (0.46 of a 3.2× higher peak) than on the A100
+  (0.68), as the FlashAttention papers measure for attention: FlashAttention-2 reaches "50-73 %" of an
+  A100's peak (Dao 2023, arXiv:2307.08691, abstract) and "only 35 %" of an H100's (Shah et al. 2024,
+  FlashAttention-3, arXiv:2407.08608, abstract). No isolated-GEMM benchmark figure is used: what pins the
+  per-device value without a fit is cuBLAS's bf16 GEMM rate at a training step's shapes on that device
+  (Luo et al. 2024, arXiv:2402.13499, benchmark Hopper's tensor-core instructions, not those GEMMs).
+- ``waves``: tile and wave quantisation. cuBLAS splits C into TILE×TILE output tiles (ASSUMED 128×128,
+  one of the tile sizes NVIDIA's "Matrix Multiplication Background" guide lists; its "Tile" and "Wave
+  quantization" sections are this model) run on
+  the device's SMs (A100 108, H100 SXM 132, H200 132, B200 148: datasheets / whitepapers); a
+  partial tile or a last partial wave costs a whole one: waves = (m·n / TILE²) / (SMs · ⌈tiles/SMs⌉)
+  with tiles = ⌈m/TILE⌉·⌈n/TILE⌉. 1 for large GEMMs; small at the small, TP-sliced sizes.
+- the roofline (Williams et al. 2009): ``intensity`` = 2mnk / (bytes·(mk + kn + mn)) FLOP per byte of
+  HBM traffic (each operand read once, C written once), times the achievable HBM bandwidth
+  (:attr:`~minipar.perf.hardware.Device.hbm_bw`, 0.85 of the datasheet, ASSUMED). Memory-bound GEMMs
+  (a thin m, as in decoding or a tiny micro-batch) run at it.
+
+The attention core (FlashAttention) has its own per-device efficiency (:data:`ATTN_EFF`), from the
+FlashAttention papers, not fitted. A device without ``sms`` (this CPU, measured) keeps one efficiency
+for every GEMM: its ``peak_flops`` is already a measured matmul rate. Units: FLOP/s, bytes, FLOPs.
+"""
+
+from __future__ import annotations
+
+import math
+
+TILE = 128  # cuBLAS's output tile edge for bf16 GEMMs, ASSUMED (NVIDIA's GEMM performance guide)
+SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NVIDIA datasheets / whitepapers
+
+# The attention core (FlashAttention-2 forward + backward, causal) as a fraction of the dense bf16 peak.
+# A100: 0.60, ASSUMED in FlashAttention-2's measured range, "50-73 % of the theoretical maximum FLOPs/s
+# on A100" (Dao 2023, arXiv:2307.08691, abstract); the paper's fwd+bwd benchmark at the run's head dim
+# pins it. H100: 0.35, "FlashAttention-2 achieving only 35 % utilization on H100 GPUs" (Shah et al. 2024,
+# FlashAttention-3, arXiv:2407.08608, abstract); H200 the same kernel on the same SMs; B200 ASSUMED as H100
+# (no published FA2 figure). FlashAttention-3 (up to 75 % forward on H100) is not modelled: every row
+# here ran FlashAttention-2 or was published before FA3.
+ATTN_EFF = {"A100": 0.60, "H100": 0.35, "H200": 0.35, "B200": 0.35}
+
+
+def family(name: str) -> str | None:
+    """The key of :data:`SMS` / :data:`ATTN_EFF` a device name starts with ("H100-SXM5-80GB" → "H100")."""
+    return next((k for k in SMS if name.upper().startswith(k)), None)
+
+
+def wave_efficiency(m: float, n: float, sms: int) -> float:
+    """Fraction of the SMs' tile slots a GEMM with an m×n output fills (tile and wave quantisation);
+    1 when ``sms`` is 0 (no wave model)."""
+    if not sms:
+        return 1.0
+    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+    return (m * n / TILE**2) / (sms * math.ceil(tiles / sms))
+
+
+def gemm_rate_shape(peak: float, eff: float, hbm_bw: float | None, sms: int, m, n, k, bytes_per_value=2) -> float:
+    """Achieved FLOP/s of one (m×k)@(k×n) GEMM: min(peak·eff·waves, intensity·hbm_bw) (module doc).
+    ``hbm_bw`` None or ``sms`` 0: peak·eff (no roofline, no waves: this CPU)."""
+    rate = peak * eff * wave_efficiency(m, n, sms)
+    if hbm_bw and sms:
+        intensity = 2 * m * n * k / (bytes_per_value * (m * k + k * n + m * n))
+        rate = min(rate, intensity * hbm_bw)
+    return rate
+
+
+def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
+    """The (m, n, k) of one block's forward weight GEMMs on one TP rank for ``tokens`` = b·s rows:
+    QKV (n = (h + 2·h_kv)/t), output projection (k = h/t), MLP up (n = f/t, ×2 gated: gate and up)
+    and down (k = f/t) (Megatron-LM's column/row split, Shoeybi et al. 2019, §3). Their FLOPs sum to
+    :func:`~minipar.perf.flops.layer_gemm_flops` / t."""
+    h, f = model.hidden, model.f
+    hk = model.kv * (h // model.heads)
+    up = (2 if model.gated else 1) * f
+    return [(tokens, (h + 2 * hk) / t, h), (tokens, h, h / t), (tokens, up / t, h), (tokens, h, f / t)]
+
+
+def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backward: bool = False) -> float:
+    """Seconds of one block's weight GEMMs on one TP rank, forward (sum over :func:`block_gemms` of
+    2mnk / rate) or ``backward``: per weight the data gradient (m, k, n) and the weight gradient (k, n, m),
+    each at its own shape (the same FLOPs as the forward, other waves). ``fp8``: at the dense FP8 peak with
+    1-byte operands (the same ``gemm_efficiency``, ASSUMED); ``dev.compute_share`` scales the peak."""
+    peak = (dev.fp8_flops if fp8 else dev.peak_flops) * dev.compute_share
+    bpv = 1 if fp8 else dev.bytes_per_value
+    total = 0.0
+    for m, n, k in block_gemms(model, tokens, t):
+        for mm, nn, kk in [(m, k, n), (k, n, m)] if backward else [(m, n, k)]:
+            rate = gemm_rate_shape(peak, dev.gemm_efficiency, dev.hbm_bw, dev.sms, mm, nn, kk, bpv)
+            total += 2 * mm * nn * kk / rate
+    return total
+
+
+def attention_rate(dev, flash: bool) -> float:
+    """FLOP/s of the attention core: FlashAttention at the device's :data:`ATTN_EFF` (FlashAttention-2);
+    without it (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted
+    apart) at the large-GEMM efficiency, as before. Devices not in the table (this CPU): the GEMM efficiency."""
+    fam = family(dev.name)
+    eff = ATTN_EFF[fam] if flash and fam and dev.sms else dev.gemm_efficiency
+    return dev.peak_flops * eff * dev.compute_share
