@@ -47,11 +47,12 @@ import time
 import traceback
 
 import torch
+from torch.utils.data import default_collate
 
 from minipar.checkpoint import dcp as ckpt
 from minipar.checkpoint.moe import load_moe, save_moe
 from minipar.checkpoint.resume import newest_good
-from minipar.data import CharCorpus, make_loader
+from minipar.data import make_loader
 from minipar.errors import ConfigError, NonFiniteLossError
 from minipar.job.cli import parse_args
 from minipar.job.config import Job, TrainConfig, check, lr_at
@@ -60,35 +61,12 @@ from minipar.job.parallelize import parallelize
 from minipar.job.piece import broadcast_from, full_model
 from minipar.job.run_log import TRACEBACK, open_metrics, progress_bar, same_run_id, write_outputs
 from minipar.model.gpt import GPT
+from minipar.optim.amp import autocast
 from minipar.perf.hardware import measured_peak_flops
 from minipar.runtime import dist as mdist
+from minipar.runtime.launch import launch
 from minipar.runtime.mesh import init_groups
 from minipar.runtime.root_cause import summary
-
-
-def _autocast(cfg: TrainConfig, device: torch.device):
-    if cfg.dtype == "fp32":
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=torch.bfloat16 if cfg.dtype == "bf16" else torch.float16)
-
-
-@torch.no_grad()
-def evaluate(piece, corpus: CharCorpus, cfg: TrainConfig) -> float:
-    """Mean val loss over the first ``eval_batches · batch_size`` validation windows (fixed, unshuffled).
-
-    Every dp replica evaluates the same windows through its pipeline (forward only), so the
-    number is the single device's to fp32 rounding.
-    """
-    val = corpus.split("val", cfg.block_size)
-    n = min(len(val), cfg.eval_batches * cfg.batch_size)
-    piece.stage.eval()
-    total = 0.0
-    for s in range(0, n, cfg.batch_size):
-        xs, ys = zip(*(val[i] for i in range(s, min(n, s + cfg.batch_size))))
-        with _autocast(cfg, mdist.device()):
-            total += piece.forward_loss(torch.stack(xs), torch.stack(ys)).item() * len(xs)
-    piece.stage.train()
-    return total / n
 
 
 def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
@@ -113,19 +91,28 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
     cfg, corpus = job.cfg, job.corpus
     mesh = init_groups(job.mesh)  # this rank's place and process groups in the checked layout
     job = same_run_id(job)  # one id on every rank (under torchrun each process drew its own)
+    device = mdist.device()
     loader = make_loader(
         corpus.split("train", cfg.block_size), cfg.batch_size, dp_rank=mesh.dp_rank, dp_size=mesh.dp_size, seed=cfg.seed
     )
+    # The validation batches: the first eval_batches · batch_size windows, fixed and unshuffled. Every dp replica
+    # evaluates the same ones through its pipeline, so the val loss is the single device's to fp32 rounding.
+    val = corpus.split("val", cfg.block_size)
+    n_val = min(len(val), cfg.eval_batches * cfg.batch_size)
+    val_batches = [
+        default_collate([val[i] for i in range(s, min(n_val, s + cfg.batch_size))])
+        for s in range(0, n_val, cfg.batch_size)
+    ]
     gpt_cfg = cfg.gpt(corpus.vocab_size)
     torch.manual_seed(cfg.seed)  # the single device's weights, on every rank
-    piece = parallelize(GPT(gpt_cfg), mesh, cfg)  # dense or experts (lesson 12), cp or not (lesson 11)
+    model = GPT(gpt_cfg)
+    flops_per_token = model.flops_per_token()  # of the whole model: 6N + 12·L·d·T (see GPT.flops_per_token)
+    piece = parallelize(model, mesh, cfg)  # dense or experts (lesson 12), cp or not (lesson 11)
     save_ckpt, load_ckpt = (save_moe, load_moe) if gpt_cfg.moe_experts else (ckpt.save_3d, ckpt.load_3d)
-    is_logger = mdist.rank() == piece.loss_rank
+    is_logger = mesh.rank == mesh.loss_rank
     start = resume(cfg, piece, loader, is_logger, load_ckpt) if cfg.resume else 0
     tokens_per_step = cfg.batch_size * cfg.block_size
-    with torch.device("meta"):
-        flops_per_token = GPT(gpt_cfg).flops_per_token()  # 6N + 12·L·d·T (see GPT.flops_per_token)
-    peak = measured_peak_flops(mdist.device()) if is_logger else 0.0  # one rank's matmul FLOP/s, measured now
+    peak = measured_peak_flops(device) if is_logger else 0.0  # one rank's matmul FLOP/s, measured now
     history: list[dict] = []
     bar = progress_bar(progress, cfg.steps) if is_logger else None
     if bar is not None and start:
@@ -142,14 +129,20 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
     last_finite = None  # (step, loss) of the newest finite training loss
     for step in range(start, cfg.steps + 1):
         record = None
-        if step % cfg.eval_every == 0 or step == cfg.steps or step == start:
-            record = {"step": step, "val_loss": evaluate(piece, corpus, cfg)}
+        if step % cfg.eval_every == 0 or step == cfg.steps or step == start:  # the mean val loss, forward only
+            piece.stage.eval()
+            total = 0.0
+            with torch.no_grad(), autocast(cfg.dtype, device):
+                for x, y in val_batches:
+                    total += piece.forward_loss(x, y).item() * len(x)
+            piece.stage.train()
+            record = {"step": step, "val_loss": total / n_val}
         if step == cfg.steps:
             log(record)
             break
         lr = lr_at(step, cfg)
         x, y = next(loader)  # this dp rank's share: (B/dp, T)
-        with _autocast(cfg, mdist.device()):
+        with autocast(cfg.dtype, device):
             loss = piece.step(x, y, lr)  # schedule, dp grad sync, global clip, AdamW
         last_finite = check_finite(loss.item(), step, last_finite, cfg)  # the same on every rank: all stop
         if cfg.ckpt_every and cfg.ckpt_dir and (step + 1) % cfg.ckpt_every == 0:
@@ -161,11 +154,11 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
             # model-FLOPs utilisation: achieved model FLOP/s over (ranks x one rank's measured matmul peak)
             speed = broadcast_from(
                 torch.tensor(
-                    [tok_s, flops_per_token * tok_s / (mdist.world_size() * peak or 1)],
+                    [tok_s, flops_per_token * tok_s / (mesh.world_size * peak or 1)],
                     dtype=torch.float64,
-                    device=mdist.device(),
+                    device=device,
                 ),
-                piece.loss_rank,
+                mesh.loss_rank,
             )
             record = {
                 **(record or {}),
@@ -183,10 +176,10 @@ def train(cfg: TrainConfig | Job, progress: str = "auto") -> list[dict]:
             bar.update(1)
     if bar is not None:
         bar.close()
-    model = full_model(piece, piece.loss_rank) if cfg.out else None  # collective: gathers every stage
+    model = full_model(piece, mesh.loss_rank) if cfg.out else None  # collective: gathers every stage
     if log_file is not None:
         log_file.close()
-        write_outputs(cfg, model, corpus, mdist.device())
+        write_outputs(cfg, model, corpus, device)
     return history
 
 
@@ -275,7 +268,26 @@ def main(argv: list[str] | None = None) -> int:
         writes = {"--out": cfg.out, "--ckpt-dir": cfg.ckpt_dir if cfg.ckpt_every else None}
         holder = rank is None or rank == job.mesh.loss_rank  # one process of the job holds the lock
         with hold(writes if holder else {}):
-            history, is_rank0 = _run(job, a, one_process)
+            if one_process:  # this process is the job's only rank, or one of torchrun's
+                torch.set_num_threads(a.threads or (1 if world > 1 else os.cpu_count() or 1))
+                mdist.init()
+                try:
+                    history, is_rank0 = train(job), mdist.rank() == 0
+                finally:
+                    mdist.destroy()
+            else:  # minipar.launch starts the ranks, streams the loss rank's output live, returns its history
+                from minipar import train as this_module  # by its import name, not __main__: ranks import it
+
+                progress = "bar" if sys.stdout.isatty() else "plain"
+                history = launch(
+                    this_module.train,
+                    world_size=world,
+                    args=(job, progress),
+                    threads=a.threads or 1,
+                    prefix=False,
+                    stream=job.mesh.loss_rank,
+                )[0]  # the loss rank's
+                is_rank0 = True
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -289,32 +301,6 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; outputs in {cfg.out}/" if cfg.out else "")
         )
     return 0
-
-
-def _run(job: Job, a, one_process: bool) -> tuple[list[dict], bool]:
-    """Train the checked ``job`` in this process (one rank, or one of torchrun's) or on its ranks, started
-    by ``minipar.launch``."""
-    world = job.mesh.world_size
-    if one_process:
-        torch.set_num_threads(a.threads or (1 if world > 1 else os.cpu_count() or 1))
-        mdist.init()
-        try:
-            return train(job), mdist.rank() == 0
-        finally:
-            mdist.destroy()
-    from minipar import train as this_module  # by its import name, not __main__, so child ranks can import it
-    from minipar.runtime.launch import launch
-
-    progress = "bar" if sys.stdout.isatty() else "plain"
-    history = launch(
-        this_module.train,
-        world_size=world,
-        args=(job, progress),
-        threads=a.threads or 1,
-        prefix=False,
-        stream=job.mesh.loss_rank,
-    )[0]  # the loss rank, live
-    return history, True
 
 
 def report_failure(exc: Exception, out: str | None, rank: int | None) -> int:

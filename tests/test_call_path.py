@@ -71,6 +71,5 @@ def test_path_under_40_hops(measured):
     assert measured[0] < 40, measured
 
 
-@pytest.mark.xfail(strict=True, reason="issue #33's aim, not met yet: 19 returns measured (2026-11-25)")
 def test_path_under_10_returns(measured):
     assert measured[1] < 10, measured

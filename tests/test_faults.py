@@ -156,7 +156,7 @@ def test_bad_batch_for_the_layout_starts_no_rank(monkeypatch, capsys):
     def no_launch(*a, **k):
         raise AssertionError("ranks were started for an invalid setting")
 
-    monkeypatch.setattr(importlib.import_module("minipar.runtime.launch"), "launch", no_launch)
+    monkeypatch.setattr(importlib.import_module("minipar.train"), "launch", no_launch)  # the name main calls
     assert main(["--dp", "2", "--tp", "2", "--pp", "2", "--batch-size", "3", "--out", ""]) == 2
     assert "--batch-size 3 is not divisible by the 2 data-parallel ranks; use 2 or 4" in capsys.readouterr().err
 

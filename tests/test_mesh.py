@@ -134,14 +134,13 @@ def test_ep_with_context_parallelism_on_4_ranks():
 def test_the_parent_builds_the_mesh_once_and_the_ranks_reuse_it(monkeypatch):
     """``python -m minipar.train --dp 2 --tp 2 --pp 2``: the parent checks the settings once (one ``Mesh``) and
     hands the checked ``Job`` to the ranks, which add their groups to that layout (no second ``Mesh``)."""
-    import minipar.runtime.launch as launcher
     import minipar.train as job
     from minipar.job.config import Job
 
     built, sent = [], {}
     real = Mesh.__post_init__
     monkeypatch.setattr(Mesh, "__post_init__", lambda self, *a: (built.append(self), real(self, *a))[1])
-    monkeypatch.setattr(launcher, "launch", lambda fn, world_size, args, **kw: sent.update(args=args) or [[]])
+    monkeypatch.setattr(job, "launch", lambda fn, world_size, args, **kw: sent.update(args=args) or [[]])
     assert job.main(["--dp", "2", "--tp", "2", "--pp", "2", "--steps", "1", "--out", ""]) == 0
     (the_job, _), (mesh,) = sent["args"], built
     assert isinstance(the_job, Job) and the_job.mesh is mesh and mesh.shape == (2, 2, 2)

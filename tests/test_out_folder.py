@@ -174,7 +174,7 @@ def test_an_unusable_folder_is_refused_before_any_rank_starts(tmp_path, capsys, 
     def no_launch(*a, **k):
         raise AssertionError("ranks were started for an unusable folder")
 
-    monkeypatch.setattr(importlib.import_module("minipar.runtime.launch"), "launch", no_launch)
+    monkeypatch.setattr(importlib.import_module("minipar.train"), "launch", no_launch)  # the name main calls
     argv = args(tmp_path)
     assert main(TINY + ["--nproc", "2"] + argv) == 2
     line = _one_line(capsys.readouterr().err)

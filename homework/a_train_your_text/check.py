@@ -14,7 +14,7 @@ left in its folder (``job.py`` writes all of it) instead of trusting it:
   of the last quarter of the steps is below the mean of the first; the report's first and last
   losses are those of the log;
 - the validation loss: the checker reloads the checkpoint on one device and evaluates it itself on
-  the same validation windows (``minipar.train.evaluate``); the report's ``val_loss_last`` and the
+  the same validation windows (``minipar.train.train``'s val loss); the report's ``val_loss_last`` and the
   log's last one must equal it within ``VAL_BOUND`` (done last, once every check before it passes);
 - the planner: ``minipar.perf.model.estimate`` for the layout and the ``cpu_device`` arguments you
   gave, recomputed; ``mem_predicted_bytes`` and ``step_s_predicted`` must be its numbers;

@@ -220,10 +220,6 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         checkpoints, a ``--ckpt-dir`` of two runs (:func:`minipar.checkpoint.resume.check_run`), too little memory.
     """
     _check_flags(cfg)
-    if cfg.out:
-        check_folder(cfg.out, "--out")
-    if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
-        check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
     what = (
         f"this model (--n-layer {cfg.n_layer}, --n-head {cfg.n_head}, "
         f"--d-model {cfg.d_model}) and --batch-size {cfg.batch_size}"
@@ -250,7 +246,12 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
             f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
         )
     check_memory(cfg, dp, world_size, device_type)  # every rank of this machine, against its free memory
-    return Job(cfg, mesh, corpus, *check_run(cfg, corpus))
+    start, run_id = check_run(cfg, corpus)  # reads --ckpt-dir only where it is a folder
+    if cfg.out:  # the folders last: nothing is created or touched here, only looked at
+        check_folder(cfg.out, "--out")
+    if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
+        check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
+    return Job(cfg, mesh, corpus, start, run_id)
 
 
 def _check_flags(cfg: TrainConfig) -> None:

@@ -10,6 +10,14 @@ from __future__ import annotations
 import torch
 
 
+def autocast(dtype: str, device: torch.device) -> torch.autocast:
+    """The main job's ``--dtype`` as a ``torch.autocast`` context on ``device``: ``"fp32"`` (off), ``"bf16"`` or
+    ``"fp16"`` (matmuls in 16 bits, weights and optimizer in fp32: PyTorch's automatic mixed precision)."""
+    if dtype == "fp32":
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
 class DynamicLossScaler:
     """Loss scaling like ``torch.amp.GradScaler``: scale the loss; on inf/nan gradients skip the
     step and multiply the scale by ``backoff`` (0.5); after ``growth_interval`` clean steps

@@ -259,6 +259,7 @@ class Mesh:
             prod = f"pp·dp·cp·tp = {pp}·{self.dp}·{cp}·{self.tp}" if cp > 1 else f"pp·dp·tp = {pp}·{self.dp}·{tp}"
             raise ConfigError(f"{prod} = {pp * self.dp * tp} but there are {world} ranks; {valid()}")
         self.expert_shape, self.expert_dims = expert_layout(self.shape, self.ep)  # checks that ep divides dp
+        self.loss_rank = rank_of({"pp": self.pp - 1}, self.shape)  # last pipeline stage, dp 0, (cp 0,) tp 0
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -282,11 +283,6 @@ class Mesh:
             e = coords_of(self.rank, self.expert_shape, self.expert_dims)
             c.update(edp=e["edp"], ep=e["ep"])
         return c
-
-    @property
-    def loss_rank(self) -> int:
-        """The one global rank that owns the loss and logs: last pipeline stage, dp rank 0, tp rank 0."""
-        return rank_of({"pp": self.pp - 1}, self.shape)
 
 
 def init_mesh(
