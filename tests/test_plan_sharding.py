@@ -70,10 +70,14 @@ def test_hsdp_shards_inside_the_node_and_replicates_across(capsys):
     same = _run([*LLAMA8B, *FSDP64, "--hsdp", "64"], capsys)
     assert hsdp["hsdp"] == 8 and "·hsdp8" in hsdp["layout"] and "hsdp" not in fsdp
     assert {k: same[k] for k in ("step_s", "mem_gb")} == {k: fsdp[k] for k in ("step_s", "mem_gb")}
-    assert hsdp["time_s"]["dp"] < fsdp["time_s"]["dp"] and hsdp["mem_gb"] > fsdp["mem_gb"]
+    assert hsdp["mem_gb"] > fsdp["mem_gb"]
     dev, lay = GPUS["h100"], Layout(64, 1, 1, zero=3, hsdp=8)
     L = links(dev, lay)
-    assert L["shard"] == dev.intra and L["replicate"] == dev.inter
+    assert L["shard"] == dev.intra and L["replicate"] == dev.inter  # a replica group: one rank (one NIC) a node
+    # FSDP's 64-rank ring has all 8 ranks of each node in it: every rail of the node, up to NVLink's rate; so
+    # at 64 GPUs HSDP (NVLink, then 1/8 of the bytes on one NIC) is not faster (it pays off in latency at scale)
+    assert links(dev, Layout(64, 1, 1, zero=3))["dp"][1] == min(8 * dev.inter[1], dev.intra[1])
+    assert hsdp["time_s"]["dp"] >= fsdp["time_s"]["dp"]
 
 
 def test_hsdp_costs_are_the_sum_of_its_two_collectives():

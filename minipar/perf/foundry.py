@@ -144,15 +144,13 @@ def foundry_row(row, dev: Device) -> Estimate:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row, by a rule on its layout (not on its error), or None:
-    ``"comm"``: FULL_SHARD across nodes with <= 2 sequences per micro-batch (the model's ring runs each
-    GPU's all-gathers on one NIC, :func:`minipar.perf.sharding.group_link`; its compute cannot hide them);
     ``"ckpt"``: activation checkpointing (the model recomputes a whole forward; the published HFU of these
     rows, 55-58 %, is above every non-checkpointed row's, <= 46 %); ``"attn"``: s/(6h) > 0.5, the
     attention core a third of the FLOPs or more (FlashAttention at FA2's 35 %, while the 2023 runs' kernel
-    is not stated)."""
-    name, seq, n, _, mb, *_, shard, ckpt, _ = row
-    if shard == "FULL_SHARD" and n > 8 and mb <= 2:
-        return "comm"
+    is not stated). (Until 2026-11-26 also ``"comm"``: FULL_SHARD across nodes with <= 2 sequences per
+    micro-batch read 36-63 % low while the model ran a group's inter-node collectives on one NIC;
+    with every rail of the node (:func:`minipar.perf.sharding.group_link`) those rows read -10 … +6 %.)"""
+    name, seq, *_, ckpt, _ = row
     if ckpt:
         return "ckpt"
     return "attn" if seq / (6 * MPT[name][1]) > 0.5 else None

@@ -95,7 +95,7 @@ from minipar.perf.gemm import attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu, stage_layers_of
-from minipar.perf.sharding import BUCKET_PARAMS, dp_time, group_link  # noqa: F401  (the model's public names)
+from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link  # noqa: F401  (the model's public names)
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
 
@@ -281,5 +281,5 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         mem["total"] <= dev.usable_mem * dev.mem_bytes,
         executed / total / n / 1e12,
         model_flops(model, global_batch, "none") / total / n / dev.peak_flops,
-        layout.tp > 1 and _links(dev, layout)["tp"] == dev.inter != dev.intra,
+        layout.tp > 1 and across_nodes(dev, layout.tp, 1) and dev.inter != dev.intra,
     )

@@ -21,8 +21,10 @@ a row the model misses stays in, with its error.
   was chosen on (multi-node, long sequences, the Large Scale table) and the A100 80GB rows at s = 2048.
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
-rows (+25 … +43 %) and the llm-foundry rows a rule on their layout marks (``MISS:comm``, ``MISS:ckpt``,
-``MISS:attn``: :func:`minipar.perf.foundry.miss_reason`).
+rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
+one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
+and the llm-foundry rows a rule on their layout marks (``MISS:ckpt``, ``MISS:attn``:
+:func:`minipar.perf.foundry.miss_reason`).
 """
 
 from __future__ import annotations

@@ -20,13 +20,48 @@ from minipar.perf.timeline import overlap_formula
 BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
 
 
-def group_link(dev: Device, size: int, stride: int) -> tuple:
+def group_link(dev: Device, size: int, stride: int, collective: bool = True) -> tuple:
     """(α, β) of a group of ``size`` ranks ``stride`` apart in Megatron's rank order (tp, cp, dp, pp
-    innermost first): its block of size·stride consecutive ranks is inside one node only if it fits
-    and the node holds a whole number of blocks; otherwise some group straddles two nodes and runs
-    at the inter-node rate (tp = 3, 5, 6, 7 on 8-GPU nodes: a group crosses a node boundary)."""
+    innermost first). Its block of size·stride consecutive ranks is inside one node only if it fits and the
+    node holds a whole number of blocks: NVLink (tp = 3, 5, 6, 7 on 8-GPU nodes: a group crosses a node
+    boundary). A group across nodes runs its collectives at the inter-node rate times the k members it has
+    on each node (the fewest, :func:`members_per_node`), capped by NVLink: every GPU of a DGX/HGX node has
+    its own NIC (a "rail"), and NCCL splits a collective over channels that leave the node through
+    different NICs, each ring crossing between nodes once, so a group with all 8 GPUs of each node on it
+    reaches the node's 8 NICs together (nccl-tests on 2 nodes of 8 H100s with 8x NDR 400 Gb/s: ~370-470
+    GB/s bus bandwidth, 46-48 GB/s per NIC, NVIDIA/nccl-tests issues #290 and #309; 4 HDR NICs for 8 A100s:
+    ~100 GB/s "theoretical 200G x 4 / 8", #119). ``collective=False`` (one send between two stages): one
+    NIC, k = 1."""
     span, g = size * stride, dev.gpus_per_node
-    return dev.intra if size <= 1 or (span <= g and g % span == 0) else dev.inter
+    if size <= 1 or (span <= g and g % span == 0):
+        return dev.intra
+    k = members_per_node(size, stride, g) if collective else 1
+    return (dev.inter[0], min(k * dev.inter[1], max(dev.inter[1], dev.intra[1])))
+
+
+def members_per_node(size: int, stride: int, g: int) -> int:
+    """The fewest ranks that any one group of ``size`` ranks ``stride`` apart (blocks of size·stride
+    consecutive ranks, Megatron's order) has on a node of ``g`` GPUs that it touches (>= 1)."""
+    if stride >= g:
+        return 1
+    span = size * stride
+    if span % g == 0 and g % stride == 0:  # the group covers whole nodes, g/stride ranks on each
+        return g // stride
+    fewest = size
+    for block in range(math.lcm(span, g) // span):  # the pattern of blocks over nodes repeats after lcm ranks
+        for offset in range(stride):
+            nodes: dict[int, int] = {}
+            for i in range(size):
+                node = (block * span + offset + i * stride) // g
+                nodes[node] = nodes.get(node, 0) + 1
+            fewest = min(fewest, *nodes.values())
+    return fewest
+
+
+def across_nodes(dev: Device, size: int, stride: int) -> bool:
+    """True if groups of ``size`` ranks ``stride`` apart straddle nodes (:func:`group_link` off NVLink)."""
+    span, g = size * stride, dev.gpus_per_node
+    return not (size <= 1 or (span <= g and g % span == 0))
 
 
 def links(dev: Device, lay: Layout) -> dict:
@@ -38,7 +73,7 @@ def links(dev: Device, lay: Layout) -> dict:
         "tp": group_link(dev, t, 1),
         "cp": group_link(dev, c, t),
         "dp": group_link(dev, d * c, t),
-        "pp": group_link(dev, p, t * c * d),
+        "pp": group_link(dev, p, t * c * d, collective=False),
     }
     if lay.hsdp is not None:
         out["shard"] = group_link(dev, lay.hsdp * c, t)
