@@ -230,8 +230,8 @@ def parser() -> argparse.ArgumentParser:
         "--precision",
         default="bf16",
         choices=("bf16", "fp8"),
-        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak (attention, norms, embedding, "
-        "logit layer stay bf16)",
+        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency "
+        "(measured on an H100; attention, norms, embedding, logit layer stay bf16)",
     )
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)

@@ -40,7 +40,9 @@ def test_fp8_halves_only_the_weight_gemms(capsys):
     bf16 = _run([*LLAMA70B, *FIXED], capsys)
     fp8 = _run([*LLAMA70B, *FIXED, "--precision", "fp8"], capsys)
     dev = GPUS["h100"]
-    assert gemm_rate(dev, Layout(1, 1, 1, fp8=True)) / gemm_rate(dev, Layout(1, 1, 1)) == pytest.approx(1979 / 989)
+    assert gemm_rate(dev, Layout(1, 1, 1, fp8=True)) / gemm_rate(dev, Layout(1, 1, 1)) == pytest.approx(
+        1979 / 989 * 0.79
+    )
     saved = bf16["time_s"]["compute"] - fp8["time_s"]["compute"]
     assert 0 < saved < bf16["time_s"]["compute"] / 2
     assert fp8["mem_gb"] == bf16["mem_gb"] and fp8["time_s"]["tp"] == bf16["time_s"]["tp"]

@@ -47,6 +47,14 @@ SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NV
 # here ran FlashAttention-2 or was published before FA3.
 ATTN_EFF = {"A100": 0.60, "H100": 0.35, "H200": 0.35, "B200": 0.35}
 
+# An FP8 GEMM's efficiency as a fraction of the bf16 one's on the same shape: both measured on an H100 SXM
+# (``examples/gemm_rate.py``, 2026-11-26: ``torch._scaled_mm`` e4m3 vs bf16 on a square 8192³ GEMM and a Llama 3
+# 70B block's four TP-8 weight GEMMs, 4,096 tokens): FP8 reached 0.38-0.67 of its 1,979 TFLOP/s peak where bf16
+# reached 0.55-0.75 of its 989, 0.69-0.89 of bf16's fraction per shape; 0.79 is the middle of that range,
+# ASSUMED for every device with FP8 tensor cores (one device measured). A recipe's per-tensor scaling and
+# casts around the GEMM are not in it.
+FP8_VS_BF16 = 0.79
+
 
 def family(name: str) -> str | None:
     """The key of :data:`SMS` / :data:`ATTN_EFF` a device name starts with ("H100-SXM5-80GB" → "H100")."""
@@ -87,8 +95,8 @@ def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backwa
     """Seconds of one block's weight GEMMs on one TP rank, forward (sum over :func:`block_gemms` of
     2mnk / rate) or ``backward``: per weight the data gradient (m, k, n) and the weight gradient (k, n, m),
     each at its own shape (the same FLOPs as the forward, other waves). ``fp8``: at the dense FP8 peak with
-    1-byte operands (the same ``gemm_efficiency``, ASSUMED); ``dev.compute_share`` scales the peak."""
-    peak = (dev.fp8_flops if fp8 else dev.peak_flops) * dev.compute_share
+    1-byte operands and :data:`FP8_VS_BF16` of the bf16 efficiency (measured); ``dev.compute_share`` scales the peak."""
+    peak = (dev.fp8_flops * FP8_VS_BF16 if fp8 else dev.peak_flops) * dev.compute_share
     bpv = 1 if fp8 else dev.bytes_per_value
     total = 0.0
     for m, n, k in block_gemms(model, tokens, t):

@@ -91,7 +91,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     model_flops,
     stage_params,
 )
-from minipar.perf.gemm import attention_rate, block_gemm_time
+from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.memory import memory_per_gpu, stage_layers_of
@@ -135,10 +135,10 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
 def gemm_rate(dev: Device, layout: Layout) -> float:
     """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate itself
     takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency`` × the
-    dense bf16 peak; with ``layout.fp8`` the same fraction (ASSUMED: an FP8 GEMM benchmark per device pins it) of
-    the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as Transformer Engine's
-    and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms and other memory-bound
-    operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear`` and
+    dense bf16 peak; with ``layout.fp8`` :data:`minipar.perf.gemm.FP8_VS_BF16` (0.79, measured on an H100) of that
+    fraction of the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as
+    Transformer Engine's and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms
+    and other memory-bound operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear`` and
     skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed precision's
     (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved GEMM inputs, which
     would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
@@ -150,7 +150,7 @@ def gemm_rate(dev: Device, layout: Layout) -> float:
         return dev.peak_flops * dev.gemm_efficiency * dev.compute_share
     if dev.fp8_flops is None or dev.counts != "megatron":
         raise ConfigError(f"fp8 on {dev.name}: it has no FP8 tensor cores (Device.fp8_flops); use bf16 or an H100")
-    return dev.fp8_flops * dev.gemm_efficiency * dev.compute_share
+    return dev.fp8_flops * dev.gemm_efficiency * FP8_VS_BF16 * dev.compute_share
 
 
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
