@@ -138,9 +138,10 @@ def gemm_rate(dev: Device, layout: Layout) -> float:
     dense bf16 peak; with ``layout.fp8`` :data:`minipar.perf.gemm.FP8_VS_BF16` (0.79, measured on an H100) of that
     fraction of the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as
     Transformer Engine's and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms
-    and other memory-bound operators, the embedding and the logit layer (torchtitan's float8 converter swaps the blocks' ``nn.Linear`` and
-    skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication: bf16 mixed precision's
-    (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of saved GEMM inputs, which
+    and other memory-bound operators, the embedding and the logit layer (torchtitan's float8 converter swaps the
+    blocks' ``nn.Linear`` and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication:
+    bf16 mixed precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of
+    saved GEMM inputs, which
     would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
 
     Raises:
