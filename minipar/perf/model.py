@@ -141,8 +141,7 @@ def gemm_rate(dev: Device, layout: Layout) -> float:
     and other memory-bound operators, the embedding and the logit layer (torchtitan's float8 converter swaps the
     blocks' ``nn.Linear`` and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication:
     bf16 mixed precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of
-    saved GEMM inputs, which
-    would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
+    saved GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
 
     Raises:
         ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
