@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
+from minipar.comm.cost import all_reduce_time
+from minipar.course.loop import train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus, make_loader
 from minipar.model.gpt import Block, GPTConfig
@@ -38,16 +41,14 @@ def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float
     losses, the full (gathered) gradients of the last step and the full parameters after it."""
     model.to(PROOF_DTYPE)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    losses = []
-    for x, y in batches:
-        _, loss = model(x, y)
-        loss.backward()
+    grads = {}
+
+    def before_step():  # after backward: SP's replicated gradients summed, then all gradients gathered
         if sync_sp:
             allreduce_sequence_parallel_grads(model, group)
-        grads = full_state_dict(model, grads=True, group=group, remove_duplicate=False)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+        grads.update(full_state_dict(model, grads=True, group=group, remove_duplicate=False))
+
+    losses = train_steps(model, opt, batches, before_step=before_step)
     return losses, grads, full_state_dict(model, group=group, remove_duplicate=False)
 
 
@@ -73,15 +74,10 @@ def tp_runs(steps: int) -> dict:
 def shards() -> dict:
     """This rank's slices of block 0's weights, next to the full single-device weights."""
     b, fb = _tp_gpt().blocks[0], seeded_gpt(CFG, torch.float32).blocks[0]
-    return {
-        "rank": md.rank(),
-        "fc": b.mlp.fc.weight.detach().clone(),
-        "proj": b.mlp.proj.weight.detach().clone(),
-        "qkv": b.attn.qkv.weight.detach().clone(),
-        "full_fc": fb.mlp.fc.weight.detach().clone(),
-        "full_proj": fb.mlp.proj.weight.detach().clone(),
-        "full_qkv": fb.attn.qkv.weight.detach().clone(),
-    }
+    names = {"fc": "mlp.fc", "proj": "mlp.proj", "qkv": "attn.qkv"}
+    mine = {k: b.get_submodule(n).weight.detach().clone() for k, n in names.items()}
+    full = {f"full_{k}": fb.get_submodule(n).weight.detach().clone() for k, n in names.items()}
+    return {"rank": md.rank(), **mine, **full}
 
 
 def comm_per_layer(B: int = 4, T: int = 32) -> dict:
@@ -142,12 +138,7 @@ def dtensor_vs_minipar(steps: int) -> dict:
         for k, p in model.named_parameters()
         if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")
     }
-    return {
-        "minipar": mine[::2],
-        "dtensor": (losses, full_state_dict(model)),
-        "local": local,
-        "rank": tp_rank(),
-    }
+    return {"minipar": mine[::2], "dtensor": (losses, full_state_dict(model)), "local": local, "rank": tp_rank()}
 
 
 def make_tp_group(tp: int):
@@ -167,9 +158,8 @@ def toy_group_all_reduce() -> dict:
 
 # ---------------------------------------------------------------- pictures (drawn from real tensors)
 def block_shapes(B: int = 4, T: int = 32) -> dict:
-    """The shapes one tensor-parallel block's layers see on this rank, without and with sequence
-    parallelism: ``{sp: {name: (input shape, output shape)}}`` for ln_1, attn.qkv, attn.proj, ln_2,
-    mlp.fc, mlp.proj, recorded by forward hooks on a real forward."""
+    """``{sp: {layer: (input shape, output shape)}}``: what one tensor-parallel block's layers see on this rank in
+    a real forward, without and with sequence parallelism."""
     cfg = GPTConfig(vocab_size=128, **CFG)
     out = {}
     for sp in (False, True):
@@ -261,10 +251,6 @@ def draw_shards(d: int, heads: int, axes, colors=("tab:orange", "white")) -> Non
 def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:
     """Ring all-reduce time on ``n`` ranks against the message size, per link ``{name: (α, β)}``
     (:func:`minipar.comm.cost.all_reduce_time`), with the layer's activation S and compute / 4."""
-    import numpy as np
-
-    from minipar.comm.cost import all_reduce_time
-
     sizes = np.logspace(3, 9, 60)
     for name, link in links.items():
         ax.loglog(sizes, [all_reduce_time(n, x, link) * 1e3 for x in sizes], label=name)

@@ -7,12 +7,16 @@ import dataclasses
 import torch
 
 import minipar.runtime.dist as md
+from minipar.comm.p2p import P2POrderError
 from minipar.course.clock_runs import fastest_on_clock
 from minipar.course.pipeline_trace import RunSpec, model_and_data
 from minipar.model.gpt import GPT
+from minipar.pp.dualpipe import dualpipe, idle_per_rank, route, table2_bubble
 from minipar.pp.executor import PipelineExecutor
-from minipar.pp.schedules import Action, make_schedule, unpack
+from minipar.pp.native import torch_pipeline_order, v_shape
+from minipar.pp.schedules import Action, make_schedule, one_f_one_b, simulate, unpack, zb_h1
 from minipar.pp.stages import build_stages
+from minipar.pp.zero_bubble import WeightGradStore, split_linears
 
 
 def _tiny(n_layer: int, batch: int):
@@ -25,8 +29,6 @@ def run_schedule(schedule: list[list[Action]], timeout: float = 10.0):
     """One step of ``schedule`` (any per-rank action lists, one stage per rank) on a small GPT with
     minipar's executor. Returns the loss on the last rank, None elsewhere; a rank that only sees
     its peer fail returns None too, so the error a learner reads is the failing rank's own."""
-    from minipar.comm.p2p import P2POrderError
-
     p, m = len(schedule), 1 + max(a.mb for acts in schedule for a in acts)
     model, x, y = _tiny(n_layer=p, batch=2 * m)
     ex = PipelineExecutor(build_stages(model, p, [md.rank()]), schedule, timeout=timeout)
@@ -64,17 +66,15 @@ def coupled_vs_decoupled(spec, link, steps: int = 4) -> dict:
 def hook_phases(n_layer: int = 2) -> dict:
     """The names of the parameters whose post-accumulate-grad hooks (DDP's signal) fire in the I and in the W of
     one micro-batch through minipar's split backward (:mod:`minipar.pp.zero_bubble`), with a gradient or empty."""
-    from minipar.pp.zero_bubble import WeightGradStore, split_linears
-
     model, x, y = _tiny(n_layer, batch=2)
     stage = build_stages(model, 1, [0])[0]
     phase, fired = ["I"], {"I with a gradient": [], "I, empty": [], "W with a gradient": []}
+
+    def hook(name):  # records ``name`` under the phase it fires in, with a gradient or empty
+        return lambda q: fired[f"{phase[0]}, empty" if q.grad is None else f"{phase[0]} with a gradient"].append(name)
+
     for name, q in stage.named_parameters():
-        q.register_post_accumulate_grad_hook(
-            lambda q, name=name: fired[
-                f"{phase[0]}, empty" if q.grad is None else f"{phase[0]} with a gradient"
-            ].append(name)
-        )
+        q.register_post_accumulate_grad_hook(hook(name))
     store = WeightGradStore()
     with split_linears([stage], store):
         with store.collect((0, 0)):
@@ -89,10 +89,6 @@ def pipelines_vs_table2(pp: int = 8, m: int = 20) -> dict:
     ``pp`` stages, ``m`` micro-batches, F = I = W = 1, B = 2, F&B = 3. Per schedule: the simulation, devices,
     parameters per device (stages), model copies, peak activations per device (micro-batches × 1/pp stages),
     the simulated idle per rank (the most of any rank) and its formula (DeepSeek-V3 Table 2)."""
-    from minipar.pp.dualpipe import dualpipe, idle_per_rank, route, table2_bubble
-    from minipar.pp.native import torch_pipeline_order, v_shape
-    from minipar.pp.schedules import one_f_one_b, simulate, zb_h1
-
     full = lambda a: 2.0 if a.kind == "B" else 1.0  # noqa: E731 — B = I + W
     F, B, W = 1, 2, 1
     table2 = table2_bubble(pp, F, B, W)  # DualPipe's row; DualPipeV on pp/2 ranks is the same pipeline
@@ -106,13 +102,7 @@ def pipelines_vs_table2(pp: int = 8, m: int = 20) -> dict:
     out = {}
     for name, (sim, scale, formula) in sims.items():
         stages = len({a.stage for e in sim.timeline[0] for a in unpack(e[0])})
-        out[name] = dict(
-            sim=sim,
-            devices=sim.p,
-            params=stages,
-            copies=stages * sim.p // pp,
-            act=max(sim.peak_inflight) * scale,  # the V's chunks count ½ of a 1/(pp/2) stage: ×2 in 1/pp stages
-            idle=max(idle_per_rank(sim)),
-            formula=formula,
-        )
+        copies, idle = stages * sim.p // pp, max(idle_per_rank(sim))
+        act = max(sim.peak_inflight) * scale  # the V's chunks count ½ of a 1/(pp/2) stage: ×2 in 1/pp stages
+        out[name] = dict(sim=sim, devices=sim.p, params=stages, copies=copies, act=act, idle=idle, formula=formula)
     return out
