@@ -1,11 +1,13 @@
-"""Lesson 01's drivers (run on every rank by ``minipar.launch``) and its pictures; what the lesson teaches
-lives in ``minipar.comm.collectives``, the α–β cost and its fit in ``minipar.comm.cost``.
+"""Lesson 01's drivers (run on every rank by ``minipar.launch``) and its pictures.
 
 Cell values encode who contributed: rank r starts with (c+1)·10^r in chunk c, so a sum shows every
 contributor as a non-zero digit (chunk 1 summed over 4 ranks = 2222); one colour per rank, grey for all.
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 import torch
 import torch.distributed as dist
@@ -14,9 +16,8 @@ import minipar.runtime.dist as md
 from minipar.comm.collectives import naive_all_reduce, ring_all_reduce
 from minipar.comm.comm_log import CommLog
 from minipar.comm.cost import all_reduce_time
+from minipar.course.capture import raised
 from minipar.course.schematic import Arrow, Box, Span, draw_boxes, draw_timeline
-
-NAN = float("nan")
 
 
 def _start(n: int, me: int) -> torch.Tensor:
@@ -29,7 +30,7 @@ def primitives() -> dict:
     n, me = md.world_size(), md.rank()
     out = {}
     full = _start(n, me)
-    empty = torch.full((n,), NAN)
+    empty = torch.full((n,), float("nan"))
 
     def only(c, value):
         row = empty.clone()
@@ -76,10 +77,8 @@ def primitives() -> dict:
 
 def ring_steps() -> dict:
     """One ring all-reduce of a 4-chunk tensor, with the state after each of its 2(N−1) steps."""
-    n, me = md.world_size(), md.rank()
-    t = _start(n, me)
-    start = t.tolist()
-    trace = []
+    t, trace = _start(md.world_size(), md.rank()), []
+    start = t.tolist()  # before the ring overwrites t
     ring_all_reduce(t, trace=trace)
     return dict(start=start, steps=[dict(s, after=s["after"].tolist()) for s in trace])
 
@@ -105,17 +104,11 @@ def compare_ring_with_gloo(numel: int) -> dict:
     exact = torch.randint(-50, 51, (numel,), generator=g).float()
     ref_exact = exact.clone()
     dist.all_reduce(ref_exact)
-    return dict(
-        ring=(ring - ref).abs().max().item(),
-        naive=(naive - ref).abs().max().item(),
-        ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact),
-        max_abs=x.abs().max().item(),
-    )
+    errors = {"ring": (ring - ref).abs().max().item(), "naive": (naive - ref).abs().max().item()}
+    return dict(errors, ring_int_equal=torch.equal(ring_all_reduce(exact), ref_exact), max_abs=x.abs().max().item())
 
 
 # ---- what goes wrong -------------------------------------------------------------------------
-
-
 def swapped_order(detail: bool = False) -> dict:
     """Two ranks all-reduce a gradient (1 per rank) and a loss (10 per rank), rank 1 in the other order;
     ``detail``: on a group made under ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` checks."""
@@ -139,15 +132,6 @@ def exchange_toy() -> str:
     return f"sent {send.tolist()} to rank {(me + 1) % n}, received {recv.tolist()} from rank {(me - 1) % n}"
 
 
-def _said(call) -> str:
-    """What ``call()`` raised on this rank (type and message), or "no error"."""
-    try:
-        call()
-        return "no error"
-    except Exception as exc:  # noqa: BLE001 - the point is to show what is raised
-        return f"{type(exc).__name__}: {exc}"
-
-
 def different_shapes(how: str) -> str:
     """Rank 1 passes 5 elements where rank 0 passes 4; ``how``: ``"gloo"`` (plain ``dist.all_reduce``),
     ``"detail"`` (on a group made under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``) or ``"minipar"`` (``ring_all_reduce``)."""
@@ -156,22 +140,18 @@ def different_shapes(how: str) -> str:
         dist.set_debug_level(dist.DebugLevel.DETAIL)
         group = md.new_group()
     t = torch.ones(4 if md.rank() == 0 else 5)
-    return _said(lambda: ring_all_reduce(t) if how == "minipar" else dist.all_reduce(t, group=group))
+    return raised(lambda: ring_all_reduce(t) if how == "minipar" else dist.all_reduce(t, group=group))
 
 
 def skipped_call(use_minipar: bool) -> str:
     """Rank 1 skips the all-reduce (and stays alive for a while): what does rank 0 see?"""
-    import time
-
     if md.rank() == 1:
         time.sleep(3)
         return "skipped"
-    return _said(lambda: (ring_all_reduce if use_minipar else dist.all_reduce)(torch.ones(4)))
+    return raised(lambda: (ring_all_reduce if use_minipar else dist.all_reduce)(torch.ones(4)))
 
 
 # ---- pictures --------------------------------------------------------------------------------
-
-
 def _contributors(value: float, chunk: int) -> list[int]:
     """Ranks whose starting value is summed into ``value`` (read from the decimal digits)."""
     m = int(round(value / (chunk + 1)))
@@ -197,14 +177,12 @@ def draw_rows(ax, rows, title="", sent=None, received=None):
             full = len(who) == n_rank
             colour = "0.35" if full else tuple(sum(colours[k][i] for k in who) / len(who) for i in range(3))
             ax.add_patch(Rectangle((c, r), 1, 1, facecolor=colour, edgecolor="white", alpha=1 if full else 0.75))
-            ax.text(
-                c + 0.5, r + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=8, color="white" if full else "black"
-            )
+            text_colour = "white" if full else "black"
+            ax.text(c + 0.5, r + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=8, color=text_colour)
     for marks, colour, style in ((sent, "black", "-"), (received, "red", "--")):
         for r, c in enumerate(marks or []):
-            ax.add_patch(
-                Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, lw=2.2, edgecolor=colour, linestyle=style)
-            )
+            outline = Rectangle((c + 0.04, r + 0.04), 0.92, 0.92, fill=False, lw=2.2, edgecolor=colour, linestyle=style)
+            ax.add_patch(outline)
     ax.set_xlim(0, n_chunk)
     ax.set_ylim(n_rank, 0)
     ax.set_xticks([c + 0.5 for c in range(n_chunk)], [f"chunk {c}" for c in range(n_chunk)], fontsize=7)
@@ -242,18 +220,13 @@ def draw_ring(results):
         ax = axes[k // half, 1 + k % half]
         marks = dict(sent=[x["send"] for x in step], received=[x["recv"] for x in step])
         draw_rows(ax, [x["after"] for x in step], f"{s['phase']} step {s['step'] + 1}", **marks)
-    fig.suptitle(
-        "ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
-        "(added in the reduce-scatter, copied in the all-gather)",
-        fontsize=10,
-    )
+    title = "ring all-reduce: black = chunk sent to rank+1, red dashed = chunk received from rank−1 "
+    fig.suptitle(title + "(added in the reduce-scatter, copied in the all-gather)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
 # ---- the α–β cost model ----------------------------------------------------------------------
-
-
 def draw_cost_model(sizes, sweep, fits):
     """Measured all_reduce times (points) against the fitted model (lines), per world size; ring vs torch."""
     import matplotlib.pyplot as plt
@@ -270,14 +243,12 @@ def draw_cost_model(sizes, sweep, fits):
         if "ring" in res:
             ax.loglog(S, np.asarray(res["ring"]) * 1e3, "x", color=colour, ms=8, label=f"minipar ring, N={n}")
             bx.semilogx(S, np.asarray(res["ring"]) / np.asarray(res["torch"]), "x-", color=colour, label=f"N={n}")
-    ax.set_xlabel("message size S (bytes)")
-    ax.set_ylabel("time (ms)")
+    ax.set(xlabel="message size S (bytes)", ylabel="time (ms)")
     ax.set_title("all-reduce time: measured (points) vs T = 2(N−1)α + 2(N−1)/N·S/β")
     ax.legend(fontsize=7)
     bx.axhline(1.0, color="0.5", lw=1)
     bx.axhline(1.2, color="red", lw=1, ls="--", label="target ≤ 1.2× at 16 MB")
-    bx.set_xlabel("message size S (bytes)")
-    bx.set_ylabel("minipar ring / gloo (time ratio)")
+    bx.set(xlabel="message size S (bytes)", ylabel="minipar ring / gloo (time ratio)")
     bx.set_title("minipar's Python ring vs gloo's C++ all_reduce, same run")
     bx.legend(fontsize=8)
     fig.tight_layout()
@@ -297,8 +268,7 @@ def draw_bytes(table, S):
     ax.bar(x + 0.27, [row["naive_other"] / S for row in table], 0.27, label="naive: other ranks (measured)")
     ax.plot(x - 0.27, [2 * (n - 1) / n for n in ns], "k_", ms=30, mew=2, label="2(N−1)/N (formula)")
     ax.set_xticks(x, [f"N = {n}" for n in ns])
-    ax.set_ylabel("bytes sent per rank / S")
-    ax.set_title(f"bytes sent per rank for one all-reduce of S = {S / 2**20:.0f} MiB")
+    ax.set(ylabel="bytes sent per rank / S", title=f"bytes sent per rank for one all-reduce of S = {S / 2**20:.0f} MiB")
     ax.legend(fontsize=8, markerscale=0.4)
     fig.tight_layout()
     return fig
@@ -306,8 +276,6 @@ def draw_bytes(table, S):
 
 def draw_ring_concept(n: int = 4):
     """Concept drawing: the ring (who sends to whom) and the 2(N−1) steps, with the chunk each rank sends."""
-    import math
-
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.6), gridspec_kw=dict(width_ratios=[1, 2]))

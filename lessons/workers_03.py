@@ -1,7 +1,4 @@
-"""Experiment drivers for lesson 03 (ZeRO): they only call minipar and torch, on every rank.
-
-Child processes import this module by name, so the notebook's workers live here, not in a cell.
-"""
+"""Experiment drivers for lesson 03 (ZeRO), run on every rank: child processes import them by name."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import torch.distributed as dist
 import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog
+from minipar.course.loop import train_steps
 from minipar.course.zero_strategies import apply_strategy
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.memory import state_bytes, tensor_memory_tracker
@@ -28,12 +26,9 @@ def make_optimizer(model, adamw: dict, optim: str = "adamw"):
 
 
 def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.float32, optim="adamw", mp=None):
-    """The model (seed 0 on every rank, then cast to ``dtype``) and its optimizer for one strategy
-    (:func:`minipar.course.zero_strategies.apply_strategy`).
-
-    ``optim``: "adamw" or "sgd" (single, dp, zero3pp, fsdp2). ``mp``: ``(param_dtype, reduce_dtype)``
-    for the two per-parameter ZeRO-3s, given to minipar's and PyTorch's ``MixedPrecisionPolicy``.
-    """
+    """The model (seed 0 on every rank, cast to ``dtype``) and its optimizer for one strategy (:func:`apply_strategy`):
+    ``optim`` "adamw" or "sgd" (single, dp, zero3pp, fsdp2); ``mp``: ``(param_dtype, reduce_dtype)`` for the two
+    per-parameter ZeRO-3s (minipar's and PyTorch's ``MixedPrecisionPolicy``)."""
     torch.manual_seed(0)
     model = GPT(cfg).to(dtype)
     kw = dict(trace=trace) if strategy == "zero3" else {}
@@ -52,51 +47,33 @@ def finish_step(strategy: str, model, opt, adamw: dict) -> None:
     opt.zero_grad()
 
 
-def run(
-    strategies,
-    cfg: GPTConfig,
-    adamw: dict,
-    batches: list,
-    measure_step: int = 1,
-    track_peak: bool = False,
-    dtype=torch.float32,
-    optim: str = "adamw",
-    mp=None,
-) -> dict:
-    """Train each strategy on this rank's rows of the same global ``batches``, one after another.
-
-    ``optim``, ``mp``: as :func:`build` (``mp`` reaches only zero3pp and fsdp2).
-
-    ``dtype``: float32 for the byte measurements (the formulas are fp32 AdamW's), float64 for the
-    equivalence proofs (reordered sums then differ by ~1e-16 relative on every CPU).
-
-    Returns ``{strategy: {"losses" (mean over ranks), "params" (full), "held" (bytes after the
-    backward of step ``measure_step``), "comm" ({op: bytes sent} in that step), "trace",
-    "peak" (peak tensor bytes during that step, with ``track_peak``)}}``.
+def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, track_peak: bool = False, **build_kw) -> dict:
+    """Train each strategy on this rank's rows of the same global ``batches``, one after another; ``build_kw``
+    (``dtype``: float32 for the byte measurements, float64 for the equivalence proofs; ``optim``, ``mp``): as
+    :func:`build`. Returns ``{strategy: {"losses" (mean over ranks), "params" (full), "held" (bytes after the
+    backward of step 1), "comm" ({op: bytes sent} in step 1), "trace", "peak" (tensor bytes, ``track_peak``)}}``.
     """
     n, r = md.world_size(), md.rank()
     out = {}
     for s in strategies:
         trace = []
-        pp_mp = mp if s in ("zero3pp", "fsdp2") else None
-        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, dtype, optim=optim, mp=pp_mp)
+        model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, **build_kw)
         losses, rec = [], {}
         for step, xy in enumerate(batches):
             xy = xy.chunk(n)[r]
-            if step == measure_step:
+            measure = step == 1  # step 0 warms up: buffers, AdamW's state
+            if measure:
                 trace.clear()
-            measure = step == measure_step
             tracker = tensor_memory_tracker(model, opt) if measure and track_peak else contextlib.nullcontext()
             with CommLog() as log, tracker, warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 loss = model(xy[:, :-1], xy[:, 1:])[1]
                 loss.backward()
-                if step == measure_step:
+                if measure:
                     rec["held"] = state_bytes(model, opt)
                 finish_step(s, model, opt, adamw)
-            if step == measure_step:
-                rec["comm"] = {op: d["sent"] for op, d in log.by_op().items()}
-                rec["trace"] = list(trace)
+            if measure:
+                rec.update(comm={op: d["sent"] for op, d in log.by_op().items()}, trace=list(trace))
                 if track_peak:
                     rec["peak"] = next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
             t = loss.detach().clone()
@@ -109,12 +86,9 @@ def run(
 def single_device(cfg: GPTConfig, adamw: dict, batches: list, dtype=torch.float32, optim: str = "adamw") -> dict:
     """The reference: one process, the whole global batch, torch.optim.AdamW or SGD (model in ``dtype``)."""
     model, opt = build("single", cfg, adamw, dtype=dtype, optim=optim)
-    losses = []
-    for xy in batches:
-        loss = model(xy[:, :-1], xy[:, 1:])[1]
-        loss.backward()
-        finish_step("single", model, opt, adamw)
-        losses.append(loss.item())
+    clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), adamw["max_norm"])  # noqa: E731
+    xys = [(xy[:, :-1], xy[:, 1:]) for xy in batches]
+    losses = train_steps(model, opt, xys, before_step=clip if adamw.get("max_norm") else None)
     return dict(losses=losses, params=full_state_dict(model))
 
 
@@ -125,9 +99,8 @@ def different_start(cfg: GPTConfig, stage: int) -> None:
 
 
 def toy_collectives(numel: int) -> dict:
-    """The toy before "Your turn", on every rank: x_r = arange(numel) + 100·r, padded with zeros to a
-    multiple of N; ``reduce_scatter_single`` gives rank r the sums of its shard, ``all_gather_single``
-    joins the shards again, ``all_reduce`` of the unpadded x_r for comparison."""
+    """The toy before "Your turn": x_r = arange(numel) + 100·r, zero-padded to a multiple of N, reduce-scattered
+    (rank r: the sums of its shard) and all-gathered again; ``all_reduce`` of the unpadded x_r to compare."""
     n, r = md.world_size(), md.rank()
     x = torch.zeros(-(-numel // n) * n, dtype=torch.float64)
     x[:numel] = torch.arange(numel) + 100.0 * r
@@ -139,10 +112,8 @@ def toy_collectives(numel: int) -> dict:
 
 
 def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
-    """minipar's and PyTorch's ZeroRedundancyOptimizer around ``torch.optim.SGD(**sgd)``, float64: each rank
-    averages the gradients of its rows (one all-reduce per parameter, DDP's job), then ``opt.step()`` steps its
-    own parameters and broadcasts each from its owner. Returns both runs' parameters, the elements this rank
-    owns and the bytes of optimizer state (momentum) it holds."""
+    """minipar's and PyTorch's ZeroRedundancyOptimizer around ``torch.optim.SGD(**sgd)``, float64, on this rank's
+    rows: both runs' parameters, the elements this rank owns and the bytes of optimizer state (momentum) it holds."""
     from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZeRO
 
     from minipar.zero.redundancy import ZeroRedundancyOptimizer
@@ -156,10 +127,7 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         for xy in batches:
             xy = xy.chunk(n)[r]
             model(xy[:, :-1], xy[:, 1:])[1].backward()
-            for p in model.parameters():
-                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-            opt.step()
-            opt.zero_grad()
+            finish_step("dp", model, opt, {})  # average the gradients; opt.step() steps and broadcasts its own
         out[name] = full_state_dict(model)
         if name == "minipar":
             out["owned"] = opt.owned_numel()
@@ -170,11 +138,9 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
 def per_param_layout(cfg: GPTConfig) -> list:
     """On every rank: fully_shard on the units and the root, then walk ``named_modules()`` as any code
     would. Returns ``[(name, module type, local shape, full shape)]`` for every Linear/Embedding weight."""
-    import torch.nn as nn
-
     model, _ = build("zero3pp", cfg, dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0))
     return [
         (f"{name}.weight", type(m).__name__, tuple(m.weight.shape), tuple(m.weight.shard_spec.full_shape))
         for name, m in model.named_modules()
-        if isinstance(m, (nn.Linear, nn.Embedding))
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
     ]

@@ -1,18 +1,21 @@
-"""Experiment drivers for lesson 04 (tensor parallelism). They only call minipar; child processes
-import them by name, so they live in a module, not in the notebook."""
+"""Experiment drivers for lesson 04 (tensor parallelism): child processes import them by name."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
+from minipar.comm.cost import all_reduce_time
+from minipar.course.loop import train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus, make_loader
-from minipar.model.gpt import GPT, Block, GPTConfig
+from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes, state_bytes
+from minipar.model.presets import seeded_gpt
 from minipar.tp.gpt import TensorParallelGPT, allreduce_sequence_parallel_grads, parallelize_block_
 from minipar.tp.mappings import new_tp_group, tp_rank
 
@@ -20,11 +23,17 @@ CFG = dict(block_size=32, n_layer=2, n_head=4, d_model=32)
 PROOF_DTYPE = torch.float64  # the equivalence proofs: reordered sums then differ by ~1e-16 relative on every CPU
 
 
-def data(steps: int, batch_size: int = 4, T: int = 32):
-    """The vocabulary size and ``steps`` (x, y) batches of the built-in corpus (seed 0)."""
-    corpus = builtin_corpus()
-    loader = make_loader(corpus.split("train", T), batch_size, seed=0)
-    return corpus.vocab_size, [next(loader) for _ in range(steps)]
+def data(steps: int) -> list:
+    """``steps`` (x, y) batches of 4 sequences of the built-in corpus (seed 0)."""
+    loader = make_loader(builtin_corpus().split("train", CFG["block_size"]), 4, seed=0)
+    return [next(loader) for _ in range(steps)]
+
+
+def _tp_gpt(group=None, sequence_parallel: bool = False, cfg: GPTConfig | None = None) -> TensorParallelGPT:
+    """minipar's tensor-parallel GPT of ``cfg`` (default: ``CFG``), seeded 0 on every rank."""
+    torch.manual_seed(0)
+    cfg = cfg or GPTConfig(vocab_size=builtin_corpus().vocab_size, **CFG)
+    return TensorParallelGPT(cfg, group=group, sequence_parallel=sequence_parallel)
 
 
 def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float], dict, dict]:
@@ -32,59 +41,43 @@ def train(model, batches, group=None, sync_sp: bool = False) -> tuple[list[float
     losses, the full (gathered) gradients of the last step and the full parameters after it."""
     model.to(PROOF_DTYPE)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    losses = []
-    for x, y in batches:
-        _, loss = model(x, y)
-        loss.backward()
+    grads = {}
+
+    def before_step():  # after backward: SP's replicated gradients summed, then all gradients gathered
         if sync_sp:
             allreduce_sequence_parallel_grads(model, group)
-        grads = full_state_dict(model, grads=True, group=group, remove_duplicate=False)
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+        grads.update(full_state_dict(model, grads=True, group=group, remove_duplicate=False))
+
+    losses = train_steps(model, opt, batches, before_step=before_step)
     return losses, grads, full_state_dict(model, group=group, remove_duplicate=False)
 
 
 def single_device(steps: int) -> tuple[list[float], dict, dict]:
-    vocab, batches = data(steps)
-    torch.manual_seed(0)
-    return train(GPT(GPTConfig(vocab_size=vocab, **CFG)), batches)
+    """:func:`train` of the single-device GPT (seed 0)."""
+    return train(seeded_gpt(CFG, torch.float32), data(steps))
 
 
 def tp_runs(steps: int) -> dict:
     """On 4 ranks: TP = 2 (two groups of 2) and TP = 4, each without and with sequence parallelism;
     and one step of TP = 4 with SP but without ``allreduce_sequence_parallel_grads`` (wrong on purpose)."""
-    vocab, batches = data(steps)
+    batches = data(steps)
     out = {}
     for tp in (2, 4):
         group = new_tp_group(tp)
         for sp in (False, True):
-            torch.manual_seed(0)
-            model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=sp)
-            out[(tp, sp)] = train(model, batches, group, sync_sp=sp)
-    torch.manual_seed(0)  # the mistake to avoid: SP without summing the replicated parameters' grads
-    model = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG), group=group, sequence_parallel=True)
-    missing = train(model, batches[:1], group, sync_sp=False)  # one step: its gradients
+            out[(tp, sp)] = train(_tp_gpt(group, sp), batches, group, sync_sp=sp)
+    # the mistake to avoid: SP without summing the replicated parameters' grads (one step: its gradients)
+    missing = train(_tp_gpt(group, True), batches[:1], group, sync_sp=False)
     return out, missing
 
 
 def shards() -> dict:
     """This rank's slices of block 0's weights, next to the full single-device weights."""
-    vocab, _ = data(1)
-    torch.manual_seed(0)
-    full = GPT(GPTConfig(vocab_size=vocab, **CFG))
-    torch.manual_seed(0)
-    tp = TensorParallelGPT(GPTConfig(vocab_size=vocab, **CFG))
-    b, fb = tp.blocks[0], full.blocks[0]
-    return {
-        "rank": md.rank(),
-        "fc": b.mlp.fc.weight.detach().clone(),
-        "proj": b.mlp.proj.weight.detach().clone(),
-        "qkv": b.attn.qkv.weight.detach().clone(),
-        "full_fc": fb.mlp.fc.weight.detach().clone(),
-        "full_proj": fb.mlp.proj.weight.detach().clone(),
-        "full_qkv": fb.attn.qkv.weight.detach().clone(),
-    }
+    b, fb = _tp_gpt().blocks[0], seeded_gpt(CFG, torch.float32).blocks[0]
+    names = {"fc": "mlp.fc", "proj": "mlp.proj", "qkv": "attn.qkv"}
+    mine = {k: b.get_submodule(n).weight.detach().clone() for k, n in names.items()}
+    full = {f"full_{k}": fb.get_submodule(n).weight.detach().clone() for k, n in names.items()}
+    return {"rank": md.rank(), **mine, **full}
 
 
 def comm_per_layer(B: int = 4, T: int = 32) -> dict:
@@ -108,14 +101,12 @@ def comm_per_layer(B: int = 4, T: int = 32) -> dict:
 def memory(B: int = 4, T: int = 64, d: int = 128, n_head: int = 8, n_layer: int = 4) -> dict:
     """Per rank, for TP = 1, 2, 4 (+/- SP): parameter bytes of the whole GPT and the bytes autograd
     saves for backward in one transformer block's forward (what the activations cost)."""
-    vocab, _ = data(1)
-    cfg = GPTConfig(vocab_size=vocab, block_size=T, n_layer=n_layer, n_head=n_head, d_model=d)
+    cfg = GPTConfig(vocab_size=builtin_corpus().vocab_size, block_size=T, n_layer=n_layer, n_head=n_head, d_model=d)
     out = {}
     for tp in (1, 2, 4):
         group = new_tp_group(tp)
         for sp in (False, True):
-            torch.manual_seed(0)
-            model = TensorParallelGPT(cfg, group=group, sequence_parallel=sp)
+            model = _tp_gpt(group, sp, cfg)
             block = model.blocks[0]
             x = torch.randn(B, T // tp if sp else T, d, requires_grad=True)
             act = saved_activation_bytes(lambda: block(x), exclude=block)
@@ -129,14 +120,10 @@ def dtensor_vs_minipar(steps: int) -> dict:
 
     from minipar.tp.dtensor import loss_context, parallelize_gpt_dtensor
 
-    vocab, batches = data(steps)
-    cfg = GPTConfig(vocab_size=vocab, **CFG)
-    torch.manual_seed(0)
-    mine = train(TensorParallelGPT(cfg), batches)
-    torch.manual_seed(0)
-    model = parallelize_gpt_dtensor(
-        GPT(cfg).to(PROOF_DTYPE), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=True
-    )
+    batches = data(steps)
+    mine = train(_tp_gpt(), batches)
+    mesh = init_device_mesh("cpu", (md.world_size(),))
+    model = parallelize_gpt_dtensor(seeded_gpt(CFG, PROOF_DTYPE), mesh, vocab_parallel=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
     losses = []
     for x, y in batches:
@@ -151,19 +138,12 @@ def dtensor_vs_minipar(steps: int) -> dict:
         for k, p in model.named_parameters()
         if k.startswith("blocks.0.") or k in ("wte.weight", "lm_head.weight")
     }
-    return {
-        "minipar": mine[::2],
-        "dtensor": (losses, full_state_dict(model)),
-        "local": local,
-        "rank": tp_rank(),
-    }
+    return {"minipar": mine[::2], "dtensor": (losses, full_state_dict(model)), "local": local, "rank": tp_rank()}
 
 
 def make_tp_group(tp: int):
-    """Create the tensor-parallel groups of size ``tp`` (raises ConfigError for a bad ``tp``).
-
-    The barrier first: every rank has finished connecting before any raises, so no rank prints gloo's
-    "connectFullMesh failed" when a faster one exits (the cell's output stays the same on every run)."""
+    """Create the tensor-parallel groups of size ``tp`` (ConfigError for a bad ``tp``); the barrier first, so no
+    rank prints gloo's "connectFullMesh failed" when a faster one raises and exits."""
     dist.barrier()
     new_tp_group(tp)
 
@@ -178,26 +158,22 @@ def toy_group_all_reduce() -> dict:
 
 # ---------------------------------------------------------------- pictures (drawn from real tensors)
 def block_shapes(B: int = 4, T: int = 32) -> dict:
-    """The shapes one tensor-parallel block's layers see on this rank, without and with sequence
-    parallelism: ``{sp: {name: (input shape, output shape)}}`` for ln_1, attn.qkv, attn.proj, ln_2,
-    mlp.fc, mlp.proj, recorded by forward hooks on a real forward."""
+    """``{sp: {layer: (input shape, output shape)}}``: what one tensor-parallel block's layers see on this rank in
+    a real forward, without and with sequence parallelism."""
     cfg = GPTConfig(vocab_size=128, **CFG)
     out = {}
     for sp in (False, True):
         torch.manual_seed(0)
         block = parallelize_block_(Block(cfg), sequence_parallel=sp)
-        seen, hooks = {}, []
-        for name in ("ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc", "mlp.proj"):
-            mod = block.get_submodule(name)
-            hooks.append(
-                mod.register_forward_hook(
-                    lambda m, i, o, name=name: seen.update({name: (tuple(i[0].shape), tuple(o.shape))})
-                )
-            )
-        block(torch.randn(B, T // md.world_size() if sp else T, cfg.d_model))
-        for h in hooks:
-            h.remove()
-        out[sp] = seen
+        names = {block.get_submodule(n): n for n in ("ln_1", "attn.qkv", "attn.proj", "ln_2", "mlp.fc", "mlp.proj")}
+        seen = out[sp] = {}
+
+        def record(module, inputs, output):
+            if module in names:
+                seen[names[module]] = (tuple(inputs[0].shape), tuple(output.shape))
+
+        with torch.nn.modules.module.register_module_forward_hook(record):  # every module's forward, removed after
+            block(torch.randn(B, T // md.world_size() if sp else T, cfg.d_model))
     return out
 
 
@@ -275,19 +251,12 @@ def draw_shards(d: int, heads: int, axes, colors=("tab:orange", "white")) -> Non
 def draw_allreduce_model(links: dict, n: int, S: float, t_layer: float, ax) -> None:
     """Ring all-reduce time on ``n`` ranks against the message size, per link ``{name: (α, β)}``
     (:func:`minipar.comm.cost.all_reduce_time`), with the layer's activation S and compute / 4."""
-    import numpy as np
-
-    from minipar.comm.cost import all_reduce_time
-
     sizes = np.logspace(3, 9, 60)
     for name, link in links.items():
         ax.loglog(sizes, [all_reduce_time(n, x, link) * 1e3 for x in sizes], label=name)
     ax.axvline(S, color="gray", ls=":")
     ax.text(S * 1.2, 8, "GPT-3 layer\nactivation", fontsize=8)
     ax.axhline(t_layer / 4 * 1e3, color="k", ls="--", lw=1, label="compute per layer / 4")
-    ax.set(
-        xlabel="message size S (bytes)",
-        ylabel=f"ring all-reduce time, N={n} (ms)",
-        title="α–β model: ring all-reduce time",
-    )
+    ax.set(xlabel="message size S (bytes)", ylabel=f"ring all-reduce time, N={n} (ms)")
+    ax.set_title("α–β model: ring all-reduce time")
     ax.legend(fontsize=8)

@@ -1,8 +1,4 @@
-"""Lesson 05's experiment drivers: pipeline runs on the cluster clock, read as bubbles and throughput.
-
-Everything here calls minipar (``minipar.course.pipeline_trace``, ``minipar.pp.schedules``, ``minipar.clock``);
-nothing re-implements it.
-"""
+"""Lesson 05's experiment drivers: pipeline runs on the cluster clock (``minipar.course.pipeline_trace``)."""
 
 from __future__ import annotations
 
@@ -14,9 +10,8 @@ from minipar.pp.schedules import Action
 
 
 def on_clock(spec: RunSpec, p: int) -> dict:
-    """Run ``spec`` (its ``clock`` set) on ``p`` ranks and read its fastest step on the cluster clock
-    (:func:`minipar.course.pipeline_trace.read_clock`: ``clock``, ``simulated``, ``medians``, ``formula``,
-    ``trace``...)."""
+    """Run ``spec`` (its ``clock`` set) on ``p`` ranks: its fastest step on the cluster clock, as
+    :func:`minipar.course.pipeline_trace.read_clock` reads it, and the losses."""
     out = launch(traced_run, world_size=p, args=(spec,))
     return {**read_clock(out, spec), "losses": out[-1]["losses"]}
 

@@ -8,8 +8,10 @@
 - ``minipar.course.loop``            ``train_steps``: the lessons' small training loop, written once [08, 09]
 - ``minipar.course.presets``         the main job at lesson size (``tiny_train_config``), the H100 step of slow motion
 - ``minipar.course.zero_strategies`` lesson 03's sharding strategies applied to one GPT (``apply_strategy``)
-- ``minipar.course.capture``         launches whose output reads the same on every run (``launch_quiet``, ``env``)
+- ``minipar.course.capture``         launches whose output reads the same on every run (``launch_quiet``, ``env``,
+  ``quiet_fds``)
 - ``minipar.course.clock_view``      the cluster clock's timelines summed and drawn (``draw_lanes``)
+- ``minipar.course.clock_runs``      each mode's fastest step on the cluster clock (``fastest_on_clock``) [02, 06]
 - ``minipar.course.memory_timeline`` live tensor bytes over a step, by category (PyTorch's memory profiler) [00]
 - ``minipar.course.autograd_graph``  the graph autograd builds, walked and drawn [00]
 """

@@ -1,6 +1,7 @@
 """Launching ranks for a lesson's output: what they printed captured, run-to-run noise removed, the
 environment set for one launch. Lessons show failures on purpose (a hang, a mismatched collective), and
-a notebook's stored output must read the same on every run.
+a notebook's stored output must read the same on every run (``quiet_fds``: C++ log lines silenced;
+``raised``: what a call raised, as text).
 
     with env(TORCH_DISTRIBUTED_DEBUG="DETAIL"):           # the ranks of this launch inherit it
         res = launch_quiet(fn, world_size=2, timeout=5)
@@ -13,6 +14,7 @@ import contextlib
 import io
 import os
 import re
+import sys
 from contextlib import redirect_stdout
 
 
@@ -38,12 +40,40 @@ def launch_quiet(fn, *args, **kwargs):
     return launch_capture(fn, *args, **kwargs)[0]
 
 
+def raised(call, catch: type[BaseException] = Exception, with_type: bool = True) -> str:
+    """What ``call()`` raised: ``"Type: message"`` (or the message alone, ``with_type=False``), or "no error".
+    An exception that is not a ``catch`` propagates. For the mistakes a lesson makes on purpose."""
+    try:
+        call()
+    except catch as exc:
+        return f"{type(exc).__name__}: {exc}" if with_type else str(exc)
+    return "no error"
+
+
 def stable_message(message: str) -> str:
     """An error message without the parts that change from run to run: C++ source paths, ports, timings."""
     message = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", message)
     message = re.sub(r"\[?127\.0\.0\.1\]?:\d+", "127.0.0.1:<port>", message)
     message = re.sub(r"\b\d{1,5}ms\b", "<N>ms", message)
     return message.split(" GLHF")[0].strip()
+
+
+@contextlib.contextmanager
+def quiet_fds(fds: tuple[int, ...] = (1, 2)):
+    """Send these file descriptors (stdout, stderr) to /dev/null inside the ``with`` block: the C++ side of
+    ``torch.profiler`` logs start/stop lines with a time stamp and a PID there, which a notebook would show."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved, null = [os.dup(fd) for fd in fds], os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in fds:
+            os.dup2(null, fd)
+        yield
+    finally:
+        for fd, s in zip(fds, saved):
+            os.dup2(s, fd)
+            os.close(s)
+        os.close(null)
 
 
 @contextlib.contextmanager

@@ -10,14 +10,13 @@ assigned a category (parameter, gradient, optimizer state, activation, ...) from
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import pathlib
-import sys
 import tempfile
 import warnings
 from typing import Callable
+
+from minipar.course.capture import quiet_fds
 
 # The categories of PyTorch's memory profiler, in the order of its raw timeline's columns 1..8
 # (torch.profiler._memory_profiler._CATEGORY_TO_COLORS; column 0 is unused).
@@ -33,21 +32,6 @@ TIMELINE_CATEGORIES = (
 )
 
 
-@contextlib.contextmanager
-def _quiet_fd2():
-    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs start/stop lines with a time
-    stamp and a PID there, which a notebook would show as stderr."""
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def profile_memory(step: Callable[[], object]) -> dict:
     """Run ``step()`` once under ``torch.profiler`` (CPU, ``profile_memory=True``) and return its memory
     timeline: ``{"t": ms since the first event, per allocation/free event, "bytes": {category: list},
@@ -56,7 +40,7 @@ def profile_memory(step: Callable[[], object]) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     with (
-        _quiet_fd2(),
+        quiet_fds((2,)),
         profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof,
     ):
         step()
