@@ -9,7 +9,9 @@
   MegaScale (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan
   Table 2; llm-foundry's A100 80GB rows at s = 2048. H100: llm-foundry's multi-node and long-sequence
   H100 rows and its Large Scale table (128-512 GPUs); Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783)
-  Table 4 (405B, GQA, SwiGLU, uneven pipeline chunks, context parallelism at 128K).
+  Table 4 (405B, GQA, SwiGLU, uneven pipeline chunks, context parallelism at 128K); torchtitan's
+  ``docs/performance.md`` (Llama 3.1 8B-405B on 8-512 power-capped 96 GB H100s: FSDP, TP, PP, Float8, a
+  custom device: :mod:`minipar.perf.torchtitan`).
 
 Everything else the GEMM and attention terms use is sourced or ASSUMED, not fitted (:mod:`minipar.perf.gemm`).
 Each row states its layout and where each setting comes from (the paper, the authors' scripts, or

@@ -19,12 +19,15 @@ a row the model misses stays in, with its error.
   slide, quoted at glennklockwood.com/garden/llama-3.1).
 - MosaicML llm-foundry's MPT benchmark tables (:mod:`minipar.perf.foundry`): the H100 rows no constant
   was chosen on (multi-node, long sequences, the Large Scale table) and the A100 80GB rows at s = 2048.
+- torchtitan's ``docs/performance.md`` (:mod:`minipar.perf.torchtitan`): Llama 3.1 8B/70B/405B on 8-512
+  power-capped 96 GB H100s, FSDP, FSDP + TP, FSDP + TP + PP, bf16 and Float8.
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
 one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
 and the llm-foundry rows a rule on their layout marks (``MISS:ckpt``, ``MISS:attn``:
-:func:`minipar.perf.foundry.miss_reason`).
+:func:`minipar.perf.foundry.miss_reason`); torchtitan's runs with ``torch.compile`` (``MISS:compile``:
+:mod:`minipar.perf.torchtitan`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import replace
 from minipar.perf.hardware import GPUS, Device, with_links
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
+from minipar.perf.torchtitan import torchtitan_rows
 
 MS_175B = ModelShape(96, 12288, 128, 2048, 64000)  # MegaScale Table 1, §6.1
 MS_530B = ModelShape(105, 20480, 160, 2048, 64000)
@@ -207,4 +211,4 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
         out.append((f"Llama3 T4 405B {row[0]:5d} H100 s={row[5]} cp{row[2]}", e, "mfu", row[7]))
     for row in H100_TEST + H100_LARGE:
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
-    return out
+    return out + torchtitan_rows()  # their own power-capped 96 GB H100s (minipar.perf.torchtitan)
