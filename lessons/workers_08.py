@@ -1,23 +1,19 @@
-"""Experiment drivers for lesson 08 (when memory runs short). They only call minipar and torch.
-
-Everything here runs in one process: the memory savings of this lesson are per rank, so one rank
-shows them; lesson 03's ZeRO numbers come from its own ranks.
-"""
+"""Experiment drivers for lesson 08 (when memory runs short). They only call minipar and torch, in one
+process: this lesson's memory savings are per rank, so one rank shows them."""
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
 
 import torch
 
+from minipar.course.bench import median_times
 from minipar.course.loop import train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
-from minipar.model.presets import MEDIUM, SMALL, default_dtype, seeded_gpt
+from minipar.model.presets import MEDIUM, SMALL, seeded_gpt
 from minipar.model.recompute import set_recompute, use_torch_checkpoint
 from minipar.optim.amp import DynamicLossScaler, MixedPrecisionAdamW
 from minipar.optim.offload import OffloadedAdamW
@@ -68,9 +64,8 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
 def step_peak_and_time(
     modes=("none", "selective", "full", "torch"), cfg=MEDIUM_T128, B: int = 4, repeats: int = 9
 ) -> dict:
-    """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes over one
-    forward+backward (counted), and the median step time (seconds, a clock) of ``repeats`` rounds
-    that alternate between the modes (so a busy machine slows them alike); "forward": one
+    """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes of one forward+backward
+    (counted), and the median seconds of one, the modes' runs interleaved (``median_times``); "forward": one
     no-grad forward of the plain model, for comparison."""
     x, y = batch(B, cfg["block_size"])
     models, out = {}, {}
@@ -82,20 +77,19 @@ def step_peak_and_time(
             set_recompute(model, mode)
         with SavedTensorMeter(exclude=model) as m:
             model(x, y)[1].backward()  # also the warm-up
-        models[mode], out[mode] = model, {"peak": m.peak, "times": []}
-    fwd = []
-    for r in range(repeats):
-        for mode in modes if r % 2 == 0 else modes[::-1]:
-            t = time.perf_counter()
-            models[mode](x, y)[1].backward()
-            out[mode]["times"].append(time.perf_counter() - t)
+        models[mode], out[mode] = model, {"peak": m.peak}
+
+    def step_of(model):
+        return lambda: model(x, y)[1].backward()
+
+    def forward():
         with torch.no_grad():
-            t = time.perf_counter()
             models[modes[0]](x, y)
-            fwd.append(time.perf_counter() - t)
+
+    times = median_times({**{mode: step_of(models[mode]) for mode in modes}, "forward": forward}, repeats, warmup=0)
     for mode in modes:
-        out[mode]["time"] = statistics.median(out[mode].pop("times"))
-    out["forward"] = statistics.median(fwd)
+        out[mode]["time"] = times[mode]
+    out["forward"] = times["forward"]
     return out
 
 
@@ -178,13 +172,9 @@ def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0**24, cfg=SMALL, B
 
 
 def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int = 8) -> dict:
-    """Why loss scaling exists: one fp16 backward of ``loss / divide`` (what each of ``divide``
-    accumulated micro-batches back-propagates) at each loss scale S, unscaled in float64, against
-    the float64 gradient of the same model and batch.
-
-    Returns ``{"ref": float64 gradient (flat), S: {"grad", "flushed", "rel_err"}}``: ``flushed`` is
-    the fraction of entries nonzero in float64 that come out exactly 0 in fp16 (below 2⁻²⁴, fp16's
-    smallest subnormal, they round to zero), ``rel_err`` = ‖g16 − g64‖ / ‖g64‖."""
+    """Why loss scaling exists: one fp16 backward of ``loss / divide`` (each of ``divide`` accumulated micro-batches)
+    per loss scale S, unscaled, vs the float64 gradient ``"ref"`` (flat). Per S: ``grad``; ``flushed``, the share
+    of nonzero entries that come out 0 in fp16 (below 2⁻²⁴, its smallest subnormal); ``rel_err`` ‖g16 − g64‖/‖g64‖."""
     x, y = batch(B, cfg["block_size"])
     ref = seeded_gpt(cfg, torch.float64)
     (ref(x, y)[1] / divide).backward()
@@ -258,11 +248,9 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
-    from minipar.course.presets import tiny_train_config
-    from minipar.train import train
+    from minipar.course.presets import tiny_train_config, train_float64
 
-    with default_dtype(torch.float64):
-        hist = train(tiny_train_config(steps, tp=tp, pp=pp, recompute=recompute), progress="none")
+    hist = train_float64(tiny_train_config(steps, tp=tp, pp=pp, recompute=recompute))
     return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
 
 

@@ -1,7 +1,5 @@
-"""Experiment drivers for lesson 10 (NCCL in practice). They only call minipar and torch.
-
-Child processes import them by name, so they live here and not in the notebook.
-"""
+"""Experiment drivers for lesson 10 (NCCL in practice). They only call minipar and torch; child processes
+import them by name, so they live here and not in the notebook."""
 
 import importlib.util
 import pathlib
@@ -30,11 +28,8 @@ def plain_script():
 
 
 def minipar_ddp() -> dict:
-    """The plain script's training, with minipar's ``DistributedDataParallel`` instead of PyTorch's.
-
-    Same data set, model, sampler (seed 0, ``set_epoch``), batch, SGD and epochs; returns rank 0's
-    view: ``{"losses": [this rank's loss per step], "params": {name: tensor}}``.
-    """
+    """The plain script's training (same data, model, sampler, batch, SGD, epochs) with minipar's DDP instead of
+    PyTorch's: ``{"losses": [this rank's loss per step], "params": {name: tensor}}``."""
     s = plain_script()
     data = s.make_dataset()
     sampler = DistributedSampler(
@@ -86,10 +81,7 @@ def extra_all_reduce() -> str:
 
 def mismatched(catch: bool = False) -> str:
     """Rank 1 calls ``broadcast`` where the others call ``all_reduce``: the same tensor, another collective.
-
-    With ``catch=True`` each rank returns a one-line summary of the error it got (the
-    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprint check), so every rank's view can be shown.
-    """
+    ``catch=True``: each rank returns a one-line summary of its error (``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s check)."""
     t = torch.ones(4, device=md.device())
     try:
         if md.rank() == 1:

@@ -9,13 +9,13 @@ import torch.distributed as dist
 
 from minipar.comm.all_to_all import all_to_all
 from minipar.comm.comm_log import CommLog
+from minipar.course.presets import train_float64  # noqa: F401  (lesson 12 runs w.train_float64: the main job in float64)
 from minipar.data import builtin_corpus, make_loader
 from minipar.ep.parallel import ExpertParallelMoE
 from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.moe.dispatch import expert_capacity
 from minipar.model.moe.layer import MoE
-from minipar.model.presets import SMALL, default_dtype, seeded_gpt
-from minipar.train import train
+from minipar.model.presets import SMALL, seeded_gpt
 
 F64 = torch.float64
 
@@ -206,12 +206,6 @@ def expert_parallel(E, k):
     a2a = [(r.sent, r.recv) for r in log.records if r.op == "all_to_all_single" and r.dtype == "torch.float64"]
     out = dict(y=y.detach(), loss=total, router=router, first=ep.first_expert, rows=ep.stats["a2a_rows"], a2a=a2a)
     return out | dict(experts={n: p.grad for n, p in ep.experts.named_parameters()}, routed=ep.stats["routed"])
-
-
-def train_float64(cfg):
-    """The main job (:func:`minipar.train.train`) with float64 as the default dtype."""
-    with default_dtype(F64):
-        return train(cfg, "none")
 
 
 # ---- in PyTorch: the same exchange with _functional_collectives.all_to_all_single_autograd ---------
