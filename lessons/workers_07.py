@@ -58,13 +58,8 @@ def demo(base: dict, ckpt_dir: str) -> dict:
         piece.executor.count_memory = True
         with CommLog() as log:
             piece.step(x, x, 1e-3)
-        st = state_bytes(piece.stage, piece.optimizer)
-        one[zero] = {
-            "coords": mesh.coords,
-            "state": st,
-            "act": piece.last.peak_act_bytes,
-            "sent": by_dimension(log.records, mesh),
-        }
+        st, sent = state_bytes(piece.stage, piece.optimizer), by_dimension(log.records, mesh)
+        one[zero] = {"coords": mesh.coords, "state": st, "act": piece.last.peak_act_bytes, "sent": sent}
     return {"same_as_torch": same, "full": full, "other": other, "step": one}
 
 

@@ -107,11 +107,8 @@ def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
             _, loss = model(xm, ym)
             (loss / k).backward()  # the mean over micro-batches = the big batch's mean
             total += loss.item() / k
-    return {
-        "loss": torch.tensor(total, dtype=torch.float64),
-        "peak": m.peak,
-        "grads": {n: p.grad for n, p in model.named_parameters()},
-    }
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return {"loss": torch.tensor(total, dtype=torch.float64), "peak": m.peak, "grads": grads}
 
 
 def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
@@ -234,11 +231,8 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
         model = seeded_gpt(cfg, torch.float32)
         opt = cls(model, torch.bfloat16, lr=3e-3)
         train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
-        out[name] = {
-            "params": [p.detach().float() for p in opt.params],
-            "opt": opt,
-            "n": sum(p.numel() for p in opt.params),
-        }
+        params = [p.detach().float() for p in opt.params]
+        out[name] = {"params": params, "opt": opt, "n": sum(p.numel() for p in params)}
     return out
 
 

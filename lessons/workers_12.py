@@ -9,8 +9,9 @@ import torch.distributed as dist
 
 from minipar.comm.all_to_all import all_to_all
 from minipar.comm.comm_log import CommLog
+from minipar.course.loop import corpus_batches
 from minipar.course.presets import train_float64  # noqa: F401  (lesson 12 runs w.train_float64: the main job in float64)
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus
 from minipar.ep.parallel import ExpertParallelMoE
 from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.moe.dispatch import expert_capacity
@@ -23,11 +24,9 @@ F64 = torch.float64
 # ---- the idea: a small MoE GPT trained on real text, its routes -----------------------------------
 def train_moe(model: GPT, steps: int, lr=3e-3, batch=8, seed=0) -> list[float]:
     """AdamW on the course corpus, float64; returns the cross-entropy per step (aux loss trained, not logged)."""
-    loader = make_loader(builtin_corpus().split("train", model.cfg.block_size), batch, seed=seed)
     opt = torch.optim.AdamW(adamw_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
     ce = []
-    for _ in range(steps):
-        x, y = next(loader)
+    for x, y in corpus_batches(model.cfg.block_size, batch, steps, seed=seed):
         logits, loss = model(x, y)
         opt.zero_grad()
         loss.backward()
@@ -114,16 +113,10 @@ def drops_vs_capacity(model: GPT, x: torch.Tensor, y: torch.Tensor, factors) -> 
             ce = GPT.loss(model(x)[0], y).item()
             C = expert_capacity(x.numel(), model.cfg.moe_experts, model.cfg.moe_top_k, cf)
             st = [b.mlp.stats for b in model.blocks]
-            rows.append(
-                dict(
-                    cf=cf,
-                    capacity=C,
-                    dropped=[s["dropped"] for s in st],
-                    formula=[int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st],
-                    busiest=[int(s["routed"].max()) for s in st],
-                    loss=ce,
-                )
-            )
+            formula = [int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st]
+            busiest = [int(s["routed"].max()) for s in st]
+            dropped = [s["dropped"] for s in st]
+            rows.append(dict(cf=cf, capacity=C, dropped=dropped, formula=formula, busiest=busiest, loss=ce))
     finally:
         for b, cf in zip(model.blocks, before):
             b.mlp.capacity_factor = cf
