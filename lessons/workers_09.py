@@ -12,6 +12,7 @@ import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.course.bench import median_time, median_times
 from minipar.course.loop import corpus_batches, train_steps
+from minipar.course.verify import same_run
 from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
@@ -107,8 +108,7 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
             losses.append(loss.item())
         out[prefetch] = fwd
         results[prefetch] = (losses, opt.full_state_dict())
-    (l0, p0), (l1, p1) = results[False], results[True]
-    same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
+    same = same_run(results[False], results[True])
     gathers = {u: a for row, u, a, _ in out[True] if row == "all-gather"}
     computes = [(u, a) for row, u, a, _ in out[True] if row == "compute"]
     early = all(gathers[nxt] < a for (_, a), (nxt, _) in zip(computes, computes[1:]))

@@ -12,6 +12,7 @@ from minipar.clock import ClusterClock, compute_seconds
 from minipar.course.clock_view import exposed_seconds, span_seconds
 from minipar.course.on_clock import fastest_on_clock, slowest
 from minipar.course.presets import h100_seconds
+from minipar.course.verify import same_run
 from minipar.data import builtin_corpus, random_tokens
 from minipar.dp.compression import make_compressor
 from minipar.model.gpt import GPT, GPTConfig
@@ -145,8 +146,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
         opt.wait_params()
         out[overlap] = {"exposed": best[0], "timeline": best[1]}
         results[overlap] = (losses, {k: t.clone() for k, t in model.state_dict().items()})
-    (l0, p0), (l1, p1) = results[False], results[True]
-    same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
+    same = same_run(results[False], results[True])
     gather = [collective_time("ring", n, b, link) for b in unit_bytes]
     return out | {"same": same, "gather": gather, "names": [name for name, _ in units], "fwd": fwd}
 
