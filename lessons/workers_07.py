@@ -12,6 +12,7 @@ import minipar.runtime.dist as md
 from minipar.checkpoint import dcp as ckpt
 from minipar.checkpoint.full_state import full_state_dict, gather_stages
 from minipar.comm.comm_log import CommLog
+from minipar.course.loop import random_batch
 from minipar.data import random_tokens
 from minipar.job.config import TrainConfig
 from minipar.job.parallelize import parallelize
@@ -75,7 +76,7 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
         cfg = GPTConfig(**cfg_kw)
         torch.manual_seed(0)
         piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=microbatches))
-        x, y = _batch(cfg, batch)
+        x, y = random_batch(cfg.vocab_size, batch, cfg.block_size, seed=1)
         share = batch // dp
         sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
         piece.executor.step(x[sl], y[sl])
@@ -84,19 +85,13 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
         return gather_stages(grads, mesh, 0)
 
 
-def _batch(cfg: GPTConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-    return x, torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-
-
 def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
     """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
     with default_dtype(torch.float64):
         cfg = GPTConfig(**cfg_kw)
         torch.manual_seed(0)
         model = GPT(cfg)
-        model(*_batch(cfg, batch))[1].backward()
+        model(*random_batch(cfg.vocab_size, batch, cfg.block_size, seed=1))[1].backward()
         return {k: p.grad for k, p in model.named_parameters()}
 
 

@@ -194,12 +194,8 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
             net.register_comm_hook(None, fp16_compress_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         comp = BF16Compression(torch.float16)
-        train_steps(
-            net,
-            opt,
-            batches,
-            before_step=None if native else lambda: comp.all_reduce_([p.grad for p in model.parameters()]),
-        )
+        hook = None if native else lambda: comp.all_reduce_([p.grad for p in model.parameters()])
+        train_steps(net, opt, batches, before_step=hook)
         out.append(flat_params(model))
     return out
 
@@ -222,10 +218,8 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
                 None, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=0
             )
             net.register_comm_hook(state, psgd.powerSGD_hook)
-        comp = make_compressor(
-            "powersgd" if kind == "minipar" else "none",
-            **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}),
-        )
+        kw = {"rank": rank, "start_iter": 2} if kind == "minipar" else {}
+        comp = make_compressor("powersgd" if kind == "minipar" else "none", **kw)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
         hook = None if kind == "torch" else lambda: comp.all_reduce_([p.grad for p in model.parameters()])
         out[kind] = train_steps(net, opt, batches, before_step=hook, mean_over_ranks=True)

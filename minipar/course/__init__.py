@@ -6,7 +6,7 @@
 - ``minipar.course.gpu_check``       ``python -m minipar.course.gpu_check``: the GPU check-list (``make gpu-check``)
 - ``minipar.course.pipeline_trace``  traced pipeline runs, measured bubble, Gantt charts (lessons 05-06)
 - ``minipar.course.loop``            ``train_steps``: the lessons' small training loop, written once [08, 09];
-  ``corpus_batches``, a rank's first batches of the course text [09, 12]
+  ``corpus_batches``, a rank's first batches of the course text [09, 12]; ``random_batch`` [07]
 - ``minipar.course.presets``         the main job at lesson size (``tiny_train_config``), in float64
   (``train_float64``) [08, 12], the H100 step of slow motion
 - ``minipar.course.on_clock``        cluster-clock runs across ranks: ``slowest``, ``fastest_on_clock`` [07, 09, 11]
