@@ -32,8 +32,6 @@ def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---- 1. activation recomputation ----------------------------------------------------------------
-
-
 def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torch.bfloat16) -> dict[str, int]:
     """Bytes one transformer layer (explicit attention, dropout on, ``dtype``) keeps for backward,
     per mode, counted with saved-tensor hooks (forward only: what waits for backward)."""
@@ -94,8 +92,6 @@ def step_peak_and_time(
 
 
 # ---- 2. gradient accumulation -------------------------------------------------------------------
-
-
 def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     """One optimizer step's gradient from ``k`` micro-batches of B/k (float64): loss, grads, and the
     peak saved-activation bytes of the whole accumulation loop (counted)."""
@@ -122,8 +118,6 @@ def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
 
 
 # ---- 3. mixed precision ------------------------------------------------------------------------
-
-
 def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3) -> dict:
     """``kind``: "fp32" (plain AdamW), "bf16-master" (bf16 compute + fp32 master weights),
     "bf16-pure" (bf16 weights and AdamW state, no master). Losses per step, state bytes."""
@@ -182,18 +176,13 @@ def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int 
         model = seeded_gpt(cfg, torch.float16)
         (model(x, y)[1] / divide * S).backward()
         g = torch.cat([p.grad.double().flatten() for p in model.parameters()]) / S
-        out[S] = {
-            "grad": g,
-            "flushed": ((g == 0) & nonzero).sum().item() / nonzero.sum().item(),
-            "rel_err": ((g - g64).norm() / g64.norm()).item(),
-        }
+        flushed = ((g == 0) & nonzero).sum().item() / nonzero.sum().item()
+        out[S] = {"grad": g, "flushed": flushed, "rel_err": ((g - g64).norm() / g64.norm()).item()}
     return out
 
 
 def draw_underflow(res: dict, ax) -> None:
     """Histogram of log2|g| of the float64 gradient, with the fp16 flush-to-zero line of each loss scale."""
-    import matplotlib.pyplot as plt  # noqa: F401  (the caller's figure)
-
     g = res["ref"].abs()
     ax.hist(torch.log2(g[g > 0]).numpy(), bins=80, color="0.6")
     for S, color in zip([k for k in res if k != "ref"], ("tab:red", "tab:green", "tab:blue")):
@@ -222,8 +211,6 @@ def draw_decision_guide(steps: list[tuple[str, str, str]]) -> None:
 
 
 # ---- 4. offload -----------------------------------------------------------------------------
-
-
 def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
     """The same bf16 mixed-precision run with and without ZeRO-Offload: parameters, bytes, transfers."""
     out = {}
@@ -237,8 +224,6 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
 
 
 # ---- 5. the main job --------------------------------------------------------------------------
-
-
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
@@ -278,8 +263,6 @@ def grad_scaler_trajectory(
 
 
 # ---- FP8, emulated (minipar.optim.fp8) ----------------------------------------------------------
-
-
 def fp8_gemm_errors(ratios=(1.0, 1e2, 1e3, 1e4, 1e5, 1e6), channel: int = 7) -> dict:
     """The second MLP GEMM of block 1 of the MEDIUM GPT (x: 512 tokens × 512, w: 128 × 512) on real data, with
     channel ``channel`` of x scaled so that its amax is ``ratio`` × the median |x| (1: as is). Per ratio, the

@@ -61,8 +61,6 @@ def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
 
 
 # ---- 2. overlap: real traces ---------------------------------------------------------------------
-
-
 def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: int = 3) -> dict:
     """minipar DDP (lesson 02), overlap on: per bucket (ready, launch, done) and the backward span of the last step,
     in seconds from the start of its backward (``perf_counter``)."""
@@ -81,8 +79,6 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
 
 
 # ZeRO-3 forward prefetch, traced
-
-
 def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
     """minipar ZeRO-3 (lesson 03) without and with forward prefetch (``False``/``True``): the last step's forward
     timeline ``[(row, unit, t0, t1)]`` in seconds from its start; ``same``: losses and parameters bit-identical;
@@ -116,8 +112,6 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
 
 
 # TP all-gather + GEMM
-
-
 def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: int = 5) -> dict:
     """Overlapped vs gather-then-GEMM on this rank: the largest difference from the full GEMM (float64), and the
     median wall-clock seconds of each (float32, their runs interleaved, a barrier before each)."""
@@ -149,8 +143,6 @@ def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -
 
 
 # ---- 3. compression -----------------------------------------------------------------------------
-
-
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
     from minipar.course.presets import tiny_train_config
@@ -227,8 +219,6 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
 
 
 # ---- 5. the lesson 02 loop with HF Accelerate ----------------------------------------------------
-
-
 def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -> dict:
     """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
     loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())

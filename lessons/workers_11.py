@@ -3,6 +3,8 @@ PyTorch section, torch's own context-parallel code); child processes import them
 
 from __future__ import annotations
 
+from unittest import mock
+
 import matplotlib.colors as mcolors
 import matplotlib.patches as mpatches
 import numpy as np
@@ -104,14 +106,11 @@ def torch_context_parallel(T: int) -> dict:
         error = f"{type(exc).__name__}: {exc}"
     ranges = load_balanced_ranges(T, n)
     ql, kl, vl = (shard(t, ranges[r], dim=2) for t in (q, k, v))
-    old = tcp._cp_options.convert_to_f32
-    tcp._cp_options.convert_to_f32 = False  # keep float64 (torch upcasts bf16/fp16 blocks to fp32 by default)
-    try:
+    # keep float64 (torch upcasts bf16/fp16 blocks to fp32 by default), the option restored after
+    with mock.patch.object(tcp._cp_options, "convert_to_f32", False):
         out_torch = tcp._templated_ring_attention(
             dist.group.WORLD, 2, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, ql, kl, vl, is_causal=True
         )[0]
-    finally:
-        tcp._cp_options.convert_to_f32 = old
     order = _HeadTailLoadBalancer(T, n, "cpu")._generate_indices()[0].tolist()
     return dict(error=error, torch=out_torch, minipar=ring_attention(ql, kl, vl, ranges), order=order)
 
