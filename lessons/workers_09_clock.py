@@ -15,7 +15,6 @@ from minipar.course.presets import h100_seconds
 from minipar.course.verify import same_run
 from minipar.data import builtin_corpus, random_tokens
 from minipar.dp.compression import make_compressor
-from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.presets import MEDIUM, seeded_gpt
 from minipar.tp.overlap import allgather_matmul
 
@@ -109,13 +108,11 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     from minipar.zero.flat import default_units
 
     V, n = builtin_corpus().vocab_size, dist.get_world_size()
-    cfg = GPTConfig(vocab_size=V, tie_weights=False, **MEDIUM)
 
     def batch(gen):  # "data loading"
         return torch.randint(0, V, (4, MEDIUM["block_size"]), generator=gen)
 
-    torch.manual_seed(0)
-    probe = GPT(cfg)
+    probe = seeded_gpt(MEDIUM, torch.float32, tie_weights=False)
     h = torch.randn(4, MEDIUM["block_size"], MEDIUM["d_model"])
     with torch.no_grad():
         fwd = compute_seconds(lambda i: probe.blocks[0](h), 5)
@@ -125,8 +122,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
     link = Link(f"a block's gather = {ratio:g} of its forward", 0.0, beta)
     out, results = {}, {}
     for overlap in (False, True):
-        torch.manual_seed(0)
-        model = GPT(cfg)
+        model = seeded_gpt(MEDIUM, torch.float32, tie_weights=False)
         opt = zero(model, 2, lr=1e-3, overlap_param_gather=overlap)
         gen = torch.Generator().manual_seed(md.rank())
         x, best, losses = batch(gen), (float("inf"), []), []
