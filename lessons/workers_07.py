@@ -142,8 +142,7 @@ def plot_clock_vs_model(layouts, clock_t: dict, est: dict):
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.2))
     ax.bar(x - 0.2, [clock_t[lay] * 1e3 for lay in layouts], 0.4, label="cluster clock")
     ax.bar(x + 0.2, [est[lay].time["total"] * 1e3 for lay in layouts], 0.4, label="minipar.perf")
-    ax.set_yscale("log")
-    ax.set_ylabel("step time (ms)")
+    ax.set(yscale="log", ylabel="step time (ms)")
     ax.set_title("every factorization of 8: one step", fontsize=9)
     bottom = np.zeros(len(layouts))
     for part in ("compute", "bubble", "tp", "pp", "dp"):

@@ -188,8 +188,7 @@ def draw_underflow(res: dict, ax) -> None:
     for S, color in zip([k for k in res if k != "ref"], ("tab:red", "tab:green", "tab:blue")):
         line = -24 - math.log2(S)
         ax.axvline(line, color=color, lw=1.5, label=f"scale 2^{int(math.log2(S))}: below 2^{line:.0f} → 0 in fp16")
-    ax.set_xlabel("log2 |gradient| (float64 reference)")
-    ax.set_ylabel("entries")
+    ax.set(xlabel="log2 |gradient| (float64 reference)", ylabel="entries")
     ax.legend(fontsize=8)
 
 

@@ -79,15 +79,12 @@ def draw_routes(model: GPT, x: torch.Tensor, text: str, title: str):
     for i in range(grid.shape[0]):
         for j, ch in enumerate(text):
             axes[0].text(j, i, ch if ch.strip() else "␣", ha="center", va="center", fontsize=8)
-    axes[0].set_yticks(range(len(r)), [f"block {i}" for i in range(len(r))])
-    axes[0].set_xticks([])
-    axes[0].set_title(title)
+    axes[0].set(yticks=range(len(r)), yticklabels=[f"block {i}" for i in range(len(r))], xticks=[], title=title)
     full = routes(model, x)
     for i, layer in enumerate(full):
         axes[1].bar([e + 0.4 * i for e in range(E)], layer["routed"].tolist(), 0.4, label=f"block {i}")
     axes[1].axhline(x.numel() * model.cfg.moe_top_k / E, color="k", lw=0.8, ls="--", label="balanced")
-    axes[1].set_xlabel("expert")
-    axes[1].set_title(f"tokens per expert ({x.numel()} tokens)")
+    axes[1].set(xlabel="expert", title=f"tokens per expert ({x.numel()} tokens)")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -127,8 +124,7 @@ def draw_drops(rows, n_choices: int):
     fig, ax = plt.subplots(figsize=(6, 3))
     for i in range(len(rows[0]["dropped"])):
         ax.plot([r["cf"] for r in rows], [r["dropped"][i] / n_choices for r in rows], "o-", label=f"block {i}")
-    ax.set_xlabel("capacity factor")
-    ax.set_ylabel("choices dropped")
+    ax.set(xlabel="capacity factor", ylabel="choices dropped")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.legend()
     fig.tight_layout()
@@ -145,8 +141,7 @@ def draw_balance(models: dict, x: torch.Tensor):
             axes[i].bar([e + 0.4 * j for e in range(E)], layer["routed"].tolist(), 0.4, label=label)
     for i, ax in enumerate(axes):
         ax.axhline(x.numel() * first.cfg.moe_top_k / E, color="k", lw=0.8, ls="--")
-        ax.set_title(f"block {i}: tokens per expert")
-        ax.set_xlabel("expert")
+        ax.set(title=f"block {i}: tokens per expert", xlabel="expert")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
