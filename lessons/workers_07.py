@@ -103,7 +103,7 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
     tensor bytes after the warm-up step (``state_bytes`` + peak saved activations).
     Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): s}, "mem": {(pp, dp, tp): bytes}}``."""
     from minipar.clock import compute_seconds
-    from minipar.course.on_clock import fastest_on_clock
+    from minipar.course.clock_runs import fastest_on_clock
     from minipar.model.gpt import Block
 
     cfg = GPTConfig(**cfg_kw)
@@ -127,7 +127,8 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages
         piece.executor.count_memory = False
         out["mem"][(pp, dp, tp)] = state_bytes(piece.stage, piece.optimizer)["total"] + piece.last.peak_act_bytes
-        out["runs"][(pp, dp, tp)], _ = fastest_on_clock(lambda: piece.step(x, x, 1e-3), link, steps, warmup=0)
+        best = fastest_on_clock(lambda _, clk: piece.step(x, x, 1e-3), ["step"], steps, (link, link), warmup=0)
+        out["runs"][(pp, dp, tp)] = best["step"][0]
     return out
 
 

@@ -9,8 +9,8 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.clock import ClusterClock, compute_seconds
+from minipar.course.clock_runs import fastest_on_clock, slowest_rank
 from minipar.course.clock_view import exposed_seconds, span_seconds
-from minipar.course.on_clock import fastest_on_clock, slowest
 from minipar.course.presets import h100_seconds
 from minipar.course.verify import same_run
 from minipar.data import builtin_corpus, random_tokens
@@ -30,16 +30,16 @@ def tp_overlap_on_clock(ratio: float, T_local: int = 256, d_in: int = 512, d_out
     x, w = torch.randn(2, T_local, d_in, generator=g), torch.randn(d_out, d_in, generator=g)
     link = Link(f"a ring step = {ratio:g} chunk GEMMs", ratio * compute_seconds(lambda i: x @ w.t(), 5), float("inf"))
     out = {"t_f": link.alpha_s}
-    for ov in (False, True):
-        seconds, timeline = fastest_on_clock(lambda: allgather_matmul(x, w, overlap=ov), link, steps)
+    best = fastest_on_clock(lambda ov, clk: allgather_matmul(x, w, overlap=ov), (False, True), steps, (link, link))
+    for ov, (seconds, clk) in best.items():
         segments, cur = [], 0.0
-        for kind, label, t0, t1 in timeline:
+        for kind, label, t0, t1 in clk.timeline:
             if kind == "compute":
                 cur += t1 - t0
             elif not label.startswith("send"):  # a ring step's wait ends with its receive
                 segments.append(cur)
                 cur = 0.0
-        out[ov] = {"virtual_s": seconds, "segments": segments + ([cur] if cur else []), "timeline": timeline}
+        out[ov] = {"virtual_s": seconds, "segments": segments + ([cur] if cur else []), "timeline": clk.timeline}
     return out
 
 
@@ -87,7 +87,7 @@ def compression_on_clock(betas_gbps=(1, 5, 25, 100, 450), steps: int = 2, tokens
                         model(x, x)[1].backward()
                     comp.all_reduce_([p.grad for p in params])
                 model.zero_grad(set_to_none=True)
-                now, work = slowest(clk.now, span_seconds(clk.timeline, "compute", "model"))
+                now, work = slowest_rank(clk.now), slowest_rank(span_seconds(clk.timeline, "compute", "model"))
                 if i:
                     model_best = min(model_best, work)
                     extra[beta][method] = min(extra[beta].get(method, float("inf")), now - work)
@@ -136,7 +136,7 @@ def zero1_gather_on_clock(ratio: float = 0.5, steps: int = 3) -> dict:
                     opt.zero_grad()
                     x = batch(gen)
                     model(x, x)
-            (exposed,) = slowest(exposed_seconds(clk.timeline, hidden_by=("after step",)))
+            exposed = slowest_rank(exposed_seconds(clk.timeline, hidden_by=("after step",)))
             if i and exposed < best[0]:
                 best = (exposed, list(clk.timeline))
         opt.wait_params()

@@ -147,7 +147,7 @@ def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
     not, each K/V transfer α + bytes/β on the link (α s, β bytes/s); None: an instant link (compute alone).
     Returns {overlap: the fastest of ``repeats`` runs, virtual seconds of the slowest rank} and the block bytes."""
     from minipar.comm.links import Link
-    from minipar.course.on_clock import fastest_on_clock
+    from minipar.course.clock_runs import fastest_on_clock
 
     n, r = md.world_size(), md.rank()
     ranges = load_balanced_ranges(T, n)
@@ -157,10 +157,10 @@ def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
     out = {"block_bytes": 2 * 8 * (T // (2 * n)) * 2 * 64 * 4}
     with torch.no_grad():
         ring_attention(q, k, v, ranges)  # warm-up
-        for overlap in (True, False):
-            out[overlap], _ = fastest_on_clock(
-                lambda: ring_attention(q, k, v, ranges, overlap=overlap), link, repeats, warmup=0
-            )
+        best = fastest_on_clock(
+            lambda ov, clk: ring_attention(q, k, v, ranges, overlap=ov), (True, False), repeats, (link, link), warmup=0
+        )
+    out |= {overlap: seconds for overlap, (seconds, _) in best.items()}
     return out
 
 

@@ -163,12 +163,6 @@ def test_proof_table_checks_at_once_and_prints_one_verdict(capsys):
     assert out[4].rstrip().endswith("holds ⏱ 30.0%")  # the measured value after the sanitizer's marker
 
 
-def test_on_clock_slowest_and_fastest_run():
-    res = launch(w.on_clock, world_size=2)
-    assert [r[0] for r in res] == [[1.0, -1.0], [1.0, -1.0]]
-    assert all(r[1] >= 0 and isinstance(r[2], list) for r in res)
-
-
 def test_course_batches_and_same_run():
     from minipar.course.loop import corpus_batches, random_batch
     from minipar.course.verify import same_run
