@@ -12,13 +12,14 @@ import minipar.runtime.dist as md
 from minipar.checkpoint import dcp as ckpt
 from minipar.checkpoint.full_state import full_state_dict, gather_stages
 from minipar.comm.comm_log import CommLog
-from minipar.data import CharCorpus, load_text
+from minipar.course.loop import random_batch
+from minipar.data import random_tokens
 from minipar.job.config import TrainConfig
 from minipar.job.parallelize import parallelize
 from minipar.job.piece import average_grads_
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import state_bytes
-from minipar.model.presets import default_dtype
+from minipar.model.presets import default_dtype, seeded_gpt
 from minipar.runtime.mesh import init_mesh
 from minipar.train import train
 
@@ -49,31 +50,17 @@ def demo(base: dict, ckpt_dir: str) -> dict:
         shutil.rmtree(ckpt.step_dir(ckpt_dir, base["steps"]), ignore_errors=True)
     dist.barrier()
     other = train(TrainConfig(**base, dp=4, tp=1, pp=2, ckpt_dir=ckpt_dir, resume=True), progress="none")
-    cfg = GPTConfig(
-        vocab_size=CharCorpus(load_text(None)).vocab_size,
-        block_size=base["block_size"],
-        n_layer=base["n_layer"],
-        n_head=base["n_head"],
-        d_model=base["d_model"],
-    )
     one = {}
     for zero in (0, 1):
-        torch.manual_seed(0)
-        piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=base["microbatches"], zero=zero))
-        x = torch.randint(
-            0, cfg.vocab_size, (base["batch_size"] // 2, cfg.block_size), generator=torch.Generator().manual_seed(0)
-        )
+        model = seeded_gpt({k: base[k] for k in ("block_size", "n_layer", "n_head", "d_model")}, torch.float32)
+        piece = parallelize(model, mesh, TrainConfig(microbatches=base["microbatches"], zero=zero))
+        x = random_tokens(base["batch_size"] // 2, base["block_size"])
         piece.step(x, x, 1e-3)  # first step creates AdamW's state
         piece.executor.count_memory = True
         with CommLog() as log:
             piece.step(x, x, 1e-3)
-        st = state_bytes(piece.stage, piece.optimizer)
-        one[zero] = {
-            "coords": mesh.coords,
-            "state": st,
-            "act": piece.last.peak_act_bytes,
-            "sent": by_dimension(log.records, mesh),
-        }
+        st, sent = state_bytes(piece.stage, piece.optimizer), by_dimension(log.records, mesh)
+        one[zero] = {"coords": mesh.coords, "state": st, "act": piece.last.peak_act_bytes, "sent": sent}
     return {"same_as_torch": same, "full": full, "other": other, "step": one}
 
 
@@ -81,17 +68,15 @@ _GROUPS: dict[tuple, object] = {}  # a sweep's process groups by ranks: each mad
 
 
 def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) -> dict | None:
-    """float64: one forward + backward of the global batch on this (pp, dp, tp) layout, dp-averaged, and
-    the gradients assembled as the single-device GPT's state dict on rank 0 (None elsewhere): each stage's
-    TP slices gathered (:func:`minipar.checkpoint.full_state.full_state_dict`, ``grads=True``), then the
-    stages (:func:`~minipar.checkpoint.full_state.gather_stages`)."""
+    """float64: one forward + backward of the global batch on this (pp, dp, tp) layout, dp-averaged; the gradients
+    as the single-device GPT's state dict on rank 0 (None elsewhere): TP slices, then stages, gathered."""
     with default_dtype(torch.float64):
         pp, dp, tp = layout
         mesh = init_mesh(pp=pp, dp=dp, tp=tp)
         cfg = GPTConfig(**cfg_kw)
         torch.manual_seed(0)
         piece = parallelize(GPT(cfg), mesh, TrainConfig(microbatches=microbatches))
-        x, y = _batch(cfg, batch)
+        x, y = random_batch(cfg.vocab_size, batch, cfg.block_size, seed=1)
         share = batch // dp
         sl = slice(mesh.dp_rank * share, (mesh.dp_rank + 1) * share)
         piece.executor.step(x[sl], y[sl])
@@ -100,59 +85,39 @@ def grads_float64(cfg_kw: dict, batch: int, microbatches: int, layout: tuple) ->
         return gather_stages(grads, mesh, 0)
 
 
-def _batch(cfg: GPTConfig, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-    return x, torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-
-
 def one_device_grads_float64(cfg_kw: dict, batch: int) -> dict:
     """The single-device GPT's float64 gradients for :func:`grads_float64`'s batch (same seeds)."""
     with default_dtype(torch.float64):
         cfg = GPTConfig(**cfg_kw)
         torch.manual_seed(0)
         model = GPT(cfg)
-        model(*_batch(cfg, batch))[1].backward()
+        model(*random_batch(cfg.vocab_size, batch, cfg.block_size, seed=1))[1].backward()
         return {k: p.grad for k, p in model.named_parameters()}
 
 
 def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) -> dict:
-    """:func:`sweep`'s layouts on the cluster clock (``minipar.clock``): every rank's compute is its own
-    thread's CPU time, every torch.distributed call costs α–β on ``link`` (one node: the same link
-    for every group). Per layout: one warm-up step, then ``steps`` steps on the clock; a step's time
-    is the slowest rank's virtual seconds (all_reduce MAX), and the fastest step is kept.
-    Also measures, on every rank and in the clock's own terms (thread CPU time, best of 5), the
-    compute the planner needs: a 512×512 matmul's FLOP/s and one block's forward + backward on
-    ``batch // (dp·m)`` = ``batch // 2 // m`` rows beyond its FLOPs (the mean over ranks).
-    The warm-up step also counts this rank's tensor bytes (parameters, gradients, AdamW's state and
-    the saved activations' peak, ``minipar.model.memory.state_bytes``), the planner's memory to compare.
-    Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): virtual seconds},
-    "mem": {(pp, dp, tp): bytes on this rank}}``."""
-    import time
-
-    from minipar.clock import ClusterClock
+    """Each (pp, dp, tp) of ``layouts`` on the cluster clock (``minipar.clock``), every group on ``link``: per layout,
+    one warm-up step, then the fastest of ``steps`` steps in virtual seconds (the slowest rank's).
+    Also the planner's inputs in the clock's own terms (thread CPU time, slowest rank): a 512×512 matmul's
+    FLOP/s, and one block's forward + backward on ``batch // 2 // m`` rows beyond its FLOPs; and this rank's
+    tensor bytes after the warm-up step (``state_bytes`` + peak saved activations).
+    Returns ``{"compute": (peak_flops, layer_overhead), "runs": {(pp, dp, tp): s}, "mem": {(pp, dp, tp): bytes}}``."""
+    from minipar.clock import compute_seconds
+    from minipar.course.clock_runs import fastest_on_clock
     from minipar.model.gpt import Block
-
-    def cpu_best(fn, repeats=5):
-        best = float("inf")
-        for _ in range(repeats + 1):
-            c0 = time.thread_time()
-            fn()
-            best = min(best, time.thread_time() - c0)
-        return best
 
     cfg = GPTConfig(**cfg_kw)
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(512, 512, generator=g) for _ in range(2))
-    peak = 2 * 512**3 / cpu_best(lambda: a @ b)
+    peak = 2 * 512**3 / compute_seconds(lambda i: a @ b, 6)
     block, mb = Block(cfg), batch // 2 // m
     h = torch.randn(mb, cfg.block_size, cfg.d_model, generator=g, requires_grad=True)
-    layer = cpu_best(lambda: block(h).sum().backward())
-    c = torch.tensor(
-        [peak, max(0.0, layer - 6 * 12 * cfg.d_model**2 * mb * cfg.block_size / peak)], dtype=torch.float64
-    )
-    dist.all_reduce(c)
-    out = {"compute": tuple((c / dist.get_world_size()).tolist()), "runs": {}, "mem": {}}
+    layer = compute_seconds(lambda i: block(h).sum().backward(), 6)
+    out = {
+        "compute": (peak, max(0.0, layer - 6 * 12 * cfg.d_model**2 * mb * cfg.block_size / peak)),
+        "runs": {},
+        "mem": {},
+    }
     for pp, dp, tp in layouts:
         mesh = init_mesh(pp=pp, dp=dp, tp=tp, group_cache=_GROUPS)
         torch.manual_seed(0)
@@ -162,14 +127,8 @@ def sweep_on_clock(cfg_kw: dict, batch: int, m: int, steps: int, layouts, link) 
         piece.step(x, x, 1e-3)  # warm-up: buffers, AdamW's state, first messages
         piece.executor.count_memory = False
         out["mem"][(pp, dp, tp)] = state_bytes(piece.stage, piece.optimizer)["total"] + piece.last.peak_act_bytes
-        best = float("inf")
-        for _ in range(steps):
-            with ClusterClock(link, link) as clk:
-                piece.step(x, x, 1e-3)
-            t = torch.tensor([clk.now], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a step ends when the slowest rank ends
-            best = min(best, t.item())
-        out["runs"][(pp, dp, tp)] = best
+        best = fastest_on_clock(lambda _, clk: piece.step(x, x, 1e-3), ["step"], steps, (link, link), warmup=0)
+        out["runs"][(pp, dp, tp)] = best["step"][0]
     return out
 
 
@@ -184,8 +143,7 @@ def plot_clock_vs_model(layouts, clock_t: dict, est: dict):
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.2))
     ax.bar(x - 0.2, [clock_t[lay] * 1e3 for lay in layouts], 0.4, label="cluster clock")
     ax.bar(x + 0.2, [est[lay].time["total"] * 1e3 for lay in layouts], 0.4, label="minipar.perf")
-    ax.set_yscale("log")
-    ax.set_ylabel("step time (ms)")
+    ax.set(yscale="log", ylabel="step time (ms)")
     ax.set_title("every factorization of 8: one step", fontsize=9)
     bottom = np.zeros(len(layouts))
     for part in ("compute", "bubble", "tp", "pp", "dp"):

@@ -1,23 +1,19 @@
-"""Experiment drivers for lesson 08 (when memory runs short). They only call minipar and torch.
-
-Everything here runs in one process: the memory savings of this lesson are per rank, so one rank
-shows them; lesson 03's ZeRO numbers come from its own ranks.
-"""
+"""Experiment drivers for lesson 08 (when memory runs short). They only call minipar and torch, in one
+process: this lesson's memory savings are per rank, so one rank shows them."""
 
 from __future__ import annotations
 
 import math
-import statistics
-import time
 
 import torch
 
+from minipar.course.bench import median_times
 from minipar.course.loop import train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
 from minipar.data import builtin_corpus
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import SavedTensorMeter, saved_activation_bytes
-from minipar.model.presets import MEDIUM, SMALL, default_dtype, seeded_gpt
+from minipar.model.presets import MEDIUM, SMALL, seeded_gpt
 from minipar.model.recompute import set_recompute, use_torch_checkpoint
 from minipar.optim.amp import DynamicLossScaler, MixedPrecisionAdamW
 from minipar.optim.offload import OffloadedAdamW
@@ -36,8 +32,6 @@ def batch(B: int, T: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ---- 1. activation recomputation ----------------------------------------------------------------
-
-
 def layer_bytes(s: int, b: int, h: int, a: int, dropout: float = 0.1, dtype=torch.bfloat16) -> dict[str, int]:
     """Bytes one transformer layer (explicit attention, dropout on, ``dtype``) keeps for backward,
     per mode, counted with saved-tensor hooks (forward only: what waits for backward)."""
@@ -68,9 +62,8 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
 def step_peak_and_time(
     modes=("none", "selective", "full", "torch"), cfg=MEDIUM_T128, B: int = 4, repeats: int = 9
 ) -> dict:
-    """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes over one
-    forward+backward (counted), and the median step time (seconds, a clock) of ``repeats`` rounds
-    that alternate between the modes (so a busy machine slows them alike); "forward": one
+    """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes of one forward+backward
+    (counted), and the median seconds of one, the modes' runs interleaved (``median_times``); "forward": one
     no-grad forward of the plain model, for comparison."""
     x, y = batch(B, cfg["block_size"])
     models, out = {}, {}
@@ -82,26 +75,23 @@ def step_peak_and_time(
             set_recompute(model, mode)
         with SavedTensorMeter(exclude=model) as m:
             model(x, y)[1].backward()  # also the warm-up
-        models[mode], out[mode] = model, {"peak": m.peak, "times": []}
-    fwd = []
-    for r in range(repeats):
-        for mode in modes if r % 2 == 0 else modes[::-1]:
-            t = time.perf_counter()
-            models[mode](x, y)[1].backward()
-            out[mode]["times"].append(time.perf_counter() - t)
+        models[mode], out[mode] = model, {"peak": m.peak}
+
+    def step_of(model):
+        return lambda: model(x, y)[1].backward()
+
+    def forward():
         with torch.no_grad():
-            t = time.perf_counter()
             models[modes[0]](x, y)
-            fwd.append(time.perf_counter() - t)
+
+    times = median_times({**{mode: step_of(models[mode]) for mode in modes}, "forward": forward}, repeats, warmup=0)
     for mode in modes:
-        out[mode]["time"] = statistics.median(out[mode].pop("times"))
-    out["forward"] = statistics.median(fwd)
+        out[mode]["time"] = times[mode]
+    out["forward"] = times["forward"]
     return out
 
 
 # ---- 2. gradient accumulation -------------------------------------------------------------------
-
-
 def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
     """One optimizer step's gradient from ``k`` micro-batches of B/k (float64): loss, grads, and the
     peak saved-activation bytes of the whole accumulation loop (counted)."""
@@ -113,11 +103,8 @@ def accumulate(k: int, B: int = 8, cfg=SMALL) -> dict:
             _, loss = model(xm, ym)
             (loss / k).backward()  # the mean over micro-batches = the big batch's mean
             total += loss.item() / k
-    return {
-        "loss": torch.tensor(total, dtype=torch.float64),
-        "peak": m.peak,
-        "grads": {n: p.grad for n, p in model.named_parameters()},
-    }
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return {"loss": torch.tensor(total, dtype=torch.float64), "peak": m.peak, "grads": grads}
 
 
 def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
@@ -131,8 +118,6 @@ def peak_for(micro: int, k: int, cfg=MEDIUM_T128) -> int:
 
 
 # ---- 3. mixed precision ------------------------------------------------------------------------
-
-
 def mixed_precision_run(kind: str, steps: int = 30, cfg=SMALL, B: int = 8, lr: float = 3e-3) -> dict:
     """``kind``: "fp32" (plain AdamW), "bf16-master" (bf16 compute + fp32 master weights),
     "bf16-pure" (bf16 weights and AdamW state, no master). Losses per step, state bytes."""
@@ -178,13 +163,9 @@ def fp16_loss_scaling(steps: int = 12, init_scale: float = 2.0**24, cfg=SMALL, B
 
 
 def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int = 8) -> dict:
-    """Why loss scaling exists: one fp16 backward of ``loss / divide`` (what each of ``divide``
-    accumulated micro-batches back-propagates) at each loss scale S, unscaled in float64, against
-    the float64 gradient of the same model and batch.
-
-    Returns ``{"ref": float64 gradient (flat), S: {"grad", "flushed", "rel_err"}}``: ``flushed`` is
-    the fraction of entries nonzero in float64 that come out exactly 0 in fp16 (below 2⁻²⁴, fp16's
-    smallest subnormal, they round to zero), ``rel_err`` = ‖g16 − g64‖ / ‖g64‖."""
+    """Why loss scaling exists: one fp16 backward of ``loss / divide`` (each of ``divide`` accumulated micro-batches)
+    per loss scale S, unscaled, vs the float64 gradient ``"ref"`` (flat). Per S: ``grad``; ``flushed``, the share
+    of nonzero entries that come out 0 in fp16 (below 2⁻²⁴, its smallest subnormal); ``rel_err`` ‖g16 − g64‖/‖g64‖."""
     x, y = batch(B, cfg["block_size"])
     ref = seeded_gpt(cfg, torch.float64)
     (ref(x, y)[1] / divide).backward()
@@ -195,25 +176,19 @@ def fp16_underflow(divide: int = 1024, scales=(1.0, 2.0**10), cfg=SMALL, B: int 
         model = seeded_gpt(cfg, torch.float16)
         (model(x, y)[1] / divide * S).backward()
         g = torch.cat([p.grad.double().flatten() for p in model.parameters()]) / S
-        out[S] = {
-            "grad": g,
-            "flushed": ((g == 0) & nonzero).sum().item() / nonzero.sum().item(),
-            "rel_err": ((g - g64).norm() / g64.norm()).item(),
-        }
+        flushed = ((g == 0) & nonzero).sum().item() / nonzero.sum().item()
+        out[S] = {"grad": g, "flushed": flushed, "rel_err": ((g - g64).norm() / g64.norm()).item()}
     return out
 
 
 def draw_underflow(res: dict, ax) -> None:
     """Histogram of log2|g| of the float64 gradient, with the fp16 flush-to-zero line of each loss scale."""
-    import matplotlib.pyplot as plt  # noqa: F401  (the caller's figure)
-
     g = res["ref"].abs()
     ax.hist(torch.log2(g[g > 0]).numpy(), bins=80, color="0.6")
     for S, color in zip([k for k in res if k != "ref"], ("tab:red", "tab:green", "tab:blue")):
         line = -24 - math.log2(S)
         ax.axvline(line, color=color, lw=1.5, label=f"scale 2^{int(math.log2(S))}: below 2^{line:.0f} → 0 in fp16")
-    ax.set_xlabel("log2 |gradient| (float64 reference)")
-    ax.set_ylabel("entries")
+    ax.set(xlabel="log2 |gradient| (float64 reference)", ylabel="entries")
     ax.legend(fontsize=8)
 
 
@@ -235,8 +210,6 @@ def draw_decision_guide(steps: list[tuple[str, str, str]]) -> None:
 
 
 # ---- 4. offload -----------------------------------------------------------------------------
-
-
 def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
     """The same bf16 mixed-precision run with and without ZeRO-Offload: parameters, bytes, transfers."""
     out = {}
@@ -244,25 +217,18 @@ def offload_vs_plain(steps: int = 3, cfg=SMALL, B: int = 4) -> dict:
         model = seeded_gpt(cfg, torch.float32)
         opt = cls(model, torch.bfloat16, lr=3e-3)
         train_steps(model, opt, (batch(B, cfg["block_size"], step) for step in range(steps)))
-        out[name] = {
-            "params": [p.detach().float() for p in opt.params],
-            "opt": opt,
-            "n": sum(p.numel() for p in opt.params),
-        }
+        params = [p.detach().float() for p in opt.params]
+        out[name] = {"params": params, "opt": opt, "n": sum(p.numel() for p in params)}
     return out
 
 
 # ---- 5. the main job --------------------------------------------------------------------------
-
-
 def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     """``python -m minipar.train --recompute ... --tp .. --pp ..`` on the launched ranks, in float64
     (default dtype): the logged training losses."""
-    from minipar.course.presets import tiny_train_config
-    from minipar.train import train
+    from minipar.course.presets import tiny_train_config, train_float64
 
-    with default_dtype(torch.float64):
-        hist = train(tiny_train_config(steps, tp=tp, pp=pp, recompute=recompute), progress="none")
+    hist = train_float64(tiny_train_config(steps, tp=tp, pp=pp, recompute=recompute))
     return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
 
 
@@ -296,8 +262,6 @@ def grad_scaler_trajectory(
 
 
 # ---- FP8, emulated (minipar.optim.fp8) ----------------------------------------------------------
-
-
 def fp8_gemm_errors(ratios=(1.0, 1e2, 1e3, 1e4, 1e5, 1e6), channel: int = 7) -> dict:
     """The second MLP GEMM of block 1 of the MEDIUM GPT (x: 512 tokens × 512, w: 128 × 512) on real data, with
     channel ``channel`` of x scaled so that its amax is ``ratio`` × the median |x| (1: as is). Per ratio, the

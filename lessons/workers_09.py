@@ -1,11 +1,8 @@
-"""Experiment drivers for lesson 09 (communication is the bottleneck). They only call minipar and torch.
-
-Child processes import them by name, so they live here and not in the notebook.
-"""
+"""Experiment drivers for lesson 09 (communication is the bottleneck). They only call minipar and torch;
+child processes import them by name, so they live here and not in the notebook."""
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -13,7 +10,9 @@ import torch.distributed as dist
 
 import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
-from minipar.course.loop import train_steps
+from minipar.course.bench import median_time, median_times
+from minipar.course.loop import corpus_batches, train_steps
+from minipar.course.verify import same_run
 from minipar.data import builtin_corpus, make_loader, random_tokens
 from minipar.dp.compression import BF16Compression, make_compressor
 from minipar.dp.ddp import DistributedDataParallel
@@ -50,38 +49,21 @@ def dp_step_split(repeats: int = 5, local_batch: int = 4) -> dict:
     """On every rank: median seconds of forward+backward and of the gradient all-reduce (one flat buffer)."""
     model = seeded_gpt(MEDIUM, torch.float32)
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
-    comp, comm = [], []
-    for i in range(repeats + 1):
+
+    def forward_backward():
         model.zero_grad(set_to_none=True)
-        dist.barrier()
-        t0 = time.perf_counter()
-        _, loss = model(x, x)
-        loss.backward()
-        t1 = time.perf_counter()
-        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        dist.barrier()
-        t2 = time.perf_counter()
-        if md.world_size() > 1:
-            dist.all_reduce(flat)
-        t3 = time.perf_counter()
-        if i:  # the first round warms up
-            comp.append(t1 - t0)
-            comm.append(t3 - t2)
-    return {
-        "compute": statistics.median(comp),
-        "comm": statistics.median(comm),
-        "params": sum(p.numel() for p in model.parameters()),
-    }
+        model(x, x)[1].backward()
+
+    compute = median_time(forward_backward, repeats, barrier=True)
+    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    comm = median_time(lambda: dist.all_reduce(flat), repeats, barrier=True) if md.world_size() > 1 else 0.0
+    return {"compute": compute, "comm": comm, "params": sum(p.numel() for p in model.parameters())}
 
 
 # ---- 2. overlap: real traces ---------------------------------------------------------------------
-
-
 def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: int = 3) -> dict:
-    """minipar DDP (lesson 02), overlap on: per bucket (ready, launch, done) and the backward span of the last step.
-
-    Times in seconds from the start of backward (``perf_counter``).
-    """
+    """minipar DDP (lesson 02), overlap on: per bucket (ready, launch, done) and the backward span of the last step,
+    in seconds from the start of its backward (``perf_counter``)."""
     model = seeded_gpt(MEDIUM, torch.float32)
     net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
@@ -97,16 +79,10 @@ def ddp_bucket_trace(bucket_cap_mb: float = 0.5, local_batch: int = 4, steps: in
 
 
 # ZeRO-3 forward prefetch, traced
-
-
 def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
-    """minipar ZeRO-3 (lesson 03) with and without forward prefetch on this rank, MEDIUM model, fp32.
-
-    Returns ``{"same": bool, "early": bool, False/True: [(row, unit, t0, t1), ...]}``: ``same``
-    (every loss and parameter of the prefetch run bit-identical to the plain one), ``early`` (with
-    prefetch, every unit's gather was issued before the previous unit computed) and the last step's
-    forward timeline, seconds from its start.
-    """
+    """minipar ZeRO-3 (lesson 03) without and with forward prefetch (``False``/``True``): the last step's forward
+    timeline ``[(row, unit, t0, t1)]`` in seconds from its start; ``same``: losses and parameters bit-identical;
+    ``early``: with prefetch, every unit's gather issued before the previous unit computed. MEDIUM, fp32."""
     from minipar.zero import zero
 
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
@@ -128,19 +104,17 @@ def zero3_prefetch_trace(local_batch: int = 4, steps: int = 3) -> dict:
             losses.append(loss.item())
         out[prefetch] = fwd
         results[prefetch] = (losses, opt.full_state_dict())
-    (l0, p0), (l1, p1) = results[False], results[True]
-    same = l0 == l1 and all(torch.equal(p0[k], p1[k]) for k in p0)
+    same = same_run(results[False], results[True])
     gathers = {u: a for row, u, a, _ in out[True] if row == "all-gather"}
     computes = [(u, a) for row, u, a, _ in out[True] if row == "compute"]
     early = all(gathers[nxt] < a for (_, a), (nxt, _) in zip(computes, computes[1:]))
     return {"same": same, "early": early, False: out[False], True: out[True]}
 
 
-# TP all-gather + GEMM, traced
-
-
+# TP all-gather + GEMM
 def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: int = 5) -> dict:
-    """Overlapped vs gather-then-GEMM on this rank: equality (float64) and traces (float32, medians)."""
+    """Overlapped vs gather-then-GEMM on this rank: the largest difference from the full GEMM (float64), and the
+    median wall-clock seconds of each (float32, their runs interleaved, a barrier before each)."""
     n, me = md.world_size(), md.rank()
     g = torch.Generator().manual_seed(0)
     full64 = torch.randn(2, n * T_local, d_in, generator=g, dtype=torch.float64)
@@ -148,18 +122,8 @@ def tp_overlap(T_local: int = 256, d_in: int = 512, d_out: int = 512, repeats: i
     x64 = full64[:, me * T_local : (me + 1) * T_local]
     diff = {ov: (allgather_matmul(x64, w64, overlap=ov) - full64 @ w64.t()).abs().max().item() for ov in (True, False)}
     x, w = x64.float(), w64.float()
-    times, traces = {True: [], False: []}, {}
-    for i in range(repeats + 1):
-        for ov in (False, True):
-            trace = []
-            dist.barrier()
-            t0 = time.perf_counter()
-            allgather_matmul(x, w, overlap=ov, trace=trace)
-            t1 = time.perf_counter()
-            if i:
-                times[ov].append(t1 - t0)
-                traces[ov] = [(s, k, a - t0, b - t0) for s, k, a, b in trace]
-    return {"diff": diff, "time": {ov: statistics.median(v) for ov, v in times.items()}, "trace": traces}
+    fns = {ov: (lambda ov=ov: allgather_matmul(x, w, overlap=ov)) for ov in (False, True)}
+    return {"diff": diff, "time": median_times(fns, repeats, barrier=True)}
 
 
 def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -> dict:
@@ -179,8 +143,6 @@ def tp_reducescatter(T_local: int = 64, d_in_local: int = 32, d_out: int = 48) -
 
 
 # ---- 3. compression -----------------------------------------------------------------------------
-
-
 def main_job_losses(method: str, steps: int = 200) -> dict:
     """The main job's training loop on this dp group with ``--grad-compression method``: losses per step."""
     from minipar.course.presets import tiny_train_config
@@ -215,8 +177,7 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
     """torch DDP + ``fp16_compress_hook`` vs minipar's BF16Compression(float16) after local backward."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
-    loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), 8, md.rank(), md.world_size())
-    batches = [next(loader) for _ in range(steps)]
+    batches = corpus_batches(SMALL["block_size"], 8, steps, md.rank(), md.world_size())
     out = []
     for native in (True, False):
         model = seeded_gpt(SMALL, torch.float32)
@@ -225,12 +186,8 @@ def native_fp16_hook(steps: int = 3) -> list[torch.Tensor]:
             net.register_comm_hook(None, fp16_compress_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         comp = BF16Compression(torch.float16)
-        train_steps(
-            net,
-            opt,
-            batches,
-            before_step=None if native else lambda: comp.all_reduce_([p.grad for p in model.parameters()]),
-        )
+        hook = None if native else lambda: comp.all_reduce_([p.grad for p in model.parameters()])
+        train_steps(net, opt, batches, before_step=hook)
         out.append(flat_params(model))
     return out
 
@@ -240,8 +197,7 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     cfg = {**SMALL, "d_model": 64, "block_size": 64}  # SMALL, twice as wide and with twice the context
-    loader = make_loader(builtin_corpus().split("train", cfg["block_size"]), 8, md.rank(), md.world_size())
-    batches = [next(loader) for _ in range(steps)]
+    batches = corpus_batches(cfg["block_size"], 8, steps, md.rank(), md.world_size())
     out = {}
     for kind in ("torch", "minipar", "none"):
         model = seeded_gpt(cfg, torch.float32)
@@ -249,19 +205,13 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
         # buckets on gloo two ranks can issue them in different orders and hang (seen here: a 45 s timeout)
         net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=100) if kind == "torch" else model
         if kind == "torch":
+            # error feedback and warm start (minipar's PowerSGD does both) are PowerSGDState's defaults
             state = psgd.PowerSGDState(
-                process_group=None,
-                matrix_approximation_rank=rank,
-                start_powerSGD_iter=2,
-                min_compression_rate=0,
-                use_error_feedback=True,
-                warm_start=True,
+                None, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=0
             )
             net.register_comm_hook(state, psgd.powerSGD_hook)
-        comp = make_compressor(
-            "powersgd" if kind == "minipar" else "none",
-            **({"rank": rank, "start_iter": 2} if kind == "minipar" else {}),
-        )
+        kw = {"rank": rank, "start_iter": 2} if kind == "minipar" else {}
+        comp = make_compressor("powersgd" if kind == "minipar" else "none", **kw)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
         hook = None if kind == "torch" else lambda: comp.all_reduce_([p.grad for p in model.parameters()])
         out[kind] = train_steps(net, opt, batches, before_step=hook, mean_over_ranks=True)
@@ -269,8 +219,6 @@ def native_powersgd(steps: int = 200, rank: int = 4) -> dict:
 
 
 # ---- 5. the lesson 02 loop with HF Accelerate ----------------------------------------------------
-
-
 def lesson02_loop(use_accelerate: bool, steps: int = 5, global_batch: int = 8) -> dict:
     """Lesson 02's loop: minipar DDP by hand, or the same loop written with ``accelerate``. float64."""
     loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, md.rank(), md.world_size())

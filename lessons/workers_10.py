@@ -1,19 +1,18 @@
-"""Experiment drivers for lesson 10 (NCCL in practice). They only call minipar and torch.
+"""Experiment drivers for lesson 10 (NCCL in practice). They only call minipar and torch; child processes
+import them by name, so they live here and not in the notebook."""
 
-Child processes import them by name, so they live here and not in the notebook.
-"""
-
-import importlib.util
 import pathlib
+import runpy
 import time
+from itertools import islice
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.utils.data import DataLoader
-from torch.utils.data.distributed import DistributedSampler
 
 from minipar.course.capture import fingerprint_summary
+from minipar.data import make_loader
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.runtime import dist as md
 
@@ -23,36 +22,25 @@ SCRIPT = ROOT / "examples" / "ddp_plain.py"
 
 def plain_script():
     """``examples/ddp_plain.py`` as a module (its data set, model and constants, not its main)."""
-    spec = importlib.util.spec_from_file_location("ddp_plain", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return SimpleNamespace(**runpy.run_path(str(SCRIPT)))  # run_name is not "__main__": main() does not run
 
 
 def minipar_ddp() -> dict:
-    """The plain script's training, with minipar's ``DistributedDataParallel`` instead of PyTorch's.
-
-    Same data set, model, sampler (seed 0, ``set_epoch``), batch, SGD and epochs; returns rank 0's
-    view: ``{"losses": [this rank's loss per step], "params": {name: tensor}}``.
-    """
+    """The plain script's training (same data, model, batch, SGD, epochs; minipar's loader is the same
+    DistributedSampler, seed 0, ``set_epoch`` each epoch) with minipar's DDP instead of PyTorch's:
+    ``{"losses": [this rank's loss per step], "params": {name: tensor}}``."""
     s = plain_script()
-    data = s.make_dataset()
-    sampler = DistributedSampler(
-        data, num_replicas=md.world_size(), rank=md.rank(), shuffle=True, seed=0, drop_last=True
-    )
-    loader = DataLoader(data, batch_size=s.BATCH_PER_RANK, sampler=sampler)
+    loader = make_loader(s.make_dataset(), s.BATCH_PER_RANK * md.world_size(), md.rank(), md.world_size(), seed=0)
     model = s.make_model().to(md.device())
     net = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=s.LR)
     losses = []
-    for epoch in range(s.EPOCHS):
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            loss = nn.functional.mse_loss(net(x.to(md.device())), y.to(md.device()))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+    for x, y in islice(loader, s.EPOCHS * loader.steps_per_epoch):
+        loss = nn.functional.mse_loss(net(x.to(md.device())), y.to(md.device()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
     return {"losses": losses, "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
 
 
@@ -86,10 +74,7 @@ def extra_all_reduce() -> str:
 
 def mismatched(catch: bool = False) -> str:
     """Rank 1 calls ``broadcast`` where the others call ``all_reduce``: the same tensor, another collective.
-
-    With ``catch=True`` each rank returns a one-line summary of the error it got (the
-    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprint check), so every rank's view can be shown.
-    """
+    ``catch=True``: each rank returns a one-line summary of its error (``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s check)."""
     t = torch.ones(4, device=md.device())
     try:
         if md.rank() == 1:

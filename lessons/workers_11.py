@@ -3,6 +3,8 @@ PyTorch section, torch's own context-parallel code); child processes import them
 
 from __future__ import annotations
 
+from unittest import mock
+
 import matplotlib.colors as mcolors
 import matplotlib.patches as mpatches
 import numpy as np
@@ -68,15 +70,8 @@ def attend(T: int, split: str = "balanced", variant: str = "ring") -> dict:
         saved = saved_activation_bytes(lambda: box.setdefault("out", fn(q, k, v, ranges, None)))
     with CommLog() as bwd:
         box["out"].backward(g)
-    return dict(
-        ranges=ranges,
-        out=box["out"].detach(),
-        dq=q.grad,
-        dk=k.grad,
-        dv=v.grad,
-        sent=(fwd.total("sent"), bwd.total("sent")),
-        saved=saved,
-    )
+    sent = (fwd.total("sent"), bwd.total("sent"))
+    return dict(ranges=ranges, out=box["out"].detach(), dq=q.grad, dk=k.grad, dv=v.grad, sent=sent, saved=saved)
 
 
 def reference(T: int) -> dict:
@@ -91,12 +86,9 @@ def reference(T: int) -> dict:
 
 
 def torch_context_parallel(T: int) -> dict:
-    """PyTorch's public API on this CPU: ``context_parallel`` on a DeviceMesh (gloo), then SDPA.
-
-    Returns the error text if it raises, and — the same numbers another way — torch's own context-parallel
-    attention (``_templated_ring_attention``, what ``context_parallel`` dispatches SDPA to on GPUs) run
-    with the CPU SDPA kernel on the load-balanced shards, next to minipar's, plus torch's head-tail
-    load balancer's token order next to minipar's split."""
+    """PyTorch's ``context_parallel`` + SDPA on this CPU (gloo): its error text if it raises; torch's ring attention
+    (``_templated_ring_attention``, what it dispatches to on GPUs) with the CPU SDPA kernel on the load-balanced
+    shards, next to minipar's; and torch's head-tail load balancer's token order."""
     import torch.distributed.tensor.experimental._context_parallel._attention as tcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
@@ -114,14 +106,11 @@ def torch_context_parallel(T: int) -> dict:
         error = f"{type(exc).__name__}: {exc}"
     ranges = load_balanced_ranges(T, n)
     ql, kl, vl = (shard(t, ranges[r], dim=2) for t in (q, k, v))
-    old = tcp._cp_options.convert_to_f32
-    tcp._cp_options.convert_to_f32 = False  # keep float64 (torch upcasts bf16/fp16 blocks to fp32 by default)
-    try:
+    # keep float64 (torch upcasts bf16/fp16 blocks to fp32 by default), the option restored after
+    with mock.patch.object(tcp._cp_options, "convert_to_f32", False):
         out_torch = tcp._templated_ring_attention(
             dist.group.WORLD, 2, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, ql, kl, vl, is_causal=True
         )[0]
-    finally:
-        tcp._cp_options.convert_to_f32 = old
     order = _HeadTailLoadBalancer(T, n, "cpu")._generate_indices()[0].tolist()
     return dict(error=error, torch=out_torch, minipar=ring_attention(ql, kl, vl, ranges), order=order)
 
@@ -154,30 +143,24 @@ def traces(T: int, n: int) -> dict:
 
 
 def clock_ring(T: int, link_params: tuple | None, repeats: int = 3) -> dict:
-    """Ring attention's forward (float32, B·H = 1·8, d = 64, load-balanced) on the cluster clock
-    (``minipar.clock``: compute = this rank's CPU time, each K/V transfer costs α + bytes/β on the link
-    given as (α s, β bytes/s); None = an instant link, i.e. compute alone), overlapped and not.
-    Returns {overlap: the fastest of ``repeats`` virtual times of this rank} and the block bytes."""
-    from minipar.clock import ClusterClock
+    """Ring attention's forward (float32, B·H = 1·8, d = 64, load-balanced) on the cluster clock, overlapped and
+    not, each K/V transfer α + bytes/β on the link (α s, β bytes/s); None: an instant link (compute alone).
+    Returns {overlap: the fastest of ``repeats`` runs, virtual seconds of the slowest rank} and the block bytes."""
     from minipar.comm.links import Link
+    from minipar.course.clock_runs import fastest_on_clock
 
     n, r = md.world_size(), md.rank()
     ranges = load_balanced_ranges(T, n)
     g = torch.Generator().manual_seed(0)
     q, k, v = (shard(torch.randn(1, 8, T, 64, generator=g), ranges[r], dim=2) for _ in range(3))
     link = Link("instant", 0.0, 1e30) if link_params is None else Link("slowed link", *link_params)
-    out = {}
+    out = {"block_bytes": 2 * 8 * (T // (2 * n)) * 2 * 64 * 4}
     with torch.no_grad():
         ring_attention(q, k, v, ranges)  # warm-up
-        for overlap in (True, False):
-            best = float("inf")
-            for _ in range(repeats):
-                dist.barrier()
-                with ClusterClock(intra=link, inter=link) as clk:
-                    ring_attention(q, k, v, ranges, overlap=overlap)
-                    best = min(best, clk.now)
-            out[overlap] = best
-    out["block_bytes"] = 2 * 8 * (T // (2 * n)) * 2 * 64 * 4
+        best = fastest_on_clock(
+            lambda ov, clk: ring_attention(q, k, v, ranges, overlap=ov), (True, False), repeats, (link, link), warmup=0
+        )
+    out |= {overlap: seconds for overlap, (seconds, _) in best.items()}
     return out
 
 
@@ -192,10 +175,5 @@ def clock_story(T: int = 1024, n: int = 4) -> dict:
     blk = alone[0]["block_bytes"]
     beta = blk / (compute / n)  # bytes/s: one block per step's compute
     res = launch(clock_ring, world_size=n, args=(T, (0.0, beta)))
-    return dict(
-        compute=compute,
-        overlapped=max(r[True] for r in res),
-        waited=max(r[False] for r in res),
-        wire=(n - 1) * blk / beta,
-        block_bytes=blk,
-    )
+    overlapped, waited = max(r[True] for r in res), max(r[False] for r in res)
+    return dict(compute=compute, overlapped=overlapped, waited=waited, wire=(n - 1) * blk / beta, block_bytes=blk)

@@ -9,13 +9,14 @@ import torch.distributed as dist
 
 from minipar.comm.all_to_all import all_to_all
 from minipar.comm.comm_log import CommLog
-from minipar.data import builtin_corpus, make_loader
+from minipar.course.loop import corpus_batches
+from minipar.course.presets import train_float64  # noqa: F401  (lesson 12 runs w.train_float64: the main job in float64)
+from minipar.data import builtin_corpus
 from minipar.ep.parallel import ExpertParallelMoE
 from minipar.model.gpt import GPT, adamw_groups
 from minipar.model.moe.dispatch import expert_capacity
 from minipar.model.moe.layer import MoE
-from minipar.model.presets import SMALL, default_dtype, seeded_gpt
-from minipar.train import train
+from minipar.model.presets import SMALL, seeded_gpt
 
 F64 = torch.float64
 
@@ -23,11 +24,9 @@ F64 = torch.float64
 # ---- the idea: a small MoE GPT trained on real text, its routes -----------------------------------
 def train_moe(model: GPT, steps: int, lr=3e-3, batch=8, seed=0) -> list[float]:
     """AdamW on the course corpus, float64; returns the cross-entropy per step (aux loss trained, not logged)."""
-    loader = make_loader(builtin_corpus().split("train", model.cfg.block_size), batch, seed=seed)
     opt = torch.optim.AdamW(adamw_groups(model, 0.1), lr=lr, betas=(0.9, 0.95))
     ce = []
-    for _ in range(steps):
-        x, y = next(loader)
+    for x, y in corpus_batches(model.cfg.block_size, batch, steps, seed=seed):
         logits, loss = model(x, y)
         opt.zero_grad()
         loss.backward()
@@ -80,15 +79,12 @@ def draw_routes(model: GPT, x: torch.Tensor, text: str, title: str):
     for i in range(grid.shape[0]):
         for j, ch in enumerate(text):
             axes[0].text(j, i, ch if ch.strip() else "␣", ha="center", va="center", fontsize=8)
-    axes[0].set_yticks(range(len(r)), [f"block {i}" for i in range(len(r))])
-    axes[0].set_xticks([])
-    axes[0].set_title(title)
+    axes[0].set(yticks=range(len(r)), yticklabels=[f"block {i}" for i in range(len(r))], xticks=[], title=title)
     full = routes(model, x)
     for i, layer in enumerate(full):
         axes[1].bar([e + 0.4 * i for e in range(E)], layer["routed"].tolist(), 0.4, label=f"block {i}")
     axes[1].axhline(x.numel() * model.cfg.moe_top_k / E, color="k", lw=0.8, ls="--", label="balanced")
-    axes[1].set_xlabel("expert")
-    axes[1].set_title(f"tokens per expert ({x.numel()} tokens)")
+    axes[1].set(xlabel="expert", title=f"tokens per expert ({x.numel()} tokens)")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -114,16 +110,10 @@ def drops_vs_capacity(model: GPT, x: torch.Tensor, y: torch.Tensor, factors) -> 
             ce = GPT.loss(model(x)[0], y).item()
             C = expert_capacity(x.numel(), model.cfg.moe_experts, model.cfg.moe_top_k, cf)
             st = [b.mlp.stats for b in model.blocks]
-            rows.append(
-                dict(
-                    cf=cf,
-                    capacity=C,
-                    dropped=[s["dropped"] for s in st],
-                    formula=[int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st],
-                    busiest=[int(s["routed"].max()) for s in st],
-                    loss=ce,
-                )
-            )
+            formula = [int((s["routed"] - s["routed"].clamp(max=C)).sum()) for s in st]
+            busiest = [int(s["routed"].max()) for s in st]
+            dropped = [s["dropped"] for s in st]
+            rows.append(dict(cf=cf, capacity=C, dropped=dropped, formula=formula, busiest=busiest, loss=ce))
     finally:
         for b, cf in zip(model.blocks, before):
             b.mlp.capacity_factor = cf
@@ -134,8 +124,7 @@ def draw_drops(rows, n_choices: int):
     fig, ax = plt.subplots(figsize=(6, 3))
     for i in range(len(rows[0]["dropped"])):
         ax.plot([r["cf"] for r in rows], [r["dropped"][i] / n_choices for r in rows], "o-", label=f"block {i}")
-    ax.set_xlabel("capacity factor")
-    ax.set_ylabel("choices dropped")
+    ax.set(xlabel="capacity factor", ylabel="choices dropped")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
     ax.legend()
     fig.tight_layout()
@@ -152,8 +141,7 @@ def draw_balance(models: dict, x: torch.Tensor):
             axes[i].bar([e + 0.4 * j for e in range(E)], layer["routed"].tolist(), 0.4, label=label)
     for i, ax in enumerate(axes):
         ax.axhline(x.numel() * first.cfg.moe_top_k / E, color="k", lw=0.8, ls="--")
-        ax.set_title(f"block {i}: tokens per expert")
-        ax.set_xlabel("expert")
+        ax.set(title=f"block {i}: tokens per expert", xlabel="expert")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -206,12 +194,6 @@ def expert_parallel(E, k):
     a2a = [(r.sent, r.recv) for r in log.records if r.op == "all_to_all_single" and r.dtype == "torch.float64"]
     out = dict(y=y.detach(), loss=total, router=router, first=ep.first_expert, rows=ep.stats["a2a_rows"], a2a=a2a)
     return out | dict(experts={n: p.grad for n, p in ep.experts.named_parameters()}, routed=ep.stats["routed"])
-
-
-def train_float64(cfg):
-    """The main job (:func:`minipar.train.train`) with float64 as the default dtype."""
-    with default_dtype(F64):
-        return train(cfg, "none")
 
 
 # ---- in PyTorch: the same exchange with _functional_collectives.all_to_all_single_autograd ---------

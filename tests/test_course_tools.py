@@ -161,3 +161,31 @@ def test_proof_table_checks_at_once_and_prints_one_verdict(capsys):
     assert out[0] == "demo" and len(out) == 6, out
     assert sum("✓" in line for line in out) == 1 and out[-1] == "✓ all 3 proofs hold (float64)"
     assert out[4].rstrip().endswith("holds ⏱ 30.0%")  # the measured value after the sanitizer's marker
+
+
+def test_course_batches_and_same_run():
+    from minipar.course.loop import corpus_batches, random_batch
+    from minipar.course.verify import same_run
+    from minipar.data import make_loader
+
+    shares = [corpus_batches(16, 8, 3, rank, 2, seed=1) for rank in (0, 1)]
+    loader = make_loader(builtin_corpus().split("train", 16), 8, 1, 2, seed=1)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(shares[1], (next(loader) for _ in range(3))))
+    assert shares[0][0][0].shape == (4, 16) and not torch.equal(shares[0][0][0], shares[1][0][0])
+    x, y = random_batch(50, 3, 7, seed=1)
+    g = torch.Generator().manual_seed(1)
+    assert torch.equal(x, torch.randint(0, 50, (3, 7), generator=g)) and torch.equal(
+        y, torch.randint(0, 50, (3, 7), generator=g)
+    )
+    state = {"w": torch.ones(2)}
+    assert same_run(([1.0], state), ([1.0], {"w": torch.ones(2)}))
+    assert not same_run(([1.0], state), ([1.0], {"w": torch.ones(2) + 1e-7}))
+    assert not same_run(([1.0], state), ([1.5], state))
+
+
+def test_train_float64_runs_the_main_job_in_float64():
+    from minipar.course.presets import train_float64
+
+    before = torch.get_default_dtype()
+    hist = train_float64(tiny_train_config(2))
+    assert [r["loss"] for r in hist if "loss" in r] and torch.get_default_dtype() == before

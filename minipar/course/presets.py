@@ -2,12 +2,15 @@
 H100 step a CPU step stands for when the cluster clock runs in slow motion.
 
     hist = train(tiny_train_config(6, tp=2), progress="none")     # the real main job, seconds per run
+    hist = train_float64(tiny_train_config(6, tp=2))               # the same in float64: the proofs' runs
 """
 
 from __future__ import annotations
 
+import torch
+
 from minipar.job.config import TrainConfig
-from minipar.model.presets import SMALL
+from minipar.model.presets import SMALL, default_dtype
 
 # An H100 SXM's dense bf16 peak (NVIDIA H100 datasheet, 989 TFLOP/s) at the fraction a good run achieves.
 H100_BF16_FLOPS = 989e12
@@ -21,6 +24,15 @@ def tiny_train_config(steps: int = 4, **overrides) -> TrainConfig:
     Raises what ``TrainConfig`` raises for an impossible combination."""
     base = dict(steps=steps, batch_size=8, **SMALL, eval_every=steps, log_every=1, eval_batches=1, sample_chars=0)
     return TrainConfig(**{**base, "out": None, **overrides})
+
+
+def train_float64(cfg: TrainConfig) -> list[dict]:
+    """The main job (:func:`minipar.train.train`, no progress bar) with float64 as the default dtype, so a
+    parallel run can be compared with one device to a derived bound (lessons 08, 12). Returns its history."""
+    from minipar.train import train
+
+    with default_dtype(torch.float64):
+        return train(cfg, progress="none")
 
 
 def h100_seconds(num_params: int, tokens: int, mfu: float = ASSUMED_MFU) -> float:

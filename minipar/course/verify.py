@@ -87,6 +87,17 @@ def check_close(what: str, got, want, bound: float, why: str = "", hint: str = "
     return line
 
 
+def same_run(a: tuple[list[float], Mapping], b: tuple[list[float], Mapping]) -> bool:
+    """Two runs, each ``(losses, state dict)``, bit for bit: the same losses and every tensor ``torch.equal``
+    (e.g. a ZeRO run with and without prefetch: reordering communication must not change one bit)."""
+    (losses_a, state_a), (losses_b, state_b) = a, b
+    return (
+        losses_a == losses_b
+        and state_a.keys() == state_b.keys()
+        and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    )
+
+
 def check_equal(what: str, got, want, show: bool = True) -> str:
     """Exact equality (bytes, counts, schedules, integer tensors): ``"{what}: equal ✓"`` or ProofError."""
     same = torch.equal(torch.as_tensor(got), torch.as_tensor(want)) if isinstance(got, torch.Tensor) else got == want
