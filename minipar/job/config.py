@@ -8,9 +8,8 @@ settings are checked, before any file is touched or any rank is started: it retu
 (the settings, the layout :class:`~minipar.runtime.mesh.Mesh`, the corpus, the step to start at), and
 nothing downstream checks them again.
 
-Also here, because both the main job (:mod:`minipar.train`) and the plainest loop
-(:mod:`minipar.job.reference`) use them: :func:`lr_at` (the learning-rate schedule) and :func:`build`
-(the single-device model and its AdamW).
+Also here, as the main job (:mod:`minipar.train`) and the plainest loop (:mod:`minipar.job.reference`) both
+use them: :func:`lr_at` (the learning-rate schedule) and :func:`build` (the single-device model and AdamW).
 """
 
 from __future__ import annotations
@@ -246,12 +245,12 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
             f"{', '.join(map(str, fits))}, or a --batch-size divisible by {dp * cfg.microbatches}"
         )
     check_memory(cfg, dp, world_size, device_type)  # every rank of this machine, against its free memory
-    start, run_id = check_run(cfg, corpus)  # reads --ckpt-dir only where it is a folder
+    job = Job(cfg, mesh, corpus, *check_run(cfg, corpus))  # check_run reads --ckpt-dir only where it is a folder
     if cfg.out:  # the folders last: nothing is created or touched here, only looked at
         check_folder(cfg.out, "--out")
     if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
         check_folder(cfg.ckpt_dir, "--ckpt-dir", write=bool(cfg.ckpt_every))
-    return Job(cfg, mesh, corpus, start, run_id)
+    return job
 
 
 def _check_flags(cfg: TrainConfig) -> None:
