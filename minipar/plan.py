@@ -20,8 +20,10 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
 ``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
-differs from it is refused). ``--moe-experts``: the experts' counts only (``--ep`` must divide ``--moe-experts``
-and ``--gpus``; a layout flag with it is refused, not dropped). Only the command line: the model is
+differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search
+with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and
+``--gpus``; ``--json`` adds ``ep``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is
+refused, not dropped. Only the command line: the model is
 :mod:`minipar.perf.model`.
 """
 

@@ -2,6 +2,7 @@
 GEMMs at their own (smaller) shapes, expert states sharded over ep, one-line errors, ``--json`` with ep."""
 
 import json
+import random
 from dataclasses import replace
 
 import pytest
@@ -11,12 +12,15 @@ from minipar.perf.flops import all_to_all_bytes, model_flops
 from minipar.perf.gemm import gemm_rate_shape, gemms_time
 from minipar.perf.hardware import GPUS
 from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.model import estimate
 from minipar.perf.moe import a2a_seconds, moe_gemm_shapes, moe_model_flops
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 from minipar.perf.sharding import group_link, links
 from minipar.plan import main
+from minipar.pp.schedules import make_schedule
+from minipar.pp.simulation import simulate
 
 H100 = GPUS["h100"]
 # Mixtral-like blocks (h 4096, 8 kv heads, SwiGLU f 14336), 16 of them, 8 experts, top-2
@@ -130,3 +134,17 @@ def test_dense_outputs_are_unchanged():
         e = estimate(model, H100, lay, 1024)
         assert e.time["total"] == 103.30911291888494 and e.mem["total"] == 59343108096.0
         assert e.mfu == 0.2851072994464146 and "ep" not in e.time
+
+
+@pytest.mark.parametrize("name, vs", [("1f1b", (1,)), ("gpipe", (1,)), ("interleaved", (2, 4))])
+def test_the_fast_makespan_is_simulate_to_the_last_bit(name, vs):
+    """The search's pipeline time (minipar.perf.makespan, which keeps an MoE search, ep included, within seconds)
+    is exactly minipar.pp.simulation.simulate's makespan, uneven stage times included."""
+    rng = random.Random(0)
+    for p in (1, 2, 3, 4, 8):
+        for v in vs:
+            for m in sorted({p, 2 * p, 3 * p} | ({1, p + 1} if v == 1 else set())):
+                f = tuple(round(rng.uniform(0.5, 2), 4) for _ in range(p * v))
+                b = tuple(round(rng.uniform(1, 4), 4) for _ in range(p * v))
+                sim = simulate(make_schedule(name, p, m, v), t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage])
+                assert makespan(schedule_order(name, p, m, v), p, f, b) == sim.makespan, (name, p, m, v)

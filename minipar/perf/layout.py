@@ -236,8 +236,9 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
             interleaving with m not a multiple of pp; ``hsdp`` not dividing dp or without ZeRO;
             ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
-            the largest model chunk. (ZeRO-3 with pp > 1 is valid: FSDP2's per-step all-gather,
-            :func:`minipar.perf.sharding.dp_time`.)
+            the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
+            with minipar counts or with hsdp (:func:`_check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
+            per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):

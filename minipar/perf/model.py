@@ -98,6 +98,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 from minipar.perf.gemm import attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
 from minipar.perf.moe import moe_activation_bytes, moe_block_times, moe_model_flops
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
@@ -107,8 +108,11 @@ from minipar.pp.schedules import make_schedule, simulate
 
 @functools.lru_cache(maxsize=4096)
 def _simulated(p: int, m: int, v: int, f: tuple, b: tuple, schedule: str = "1f1b") -> float:
-    sched = make_schedule("interleaved" if v > 1 else schedule, p, m, v)
-    return simulate(sched, t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage]).makespan
+    order = schedule_order("interleaved" if v > 1 else schedule, p, m, v)
+    if order is None:  # not a plain F/B schedule: the full simulator
+        sched = make_schedule("interleaved" if v > 1 else schedule, p, m, v)
+        return simulate(sched, t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage]).makespan
+    return makespan(order, p, f, b)
 
 
 def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> float:

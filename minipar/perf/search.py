@@ -1,6 +1,6 @@
 """Search the layouts with the performance model: enumerate, estimate, reject, rank; and score a ranking.
 
-:func:`plan` answers "which (dp, tp, pp, cp, b, v, ZeRO, recompute) for N devices?" with
+:func:`plan` answers "which (dp, tp, pp, cp, b, v, ZeRO, recompute; ep with experts) for N devices?" with
 :func:`minipar.perf.model.estimate` on every valid layout (``python -m minipar.plan`` prints it);
 :func:`rank_correlation` says how well a model's ordering of layouts matches a measured one
 (lesson 07 checks the model against every factorization of 8 ranks on this CPU).
