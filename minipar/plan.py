@@ -1,4 +1,4 @@
-"""``python -m minipar.plan``: which layout for N GPUs and a dense model? (a MODEL: :mod:`minipar.perf`)
+"""``python -m minipar.plan``: which layout for N GPUs and a dense or MoE model? (a MODEL: :mod:`minipar.perf`)
 
     python -m minipar.plan --model 70b --gpus 64 --gpu h100 --global-batch 1024
     python -m minipar.plan --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --swiglu \\
