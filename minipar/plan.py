@@ -1,4 +1,4 @@
-"""``python -m minipar.plan``: which layout for N GPUs and a dense model? (a MODEL: :mod:`minipar.perf`)
+"""``python -m minipar.plan``: which layout for N GPUs and a dense or MoE model? (a MODEL: :mod:`minipar.perf`)
 
     python -m minipar.plan --model 70b --gpus 64 --gpu h100 --global-batch 1024
     python -m minipar.plan --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --swiglu \\
@@ -20,8 +20,10 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
 ``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
-differs from it is refused). ``--moe-experts``: the experts' counts only (``--ep`` must divide ``--moe-experts``
-and ``--gpus``; a layout flag with it is refused, not dropped). Only the command line: the model is
+differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search
+with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and
+``--gpus``; ``--json`` adds ``ep``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is
+refused, not dropped. Only the command line: the model is
 :mod:`minipar.perf.model`.
 """
 
@@ -36,10 +38,12 @@ from dataclasses import replace
 
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
+from minipar.perf.flops import moe_params
 from minipar.perf.hardware import GPUS, HBM_EFF, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
+from minipar.perf.moe_flags import check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 from minipar.runtime.mesh import divisors
@@ -78,9 +82,8 @@ def check_args(a: argparse.Namespace) -> None:
     if fixed and len(fixed) < 3:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
     _check_partial_flags(a, fixed)
-    if a.moe_experts is not None:
-        _check_moe_args(a)
-    elif fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
+    check_moe_flags(a, LAYOUT_FLAGS, DEFAULT_GPUS)
+    if a.moe_experts is None and fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
         n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
         raise ConfigError(
             f"--tp {a.tp} --pp {a.pp} --dp {a.dp}{cp} is a layout of {n} GPUs, not --gpus {a.gpus}; "
@@ -109,30 +112,6 @@ def _check_partial_flags(a: argparse.Namespace, fixed: list) -> None:
         raise ConfigError(
             f"--hsdp {a.hsdp} shards ZeRO's model states over {a.hsdp} ranks: add --zero 3 (FSDP2's HSDP), or 1 / 2 "
             "(Megatron-LM's --num-distributed-optimizer-instances)"
-        )
-
-
-def _check_moe_args(a: argparse.Namespace) -> None:
-    """``--moe-experts`` prints the MoE counts only: its numbers checked, and no layout flag silently dropped."""
-    given = [f"--{f.replace('_', '-')}" for f in LAYOUT_FLAGS if getattr(a, f) not in (None, False)]
-    given += ["--precision fp8"] if a.precision == "fp8" else []
-    if given:
-        raise ConfigError(
-            f"--moe-experts {a.moe_experts} prints the experts' parameter, FLOP and all-to-all counts only (the layout "
-            f"search models dense models): drop {' '.join(given)}, or drop --moe-experts to evaluate the dense layout"
-        )
-    n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or DEFAULT_GPUS
-    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep)):
-        if v < 1:
-            raise ConfigError(f"{flag} {v}: must be an integer >= 1")
-    if k > n:
-        raise ConfigError(f"--moe-top-k {k}: at most --moe-experts {n} experts per token; use --moe-top-k {n} or less")
-    if n % ep:
-        raise ConfigError(f"--ep {ep} must divide --moe-experts {n} (whole experts per GPU); use --ep {_fit(n)}")
-    if gpus % ep:
-        raise ConfigError(
-            f"--ep {ep} must divide --gpus {gpus} (expert parallelism is carved out of the GPUs); use --ep "
-            f"{_fit(math.gcd(n, gpus))}, or --gpus a multiple of {ep}"
         )
 
 
@@ -182,9 +161,10 @@ def _device(a):
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
-def _row(e, dev) -> dict:
+def _row(e, dev, model) -> dict:
     return {
         "layout": str(e.layout),
+        **({"ep": e.layout.ep, "experts": model.experts, "top_k": model.top_k} if model.experts else {}),
         "device": {
             "name": dev.name,
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
@@ -257,9 +237,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-allgather", action="store_true", help="CP by all-gathered K/V, Llama 3's (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
     p.add_argument("--json", action="store_true", help="one JSON object per layout per line")
-    p.add_argument("--moe-experts", type=int, default=None, help="experts per MLP: print the MoE counts (lesson 12)")
+    p.add_argument(
+        "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
+    )
     p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree for the all-to-all bytes")
+    p.add_argument("--ep", type=int, default=None, help="fix the expert-parallel degree (default: the search tries it)")
     return p
 
 
@@ -270,8 +252,7 @@ def main(argv=None) -> int:
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = _shape(a)
         if a.moe_experts is not None:
-            print(moe_summary(name, model, a.moe_experts, a.moe_top_k, a.ep, a.gpus, a.global_batch))
-            return 0
+            model = replace(model, experts=a.moe_experts, top_k=a.moe_top_k)
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:
@@ -306,18 +287,23 @@ def main(argv=None) -> int:
                 flash_attention=a.flash_attention,
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
                 fp8=a.precision == "fp8",
+                eps=None if a.ep is None else (a.ep,),
             )
+        kept = [e for e, why in rows if not why]
+        if model.experts and not a.json:  # the counts, at the best layout's ep (or the given one)
+            ep = a.ep or (kept[0].layout.ep if kept else math.gcd(model.experts, a.gpus))
+            print(moe_summary(name, model, model.experts, model.top_k, ep, a.gpus, a.global_batch))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    kept = [e for e, why in rows if not why]
     if a.json:
         for e in kept[: a.top] if a.tp is None else kept:
-            print(json.dumps(_row(e, dev), ensure_ascii=False))
+            print(json.dumps(_row(e, dev, model), ensure_ascii=False))
         return 0
     gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
+    params = moe_params(model, model.experts, model.top_k)[0] if model.experts else model.params
     print(
-        f"{name} ({model.params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}, "
+        f"{name} ({params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}, "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
     )
     print(f"{'layout':46s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")

@@ -134,10 +134,10 @@ def test_llama3_layout_uneven_chunks_from_the_command_line(capsys):
         (["--moe-experts", "0"], "--moe-experts 0: must be an integer >= 1"),
         (
             ["--moe-experts", "8", "--tp", "2", "--pp", "2", "--dp", "2"],
-            "--moe-experts 8 prints the experts' parameter, FLOP and all-to-all counts only (the layout search "
-            "models dense models): drop --tp --pp --dp, or drop --moe-experts",
+            "--moe-experts 8 searches the layouts itself (every dp, tp, pp, ... and ep; --ep N fixes ep); a fixed MoE "
+            "layout or FP8 experts are not modelled from the command line: drop --tp --pp --dp, or drop --moe-experts",
         ),
-        (["--moe-experts", "8", "--zero", "1"], "--moe-experts 8 prints the experts'"),
+        (["--moe-experts", "8", "--zero", "1"], "--moe-experts 8 searches the layouts itself"),
     ],
 )
 def test_contradictions_are_one_line(argv, message, capsys):

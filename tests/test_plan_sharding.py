@@ -115,7 +115,7 @@ CASES = [
     ([*LLAMA8B, *FSDP64, "--hsdp", "3"], "--hsdp 3 must divide --dp 64 (shard groups inside dp); use --hsdp 1, 2, 4"),
     ([*LLAMA8B, *FSDP64[:7], "0", *FSDP64[8:], "--hsdp", "8"], "--hsdp 8 shards ZeRO's model states over 8 ranks"),
     (["--model", "70b", "--hsdp", "8"], "--hsdp 8 modifies a fixed layout"),
-    (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 prints the experts'"),
+    (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 searches the layouts itself"),
 ]
 
 

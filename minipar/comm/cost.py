@@ -16,6 +16,7 @@ input) on ``n`` ranks:
   what ``CommLog`` records). The 2(n−1)α term grows with the group: the per-GPU-count effect;
 - ring **reduce-scatter / all-gather / all-to-all** (and gather/scatter as a ring)
   (:func:`ring_time`): (n−1)·α + (n−1)/n · S/β (:func:`ring_bytes`), half an all-reduce;
+- **all-to-all** of S bytes per rank (:func:`all_to_all_time`): the same (n−1)·α + (n−1)/n · S/β;
 - **broadcast / reduce** as a pipelined chain (NCCL's ring broadcast) (:func:`chain_time`):
   (n−1)·α + S/β.
 
@@ -68,6 +69,14 @@ def ring_time(n: int, nbytes, link):
     ``n`` ranks: (n−1)α + (n−1)/n·S/β, half of :func:`all_reduce_time`."""
     a, b = alpha_beta(link)
     return 0.0 if n <= 1 else (n - 1) * a + ring_bytes(n, nbytes) / b
+
+
+def all_to_all_time(n: int, nbytes, link):
+    """Seconds of an all-to-all on ``n`` ranks of ``nbytes`` per rank (its whole send buffer, 1/n of it for
+    itself): (n−1)α + (n−1)/n·S/β, :func:`ring_time`'s cost: n−1 messages of S/n (NCCL's all-to-all is n−1
+    send/recv pairs, nccl-tests' PERFORMANCE.md: bus bytes (n−1)/n·S). Expert parallelism's dispatch and combine
+    (:mod:`minipar.perf.moe`)."""
+    return ring_time(n, nbytes, link)
 
 
 def chain_time(n: int, nbytes, link):

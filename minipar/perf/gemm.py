@@ -96,10 +96,17 @@ def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backwa
     2mnk / rate) or ``backward``: per weight the data gradient (m, k, n) and the weight gradient (k, n, m),
     each at its own shape (the same FLOPs as the forward, other waves). ``fp8``: at the dense FP8 peak with
     1-byte operands and :data:`FP8_VS_BF16` of the bf16 efficiency (measured); ``dev.compute_share`` scales the peak."""
+    return gemms_time(dev, block_gemms(model, tokens, t), fp8, backward)
+
+
+def gemms_time(dev, shapes, fp8: bool = False, backward: bool = False) -> float:
+    """Seconds of the forward GEMMs (m, n, k) in ``shapes`` one after another, each at its own rate
+    (:func:`gemm_rate_shape`), or of their ``backward`` (data and weight gradients): :func:`block_gemm_time`'s
+    arithmetic for any list (the experts' GEMMs, :mod:`minipar.perf.moe`); FP8 as there."""
     peak = (dev.fp8_flops * FP8_VS_BF16 if fp8 else dev.peak_flops) * dev.compute_share
     bpv = 1 if fp8 else dev.bytes_per_value
     total = 0.0
-    for m, n, k in block_gemms(model, tokens, t):
+    for m, n, k in shapes:
         for mm, nn, kk in [(m, k, n), (k, n, m)] if backward else [(m, n, k)]:
             rate = gemm_rate_shape(peak, dev.gemm_efficiency, dev.hbm_bw, dev.sms, mm, nn, kk, bpv)
             total += 2 * mm * nn * kk / rate

@@ -19,7 +19,9 @@ class ModelShape:
     ``kv_heads`` key/value heads (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245;
     None: = heads); ``ffn`` the MLP's inner width (None: 4·hidden); ``gated``: a gated MLP (SwiGLU,
     Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama; ``dropout``:
-    the block keeps two dropout masks for backward (GPT-style; Llama has no dropout: False)."""
+    the block keeps two dropout masks for backward (GPT-style; Llama has no dropout: False); ``experts`` E
+    and ``top_k`` k: a mixture of experts, every block's MLP one of E MLPs of this shape, k per token
+    (None: dense; :mod:`minipar.perf.moe`). Its counts here (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
     hidden: int
@@ -31,6 +33,8 @@ class ModelShape:
     ffn: int | None = None
     gated: bool = False
     dropout: bool = True
+    experts: int | None = None
+    top_k: int = 1
 
     def __post_init__(self):
         for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn"):
@@ -41,6 +45,10 @@ class ModelShape:
             raise ConfigError(f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it")
         if self.heads % self.kv:
             raise ConfigError(f"kv_heads={self.kv} must divide heads={self.heads} (each kv head serves a whole group)")
+        if self.experts is not None and not (isinstance(self.experts, int) and self.experts >= 0):
+            raise ConfigError(f"ModelShape.experts={self.experts!r}: must be an integer >= 1 (None or 0: dense)")
+        if self.experts and not (isinstance(self.top_k, int) and 1 <= self.top_k <= self.experts):
+            raise ConfigError(f"top_k={self.top_k!r}: between 1 and experts={self.experts} experts per token")
 
     @property
     def kv(self) -> int:
@@ -94,7 +102,9 @@ class Layout:
     ``recompute_layers`` N (with recompute "full"): only the first N blocks of each model chunk are
     recomputed (:meth:`recomputed_layers`); ``hsdp`` H: hybrid sharding, ZeRO's state sharded over a
     group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`);
-    ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`)."""
+    ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
+    parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
+    divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`)."""
 
     dp: int
     tp: int
@@ -117,6 +127,7 @@ class Layout:
     recompute_layers: int | None = None
     hsdp: int | None = None
     fp8: bool = False
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
@@ -190,6 +201,7 @@ class Layout:
         s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
+        s += f"·ep{self.ep}" if self.ep > 1 else ""
         s += {"none": "", "selective": "·sel-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""
@@ -224,8 +236,9 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
             interleaving with m not a multiple of pp; ``hsdp`` not dividing dp or without ZeRO;
             ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
-            the largest model chunk. (ZeRO-3 with pp > 1 is valid: FSDP2's per-step all-gather,
-            :func:`minipar.perf.sharding.dp_time`.)
+            the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
+            with minipar counts or with hsdp (:func:`_check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
+            per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
@@ -263,12 +276,31 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
         )
     _check_hybrid(model, layout, counts)
+    _check_ep(model, layout, counts)
     if global_batch % (d * b):
         raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
     m = global_batch // (d * b)
     if v > 1 and m % p:
         raise ConfigError(f"interleaving needs m = {m} micro-batches to be a multiple of pp={p}")
     return m
+
+
+def _check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
+    """``ep`` of a layout (:func:`check_layout`): it divides dp and the experts; experts need the GPU counts."""
+    ep, d, E = layout.ep, layout.dp, model.experts
+    if not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"ep={ep!r}: must be an integer >= 1")
+    if ep > 1 and not E:
+        raise ConfigError(f"ep={ep} without experts: expert parallelism needs a model with experts (or ep=1)")
+    if E and counts != "megatron":
+        raise ConfigError(f"experts={E}: mixture-of-experts layouts are modelled with the GPU counts only")
+    ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0 and E and E % x == 0)
+    if E and E % ep:
+        raise ConfigError(f"ep={ep} must divide experts={E} (whole experts per rank); use ep {ok}")
+    if E and d % ep:
+        raise ConfigError(f"ep={ep} must divide dp={d} (expert parallelism is carved out of dp); use ep {ok}")
+    if E and layout.hsdp is not None:
+        raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
 
 
 def _check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:

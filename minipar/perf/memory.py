@@ -11,6 +11,7 @@ import functools
 from minipar.perf.flops import activation_bytes_per_layer, stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.moe import moe_activation_bytes, moe_stage_params
 from minipar.pp.schedules import make_schedule
 
 
@@ -55,21 +56,26 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     total (all on the device) and host (offloaded optimizer state). ZeRO shards over
     :attr:`~minipar.perf.layout.Layout.shard` ranks (dp·cp, or hsdp·cp); ZeRO-3 with pp > 1 keeps a
     stage's weights and gradients unsharded from its first forward to the step's one reduce-scatter
-    (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes. Raises ConfigError
-    for an invalid layout."""
+    (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes. With experts
+    (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
+    :func:`~minipar.perf.moe.moe_activation_bytes`. Raises ConfigError for an invalid layout."""
     from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
     params = stage_params(model, p, t, dev.counts, stage_layers_of(model, layout, dev))
+    experts = [0.0] * p  # expert parameters per stage (minipar.perf.moe): ZeRO over the expert-dp ranks
+    if model.experts:
+        params, experts = zip(*moe_stage_params(model, layout, stage_layers_of(model, layout, dev)))
+    act_bytes = moe_activation_bytes if model.experts else activation_bytes_per_layer
     if dev.counts == "megatron":
         chunks = tuple(layout.chunk_layers(model.layers))
     else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage
         chunks = (-(-model.layers // p) / v,) * (p * v)
     held = held_layers(p, m, v, layout.schedule, chunks)
-    per_layer = activation_bytes_per_layer(model, b, t, layout.recompute, sp, bpv, flash, c)
+    per_layer = act_bytes(model, b, t, layout.recompute, sp, bpv, flash, c)
     if layout.recompute_layers is not None:  # per chunk: recomputed blocks keep their input, the others all
-        none = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+        none = act_bytes(model, b, t, "none", sp, bpv, flash, c)
         rc = layout.recomputed_layers(model.layers)
         held = held_layers(p, m, v, layout.schedule, tuple(r * per_layer + (n - r) * none for n, r in zip(chunks, rc)))
         per_layer = 1.0  # held is in bytes now
@@ -77,10 +83,13 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     best = None
     for i in range(p):
         states = zero_bytes_formula(params[i], zero, layout.shard, mixed_precision=bpv == 2)
+        if experts[i]:
+            mine = zero_bytes_formula(experts[i], zero, layout.shard // layout.ep, mixed_precision=bpv == 2)
+            states = {k: v + mine[k] for k, v in states.items()}
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations
-            acts += activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+            acts += act_bytes(model, b, t, "none", sp, bpv, flash, c)
         mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
         mem["total"] = sum(mem.values())
         mem["host"] = states["optimizer"] if layout.offload else 0

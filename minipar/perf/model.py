@@ -70,6 +70,10 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   min(p − i, m)·l/p under 1F1B, l·(1 + (p−1)/(p·v)) on rank 0 interleaved, §4.2.3; each chunk's own
   blocks); the busiest rank. Fits if ≤ ``usable_mem`` (0.9, ASSUMED). :mod:`minipar.perf.memory`.
 
+- **Experts** (``ModelShape.experts``, ``Layout.ep``): :mod:`minipar.perf.moe` (each block's GEMMs with the
+  E/ep local experts at their own shapes, 4 all-to-alls per block per micro-batch over the EP group, ``"ep"``,
+  not overlapped; expert states over the expert-dp ranks; every setting given or ASSUMED there).
+
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
 GEMM kernels' tile choice (one 128×128 tile, :mod:`minipar.perf.gemm`), data loading, DeepSpeed's real overlap
@@ -94,16 +98,21 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
-from minipar.perf.memory import memory_per_gpu, stage_layers_of
-from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link  # noqa: F401  (the model's public names)
+from minipar.perf.makespan import makespan, schedule_order
+from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
+from minipar.perf.moe import moe_activation_bytes, moe_block_times, moe_model_flops
+from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
 
 
 @functools.lru_cache(maxsize=4096)
 def _simulated(p: int, m: int, v: int, f: tuple, b: tuple, schedule: str = "1f1b") -> float:
-    sched = make_schedule("interleaved" if v > 1 else schedule, p, m, v)
-    return simulate(sched, t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage]).makespan
+    order = schedule_order("interleaved" if v > 1 else schedule, p, m, v)
+    if order is None:  # not a plain F/B schedule: the full simulator
+        sched = make_schedule("interleaved" if v > 1 else schedule, p, m, v)
+        return simulate(sched, t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage]).makespan
+    return makespan(order, p, f, b)
 
 
 def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> float:
@@ -161,9 +170,14 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     eff = dev.peak_flops * dev.gemm_efficiency * share
     a_rate = attention_rate(dev, flash)  # FlashAttention: the device's own efficiency (minipar.perf.gemm)
     core = attention_core_flops(model, b, s, model.seq) / t / a_rate * (0.5 if flash else 1.0)  # flash: causal half
-    act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
+    act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
+        model, b, t, "none", sp, bpv, flash, c
+    )
     mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
-    if dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
+    moe = moe_block_times(model, dev, layout, b * s, L) if model.experts else None  # minipar.perf.moe
+    if moe:  # attention, router and the E/ep local experts at their own shapes
+        gemm_t, gemm_b = moe["f"], moe["b"]
+    elif dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
         gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
         gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True)  # data and weight gradients
     else:
@@ -175,8 +189,11 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"
-    tp_f, tp_b = 2 * ar, 2 * ar + (2 * ar if full else 0.0)
-    b_0, tp_b0 = (b_l - extra, 2 * ar) if full else (b_l, tp_b)  # a block not recomputed
+    ar2 = ar + moe["tp_mlp"] if moe else 2 * ar  # experts: the MLP's all-reduce carries k·b·s·h values
+    tp_f, tp_b = ar2, ar2 + (ar2 if full else 0.0)
+    b_0, tp_b0 = (b_l - extra, ar2) if full else (b_l, tp_b)  # a block not recomputed
+    a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors; not overlapped
+    ep_f, ep_b0, ep_b = a2a, a2a, a2a + (a2a if full else 0.0)
     if "tp" in layout.overlap:
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
@@ -194,8 +211,8 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     logit = logit_flops(model, b) / c / t / eff
     layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
     rc = layout.recomputed_layers(model.layers)  # of them, recomputed (all under "full" unless recompute_layers)
-    lf = [n * (f_l + tp_f + cp_f) + p2p for n in layers]
-    lb = [(n - r) * (b_0 + tp_b0 + cp_b) + r * (b_l + tp_b + cp_b) + p2p for n, r in zip(layers, rc)]
+    lf = [n * (f_l + tp_f + cp_f + ep_f) + p2p for n in layers]
+    lb = [(n - r) * (b_0 + tp_b0 + cp_b + ep_b0) + r * (b_l + tp_b + cp_b + ep_b) + p2p for n, r in zip(layers, rc)]
     lf[-1], lb[-1] = lf[-1] + logit, lb[-1] + 2 * logit  # the logit layer runs on the last stage
     if p == 1:
         pipe = m * (lf[0] + lb[0])
@@ -208,10 +225,12 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     n_r = sum(rc[k] for k in mine)
     n_0 = sum(layers[k] for k in mine) - n_r
     busy = m * sum(lf[k] + lb[k] for k in mine)
+    ep = {"ep": m * n_0 * (ep_f + ep_b0) + m * n_r * (ep_f + ep_b)} if moe else {}
     return {
         "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit if rank == p - 1 else 0.0)),
         "tp": m * n_0 * (tp_f + tp_b0) + m * n_r * (tp_f + tp_b),
         "cp": m * (n_0 + n_r) * (cp_f + cp_b),
+        **ep,
         "pp": m * len(mine) * 2 * p2p,
         "bubble": pipe - busy,
         "pipe": pipe,
@@ -264,15 +283,19 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     time = pipeline(model, dev, layout, m)
     pipe, _, fwd1, bwd1 = (time.pop(k) for k in ("pipe", "busy", "fwd1", "bwd1"))
     dp_t = dp_time(model, dev, layout, m, fwd1, bwd1)
-    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
+    psi, psi_e = stage_psi(model, dev, layout)  # experts (psi_e): ZeRO over the expert-dp ranks, shard/ep
     n_opt = layout.shard if layout.zero else 1
     opt_t = (32 * psi / n_opt / dev.hbm_bw) if dev.hbm_bw and not layout.offload else 0.0
-    host_t = 2 * dev.bytes_per_value * psi / dev.host_bw if layout.offload else 0.0
+    opt_t += (
+        (32 * psi_e / max(1, n_opt // layout.ep) / dev.hbm_bw) if psi_e and dev.hbm_bw and not layout.offload else 0.0
+    )
+    host_t = 2 * dev.bytes_per_value * (psi + psi_e) / dev.host_bw if layout.offload else 0.0
     time.update(dp=dp_t, optimizer=opt_t, offload=host_t, total=pipe + dp_t + opt_t + host_t)
     mem = memory_per_gpu(model, dev, layout, m)
     n, total = layout.gpus, time["total"]
     rc = None if layout.recompute_layers is None else sum(layout.recomputed_layers(model.layers))
-    executed = model_flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
+    flops = moe_model_flops if model.experts else model_flops  # experts: the active parameters' FLOPs
+    executed = flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
     return Estimate(
         layout,
         m,
@@ -280,6 +303,6 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         mem,
         mem["total"] <= dev.usable_mem * dev.mem_bytes,
         executed / total / n / 1e12,
-        model_flops(model, global_batch, "none") / total / n / dev.peak_flops,
+        flops(model, global_batch, "none") / total / n / dev.peak_flops,
         layout.tp > 1 and across_nodes(dev, layout.tp, 1) and dev.inter != dev.intra,
     )

@@ -1,17 +1,151 @@
-"""The counts a mixture-of-experts model needs before its layout can be planned (``python -m minipar.plan
---moe-experts``): parameters, FLOPs per token, all-to-all bytes; :mod:`minipar.perf.flops` computes them."""
+"""A mixture-of-experts block in the performance model (a MODEL, :mod:`minipar.perf.model`), and the counts
+``python -m minipar.plan --moe-experts`` prints first (:func:`moe_summary`).
+
+A model with ``ModelShape.experts`` = E and ``top_k`` = k: every block's MLP is E MLPs of the dense MLP's shape
+(h×f, SwiGLU if ``gated``), a router (an h×E matrix) sends each token to k of them (Switch Transformer, Fedus
+et al. 2021, arXiv:2101.03961, §2; GShard, Lepikhin et al. 2020, arXiv:2006.16668, §2; Mixtral, arXiv:2401.04088
+§2.1). Expert parallelism ``Layout.ep`` borrows ranks from dp (Megatron-Core's MoE: EP inside DP, Megatron-LM
+docs "Mixture of Experts", megatron/core/transformer/moe/README.md; :class:`minipar.runtime.mesh.Mesh`): each
+ep rank holds E/ep experts, an EP group is ep consecutive dp ranks (stride tp·cp in Megatron's order tp, cp,
+dp, pp), the expert-data-parallel group the dp/ep ranks (× cp) that hold the same experts.
+
+GIVEN (the model's and the layout's own numbers): E, k, h, f, gated, tp, cp, dp, ep, b, s, the device.
+ASSUMED, each a choice a source run would pin:
+
+- **balanced routing**: every expert gets tokens·k/E of the routed rows (no capacity factor, no dropped
+  tokens: Megatron-Core's dropless default; DeepSeek-V3, arXiv:2412.19437, §3 / §2.1.2, balances by its
+  auxiliary-loss-free bias). Imbalance would add to the busiest rank; not modelled.
+- **expert tensor parallelism = tp** (Megatron-Core's default: ``--expert-tensor-parallel-size`` unset is
+  ``--tensor-model-parallel-size``): each expert's matrices split over the tp ranks as the dense MLP's
+  (column / row), and over ep (E/ep experts per rank).
+- **compute**: attention's QKV and output projection as the dense block's; the router one (T, E, h) GEMM
+  (T = b·s/cp tokens of this rank; ÷ tp with sequence parallelism); each of the E/ep local experts one
+  up (T·k·ep/E, (2 if gated else 1)·f/t, h) and one down (T·k·ep/E, h, f/t) GEMM at ITS shape
+  (:func:`minipar.perf.gemm.gemms_time`: waves and roofline), the experts one after another (a grouped
+  GEMM that fills the waves across experts would be faster: not modelled); backward the data and weight
+  gradients at their shapes. Memory-bound operators over the MoE block's activations (below).
+- **all-to-all** (dispatch and combine, Lepikhin et al. §2.2; DeepSeek-V3 §3.2.2): 2 per MoE layer in the
+  forward, 2 in the backward, 2 more in a fully recomputed forward; each moves this TP rank's T/t tokens'
+  k rows of h values (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: tokens split over the TP ranks, the
+  received rows all-gathered over TP after): :func:`minipar.perf.flops.all_to_all_bytes` over the EP
+  group's link (:func:`minipar.perf.sharding.links` ``"ep"``) at the α–β cost of
+  :func:`minipar.comm.cost.all_to_all_time`; NOT overlapped (Megatron-Core's overlap of the EP all-to-all
+  with another micro-batch's compute, ``--overlap-moe-expert-parallel-comm``, and DeepSeek-V3's DualPipe,
+  §3.2.1, hide it; no source run here measures that).
+- **TP collectives** of the MoE MLP carry its k·T rows: one all-reduce of b·s·h (attention) and one of
+  k·b·s·h (the experts' input gathered, their output reduce-scattered) per layer forward, instead of two of
+  b·s·h (Shoeybi et al. 2019's count, :mod:`minipar.perf.model`).
+- **memory**: dense parameters (attention, norms, router E·h per block, embeddings) by ZeRO over dp·cp as
+  today; the expert parameters (E/ep experts ÷ tp per block) and their gradients and optimizer states by
+  ZeRO over the expert-data-parallel group, (dp/ep)·cp ranks (Megatron-Core's distributed optimizer shards
+  expert parameters over their own DP group). Activations per block: the dense count (Korthikanti et al.
+  2022) plus k−1 more copies of the MLP's split part and the dispatched k·T rows of h (2 bytes per value);
+  full recomputation keeps the block's input only.
+- **DP time**: the expert gradients reduced over the expert-dp group on its link (``"edp"``), added to the
+  dense gradients' (:func:`minipar.perf.sharding.dp_time`).
+
+Units: seconds, bytes, FLOPs, parameters.
+"""
 
 from __future__ import annotations
 
-from minipar.perf.flops import all_to_all_bytes, moe_flops_per_token, moe_params
-from minipar.perf.layout import ModelShape
+from minipar.comm.cost import all_reduce_time, all_to_all_time
+from minipar.perf.flops import (
+    activation_bytes_per_layer,
+    all_to_all_bytes,
+    layer_gemm_flops,
+    model_flops,
+    moe_flops_per_token,
+    moe_params,
+    stage_params,
+)
+from minipar.perf.gemm import block_gemms, gemms_time
+from minipar.perf.layout import Layout, ModelShape
+
+
+def expert_params(model: ModelShape) -> int:
+    """Parameters of one expert: the dense MLP's matrices ((3 if gated else 2)·h·f) and biases (2f or f, and h)
+    (as :func:`minipar.perf.flops.moe_params` counts it)."""
+    h, f = model.hidden, model.f
+    return (3 if model.gated else 2) * h * f + (2 * f if model.gated else f) + h
+
+
+def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> list[tuple[float, float]]:
+    """(dense, expert) parameters one rank of each pipeline stage holds, megatron counts: the dense model's
+    :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) per
+    block; and its blocks' E/ep experts ÷ tp (expert tp = tp, ASSUMED)."""
+    t, E, ep = layout.tp, model.experts, layout.ep
+    layers = stage_layers or [model.layers // layout.pp] * layout.pp
+    base = stage_params(model, layout.pp, t, "megatron", layers)
+    mlp = expert_params(model)
+    return [(p - n * mlp / t + n * E * model.hidden, n * (E // ep) * mlp / t) for p, n in zip(base, layers)]
+
+
+def moe_gemm_shapes(model: ModelShape, tokens: float, t: int, ep: int, sp: bool = False) -> tuple[list, list]:
+    """(attention's and the router's GEMMs, one local expert's GEMMs) of one MoE block's forward on one TP rank for
+    ``tokens`` = b·s rows: QKV and output projection (:func:`~minipar.perf.gemm.block_gemms`), the router
+    (tokens ÷ t with sequence parallelism, E, h); per expert up (r, (2 if gated else 1)·f/t, h) and down (r, h,
+    f/t) with r = tokens·k·ep/E rows (balanced routing)."""
+    E, k = model.experts, model.top_k
+    dense = block_gemms(model, tokens, t)
+    rows = tokens * k * ep / E
+    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)], [(rows, n, kk) for _, n, kk in dense[2:]]
+
+
+def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links: dict) -> dict:
+    """Seconds of one MoE block for one micro-batch on one rank (module doc): ``"f"`` / ``"b"`` its weight GEMMs
+    forward / backward (the E/ep local experts at their shape), ``"a2a"`` ONE all-to-all (dispatch or combine)
+    over the EP group, ``"tp_mlp"`` the MLP's TP all-reduce of k·b·s·h values (0 with tp = 1)."""
+    t, ep, k = layout.tp, layout.ep, model.top_k
+    dense, expert = moe_gemm_shapes(model, tokens, t, ep, layout.seq_parallel)
+    local = model.experts // ep
+    f = gemms_time(dev, dense, layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
+    b = gemms_time(dev, dense, layout.fp8, True) + local * gemms_time(dev, expert, layout.fp8, True)
+    bpv = dev.bytes_per_value
+    a2a = all_to_all_time(ep, tokens / t * k * model.hidden * bpv, links["ep"]) if ep > 1 else 0.0
+    return {"f": f, "b": b, "a2a": a2a, "tp_mlp": all_reduce_time(t, k * tokens * model.hidden * bpv, links["tp"])}
+
+
+def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, link, bytes_per_value: int = 2) -> float:
+    """One all-to-all's seconds written out: (ep − 1)·α + :func:`~minipar.perf.flops.all_to_all_bytes` of this
+    TP rank's tokens/t / β (what :func:`moe_block_times` computes through :func:`minipar.comm.cost.all_to_all_time`)."""
+    a, beta = link
+    ep = layout.ep
+    nbytes = all_to_all_bytes(tokens / layout.tp, model.hidden, model.top_k, ep, bytes_per_value)
+    return 0.0 if ep <= 1 else (ep - 1) * a + nbytes / beta
+
+
+def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int):
+    """Bytes one MoE block keeps for backward for one micro-batch: the dense count
+    (:func:`~minipar.perf.flops.activation_bytes_per_layer`) plus k − 1 more copies of the MLP's TP-split
+    tensors (2·f·(3 if gated else 2)·s·b ÷ t) and the k·s·b·h dispatched rows (2 bytes each; ASSUMED kept once
+    per TP rank); full recomputation keeps only the block's input (the dense count)."""
+    dense = activation_bytes_per_layer(model, b, tp, recompute, sp, bpv, flash, cp)
+    if recompute == "full":
+        return dense
+    s, k = model.seq // cp, model.top_k
+    mlp = 2 * model.f * (3 if model.gated else 2) * s * b / tp
+    return dense + ((k - 1) * mlp + 2 * k * s * b * model.hidden) * bpv / 2
+
+
+def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:
+    """FLOPs of one step with experts: :func:`~minipar.perf.flops.model_flops` of the dense shape plus, per block
+    pass (3 per block, one more per recomputed block), the forward FLOPs of k − 1 more MLPs and the router:
+    2·B·s·((k − 1)·(3 if gated else 2)·h·f + E·h). The MFU counts the active parameters (k, not E)."""
+    base = model_flops(model, global_batch, recompute, flash, recomputed)
+    h, f, l = model.hidden, model.f, model.layers
+    extra = layer_gemm_flops(model, global_batch) / model.layer_matrix_params  # 2·B·s
+    extra *= (model.top_k - 1) * (3 if model.gated else 2) * h * f + model.experts * h
+    passes = 3 * l + ((l if recomputed is None else recomputed) if recompute == "full" else 0)
+    return base + passes * extra
 
 
 def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int, gpus: int, global_batch: int) -> str:
-    """Four lines: total vs active parameters, training FLOPs per token, and the all-to-all bytes per GPU of
+    """Three lines: total vs active parameters, training FLOPs per token, and the all-to-all bytes per GPU of
     one step for ``experts`` experts per MLP, ``top_k`` per token, expert parallelism ``ep`` over ``gpus``
-    GPUs and ``global_batch`` sequences per step (bf16, balanced routing); the layout search models dense
-    models only. Raises ConfigError (:func:`minipar.model.moe.dispatch.check_moe`) for impossible counts."""
+    GPUs and ``global_batch`` sequences per step (bf16, balanced routing). The layout search that follows it
+    (:func:`minipar.perf.search.plan`) models the step. Raises ConfigError
+    (:func:`minipar.model.moe.dispatch.check_moe`) for impossible counts."""
     from minipar.model.moe.dispatch import check_moe  # imports torch: only this path needs it
 
     E, k = experts, top_k
@@ -27,6 +161,5 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
             f"{dense / 1e9:.1f})",
             f"expert parallelism ep={ep}, {tokens:,.0f} tokens per GPU per step: {a2a / 1e9:.2f} GB per all-to-all, "
             f"4 per layer per step = {4 * model.layers * a2a / 1e9:.1f} GB per GPU per step (bf16, balanced routing)",
-            "(a MODEL: the layout search does not model experts yet; these are the counts it would need)",
         )
     )

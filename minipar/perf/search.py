@@ -1,6 +1,6 @@
 """Search the layouts with the performance model: enumerate, estimate, reject, rank; and score a ranking.
 
-:func:`plan` answers "which (dp, tp, pp, cp, b, v, ZeRO, recompute) for N devices?" with
+:func:`plan` answers "which (dp, tp, pp, cp, b, v, ZeRO, recompute; ep with experts) for N devices?" with
 :func:`minipar.perf.model.estimate` on every valid layout (``python -m minipar.plan`` prints it);
 :func:`rank_correlation` says how well a model's ordering of layouts matches a measured one
 (lesson 07 checks the model against every factorization of 8 ranks on this CPU).
@@ -31,6 +31,15 @@ def cp_degrees(model: ModelShape, dev: Device, gpus: int) -> list[int]:
     return [c for c in divisors(gpus) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= CP_MIN_TOKENS)]
 
 
+def ep_degrees(model: ModelShape, dp: int, eps=None) -> list[int]:
+    """Expert-parallel degrees the search tries at data-parallel degree ``dp``: those of ``eps`` (None: every
+    divisor of dp) that divide dp and ``model.experts`` (Megatron-Core: EP inside DP, whole experts per rank);
+    [1] for a dense model."""
+    if not model.experts:
+        return [1]
+    return [e for e in (divisors(dp) if eps is None else eps) if dp % e == 0 and model.experts % e == 0]
+
+
 def plan(
     model: ModelShape,
     dev: Device,
@@ -50,6 +59,7 @@ def plan(
     cps=None,
     grad_bytes: int = 4,
     fp8: bool = False,
+    eps=None,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -67,6 +77,9 @@ def plan(
             ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
             only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
+        eps: expert-parallel degrees to try for a model with experts (``model.experts``), each where it
+            divides dp and the experts; None: every divisor of dp that divides the experts (ep = 1 included;
+            :func:`ep_degrees`). A dense model: ep = 1 only.
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
@@ -89,7 +102,11 @@ def plan(
             for b in sizes:
                 for v in vs if pp > 1 else (1,):
                     for rc in recomputes:
-                        for z in (z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,):
+                        for z, ep in (
+                            (z, ep)
+                            for z in ((z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,))
+                            for ep in ep_degrees(model, dp, eps)
+                        ):
                             sp = seq_parallel and tp > 1
                             lay = Layout(
                                 dp,
@@ -107,6 +124,7 @@ def plan(
                                 flash_attention=flash_attention,
                                 grad_bytes=grad_bytes,
                                 fp8=fp8,
+                                ep=ep,
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

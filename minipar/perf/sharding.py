@@ -15,6 +15,7 @@ from minipar.perf.flops import stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.memory import stage_layers_of
+from minipar.perf.moe import moe_stage_params
 from minipar.perf.timeline import overlap_formula
 
 BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
@@ -30,8 +31,8 @@ def group_link(dev: Device, size: int, stride: int, collective: bool = True) -> 
     different NICs, each ring crossing between nodes once, so a group with all 8 GPUs of each node on it
     reaches the node's 8 NICs together (nccl-tests on 2 nodes of 8 H100s with 8x NDR 400 Gb/s: ~370-470
     GB/s bus bandwidth, 46-48 GB/s per NIC, NVIDIA/nccl-tests issues #290 and #309; 4 HDR NICs for 8 A100s:
-    ~100 GB/s "theoretical 200G x 4 / 8", #119). ``collective=False`` (one send between two stages): one
-    NIC, k = 1."""
+    ~100 GB/s "theoretical 200G x 4 / 8", #119). ``collective=False``: one NIC, k = 1, for a send between two
+    stages and for an all-to-all (every GPU sends its own bytes to the other nodes, through its own NIC)."""
     span, g = size * stride, dev.gpus_per_node
     if size <= 1 or (span <= g and g % span == 0):
         return dev.intra
@@ -78,7 +79,29 @@ def links(dev: Device, lay: Layout) -> dict:
     if lay.hsdp is not None:
         out["shard"] = group_link(dev, lay.hsdp * c, t)
         out["replicate"] = group_link(dev, d // lay.hsdp, t * c * lay.hsdp)
+    if lay.ep > 1:  # ep consecutive dp ranks; the expert-dp group: dp/ep ranks ep apart (its cp ranks inside)
+        out["ep"] = group_link(dev, lay.ep, t * c, collective=False)  # all-to-all: each GPU's bytes on its own NIC
+        out["edp"] = group_link(dev, d // lay.ep, t * c * lay.ep) if d > lay.ep else group_link(dev, c, t)
     return out
+
+
+def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters of the busiest pipeline rank (its TP and EP share): the largest
+    :func:`~minipar.perf.flops.stage_params` and 0 for a dense model; with experts the stage with the most of
+    both (:func:`minipar.perf.moe.moe_stage_params`)."""
+    layers = stage_layers_of(model, layout, dev)
+    if not model.experts:
+        return max(stage_params(model, layout.pp, layout.tp, dev.counts, layers)), 0.0
+    return max(moe_stage_params(model, layout, layers), key=sum)
+
+
+def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float) -> tuple[float, float]:
+    """:func:`_reduce_and_gather` of ``psi_e`` expert parameters over their expert-data-parallel group
+    ((dp/ep)·cp ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
+    L = links(dev, layout)
+    n, z, link = layout.dp // layout.ep * layout.cp, layout.zero, L.get("edp", L["dp"])  # ep = 1: the dp group
+    grads = (ring_time if z else all_reduce_time)(n, layout.grad_bytes * psi_e, link)
+    return grads, ring_time(n, dev.bytes_per_value * psi_e, link) if z else 0.0
 
 
 def _exposed(comm: float, window: float, nbytes_params: float) -> float:
@@ -124,10 +147,14 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     LAST micro-batch's backward (``bwd1`` seconds), which hides the reduction bucket by bucket
     (:data:`BUCKET_PARAMS`; the last bucket is always exposed); the weights' all-gather hides behind the
     first micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per
-    micro-batch behind its own passes."""
+    micro-batch behind its own passes. With experts (:mod:`minipar.perf.moe`) the expert gradients are reduced
+    (and their weights gathered) over the expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
     z = layout.zero
-    psi = max(stage_params(model, layout.pp, layout.tp, dev.counts, stage_layers_of(model, layout, dev)))
+    psi, psi_e = stage_psi(model, dev, layout)
     grads, gather = _reduce_and_gather(dev, layout, psi)
+    if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
+        g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e)
+        grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
         if not hide:

@@ -1,0 +1,46 @@
+"""The command line's mixture-of-experts flags (``python -m minipar.plan --moe-experts E --moe-top-k k [--ep N]``),
+checked before any work: one line each, naming the value and the fix (:class:`minipar.errors.ConfigError`)."""
+
+from __future__ import annotations
+
+import math
+
+from minipar.errors import ConfigError
+from minipar.runtime.mesh import divisors
+
+
+def _fit(n: int) -> str:
+    """The divisors of ``n``, comma-separated (the first 12)."""
+    return ", ".join(map(str, divisors(n)[:12]))
+
+
+def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
+    """``--ep`` needs ``--moe-experts``; with it: no fixed-layout flag (the search tries the layouts and ep; a flag
+    is refused, not dropped), k <= E, ep dividing E and the GPUs. Raises ConfigError."""
+    if a.moe_experts is None:
+        if a.ep is not None:
+            raise ConfigError(
+                f"--ep {a.ep} splits experts over ranks: add --moe-experts E (a multiple of {a.ep}), or drop --ep"
+            )
+        return
+    given = [f"--{f.replace('_', '-')}" for f in layout_flags if getattr(a, f) not in (None, False)]
+    given += ["--precision fp8"] if a.precision == "fp8" else []
+    if given:
+        raise ConfigError(
+            f"--moe-experts {a.moe_experts} searches the layouts itself (every dp, tp, pp, ... and ep; --ep N fixes "
+            f"ep); a fixed MoE layout or FP8 experts are not modelled from the command line: drop {' '.join(given)}, "
+            "or drop --moe-experts to evaluate the dense layout"
+        )
+    n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or default_gpus
+    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{flag} {v}: must be an integer >= 1")
+    if k > n:
+        raise ConfigError(f"--moe-top-k {k}: at most --moe-experts {n} experts per token; use --moe-top-k {n} or less")
+    if ep is not None and n % ep:
+        raise ConfigError(f"--ep {ep} must divide --moe-experts {n} (whole experts per GPU); use --ep {_fit(n)}")
+    if ep is not None and gpus % ep:
+        raise ConfigError(
+            f"--ep {ep} must divide --gpus {gpus} (expert parallelism is carved out of the GPUs); use --ep "
+            f"{_fit(math.gcd(n, gpus))}, or --gpus a multiple of {ep}"
+        )

@@ -1,0 +1,150 @@
+"""The planner with experts (issue #38 item 2): ep in the layout, the all-to-all on the EP group's link, the expert
+GEMMs at their own (smaller) shapes, expert states sharded over ep, one-line errors, ``--json`` with ep."""
+
+import json
+import random
+from dataclasses import replace
+
+import pytest
+
+from minipar.errors import ConfigError
+from minipar.perf.flops import all_to_all_bytes, model_flops
+from minipar.perf.gemm import gemm_rate_shape, gemms_time
+from minipar.perf.hardware import GPUS
+from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.makespan import makespan, schedule_order
+from minipar.perf.model import estimate
+from minipar.perf.moe import a2a_seconds, moe_gemm_shapes, moe_model_flops
+from minipar.perf.published import MODELS
+from minipar.perf.search import plan
+from minipar.perf.sharding import group_link, links
+from minipar.plan import main
+from minipar.pp.schedules import make_schedule
+from minipar.pp.simulation import simulate
+
+H100 = GPUS["h100"]
+# Mixtral-like blocks (h 4096, 8 kv heads, SwiGLU f 14336), 16 of them, 8 experts, top-2
+MOE = ModelShape(16, 4096, 32, 4096, 32000, kv_heads=8, ffn=14336, gated=True, dropout=False, experts=8, top_k=2)
+SHAPE = "--layers 16 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --swiglu --vocab 32000 --seq 4096".split()
+SHAPE += ["--no-dropout", "--gpu", "h100", "--gpus", "8", "--global-batch", "64"]
+
+
+def test_all_to_all_time_by_hand_on_nvlink_and_across_nodes():
+    """dp 8, ep 8, one node: per layer and micro-batch 4 all-to-alls of (ep−1)α + (ep−1)/ep·(b·s·k·h·2 bytes)/β on
+    NVLink; m = 64/8 micro-batches, 16 layers. Full recomputation adds the forward's 2. Across nodes (tp 2, ep 8:
+    16 ranks): the inter-node link of one NIC (an all-to-all sends each GPU's bytes through its own NIC)."""
+    lay = Layout(8, 1, 1, 1, zero=1, recompute="selective", ep=8)
+    e = estimate(MOE, H100, lay, 64)
+    alpha, beta = H100.intra
+    assert links(H100, lay)["ep"] == H100.intra
+    one = 7 * alpha + all_to_all_bytes(4096, 4096, 2, 8, 2) / beta
+    assert one == pytest.approx(7 * alpha + 7 / 8 * 4096 * 2 * 4096 * 2 / beta, rel=1e-12)
+    assert e.time["ep"] == pytest.approx(8 * 16 * 4 * one, rel=1e-12)
+    full = estimate(MOE, H100, replace(lay, recompute="full"), 64)
+    assert full.time["ep"] == pytest.approx(8 * 16 * 6 * one, rel=1e-12)
+    wide = Layout(8, 2, 1, 1, zero=1, recompute="selective", seq_parallel=True, ep=8)
+    assert links(H100, wide)["ep"] == group_link(H100, 8, 2, collective=False) == H100.inter
+    a, b = H100.inter
+    per = 7 * a + all_to_all_bytes(4096 / 2, 4096, 2, 8, 2) / b  # each TP rank sends its b·s/t tokens
+    assert a2a_seconds(MOE, 4096, wide, (a, b)) == pytest.approx(per, rel=1e-12)
+    assert estimate(MOE, H100, wide, 64).time["ep"] == pytest.approx(8 * 16 * 4 * per, rel=1e-12)
+
+
+def test_smaller_expert_gemms_run_at_a_lower_rate():
+    """The same routed FLOPs over 64 experts (128 rows each) instead of 8 (1,024 rows): a lower rate per GEMM
+    (waves and roofline), so more seconds; ep raises the rows per local expert again."""
+    few, many = MOE, replace(MOE, experts=64)
+    (_, big), (_, small) = moe_gemm_shapes(few, 4096, 1, 1), moe_gemm_shapes(many, 4096, 1, 1)
+    assert big[0][0] == 1024 and small[0][0] == 128
+    peak = H100.peak_flops * H100.compute_share
+    rate = lambda s: gemm_rate_shape(peak, H100.gemm_efficiency, H100.hbm_bw, H100.sms, *s)  # noqa: E731
+    assert all(rate(s) < rate(b) for s, b in zip(small, big))
+    assert 64 * gemms_time(H100, small) > 8 * gemms_time(H100, big)
+    assert moe_gemm_shapes(many, 4096, 1, 8)[1][0][0] == 1024  # ep 8: 8 local experts of 1,024 rows
+
+
+def test_the_search_picks_ep_when_memory_forces_sharding_on_nvlink():
+    """8 GPUs of one node, ZeRO-1: 16 blocks of 8 Mixtral-size experts (23B parameters) do not fit dp 8 without
+    ep; with ep 8 each rank holds one expert per block and the all-to-all stays on NVLink: the search picks it,
+    and it beats the best layout without ep."""
+    kw = dict(micro_batches=(1,), recomputes=("selective",), zeros=(1,), vs=(1,))
+    rows = plan(MOE, H100, 8, 64, **kw)
+    best = next(e for e, why in rows if not why)
+    assert best.layout.ep > 1 and "·ep" in str(best.layout)
+    assert links(H100, best.layout)["ep"] == H100.intra
+    no_ep = dict((str(e.layout), why) for e, why in plan(MOE, H100, 8, 64, eps=(1,), **kw))
+    assert no_ep[str(replace(best.layout, ep=1))].startswith("does not fit")
+    assert best.mfu > max(e.mfu for e, why in plan(MOE, H100, 8, 64, eps=(1,), **kw) if not why)
+    assert {e.layout.ep for e, _ in rows} == {1, 2, 4, 8}
+    assert all(e.layout.ep == 2 for e, _ in plan(MOE, H100, 8, 64, eps=(2,), **kw))
+
+
+def test_expert_states_shard_over_ep_and_the_mfu_counts_active_parameters():
+    lay = Layout(8, 1, 1, 1, zero=1, recompute="selective")
+    one, eight = estimate(MOE, H100, lay, 64), estimate(MOE, H100, replace(lay, ep=8), 64)
+    assert eight.mem["params"] < one.mem["params"] / 4 and eight.time["dp"] < one.time["dp"]
+    extra = 3 * 16 * 2 * 64 * 4096 * (1 * 3 * 4096 * 14336 + 8 * 4096)  # one more SwiGLU MLP and the router
+    assert moe_model_flops(MOE, 64) == model_flops(replace(MOE, experts=None), 64) + extra
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--moe-experts", "8", "--ep", "3"], "--ep 3 must divide --moe-experts 8 (whole experts per GPU); use --ep 1"),
+        (["--ep", "2"], "--ep 2 splits experts over ranks: add --moe-experts E (a multiple of 2), or drop --ep"),
+        (["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k 5: at most --moe-experts 4 experts per token"),
+        (["--moe-experts", "8", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --moe-experts 8"),
+        (["--moe-experts", "16", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --gpus 8"),
+    ],
+)
+def test_contradictions_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith(f"error: {message}") and cap.err.count("\n") == 1, cap.err
+
+
+def test_layout_errors_name_the_value_and_the_fix():
+    with pytest.raises(ConfigError, match=r"^ep=4 must divide dp=2 \(expert parallelism is carved out of dp\); use ep"):
+        estimate(MOE, H100, Layout(2, 1, 4, 1, ep=4), 64)
+    with pytest.raises(ConfigError, match=r"^ep=3 must divide experts=8 \(whole experts per rank\); use ep 1, 2$"):
+        estimate(MOE, H100, Layout(6, 1, 1, 1, ep=3), 60)
+    with pytest.raises(ConfigError, match=r"^ep=2 without experts"):
+        estimate(replace(MOE, experts=None), H100, Layout(8, 1, 1, 1, ep=2), 64)
+    with pytest.raises(ConfigError, match=r"^top_k=5: between 1 and experts=4"):
+        replace(MOE, experts=4, top_k=5)
+
+
+def test_json_has_ep_and_the_table_shows_it(capsys):
+    assert main([*SHAPE, "--moe-experts", "8", "--moe-top-k", "2", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and all(r["experts"] == 8 and r["top_k"] == 2 and r["ep"] >= 1 for r in rows)
+    assert all(("·ep" in r["layout"]) == (r["ep"] > 1) for r in rows) and "ep" in rows[0]["time_s"]
+    assert main([*SHAPE, "--moe-experts", "8", "--moe-top-k", "2", "--ep", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "expert parallelism ep=4" in out and "·ep4" in out and "does not model experts" not in out
+    assert main([*SHAPE, "--json"]) == 0  # dense: no ep key
+    assert all("ep" not in json.loads(line) for line in capsys.readouterr().out.splitlines())
+
+
+def test_dense_outputs_are_unchanged():
+    """The 70B preset's numbers before experts were modelled (commit 97be259), to the last digit; experts 0 or
+    None are the dense model."""
+    lay = Layout(8, 8, 1, 1, zero=1, recompute="selective", seq_parallel=True)
+    for model in (MODELS["70b"], replace(MODELS["70b"], experts=0)):
+        e = estimate(model, H100, lay, 1024)
+        assert e.time["total"] == 103.30911291888494 and e.mem["total"] == 59343108096.0
+        assert e.mfu == 0.2851072994464146 and "ep" not in e.time
+
+
+@pytest.mark.parametrize("name, vs", [("1f1b", (1,)), ("gpipe", (1,)), ("interleaved", (2, 4))])
+def test_the_fast_makespan_is_simulate_to_the_last_bit(name, vs):
+    """The search's pipeline time (minipar.perf.makespan, which keeps an MoE search, ep included, within seconds)
+    is exactly minipar.pp.simulation.simulate's makespan, uneven stage times included."""
+    rng = random.Random(0)
+    for p in (1, 2, 3, 4, 8):
+        for v in vs:
+            for m in sorted({p, 2 * p, 3 * p} | ({1, p + 1} if v == 1 else set())):
+                f = tuple(round(rng.uniform(0.5, 2), 4) for _ in range(p * v))
+                b = tuple(round(rng.uniform(1, 4), 4) for _ in range(p * v))
+                sim = simulate(make_schedule(name, p, m, v), t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage])
+                assert makespan(schedule_order(name, p, m, v), p, f, b) == sim.makespan, (name, p, m, v)
