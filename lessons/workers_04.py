@@ -10,9 +10,9 @@ import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
 from minipar.comm.cost import all_reduce_time
-from minipar.course.loop import train_steps
+from minipar.course.loop import corpus_batches, train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes, state_bytes
 from minipar.model.presets import seeded_gpt
@@ -25,8 +25,7 @@ PROOF_DTYPE = torch.float64  # the equivalence proofs: reordered sums then diffe
 
 def data(steps: int) -> list:
     """``steps`` (x, y) batches of 4 sequences of the built-in corpus (seed 0)."""
-    loader = make_loader(builtin_corpus().split("train", CFG["block_size"]), 4, seed=0)
-    return [next(loader) for _ in range(steps)]
+    return corpus_batches(CFG["block_size"], 4, steps)
 
 
 def _tp_gpt(group=None, sequence_parallel: bool = False, cfg: GPTConfig | None = None) -> TensorParallelGPT:
