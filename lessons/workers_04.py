@@ -124,14 +124,8 @@ def dtensor_vs_minipar(steps: int) -> dict:
     mesh = init_device_mesh("cpu", (md.world_size(),))
     model = parallelize_gpt_dtensor(seeded_gpt(CFG, PROOF_DTYPE), mesh, vocab_parallel=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    losses = []
-    for x, y in batches:
-        with loss_context(model):
-            _, loss = model(x, y)
-            loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.full_tensor().item())
+    with loss_context(model):  # the vocabulary-parallel loss: forward and backward inside it
+        losses = train_steps(model, opt, batches)
     local = {
         k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
         for k, p in model.named_parameters()
