@@ -11,6 +11,7 @@ import tempfile
 import torch
 
 from minipar.course.bench import median_time
+from minipar.course.loop import random_batch
 from minipar.course.memory_timeline import profile_memory
 from minipar.job.config import TrainConfig
 from minipar.model.gpt import GPT, GPTConfig, num_params
@@ -27,11 +28,6 @@ def train_and_sample(cfg: TrainConfig, progress: str = "plain") -> tuple[list[di
 
 
 # ---------------------------------------------------------------- memory and time of a training step
-def _batch(vocab: int, batch: int, seq: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, vocab, (batch, seq), generator=g))
-
-
 def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32", set_to_none: bool = True):
     """``(model, opt, step, forward)``: ``GPT(cfg)`` (seed 0), its AdamW (lr 1e-3), ``forward()`` the loss on a fixed
     batch (under CPU autocast if ``dtype`` is "bf16"), ``step(zero_grad=True)`` forward, backward, ``opt.step()``,
@@ -39,7 +35,7 @@ def _adamw_step(cfg: GPTConfig, batch: int, dtype: str = "fp32", set_to_none: bo
     torch.manual_seed(0)
     model = GPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = _batch(cfg.vocab_size, batch, cfg.block_size)
+    x, y = random_batch(cfg.vocab_size, batch, cfg.block_size)
 
     def forward():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):

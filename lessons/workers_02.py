@@ -13,8 +13,9 @@ import minipar.runtime.dist as md
 from minipar.comm.comm_log import CommLog
 from minipar.course.capture import quiet_fds, raised
 from minipar.course.clock_runs import fastest_on_clock, slowest_rank
+from minipar.course.loop import corpus_batches
 from minipar.course.schematic import Span
-from minipar.data import builtin_corpus, make_loader, random_tokens
+from minipar.data import builtin_corpus, random_tokens
 from minipar.dp.ddp import DistributedDataParallel
 from minipar.dp.sync import all_reduce_gradients, broadcast_parameters
 from minipar.errors import ConfigError
@@ -48,7 +49,6 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     float64 by default (the proof, see :data:`PARAM_BOUND`). Returns the global mean ``losses``, the final ``params``
     and the bytes ``sent`` in the last step (CommLog)."""
     rank, world = (0, 1) if mode == "single" else (md.rank(), md.world_size())
-    loader = make_loader(builtin_corpus().split("train", SMALL["block_size"]), global_batch, rank, world, seed=seed)
     model, opt = build(SMALL, seed, dtype)
     net = model
     if mode == "ddp":
@@ -59,8 +59,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     elif mode == "naive":
         broadcast_parameters(model)
     losses = []
-    for _ in range(steps):
-        x, y = next(loader)
+    for x, y in corpus_batches(SMALL["block_size"], global_batch, steps, rank, world, seed):
         total = torch.zeros((), dtype=dtype)
         with CommLog() as log:
             for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
@@ -100,10 +99,7 @@ def throughput(local_batch=4, steps=8, warmup=2, bucket_cap_mb=1.0):
         if i == warmup:
             dist.barrier()
             t0, c0 = time.perf_counter(), time.process_time()
-        _, loss = net(x, x)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        labelled_step(net, opt, x)
     seconds = slowest_rank(time.perf_counter() - t0)  # the slowest rank sets the pace
     cpu = torch.tensor([time.process_time() - c0], dtype=torch.float64)
     dist.all_reduce(cpu)  # CPU time of all ranks together
@@ -142,8 +138,8 @@ def bad_inputs():
     return msgs
 
 
-def labelled_step(net, opt, x, label) -> None:
-    """One training step on ``(x, x)``: its forward, backward and optimizer each inside ``label(phase)``."""
+def labelled_step(net, opt, x, label=lambda phase: contextlib.nullcontext()) -> None:
+    """One training step on ``(x, x)``: its forward, backward and optimizer each inside ``label(phase)`` (if given)."""
     with label("forward"):
         _, loss = net(x, x)
     with label("backward"):
@@ -153,9 +149,7 @@ def labelled_step(net, opt, x, label) -> None:
         opt.zero_grad(set_to_none=True)
 
 
-def ddp_on_clock(
-    ib: bool = False, tokens_there: int = 32768, local_batch: int = 4, steps: int = 5, bucket_cap_mb: float = 0.5
-) -> dict:
+def ddp_on_clock(ib: bool = False, tokens_there: int = 32768, local_batch: int = 4, steps: int = 5) -> dict:
     """minipar DDP steps of the MEDIUM GPT on the cluster clock, overlap on and off alternating; NVLink 4 and IB NDR
     slowed by ``t_here / t_there`` (this CPU's compute / an H100's on ``tokens_there`` tokens), so the all-reduce
     keeps its ratio to compute. ``ib``: one rank per node. Per overlap mode, the fastest step's ``virtual_s`` and
@@ -166,7 +160,7 @@ def ddp_on_clock(
 
     x = random_tokens(local_batch, MEDIUM["block_size"], md.rank())
     model, opt = build(MEDIUM)
-    runs = {ov: (DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=ov), opt) for ov in (False, True)}
+    runs = {ov: (DistributedDataParallel(model, bucket_cap_mb=0.5, overlap=ov), opt) for ov in (False, True)}
     net = runs[True][0]
 
     def fwd_bwd(i):  # calibration: compute only (no_sync: no all-reduce)

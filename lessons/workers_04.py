@@ -10,9 +10,9 @@ import minipar.runtime.dist as md
 from minipar.checkpoint.full_state import full_state_dict
 from minipar.comm.comm_log import CommLog, label
 from minipar.comm.cost import all_reduce_time
-from minipar.course.loop import train_steps
+from minipar.course.loop import corpus_batches, train_steps
 from minipar.course.schematic import Arrow, Box, draw_boxes
-from minipar.data import builtin_corpus, make_loader
+from minipar.data import builtin_corpus
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes, state_bytes
 from minipar.model.presets import seeded_gpt
@@ -25,8 +25,7 @@ PROOF_DTYPE = torch.float64  # the equivalence proofs: reordered sums then diffe
 
 def data(steps: int) -> list:
     """``steps`` (x, y) batches of 4 sequences of the built-in corpus (seed 0)."""
-    loader = make_loader(builtin_corpus().split("train", CFG["block_size"]), 4, seed=0)
-    return [next(loader) for _ in range(steps)]
+    return corpus_batches(CFG["block_size"], 4, steps)
 
 
 def _tp_gpt(group=None, sequence_parallel: bool = False, cfg: GPTConfig | None = None) -> TensorParallelGPT:
@@ -125,14 +124,8 @@ def dtensor_vs_minipar(steps: int) -> dict:
     mesh = init_device_mesh("cpu", (md.world_size(),))
     model = parallelize_gpt_dtensor(seeded_gpt(CFG, PROOF_DTYPE), mesh, vocab_parallel=True)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    losses = []
-    for x, y in batches:
-        with loss_context(model):
-            _, loss = model(x, y)
-            loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.full_tensor().item())
+    with loss_context(model):  # the vocabulary-parallel loss: forward and backward inside it
+        losses = train_steps(model, opt, batches)
     local = {
         k: (type(p).__name__, tuple(p.to_local().shape) if hasattr(p, "to_local") else tuple(p.shape))
         for k, p in model.named_parameters()

@@ -25,6 +25,5 @@ def stage_table(trace) -> str:
     """Each stage's median forward and backward on the clock, in ms (measured: print it after ⏱)."""
     t_f, t_b = stage_durations(trace)
     stages = sorted({e.stage for r in trace for e in r})
-    return ", ".join(
-        f"stage {s}: F {t_f(Action(s, 'F', 0)) * 1e3:.2f} B {t_b(Action(s, 'B', 0)) * 1e3:.2f}" for s in stages
-    )
+    rows = [(s, t_f(Action(s, "F", 0)) * 1e3, t_b(Action(s, "B", 0)) * 1e3) for s in stages]
+    return ", ".join(f"stage {s}: F {fwd:.2f} B {bwd:.2f}" for s, fwd, bwd in rows)

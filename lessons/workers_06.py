@@ -50,17 +50,15 @@ def coupled_vs_decoupled(spec, link, steps: int = 4) -> dict:
     stages = build_stages(model, p, [me])
     opt = torch.optim.AdamW([q for s in stages.values() for q in s.parameters()], lr=spec.lr)
     sched = make_schedule("1f1b", p, spec.m)
-    ex = {c: PipelineExecutor(stages, sched, coupled=c, count_memory=False) for c in (False, True)}
+    modes = ("decoupled", "coupled")
+    ex = {mode: PipelineExecutor(stages, sched, coupled=mode == "coupled", count_memory=False) for mode in modes}
     batches = iter(batches)  # a warm-up step of each mode, then `steps` of each, in turn
 
-    def step(coupled, clk):
-        ex[coupled].step(*next(batches), opt, clock=clk)
+    def step(mode, clk):
+        ex[mode].step(*next(batches), opt, clock=clk)
 
-    best = fastest_on_clock(step, (False, True), steps, (link, link))
-    names = {False: "decoupled", True: "coupled"}
-    return {
-        names[c]: dict(virtual_s=v, timeline=[tuple(span) for span in clk.timeline]) for c, (v, clk) in best.items()
-    }
+    best = fastest_on_clock(step, modes, steps, (link, link))
+    return {mode: dict(virtual_s=v, timeline=[tuple(span) for span in clk.timeline]) for mode, (v, clk) in best.items()}
 
 
 def hook_phases(n_layer: int = 2) -> dict:

@@ -59,9 +59,7 @@ def train_losses(mode: str, steps: int = 3, cfg=SMALL, dropout: float = 0.1, B: 
     return {"losses": torch.tensor(losses, dtype=torch.float64), "params": dict(model.named_parameters())}
 
 
-def step_peak_and_time(
-    modes=("none", "selective", "full", "torch"), cfg=MEDIUM_T128, B: int = 4, repeats: int = 9
-) -> dict:
+def step_peak_and_time(modes=(*MODES, "torch"), cfg=MEDIUM_T128, B: int = 4, repeats: int = 9) -> dict:
     """fp32 GPT (explicit attention, dropout 0.1) per recompute mode: peak saved bytes of one forward+backward
     (counted), and the median seconds of one, the modes' runs interleaved (``median_times``); "forward": one
     no-grad forward of the plain model, for comparison."""
@@ -232,19 +230,16 @@ def main_job(recompute: str, tp: int = 1, pp: int = 1, steps: int = 6) -> dict:
     return {"losses": torch.tensor([r["loss"] for r in hist if "loss" in r], dtype=torch.float64)}
 
 
-def grad_scaler_trajectory(
-    pattern=("ok", "ok", "inf", "ok", "ok", "ok", "ok", "nan", "inf", "ok", "ok", "ok"),
-    init: float = 2.0**10,
-    interval: int = 3,
-) -> dict:
+def grad_scaler_trajectory() -> dict:
     """The same gradients (finite, or with an inf/nan) through ``torch.amp.GradScaler("cpu")`` and
-    :class:`minipar.optim.amp.DynamicLossScaler`: per step (scale after the step, stepped?)."""
+    :class:`minipar.optim.amp.DynamicLossScaler`, both from scale 2^10 growing every 3 good steps: per step
+    (scale after the step, stepped?)."""
     p = torch.nn.Parameter(torch.zeros(4))
     opt = torch.optim.SGD([p], lr=1.0)
-    native = torch.amp.GradScaler("cpu", init_scale=init, growth_interval=interval)
-    mine = DynamicLossScaler(init_scale=init, growth_interval=interval)
+    native = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)
+    mine = DynamicLossScaler(init_scale=2.0**10, growth_interval=3)
     out = {"torch": [], "minipar": []}
-    for kind in pattern:
+    for kind in ("ok", "ok", "inf", "ok", "ok", "ok", "ok", "nan", "inf", "ok", "ok", "ok"):
         g = torch.full((4,), 0.5)
         if kind != "ok":
             g[1] = float(kind)

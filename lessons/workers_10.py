@@ -20,16 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "ddp_plain.py"
 
 
-def plain_script():
-    """``examples/ddp_plain.py`` as a module (its data set, model and constants, not its main)."""
-    return SimpleNamespace(**runpy.run_path(str(SCRIPT)))  # run_name is not "__main__": main() does not run
-
-
 def minipar_ddp() -> dict:
     """The plain script's training (same data, model, batch, SGD, epochs; minipar's loader is the same
     DistributedSampler, seed 0, ``set_epoch`` each epoch) with minipar's DDP instead of PyTorch's:
     ``{"losses": [this rank's loss per step], "params": {name: tensor}}``."""
-    s = plain_script()
+    s = SimpleNamespace(**runpy.run_path(str(SCRIPT)))  # the script's data set, model, constants; not its main()
     loader = make_loader(s.make_dataset(), s.BATCH_PER_RANK * md.world_size(), md.rank(), md.world_size(), seed=0)
     model = s.make_model().to(md.device())
     net = DistributedDataParallel(model)

@@ -44,9 +44,8 @@ def val_batch(block_size=32, n=16):
 def balance_runs(x: torch.Tensor, alphas, seeds, steps=100) -> dict:
     """Per α: for each seed, the busiest-expert load per block on ``x`` at initialisation and after ``steps``
     AdamW steps (model and data seeded), and the trained model: ``{α: [(before, after, model), ...]}``."""
-    out = {}
+    out = {a: [] for a in alphas}
     for a in alphas:
-        out[a] = []
         for s in seeds:
             m = seeded_gpt(SMALL, F64, seed=s, moe_experts=4, moe_top_k=1, moe_aux_loss_coef=a)
             before = imbalance(m, x)
@@ -80,8 +79,7 @@ def draw_routes(model: GPT, x: torch.Tensor, text: str, title: str):
         for j, ch in enumerate(text):
             axes[0].text(j, i, ch if ch.strip() else "␣", ha="center", va="center", fontsize=8)
     axes[0].set(yticks=range(len(r)), yticklabels=[f"block {i}" for i in range(len(r))], xticks=[], title=title)
-    full = routes(model, x)
-    for i, layer in enumerate(full):
+    for i, layer in enumerate(routes(model, x)):
         axes[1].bar([e + 0.4 * i for e in range(E)], layer["routed"].tolist(), 0.4, label=f"block {i}")
     axes[1].axhline(x.numel() * model.cfg.moe_top_k / E, color="k", lw=0.8, ls="--", label="balanced")
     axes[1].set(xlabel="expert", title=f"tokens per expert ({x.numel()} tokens)")
