@@ -63,10 +63,11 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel
-    params = stage_params(model, p, t, dev.counts, stage_layers_of(model, layout, dev))
+    layers = stage_layers_of(model, layout, dev)
+    params = stage_params(model, p, t, dev.counts, layers)
     experts = [0.0] * p  # expert parameters per stage (minipar.perf.moe): ZeRO over the expert-dp ranks
     if model.experts:
-        params, experts = zip(*moe_stage_params(model, layout, stage_layers_of(model, layout, dev)))
+        params, experts = zip(*moe_stage_params(model, layout, layers))
     act_bytes = moe_activation_bytes if model.experts else activation_bytes_per_layer
     if dev.counts == "megatron":
         chunks = tuple(layout.chunk_layers(model.layers))

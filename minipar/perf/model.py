@@ -304,5 +304,5 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         mem["total"] <= dev.usable_mem * dev.mem_bytes,
         executed / total / n / 1e12,
         flops(model, global_batch, "none") / total / n / dev.peak_flops,
-        layout.tp > 1 and across_nodes(dev, layout.tp, 1) and dev.inter != dev.intra,
+        across_nodes(dev, layout.tp, 1) and dev.inter != dev.intra,
     )

@@ -102,17 +102,16 @@ def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links
     f = gemms_time(dev, dense, layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
     b = gemms_time(dev, dense, layout.fp8, True) + local * gemms_time(dev, expert, layout.fp8, True)
     bpv = dev.bytes_per_value
-    a2a = all_to_all_time(ep, tokens / t * k * model.hidden * bpv, links["ep"]) if ep > 1 else 0.0
+    a2a = a2a_seconds(model, tokens, layout, links["ep"], bpv) if ep > 1 else 0.0
     return {"f": f, "b": b, "a2a": a2a, "tp_mlp": all_reduce_time(t, k * tokens * model.hidden * bpv, links["tp"])}
 
 
 def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, link, bytes_per_value: int = 2) -> float:
-    """One all-to-all's seconds written out: (ep − 1)·α + :func:`~minipar.perf.flops.all_to_all_bytes` of this
-    TP rank's tokens/t / β (what :func:`moe_block_times` computes through :func:`minipar.comm.cost.all_to_all_time`)."""
-    a, beta = link
+    """Seconds of one all-to-all (dispatch or combine) over the EP group's ``link``: this TP rank's tokens/t
+    tokens' k rows of h values, at :func:`minipar.comm.cost.all_to_all_time`'s (ep − 1)·α + (ep − 1)/ep·S/β, whose
+    bytes are :func:`~minipar.perf.flops.all_to_all_bytes`."""
     ep = layout.ep
-    nbytes = all_to_all_bytes(tokens / layout.tp, model.hidden, model.top_k, ep, bytes_per_value)
-    return 0.0 if ep <= 1 else (ep - 1) * a + nbytes / beta
+    return all_to_all_time(ep, tokens / layout.tp * model.top_k * model.hidden * bytes_per_value, link)
 
 
 def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int):

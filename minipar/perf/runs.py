@@ -37,7 +37,7 @@ from dataclasses import replace
 from minipar.perf.hardware import GPUS, Device, with_links
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
-from minipar.perf.torchtitan import torchtitan_rows
+from minipar.perf.torchtitan import LLAMA31, torchtitan_rows
 
 MS_175B = ModelShape(96, 12288, 128, 2048, 64000)  # MegaScale Table 1, §6.1
 MS_530B = ModelShape(105, 20480, 160, 2048, 64000)
@@ -115,7 +115,7 @@ LLAMA3_TABLE4 = [
 ]
 # Llama 3 405B (Table 3): 126 layers, h 16,384, FFN 53,248 (SwiGLU), 128 heads, 8 kv heads, V 128,256;
 # no biases, no dropout (the released model's configuration).
-LLAMA3_405B = ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False)
+LLAMA3_405B = LLAMA31["405B"]
 
 
 def llama3_row(row, dev: Device | None = None) -> Estimate:

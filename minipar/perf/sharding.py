@@ -33,10 +33,9 @@ def group_link(dev: Device, size: int, stride: int, collective: bool = True) -> 
     GB/s bus bandwidth, 46-48 GB/s per NIC, NVIDIA/nccl-tests issues #290 and #309; 4 HDR NICs for 8 A100s:
     ~100 GB/s "theoretical 200G x 4 / 8", #119). ``collective=False``: one NIC, k = 1, for a send between two
     stages and for an all-to-all (every GPU sends its own bytes to the other nodes, through its own NIC)."""
-    span, g = size * stride, dev.gpus_per_node
-    if size <= 1 or (span <= g and g % span == 0):
+    if not across_nodes(dev, size, stride):
         return dev.intra
-    k = members_per_node(size, stride, g) if collective else 1
+    k = members_per_node(size, stride, dev.gpus_per_node) if collective else 1
     return (dev.inter[0], min(k * dev.inter[1], max(dev.inter[1], dev.intra[1])))
 
 
