@@ -46,3 +46,28 @@ def test_bad_env(monkeypatch):
     monkeypatch.setenv("MINIPAR_TIMEOUT", "soon")
     with pytest.raises(ConfigError, match="MINIPAR_TIMEOUT"):
         md.default_timeout()
+
+
+def test_older_pytorch_gets_the_single_collective_names():
+    """On a PyTorch without ``all_gather_single`` / ``reduce_scatter_single`` (before 2.13, as on the GPU
+    image), importing minipar makes them the older ``*_into_tensor`` / ``*_tensor`` functions, which work."""
+    import subprocess
+    import sys
+
+    code = """
+import torch, torch.distributed as d
+del d.all_gather_single, d.reduce_scatter_single      # what PyTorch 2.11 looks like
+import minipar.runtime.dist as md
+assert d.all_gather_single is d.all_gather_into_tensor and d.reduce_scatter_single is d.reduce_scatter_tensor
+md.init()
+out = torch.zeros(3)
+d.all_gather_single(out, torch.arange(3.0))
+mine = torch.zeros(3)
+d.reduce_scatter_single(mine, torch.arange(3.0))
+md.destroy()
+print(out.tolist(), mine.tolist())
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[0] == "[0.0, 1.0, 2.0] [0.0, 1.0, 2.0]"

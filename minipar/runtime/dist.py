@@ -25,6 +25,19 @@ from minipar.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 45.0
 
+# PyTorch 2.13 (the pinned version) names the one-tensor collectives ``all_gather_single`` and
+# ``reduce_scatter_single``; earlier versions call the same functions, with the same arguments,
+# ``all_gather_into_tensor`` and ``reduce_scatter_tensor``. A GPU image may ship an earlier PyTorch
+# (2.11 on the H100 that ran ``make gpu-check``), so there the new names are aliases of the old ones.
+# Nothing changes on 2.13, where the names exist.
+for _name, _older in (
+    ("all_gather_single", "all_gather_into_tensor"),
+    ("reduce_scatter_single", "reduce_scatter_tensor"),
+):
+    if not hasattr(dist, _name):
+        setattr(dist, _name, getattr(dist, _older))
+del _name, _older
+
 _device: torch.device | None = None
 
 
