@@ -55,10 +55,16 @@ def test_older_pytorch_gets_the_single_collective_names():
     import sys
 
     code = """
-import torch, torch.distributed as d
-del d.all_gather_single, d.reduce_scatter_single      # what PyTorch 2.11 looks like
+import torch, torch.distributed as d, torch.distributed.distributed_c10d as c10d
+# what PyTorch 2.11 looks like: the implementations under the older names only (2.13's older names call the new)
+gather, scatter = c10d.all_gather_single, c10d.reduce_scatter_single
+for m in (d, c10d):
+    del m.all_gather_single, m.reduce_scatter_single
+    m.all_gather_into_tensor, m.reduce_scatter_tensor = gather, scatter
 import minipar.runtime.dist as md
+from minipar.comm import intercept
 assert d.all_gather_single is d.all_gather_into_tensor and d.reduce_scatter_single is d.reduce_scatter_tensor
+assert {"all_gather_single", "reduce_scatter_single"} <= set(intercept.OPS)   # counted by CommLog too
 md.init()
 out = torch.zeros(3)
 d.all_gather_single(out, torch.arange(3.0))

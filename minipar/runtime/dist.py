@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from minipar.errors import ConfigError
 
@@ -34,9 +35,10 @@ for _name, _older in (
     ("all_gather_single", "all_gather_into_tensor"),
     ("reduce_scatter_single", "reduce_scatter_tensor"),
 ):
-    if not hasattr(dist, _name):
-        setattr(dist, _name, getattr(dist, _older))
-del _name, _older
+    for _module in (c10d, dist):  # both: minipar.comm.intercept wraps c10d's functions
+        if not hasattr(_module, _name):
+            setattr(_module, _name, getattr(_module, _older))
+del _name, _older, _module
 
 _device: torch.device | None = None
 
