@@ -13,8 +13,8 @@ def test_single_process_world(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     md.init()
     try:
-        assert (md.rank(), md.world_size(), md.backend()) == (0, 1, "gloo")
-        t = torch.ones(3)
+        assert (md.rank(), md.world_size(), md.backend()) == (0, 1, md.pick_backend("auto"))  # nccl on a GPU
+        t = torch.ones(3, device=md.device())  # the rank's GPU under NCCL
         dist.all_reduce(t)
         assert t.tolist() == [1.0, 1.0, 1.0]
         md.init()  # idempotent
@@ -57,15 +57,18 @@ def test_older_pytorch_gets_the_single_collective_names():
     code = """
 import torch, torch.distributed as d, torch.distributed.distributed_c10d as c10d
 # what PyTorch 2.11 looks like: the implementations under the older names only (2.13's older names call the new)
-gather, scatter = c10d.all_gather_single, c10d.reduce_scatter_single
+gather = getattr(c10d, "all_gather_single", c10d.all_gather_into_tensor)  # on 2.11 itself: nothing to undo
+scatter = getattr(c10d, "reduce_scatter_single", c10d.reduce_scatter_tensor)
 for m in (d, c10d):
-    del m.all_gather_single, m.reduce_scatter_single
+    for name in ("all_gather_single", "reduce_scatter_single"):
+        if hasattr(m, name):
+            delattr(m, name)
     m.all_gather_into_tensor, m.reduce_scatter_tensor = gather, scatter
 import minipar.runtime.dist as md
 from minipar.comm import intercept
 assert d.all_gather_single is d.all_gather_into_tensor and d.reduce_scatter_single is d.reduce_scatter_tensor
 assert {"all_gather_single", "reduce_scatter_single"} <= set(intercept.OPS)   # counted by CommLog too
-md.init()
+md.init(backend="gloo")
 out = torch.zeros(3)
 d.all_gather_single(out, torch.arange(3.0))
 mine = torch.zeros(3)
