@@ -20,11 +20,12 @@ class Bucket:
         index: position in launch order (0 = the last layers, whose gradients are ready first).
         params, names: the parameters (reverse model order) and their names.
         buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; the hooks write each
-            gradient (divided by N) into it, and after the wait each ``p.grad`` becomes its view of it.
+            gradient (times 1/N) into it, and after the wait each ``p.grad`` becomes its view of it.
         views: per parameter, its slice of ``buffer`` shaped like the parameter.
         nbytes: size of ``buffer`` in bytes.
         t_ready, t_launch, t_done: ``time.perf_counter()`` seconds when its last gradient
-            arrived, when its all-reduce was launched, and when it completed (this step).
+            arrived, when its all-reduce was launched, and when it was first seen completed (this step;
+            polled from the gradient hooks, so up to one parameter's backward late).
     """
 
     def __init__(self, index: int, named: list[tuple[str, nn.Parameter]]):
@@ -42,7 +43,7 @@ class Bucket:
 
     def reset(self) -> None:
         self.ready: set[int] = set()  # positions in self.params whose gradient is in the buffer
-        self.work = self.future = None
+        self.work = None
         self.t_ready = self.t_launch = self.t_done = None
 
 

@@ -6,12 +6,14 @@ VLDB, arXiv:2006.15704, §3.2), lesson 02's second version (the first, naive DP,
 - gradients are grouped into *buckets* of about ``bucket_cap_mb`` megabytes, in **reverse**
   parameter order (:mod:`minipar.dp.buckets`, §3.2.2 "gradient bucketing");
 - a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) writes its
-  gradient divided by N into its bucket (one pass: copy and divide at once, as PyTorch's
-  reducer does); when a bucket is full its ``all_reduce`` (a sum, so the mean) is launched
+  gradient times 1/N into its bucket (one pass: copy and scale at once, ``at::mul_out`` in PyTorch's
+  reducer); when a bucket is full its ``all_reduce`` (a sum, so the mean) is launched
   *asynchronously* (``async_op=True``), so it travels while backward computes earlier layers
   (§3.2.3 "overlap computation with communication"). Buckets are launched in index order on
   every rank: collectives issued in different orders on different ranks would silently mix
-  data;
+  data. When each finished is polled from the hooks (``Work.is_completed()``), not reported by a
+  Python callback on its future: such a callback runs on gloo's thread, which must then wait for
+  the GIL, held by backward's Python code, before it starts the next bucket;
 - at the end of backward (an autograd-engine callback) every bucket is waited for and each
   ``p.grad`` becomes its view of the bucket, which holds the average (no copy back: PyTorch's
   ``gradient_as_bucket_view=True``), so ``loss.backward(); opt.step()`` reads exactly as on
@@ -113,6 +115,8 @@ class DistributedDataParallel(nn.Module):
         self.buckets = make_buckets(named[::-1], self.bucket_cap_mb)
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next = 0  # next bucket to launch (launch order = index order)
+        self._done = 0  # next launched bucket not yet seen finished
+        self._scale = 1.0 / self.world_size
         self._callback_queued = False
         self.unsynced_backwards = 0  # backward passes run under no_sync() since the last sync
         self.last_step: list[dict] = []
@@ -152,8 +156,9 @@ class DistributedDataParallel(nn.Module):
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
         if not self.require_backward_grad_sync:
             return
+        self._note_done()
         bucket, i = self._where[id(p)]
-        torch.div(p.grad, self.world_size, out=bucket.views[i])  # copy and average in one pass (p.grad may be it)
+        torch.mul(p.grad, self._scale, out=bucket.views[i])  # copy and scale by 1/N in one pass (p.grad may be it)
         bucket.ready.add(i)
         if len(bucket.ready) == len(bucket.params):
             bucket.t_ready = time.perf_counter()
@@ -164,8 +169,14 @@ class DistributedDataParallel(nn.Module):
         with label(f"bucket {bucket.index}"):
             bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()
-        bucket.future = bucket.work.get_future().then(lambda f, b=bucket: setattr(b, "t_done", time.perf_counter()))
         self._next += 1
+
+    def _note_done(self) -> None:
+        """Record when launched all-reduces finished, polled on this thread in launch order (a bucket is
+        noted once every bucket before it is)."""
+        while self._done < self._next and self.buckets[self._done].work.is_completed():
+            self.buckets[self._done].t_done = time.perf_counter()
+            self._done += 1
 
     def _launch_ready(self) -> None:
         """Launch every full bucket from ``self._next`` on, stopping at the first one not full."""
@@ -187,9 +198,10 @@ class DistributedDataParallel(nn.Module):
                 b.views[i].zero_()
             b.t_ready = b.t_ready or t_end
         self._launch_ready()
+        self._note_done()
         for b in self.buckets:
             b.work.wait()
-            b.future.wait()
+            b.t_done = b.t_done or time.perf_counter()
             for i in b.ready:
                 b.params[i].grad = b.views[i]  # the average, in place: nothing is copied back
         self.last_times.update(backward_end=t_end, sync_end=time.perf_counter())
@@ -206,7 +218,7 @@ class DistributedDataParallel(nn.Module):
         ]
         for b in self.buckets:
             b.reset()
-        self._next = 0
+        self._next = self._done = 0
         self.unsynced_backwards = 0
 
     def check_synchronized(self) -> None:
