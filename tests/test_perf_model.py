@@ -11,6 +11,8 @@ today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of 
 (FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
 ``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %) and ``MISS:attn`` rows (the attention core a
 third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
+The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:fusion``,
+``MISS:provenance`` and ``MISS:compile``, with their bands.
 """
 
 from dataclasses import replace
