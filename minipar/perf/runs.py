@@ -21,13 +21,17 @@ a row the model misses stays in, with its error.
   was chosen on (multi-node, long sequences, the Large Scale table) and the A100 80GB rows at s = 2048.
 - torchtitan's ``docs/performance.md`` (:mod:`minipar.perf.torchtitan`): Llama 3.1 8B/70B/405B on 8-512
   power-capped 96 GB H100s, FSDP, FSDP + TP, FSDP + TP + PP, bf16 and Float8.
+- NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.nemo`): Mixtral 8x22B with expert parallelism (ep 8,
+  bf16 and FP8; Megatron-MoE-ModelZoo) and Llama 3 8B with ``recompute_num_layers`` 5 (Megatron-Bridge 25.11).
+- IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
 one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
 and the llm-foundry rows a rule on their layout marks (``MISS:ckpt``, ``MISS:attn``:
 :func:`minipar.perf.foundry.miss_reason`); torchtitan's runs with ``torch.compile`` (``MISS:compile``:
-:mod:`minipar.perf.torchtitan`).
+:mod:`minipar.perf.torchtitan`), and the rows of :mod:`minipar.perf.nemo` (``MISS:moe``, ``MISS:provenance``) and
+:mod:`minipar.perf.fms` (``MISS:compile``).
 """
 
 from __future__ import annotations
@@ -211,4 +215,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
         out.append((f"Llama3 T4 405B {row[0]:5d} H100 s={row[5]} cp{row[2]}", e, "mfu", row[7]))
     for row in H100_TEST + H100_LARGE:
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
-    return out + torchtitan_rows()  # their own power-capped 96 GB H100s (minipar.perf.torchtitan)
+    from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
+    from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
+
+    return out + torchtitan_rows() + nemo_rows() + fms_rows()  # torchtitan: its own power-capped 96 GB H100s
