@@ -11,7 +11,7 @@ today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of 
 (FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
 ``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %) and ``MISS:attn`` rows (the attention core a
 third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
-The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:moe``,
+The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:mcore``,
 ``MISS:provenance`` and ``MISS:compile``, with their bands.
 """
 
@@ -90,7 +90,7 @@ MISS_BANDS = {
     "MISS:ckpt": (-0.26, 0.05),
     "MISS:attn": (0.05, 0.40),
     "MISS:compile": (-0.22, 0.15),
-    "MISS:moe": (-0.37, -0.22),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -33 %, fp8 -26 %; labelled after)
+    "MISS:mcore": (-0.37, -0.22),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -33 %, fp8 -26 %; labelled after)
     "MISS:provenance": (-0.36, -0.28),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-32 %)
 }
 
