@@ -5,9 +5,10 @@ VLDB, arXiv:2006.15704, §3.2), lesson 02's second version (the first, naive DP,
 
 - gradients are grouped into *buckets* of about ``bucket_cap_mb`` megabytes, in **reverse**
   parameter order (:mod:`minipar.dp.buckets`, §3.2.2 "gradient bucketing");
-- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) writes its
-  gradient times 1/N into its bucket (one pass: copy and scale at once, ``at::mul_out`` in PyTorch's
-  reducer); when a bucket is full its ``all_reduce`` (a sum, so the mean) is launched
+- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) copies its
+  gradient into its bucket; when a bucket is full it is scaled by 1/N in place (one multiply per
+  bucket, not one scaled copy per parameter: fewer, larger kernels) and its ``all_reduce`` (a sum,
+  so the mean) is launched
   *asynchronously* (``async_op=True``), so it travels while backward computes earlier layers
   (§3.2.3 "overlap computation with communication"). Buckets are launched in index order on
   every rank: collectives issued in different orders on different ranks would silently mix
@@ -158,7 +159,7 @@ class DistributedDataParallel(nn.Module):
             return
         self._note_done()
         bucket, i = self._where[id(p)]
-        torch.mul(p.grad, self._scale, out=bucket.views[i])  # copy and scale by 1/N in one pass (p.grad may be it)
+        bucket.views[i].copy_(p.grad)  # into the bucket (p.grad may already be this view: a no-op copy)
         bucket.ready.add(i)
         if len(bucket.ready) == len(bucket.params):
             bucket.t_ready = time.perf_counter()
@@ -166,6 +167,7 @@ class DistributedDataParallel(nn.Module):
                 self._launch_ready()
 
     def _launch(self, bucket: Bucket) -> None:
+        bucket.buffer.mul_(self._scale)  # 1/N once per bucket: the sum over ranks is then the mean
         with label(f"bucket {bucket.index}"):
             bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()
