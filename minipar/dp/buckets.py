@@ -20,7 +20,7 @@ class Bucket:
         index: position in launch order (0 = the last layers, whose gradients are ready first).
         params, names: the parameters (reverse model order) and their names.
         buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; the hooks copy each
-            gradient into it, scaled by 1/N in place before its all-reduce, and after the wait each
+            gradient into it, divided by N in place before its all-reduce, and after the wait each
             ``p.grad`` becomes its view of it.
         views: per parameter, its slice of ``buffer`` shaped like the parameter.
         nbytes: size of ``buffer`` in bytes.

@@ -6,7 +6,7 @@ VLDB, arXiv:2006.15704, §3.2), lesson 02's second version (the first, naive DP,
 - gradients are grouped into *buckets* of about ``bucket_cap_mb`` megabytes, in **reverse**
   parameter order (:mod:`minipar.dp.buckets`, §3.2.2 "gradient bucketing");
 - a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) copies its
-  gradient into its bucket; when a bucket is full it is scaled by 1/N in place (one multiply per
+  gradient into its bucket; when a bucket is full it is divided by N in place (one division per
   bucket, not one scaled copy per parameter: fewer, larger kernels) and its ``all_reduce`` (a sum,
   so the mean) is launched
   *asynchronously* (``async_op=True``), so it travels while backward computes earlier layers
@@ -117,7 +117,6 @@ class DistributedDataParallel(nn.Module):
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._next = 0  # next bucket to launch (launch order = index order)
         self._done = 0  # next launched bucket not yet seen finished
-        self._scale = 1.0 / self.world_size
         self._callback_queued = False
         self.unsynced_backwards = 0  # backward passes run under no_sync() since the last sync
         self.last_step: list[dict] = []
@@ -167,7 +166,7 @@ class DistributedDataParallel(nn.Module):
                 self._launch_ready()
 
     def _launch(self, bucket: Bucket) -> None:
-        bucket.buffer.mul_(self._scale)  # 1/N once per bucket: the sum over ranks is then the mean
+        bucket.buffer.div_(self.world_size)  # once per bucket: the sum over ranks is then the mean
         with label(f"bucket {bucket.index}"):
             bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()

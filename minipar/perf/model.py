@@ -92,7 +92,6 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     gpt_flops_per_token,
     layer_gemm_flops,
     logit_flops,
-    model_flops,
     stage_params,
 )
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time
@@ -100,7 +99,7 @@ from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
-from minipar.perf.moe import moe_activation_bytes, moe_block_times, moe_model_flops
+from minipar.perf.moe import moe_activation_bytes, moe_block_times, training_flops
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
@@ -294,8 +293,7 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     mem = memory_per_gpu(model, dev, layout, m)
     n, total = layout.gpus, time["total"]
     rc = None if layout.recompute_layers is None else sum(layout.recomputed_layers(model.layers))
-    flops = moe_model_flops if model.experts else model_flops  # experts: the active parameters' FLOPs
-    executed = flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
+    executed = training_flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
     return Estimate(
         layout,
         m,
@@ -303,6 +301,6 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
         mem,
         mem["total"] <= dev.usable_mem * dev.mem_bytes,
         executed / total / n / 1e12,
-        flops(model, global_batch, "none") / total / n / dev.peak_flops,
+        training_flops(model, global_batch) / total / n / dev.peak_flops,
         across_nodes(dev, layout.tp, 1) and dev.inter != dev.intra,
     )

@@ -139,6 +139,12 @@ def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flas
     return base + passes * extra
 
 
+def training_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:
+    """FLOPs of one step: :func:`moe_model_flops` for a model with experts (the active parameters'),
+    :func:`~minipar.perf.flops.model_flops` for a dense one."""
+    return (moe_model_flops if model.experts else model_flops)(model, global_batch, recompute, flash, recomputed)
+
+
 def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int, gpus: int, global_batch: int) -> str:
     """Three lines: total vs active parameters, training FLOPs per token, and the all-to-all bytes per GPU of
     one step for ``experts`` experts per MLP, ``top_k`` per token, expert parallelism ``ep`` over ``gpus``

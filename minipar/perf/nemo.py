@@ -43,11 +43,10 @@ done. The runs also fuse the MoE permute (``--moe-permute-fusion``) and the cros
 
 from __future__ import annotations
 
-from minipar.perf.flops import model_flops
 from minipar.perf.hardware import GPUS, Device
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
-from minipar.perf.moe import moe_model_flops
+from minipar.perf.moe import training_flops
 
 # Mixtral-8x22B (ModelZoo yaml; Mixtral-8x22B-v0.1 config): 56 layers, h 6144, 48 heads, 8 kv, FFN 16384, V 32000
 MIXTRAL_8X22B = ModelShape(56, 6144, 48, 4096, 32000, False, 8, 16384, True, False, experts=8, top_k=2)
@@ -109,6 +108,6 @@ def nemo_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str, float
     for row in NEMO:
         model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
-        ours = (moe_model_flops if model.experts else model_flops)(model, gb, "none") / (gb * model.seq)
+        ours = training_flops(model, gb) / (gb * model.seq)
         out.append((label(row), estimate(model, dev, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
     return out
