@@ -39,7 +39,7 @@ from dataclasses import replace
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
-from minipar.perf.hardware import GPUS, HBM_EFF, with_links
+from minipar.perf.hardware import FRAMEWORKS, GPUS, HBM_EFF, for_framework, with_links
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
@@ -158,10 +158,10 @@ def _device(a):
             f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
             "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
         )
-    return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
+    return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
-def _row(e, dev, model) -> dict:
+def _row(e, dev, model, framework: str) -> dict:
     return {
         "layout": str(e.layout),
         **({"ep": e.layout.ep, "experts": model.experts, "top_k": model.top_k} if model.experts else {}),
@@ -170,8 +170,10 @@ def _row(e, dev, model) -> dict:
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
+            "gemm_efficiency": dev.gemm_efficiency,
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
+        "framework": framework,
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
@@ -212,6 +214,13 @@ def parser() -> argparse.ArgumentParser:
         choices=("bf16", "fp8"),
         help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency "
         "(measured on an H100; attention, norms, embedding, logit layer stay bf16)",
+    )
+    p.add_argument(
+        "--framework",
+        default="pytorch",
+        choices=FRAMEWORKS,
+        help="whose kernels run the GEMMs, which sets the device's GEMM efficiency (each chosen on its own published "
+        "runs): pytorch (FSDP stacks: llm-foundry, torchtitan) or megatron (Megatron-Core + Transformer Engine: NeMo)",
     )
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
@@ -298,12 +307,14 @@ def main(argv=None) -> int:
         return 2
     if a.json:
         for e in kept[: a.top] if a.tp is None else kept:
-            print(json.dumps(_row(e, dev, model), ensure_ascii=False))
+            print(json.dumps(_row(e, dev, model, a.framework), ensure_ascii=False))
         return 0
     gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
     params = moe_params(model, model.experts, model.top_k)[0] if model.experts else model.params
     print(
-        f"{name} ({params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}, "
+        f"{name} ({params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}"
+        + (f" (GEMM efficiency {dev.gemm_efficiency:g}: {a.framework})" if a.framework != "pytorch" else "")
+        + ", "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
     )
     print(f"{'layout':46s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")

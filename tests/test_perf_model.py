@@ -1,7 +1,8 @@
 """minipar.perf (a MODEL) against published runs, a declared fit set and test set per device, and its own consistency.
 
-Fit sets (one chosen constant per device, its large-GEMM efficiency: ``published.fit_gemm_efficiency``):
-A100 on Narayanan et al. 2021 Table 1; H100 on llm-foundry's single-node H100 rows (s = 2048, 4096).
+Fit sets (one chosen constant per device and framework, its large-GEMM efficiency: ``published.fit_gemm_efficiency``):
+A100 on Narayanan et al. 2021 Table 1; H100 on llm-foundry's single-node H100 rows (s = 2048, 4096); H100 under
+Megatron-Core (``--framework megatron``) on NeMo 24.07's DGX-H100 table (``minipar.perf.nemo.NEMO_FIT``).
 Test sets: ``minipar.perf.runs`` (MegaScale Table 2, Table 3's baseline, Fig. 9; Narayanan Table 2;
 llm-foundry's A100 rows; Llama 3 Table 4 and llm-foundry's other H100 rows), not tuned on. Every row's
 error is printed (``pytest -s``), per device; the target is 15 % per row and a median within 7 %.
@@ -11,8 +12,9 @@ today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of 
 (FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
 ``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %) and ``MISS:attn`` rows (the attention core a
 third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
-The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:mcore``,
-``MISS:provenance`` and ``MISS:compile``, with their bands.
+The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:moe``,
+``MISS:last-stage`` (both labelled after their errors were seen: the module doc), ``MISS:provenance`` and
+``MISS:compile``, with their bands.
 """
 
 from dataclasses import replace
@@ -21,7 +23,7 @@ import pytest
 
 from minipar import ConfigError
 from minipar.model.gpt import GPT, GPTConfig
-from minipar.perf.hardware import GPUS, cpu_device
+from minipar.perf.hardware import GPUS, cpu_device, for_framework
 from minipar.perf.layout import Layout, ModelShape, shape_of
 from minipar.perf.memory import held_layers
 from minipar.perf.model import (
@@ -72,13 +74,14 @@ def test_fit_set_narayanan_table1_row(row):
     assert abs(err) <= TOL, f"{row[0]}B: model {e.tflops_per_gpu:.1f} vs published {published} TFLOP/s ({err:+.1%})"
 
 
-@pytest.mark.parametrize("device", ["a100", "h100"])
-def test_the_chosen_constant_is_the_fit_sets_best(device):
+@pytest.mark.parametrize("device, framework", [("a100", "pytorch"), ("h100", "pytorch"), ("h100", "megatron")])
+def test_the_chosen_constant_is_the_fit_sets_best(device, framework):
     """Each device's GEMM efficiency is the grid point with the smallest median |error| on ITS fit set (chosen
-    there, not on the tests): A100 0.68 on Narayanan Table 1, H100 0.46 on llm-foundry's single-node rows."""
-    grid = fit_gemm_efficiency(device)
-    assert min(grid, key=grid.get) == GPUS[device].gemm_efficiency, grid
-    fit = fit_sets()[device.upper()]
+    there, not on the tests): A100 0.68 on Narayanan Table 1, H100 0.46 on llm-foundry's single-node rows, H100
+    under Megatron-Core 0.58 on NeMo 24.07's table."""
+    grid = fit_gemm_efficiency(device, framework=framework)
+    assert min(grid, key=grid.get) == for_framework(GPUS[device], framework).gemm_efficiency, grid
+    fit = fit_sets()[device.upper() + ("" if framework == "pytorch" else f" {framework}")]
     s = summary([getattr(e, m) / p - 1 for _, e, m, p in fit])
     assert s["median"] <= 0.085, s  # H100 8.0 %: the checkpointed rows read low (-20 %), the others high
     assert abs(s["worst"]) <= (0.15 if device == "a100" else 0.21), s
@@ -90,8 +93,9 @@ MISS_BANDS = {
     "MISS:ckpt": (-0.26, 0.05),
     "MISS:attn": (0.05, 0.40),
     "MISS:compile": (-0.22, 0.15),
-    "MISS:mcore": (-0.37, -0.22),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -33 %, fp8 -26 %; labelled after)
-    "MISS:provenance": (-0.36, -0.28),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-32 %)
+    "MISS:moe": (-0.26, -0.10),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -21 %, fp8 -14 %; labelled after)
+    "MISS:last-stage": (-0.20, -0.09),  # minipar.perf.nemo: Megatron-Bridge Llama 3 70B (-13 … -16 %; labelled after)
+    "MISS:provenance": (-0.26, -0.16),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-21 %)
 }
 
 
@@ -114,7 +118,10 @@ def test_fit_and_test_sets_per_device():
                 errs.append(err)
                 val = getattr(e, metric)
                 print(f"{kind:4s} {device} {label:52s} {metric:14s} published {pub:8.3f} model {val:8.3f} {err:+6.1%}")
-                assert e.fits or (label.startswith("Llama3") and e.mem["total"] < GPUS["h100"].mem_bytes), label
+                # runs that ran: the model's memory may read above the usable 90 % (not above the 80 GiB + 1 %)
+                assert e.fits or (label.startswith(("Llama3", "NeMo", "MB")) and e.mem["total"] < 1.01 * 80 * 2**30), (
+                    label
+                )
                 band = _band(label) if kind == "TEST" else None
                 if band:
                     assert band[0] <= err <= band[1], f"{label}: {err:+.1%} (a known miss, now outside {band})"

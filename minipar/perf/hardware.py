@@ -91,6 +91,15 @@ GEMM_EFF = 0.68  # A100: fraction of peak on large bf16 GEMMs, CHOSEN on its fit
 # :func:`minipar.perf.published.fit_gemm_efficiency` with device "h100"); H200 the H100's (same SMs and
 # clocks, ASSUMED); B200 ASSUMED as H100 (no fit set: a published B200 run would pin it).
 GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.46, "H200": 0.46, "B200": 0.46}
+# Per framework: these are PyTorch-native stacks' (llm-foundry, torchtitan, fms-fsdp: FSDP, eager or compiled
+# kernels), the default. Megatron-Core with Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge) runs the same
+# GEMMs with fused neighbours and less around them: its own value per device, CHOSEN on its own fit set (H100:
+# NeMo 24.07's DGX-H100 table, 12 rows, :func:`minipar.perf.published.fit_gemm_efficiency` with framework
+# "megatron"; :mod:`minipar.perf.nemo`); A100: Narayanan Table 1 (Megatron-LM) is already the A100's fit set,
+# and llm-foundry's A100 test rows read within 11 % at it, so both frameworks share 0.68; H200 and B200 ASSUMED
+# as the H100.
+FRAMEWORKS = ("pytorch", "megatron")
+GEMM_EFF_MEGATRON = {"A100": GEMM_EFF, "H100": 0.58, "H200": 0.58, "B200": 0.58}
 HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
 
 
@@ -119,6 +128,24 @@ GPUS = {
     "h200": gpu("H200-SXM-141GB", 989, 0, 4.8, 4, "ndr", mem_bytes=141e9, fp8_tflops=1979),
     "b200": gpu("B200-180GB", 2250, 0, 8.0, 5, "ndr", mem_bytes=180e9, fp8_tflops=4500),
 }
+
+
+def for_framework(dev: Device, framework: str) -> Device:
+    """``dev`` with the large-GEMM efficiency of ``framework`` (:data:`FRAMEWORKS`): ``"pytorch"`` keeps the
+    preset's; ``"megatron"`` takes :data:`GEMM_EFF_MEGATRON` of its family. A device with no shape model (this
+    CPU, measured) is returned unchanged.
+
+    Raises:
+        ConfigError: an unknown ``framework``.
+    """
+    from dataclasses import replace
+
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"framework {framework!r}: use one of {FRAMEWORKS} (the stack whose kernels run the GEMMs)")
+    fam = family(dev.name)
+    if framework == "pytorch" or fam is None or not dev.sms:
+        return dev
+    return replace(dev, gemm_efficiency=GEMM_EFF_MEGATRON[fam])
 
 
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):

@@ -1,8 +1,32 @@
-"""NVIDIA's published Megatron-Core H100 runs: expert parallelism (Mixtral 8x22B) and partial recomputation: TEST rows.
+"""NVIDIA's published Megatron-Core H100 runs: the FIT set of the H100's Megatron-Core GEMM efficiency and TEST rows.
+
+The framework matters on an H100: Megatron-Core with Transformer Engine (fused norms, activations and FP8 casts
+around its GEMMs, communication overlapped by userbuffers) reaches a larger fraction of the peak than the
+PyTorch-native FSDP stacks the H100's default efficiency was chosen on (llm-foundry), so each framework has its
+own efficiency, chosen on its own runs (:data:`minipar.perf.hardware.GEMM_EFF_MEGATRON`, ``--framework megatron``).
 
 Sources (read in the repositories, commit named):
 
-- **Megatron-MoE-ModelZoo** (github.com/yanring/Megatron-MoE-ModelZoo, commit e865051, 2026-05-16; NVIDIA's
+- **FIT: NeMo 24.07** (github.com/NVIDIA/NeMo, ``docs/source/performance/performance_summary.md`` at 8e3d65d,
+  2024-09-09, the table's last version: "Pretraining", Container NeMo24.07, System DGX-H100, FP8): all 12 rows
+  (GPT3 5B / 20B / 175B ×2, Llama 2 7B / 13B / 70B, Nemotron 8B / 22B / 340B, Llama 3 8B / 70B): #GPUs, GBS,
+  MBS, sequence, TP, PP, CP, VP and tokens/s/GPU as published; chosen as the fit set before any error was seen
+  (the largest single table of one release, ten models). Shapes as NeMo's own configs state them
+  (``nemo/collections/llm/gpt/model/*.py``: GPT3, Llama 2 / 3, Nemotron-3 8B / 22B (squared ReLU, MHA) and
+  Nemotron-4 340B); vocabularies of the perf scripts (GPT3 51,200, Nemotron 256,000, Llama 3 128,256; Llama 2
+  32,000). ASSUMED: the table's "Nemotron-8B/22B/340B" are Nemotron-3 8B / 22B and Nemotron-4 340B; no
+  recomputation, no dropout; the distributed optimizer (ZeRO-1); TP communication overlapped for TP > 1 (NeMo's
+  H100 recipes set ``tp_comm_overlap``; the table does not say); FP8 with delayed scaling as ``Layout.fp8``.
+- **TEST: Megatron-Bridge** (github.com/NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary-archive.md`` as at
+  067f987): the DGX-H100 dense rows of releases 25.09 to 26.06, Llama 3 70B (64 GPUs, TP 4, PP 8, VP 5) and
+  Llama 3.1 405B (1,024 GPUs, TP 8, PP 8, CP 2, VP 8), FP8; the 25.11 recipe (tag v0.2.0,
+  ``scripts/performance/configs/llama*/``): no recomputation, no Megatron-FSDP, ``tp_comm_overlap`` on.
+  (25.09 has no precision column: its rows are modelled FP8, as its recipe matrix runs them.)
+  And LLAMA3_8B, 8 GPUs, FP8-CS, 14,451 tokens/s/GPU (25.11): the release's recipe runs CP 1 and
+  ``recompute_num_layers=5`` (``recompute_method = "block"``) without Megatron-FSDP; the table's FSDP column says
+  8 (the recipe before 8aed9a2: ``use_megatron_fsdp=True``, no recomputation). Modelled as the release's recipe
+  and labelled ``MISS:provenance`` (rule: the table and the release's recipe disagree on the layout).
+- **TEST: Megatron-MoE-ModelZoo** (github.com/yanring/Megatron-MoE-ModelZoo, commit e865051, 2026-05-16; NVIDIA's
   Megatron-Core MoE recipes): ``best_practice/mixtral/run_mixtral_8x22B.sh`` publishes, for H100, "Dropless
   training with forced balancing, performance should be around 465 TFLOPS" (BF16) and "Use PR=fp8 to enable
   block-wise FP8 training, performance should be around 560 TFLOPS" (rounded numbers: "around"). GIVEN by
@@ -14,51 +38,82 @@ Sources (read in the repositories, commit named):
   V = 32,000; no recompute flag) and ``sbatch_benchmarking.sh`` (fp8: ``--fp8-recipe blockwise``). The shape
   is Mixtral-8x22B-v0.1's published config. TFLOP/s as Megatron-LM counts them
   (``num_floating_point_operations``, megatron/training/training.py at ff45bd4, 2025-12-15:
-  :func:`megatron_flops_per_token`), turned into tokens/s, then into this model's MFU count.
-- **Megatron-Bridge** (github.com/NVIDIA-NeMo/Megatron-Bridge), ``docs/performance-summary-archive.md`` (as at
-  commit 0a25f91), "25.11 NeMo Container", System DGX-H100: LLAMA3_8B, 8 GPUs, FP8-CS, GBS 128, MBS 1, s =
-  8192, TP/PP/CP 1, 14,451 tokens/s/GPU. The 25.11 release's recipe (tag v0.2.0,
-  ``scripts/performance/configs/llama3/workload_base_configs.py``: ``LLAMA3_8B_H100_FP8_CS_BASE_CONFIG``,
-  set on the r0.2.0 branch by 8aed9a2, 2025-11-21) runs CP 1 and ``recompute_num_layers=5`` (full granularity,
-  ``recompute_method = "block"``: scripts/performance/utils/helpers.py) without Megatron-FSDP; the table's
-  FSDP column says 8 (the recipe before 8aed9a2: ``use_megatron_fsdp=True``, no recomputation). The row is
-  modelled as the release's recipe (distributed optimizer, ZeRO-1 here) and labelled ``MISS:provenance``
-  (rule: the table and the release's recipe disagree on the layout). Shape: Llama 3 8B (arXiv:2407.21783).
+  :func:`megatron_flops_per_token`), turned into tokens/s, then into this model's MFU count. TP communication
+  not overlapped (no such flag in the run: given).
 
-ASSUMED: the H100 preset's links (NDR, 400 Gb/s per GPU; the Qwen3 page of the same zoo gives "InfiniBand
-8x50 GB/s" per node, the same rate); expert tensor parallelism = tp (the run has expert TP 1: the same FLOPs
-per rank, other all-to-all sizes); balanced routing (forced balancing: given); the all-to-all not overlapped
-(no ``A2A_OVERLAP``: given); the interleaved schedule's sends overlapped (Megatron's default with VPP);
-fp32 gradient reduction (Megatron-LM's default under bf16); FP8 blockwise as ``Layout.fp8``.
+Every row's published tokens/s per GPU becomes an MFU in this model's own FLOP count over the same peak, so the
+error is the throughput error. ASSUMED for all: the H100 preset's links (NDR, 400 Gb/s per GPU); fp32 gradient
+reduction (Megatron-LM's default); the interleaved schedule's sends overlapped (Megatron's default with VP);
+expert tensor parallelism = tp (the Mixtral run has expert TP 1: the same FLOPs per rank, other all-to-all sizes);
+balanced routing (forced balancing: given); the all-to-all not overlapped (no ``A2A_OVERLAP``: given).
 
-Known misses (``MISS:mcore``): the Mixtral rows, labelled AFTER their errors were seen (-33 %, -26 %), so the label
-is no rule chosen beforehand. What it marks: Megatron-Core with Transformer Engine runs its GEMMs faster than
-the H100's chosen efficiency, 0.46, which was chosen on llm-foundry's runs and so absorbs that framework's
-overheads. At 0.46 the model's compute alone (5.0 s) is longer than the whole published step (about 4.3 s);
-with 0.75, the top of the 0.55-0.75 that isolated bf16 GEMMs reach on an H100 (``examples/gemm_rate.py``),
-both Mixtral rows and the Llama 3 8B row read -2 to -8 %. The dense Llama 3 8B row reads as low as the MoE
-ones, so the cause is not the MoE terms. A per-framework efficiency would need a Megatron-Core fit set: not
-done. The runs also fuse the MoE permute (``--moe-permute-fusion``) and the cross-entropy. The README says so.
+Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed). Two
+labels were written AFTER the errors at the chosen 0.58 were seen, so they are no rules chosen beforehand; what
+each marks: ``MISS:last-stage``, Megatron-Bridge's Llama 3 70B (TP 4, PP 8, VP 5: two blocks per model chunk, -13
+to -16 %): the last chunk also runs the logit layer (V = 128,256, in bf16 under FP8), which the model puts on the
+critical path: h·V = 1.05·10⁹ weights, 1.2 blocks' worth, in bf16 beside the busiest rank's ten FP8 blocks; the
+recipe defers that layer's weight gradient to the pipeline flush (``defer_embedding_wgrad_compute``,
+``wgrad_deferral_limit`` 22: given), which the model does not (the 405B recipe moves the loss into the pipeline
+split and reads -8 to +1 %). ``MISS:moe``, the Mixtral rows (-21 % bf16, -14 % FP8): the MoE terms (grouped GEMMs,
+fused permute) at this efficiency. Until 2026-11-26 these rows ran at the H100's one efficiency (0.46,
+llm-foundry's) and read -26 to -33 % (``MISS:mcore``).
 """
 
 from __future__ import annotations
 
-from minipar.perf.hardware import GPUS, Device
+from minipar.perf.hardware import GPUS, Device, for_framework
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
 
-# Mixtral-8x22B (ModelZoo yaml; Mixtral-8x22B-v0.1 config): 56 layers, h 6144, 48 heads, 8 kv, FFN 16384, V 32000
+# Shapes: (layers, hidden, heads, seq, vocab, bias, kv heads, FFN, gated, dropout); module doc for the sources.
 MIXTRAL_8X22B = ModelShape(56, 6144, 48, 4096, 32000, False, 8, 16384, True, False, experts=8, top_k=2)
 LLAMA3_8B = ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False)
+SHAPES = {
+    "Mixtral-8x22B": MIXTRAL_8X22B,
+    "Llama3-8B": LLAMA3_8B,
+    "Llama3-70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False),
+    "Llama3.1-405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False),
+    "GPT3-5B": ModelShape(24, 4096, 32, 2048, 51200, True, None, 16384, False, False),
+    "GPT3-20B": ModelShape(44, 6144, 48, 2048, 51200, True, None, 24576, False, False),
+    "GPT3-175B": ModelShape(96, 12288, 96, 2048, 51200, True, None, 49152, False, False),
+    "Llama2-7B": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False),
+    "Llama2-13B": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True, False),
+    "Llama2-70B": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True, False),
+    "Nemotron-8B": ModelShape(32, 4096, 32, 4096, 256000, False, None, 16384, False, False),
+    "Nemotron-22B": ModelShape(40, 6144, 48, 4096, 256000, False, None, 24576, False, False),
+    "Nemotron-340B": ModelShape(96, 18432, 96, 4096, 256000, False, 8, 73728, False, False),
+}
 
-# (source, model, GPUs, (dp, tp, pp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published)
-NEMO = [
-    ("MoE-Zoo", "Mixtral-8x22B", 128, (8, 2, 8, 7, 8), 1, 256, None, False, "tflops", 465),
-    ("MoE-Zoo", "Mixtral-8x22B", 128, (8, 2, 8, 7, 8), 1, 256, None, True, "tflops", 560),
-    ("MB 25.11", "Llama3-8B", 8, (8, 1, 1, 1, 1), 1, 128, 5, True, "tps", 14451),
+# (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);
+# dp = GPUs / (tp·pp·cp); metric "tps" (tokens/s/GPU) or "tflops" (Megatron-LM's count).
+NEMO_FIT = [  # NeMo 24.07, DGX-H100, FP8 (module doc)
+    ("NeMo 24.07", "GPT3-5B", 64, (1, 1, 1, 1, 1), 4, 2048, None, True, "tps", 23406),
+    ("NeMo 24.07", "GPT3-20B", 64, (2, 1, 1, 1, 1), 2, 256, None, True, "tps", 5851),
+    ("NeMo 24.07", "GPT3-175B", 128, (4, 8, 1, 6, 1), 1, 256, None, True, "tps", 716),
+    ("NeMo 24.07", "GPT3-175B", 512, (4, 8, 1, 6, 1), 2, 2048, None, True, "tps", 825),
+    ("NeMo 24.07", "Llama2-7B", 8, (1, 1, 1, 1, 1), 1, 128, None, True, "tps", 16934),
+    ("NeMo 24.07", "Llama2-13B", 16, (1, 4, 1, 10, 1), 1, 128, None, True, "tps", 8715),
+    ("NeMo 24.07", "Llama2-70B", 64, (4, 4, 1, 20, 1), 1, 128, None, True, "tps", 1728),
+    ("NeMo 24.07", "Nemotron-8B", 64, (2, 1, 1, 1, 1), 4, 256, None, True, "tps", 12507),
+    ("NeMo 24.07", "Nemotron-22B", 64, (2, 4, 1, 10, 1), 2, 256, None, True, "tps", 4312),
+    ("NeMo 24.07", "Nemotron-340B", 128, (8, 8, 1, 12, 1), 1, 32, None, True, "tps", 326),
+    ("NeMo 24.07", "Llama3-8B", 8, (1, 1, 2, 1, 1), 1, 128, None, True, "tps", 12273),
+    ("NeMo 24.07", "Llama3-70B", 64, (4, 4, 2, 5, 1), 1, 128, None, True, "tps", 1524),
 ]
-SHAPES = {"Mixtral-8x22B": MIXTRAL_8X22B, "Llama3-8B": LLAMA3_8B}
+NEMO = [  # TEST rows (module doc)
+    ("MB 25.09", "Llama3-70B", 64, (4, 8, 1, 5, 1), 1, 128, None, True, "tps", 1619),
+    ("MB 25.09", "Llama3.1-405B", 1024, (8, 8, 2, 8, 1), 1, 512, None, True, "tps", 302),
+    ("MB 25.11", "Llama3-70B", 64, (4, 8, 1, 5, 1), 1, 128, None, True, "tps", 1602),
+    ("MB 25.11", "Llama3.1-405B", 1024, (8, 8, 2, 8, 1), 1, 512, None, True, "tps", 292),
+    ("MB 26.02", "Llama3-70B", 64, (4, 8, 1, 5, 1), 1, 256, None, True, "tps", 1621),
+    ("MB 26.02", "Llama3.1-405B", 1024, (8, 8, 2, 8, 1), 1, 1536, None, True, "tps", 311),
+    ("MB 26.04.01", "Llama3-70B", 64, (4, 8, 1, 5, 1), 1, 256, None, True, "tps", 1664),
+    ("MB 26.06", "Llama3.1-405B", 1024, (8, 8, 2, 8, 1), 1, 1536, None, True, "tps", 326),
+    ("MB 25.11", "Llama3-8B", 8, (1, 1, 1, 1, 1), 1, 128, 5, True, "tps", 14451),
+    ("MoE-Zoo", "Mixtral-8x22B", 128, (2, 8, 1, 7, 8), 1, 256, None, False, "tflops", 465),
+    ("MoE-Zoo", "Mixtral-8x22B", 128, (2, 8, 1, 7, 8), 1, 256, None, True, "tflops", 560),
+]
 
 
 def megatron_flops_per_token(model: ModelShape) -> float:
@@ -72,9 +127,17 @@ def megatron_flops_per_token(model: ModelShape) -> float:
 
 def nemo_layout(row) -> Layout:
     """The row's layout (module doc: given and ASSUMED)."""
-    _, _, _, (dp, tp, pp, v, ep), mb, _, rl, fp8, *_ = row
+    src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
+    overlap = {"dp", "pp"} if pp > 1 else {"dp"}
+    layers, chunks = SHAPES[name].layers, pp * v
+    # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
+    # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
+    # model chunks hold one block fewer
+    edge = (layers + 2) // chunks - 1 if layers % chunks and (layers + 2) % chunks == 0 else None
+    if tp > 1 and src != "MoE-Zoo":  # tp_comm_overlap (userbuffers): given for Megatron-Bridge, ASSUMED for NeMo
+        overlap.add("tp")
     return Layout(
-        dp=dp,
+        dp=n // (tp * pp * cp),
         tp=tp,
         pp=pp,
         micro_batch=mb,
@@ -83,29 +146,34 @@ def nemo_layout(row) -> Layout:
         recompute="full" if rl else "none",
         recompute_layers=rl,
         seq_parallel=tp > 1,
-        overlap=frozenset({"dp", "pp"} if pp > 1 else {"dp"}),
-        grad_bytes=4,
+        overlap=frozenset(overlap),
+        grad_bytes=4 if src == "MoE-Zoo" else 2,  # Megatron-LM: fp32 under bf16; NeMo / Megatron-Bridge: bf16
         flash_attention=True,
         fp8=fp8,
         ep=ep,
+        cp=cp,
+        first_stage_layers=edge,
+        last_stage_layers=edge,
     )
 
 
 def label(row) -> str:
-    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` and its ``MISS:`` reason (module doc)."""
-    src, name, n, (dp, tp, pp, v, ep), *_, rl, fp8, _, _ = row
-    lay = f"dp{dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
-    lay += (f"·ep{ep}" if ep > 1 else "") + (f"·rc{rl}" if rl else "")
-    why = "MISS:mcore" if ep > 1 else "MISS:provenance"
-    return f"{src} {name} {n:3d} H100 {lay} {'fp8' if fp8 else 'bf16'} {why}"
+    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``: module doc]."""
+    src, name, n, (tp, pp, cp, v, ep), *_, rl, fp8, _, _ = row
+    lay = f"dp{n // (tp * pp * cp)}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
+    lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·rc{rl}" if rl else "")
+    why = "provenance" if rl else "moe" if ep > 1 else "last-stage" if src.startswith("MB") and v * pp * 2 == SHAPES[
+        name].layers else None  # fmt: skip
+    return f"{src} {name} {n:4d} H100 {lay} {'fp8' if fp8 else 'bf16'}" + (f" MISS:{why}" if why else "")
 
 
-def nemo_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str, float]]:
-    """``(label, estimate, "mfu", published)`` per row; the published TFLOP/s (Megatron's count) or tokens/s per GPU
-    as an MFU of this model's count over the same peak (so the error is the throughput error)."""
-    dev = dev or GPUS["h100"]
+def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate, str, float]]:
+    """``(label, estimate, "mfu", published)`` per row of ``rows`` (default the TEST rows, :data:`NEMO`) on ``dev``
+    (default the H100 preset with Megatron-Core's efficiency, :func:`~minipar.perf.hardware.for_framework`); the
+    published tokens/s (or TFLOP/s, Megatron's count) per GPU as an MFU of this model's count over the same peak."""
+    dev = dev or for_framework(GPUS["h100"], "megatron")
     out = []
-    for row in NEMO:
+    for row in NEMO if rows is None else rows:
         model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)

@@ -107,10 +107,17 @@ def summary(errs: list[float]) -> dict:
     }
 
 
-def fit_gemm_efficiency(device: str = "a100", grid=None) -> dict[float, float]:
+def fit_gemm_efficiency(device: str = "a100", grid=None, framework: str = "pytorch") -> dict[float, float]:
     """The choice of a device's large-GEMM efficiency, re-run: median |error| on its fit set (A100: Narayanan
-    Table 1; H100: llm-foundry's single-node rows) for each candidate (default grid: 0.60-0.80 for the
-    A100, 0.44-0.62 for the H100, steps of 0.02)."""
+    Table 1; H100: llm-foundry's single-node rows; H100 with ``framework`` "megatron": NeMo 24.07's table,
+    :data:`minipar.perf.nemo.NEMO_FIT`) for each candidate (default grid: 0.60-0.80 for the A100, 0.44-0.62
+    for the H100, 0.50-0.80 for the H100 under Megatron-Core, steps of 0.02)."""
+    if device == "h100" and framework == "megatron":
+        from minipar.perf.nemo import NEMO_FIT, nemo_rows
+
+        grid = grid or tuple(x / 100 for x in range(50, 82, 2))
+        at = lambda g: nemo_rows(replace(GPUS["h100"], gemm_efficiency=g), NEMO_FIT)  # noqa: E731
+        return {g: summary([e.mfu / p - 1 for _, e, _, p in at(g)])["median"] for g in grid}
     if device == "h100":
         from minipar.perf.foundry import H100_FIT, foundry_rows
 
@@ -122,12 +129,14 @@ def fit_gemm_efficiency(device: str = "a100", grid=None) -> dict[float, float]:
 
 
 def fit_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:
-    """Both fit sets, ``{"A100": rows, "H100": rows}``, each row ``(label, estimate, metric, published)``."""
+    """The fit sets, ``{"A100": rows, "H100": rows, "H100 megatron": rows}``, each row ``(label, estimate, metric,
+    published)``: the third is Megatron-Core's (``--framework megatron``), NeMo 24.07's H100 table."""
     from minipar.perf.foundry import H100_FIT, foundry_rows
+    from minipar.perf.nemo import NEMO_FIT, nemo_rows
 
     lab = lambda r: f"Narayanan T1 {r[0]:6.1f}B t{r[4]} p{r[5]:<2d} {r[6]:4d} A100"  # noqa: E731
     a100 = [(lab(r), *x) for r, x in zip(NARAYANAN_TABLE1, fit_set())]
-    return {"A100": a100, "H100": foundry_rows(H100_FIT, "h100")}
+    return {"A100": a100, "H100": foundry_rows(H100_FIT, "h100"), "H100 megatron": nemo_rows(rows=NEMO_FIT)}
 
 
 def test_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:

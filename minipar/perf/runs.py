@@ -21,8 +21,10 @@ a row the model misses stays in, with its error.
   was chosen on (multi-node, long sequences, the Large Scale table) and the A100 80GB rows at s = 2048.
 - torchtitan's ``docs/performance.md`` (:mod:`minipar.perf.torchtitan`): Llama 3.1 8B/70B/405B on 8-512
   power-capped 96 GB H100s, FSDP, FSDP + TP, FSDP + TP + PP, bf16 and Float8.
-- NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.nemo`): Mixtral 8x22B with expert parallelism (ep 8,
-  bf16 and FP8; Megatron-MoE-ModelZoo) and Llama 3 8B with ``recompute_num_layers`` 5 (Megatron-Bridge 25.11).
+- NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.nemo`, at the H100's Megatron-Core efficiency, chosen on
+  NeMo 24.07's table): Mixtral 8x22B with expert parallelism (ep 8, bf16 and FP8; Megatron-MoE-ModelZoo),
+  Megatron-Bridge's Llama 3 70B and 3.1 405B FP8 rows (releases 25.09-26.06) and Llama 3 8B with
+  ``recompute_num_layers`` 5 (25.11).
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
@@ -30,8 +32,8 @@ rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if e
 one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
 and the llm-foundry rows a rule on their layout marks (``MISS:ckpt``, ``MISS:attn``:
 :func:`minipar.perf.foundry.miss_reason`); torchtitan's runs with ``torch.compile`` (``MISS:compile``:
-:mod:`minipar.perf.torchtitan`), and the rows of :mod:`minipar.perf.nemo` (``MISS:mcore``, ``MISS:provenance``) and
-:mod:`minipar.perf.fms` (``MISS:compile``).
+:mod:`minipar.perf.torchtitan`), and the rows of :mod:`minipar.perf.nemo` (``MISS:moe``, ``MISS:last-stage``,
+``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""Issue #38 item 1: ``--framework pytorch|megatron``: the device's large-GEMM efficiency per software stack, each
+chosen on its own declared fit set (:mod:`minipar.perf.hardware`,
+:func:`minipar.perf.published.fit_gemm_efficiency`)."""
+
+import json
+
+import pytest
+
+from minipar.errors import ConfigError
+from minipar.perf.hardware import GEMM_EFF_BY_DEVICE, GEMM_EFF_MEGATRON, GPUS, cpu_device, for_framework
+from minipar.plan import main, parser
+
+LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
+LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
+FIXED = ["--tp", "8", "--pp", "8", "--dp", "16", "--zero", "1", "--recompute", "selective", "--sp"]
+FIXED += ["--flash-attention", "--json"]
+
+
+def _run(argv, capsys) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_framework_is_in_help_and_json(capsys):
+    assert "--framework" in parser().format_help()
+    pt = _run([*LLAMA70B, *FIXED], capsys)
+    mc = _run([*LLAMA70B, *FIXED, "--framework", "megatron"], capsys)
+    assert pt["framework"] == "pytorch" and pt["device"]["gemm_efficiency"] == GEMM_EFF_BY_DEVICE["H100"]
+    assert mc["framework"] == "megatron" and mc["device"]["gemm_efficiency"] == GEMM_EFF_MEGATRON["H100"]
+    assert mc["layout"] == pt["layout"] and mc["mem_gb"] == pt["mem_gb"]  # only the compute changes
+    assert mc["time_s"]["compute"] < pt["time_s"]["compute"] and mc["mfu"] > pt["mfu"]
+
+
+def test_the_search_uses_it_and_prints_it(capsys):
+    assert main(["--model", "13b", "--gpus", "16", "--framework", "megatron", "--top", "1"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert f"(GEMM efficiency {GEMM_EFF_MEGATRON['H100']:g}: megatron)" in head
+    assert main(["--model", "13b", "--gpus", "16", "--top", "1"]) == 0
+    assert "GEMM efficiency" not in capsys.readouterr().out.splitlines()[0]  # the default's output is unchanged
+
+
+def test_a100_shares_one_efficiency_and_the_cpu_is_unchanged():
+    a100 = GPUS["a100"]
+    assert for_framework(a100, "megatron").gemm_efficiency == a100.gemm_efficiency  # Narayanan T1 is Megatron-LM
+    cpu = cpu_device(1e10)
+    assert for_framework(cpu, "megatron") is cpu  # measured, no shape model
+    assert for_framework(GPUS["h200"], "megatron").gemm_efficiency == GEMM_EFF_MEGATRON["H200"]
+
+
+def test_unknown_framework_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        main([*LLAMA70B, *FIXED, "--framework", "jax"])
+    assert "invalid choice: 'jax'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"framework 'jax': use one of \('pytorch', 'megatron'\)"):
+        for_framework(GPUS["h100"], "jax")
