@@ -50,13 +50,13 @@ balanced routing (forced balancing: given); the all-to-all not overlapped (no ``
 Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed). Two
 labels were written AFTER the errors at the chosen 0.58 were seen, so they are no rules chosen beforehand; what
 each marks: ``MISS:last-stage``, Megatron-Bridge's Llama 3 70B (TP 4, PP 8, VP 5: two blocks per model chunk, -13
-to -16 %): the last chunk also runs the logit layer (V = 128,256, in bf16 under FP8), which the model puts on the
-critical path: h·V = 1.05·10⁹ weights, 1.2 blocks' worth, in bf16 beside the busiest rank's ten FP8 blocks; the
-recipe defers that layer's weight gradient to the pipeline flush (``defer_embedding_wgrad_compute``,
-``wgrad_deferral_limit`` 22: given), which the model does not (the 405B recipe moves the loss into the pipeline
-split and reads -8 to +1 %). ``MISS:moe``, the Mixtral rows (-21 % bf16, -14 % FP8): the MoE terms (grouped GEMMs,
-fused permute) at this efficiency. Until 2026-11-26 these rows ran at the H100's one efficiency (0.46,
-llm-foundry's) and read -26 to -33 % (``MISS:mcore``).
+to -16 %): the model puts the logit layer (h·V = 1.05·10⁹ weights, 1.2 blocks' worth, in bf16 under FP8) on the
+last model chunk, so the busiest rank's compute alone (25.11: 11.6 s) exceeds the published step (10.2 s): the run
+does not carry that load as modelled; its recipe defers that layer's weight gradient
+(``defer_embedding_wgrad_compute``, ``wgrad_deferral_limit`` 22: given), which the model does not, and the 405B
+recipe, which moves the loss into the pipeline split, reads -8 to +1 %. ``MISS:moe``, the Mixtral rows (-21 %
+bf16, -14 % FP8): the MoE terms (grouped GEMMs, fused permute) at this efficiency. Until 2026-11-26 these rows ran
+at the H100's one efficiency (0.46, llm-foundry's) and read -26 to -33 % (``MISS:mcore``).
 """
 
 from __future__ import annotations
