@@ -343,4 +343,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `... | head`: the reader closed the pipe; nothing is wrong with the plan
+        sys.stdout = None
+        sys.exit(0)

@@ -152,3 +152,20 @@ def test_a_fixed_layout_without_gpus_counts_its_own(capsys):
     assert main(["--model", "70b", "--tp", "8", "--pp", "8", "--dp", "16"]) == 0
     assert "on 1024 × " in capsys.readouterr().out
     assert main(["--model", "70b", "--tp", "8", "--pp", "8", "--dp", "1", "--gpus", "64", "--json"]) == 0
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    """``python -m minipar.plan ... | head -1``: the closed pipe ends the CLI quietly, no traceback."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "minipar.plan", "--model", "70b", "--gpus", "64", "--json", "--top", "1000"],  # > 64 KiB
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    p.stdout.read(10)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and "Traceback" not in err, err
