@@ -212,8 +212,8 @@ def parser() -> argparse.ArgumentParser:
         "--precision",
         default="bf16",
         choices=("bf16", "fp8"),
-        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency "
-        "(measured on an H100; attention, norms, embedding, logit layer stay bf16)",
+        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency (measured "
+        "on an H100; attention, norms, embedding, logit stay bf16; --framework megatron keeps their inputs in FP8)",
     )
     p.add_argument(
         "--framework",

@@ -3,6 +3,7 @@ chosen on its own declared fit set (:mod:`minipar.perf.hardware`,
 :func:`minipar.perf.published.fit_gemm_efficiency`)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -53,3 +54,28 @@ def test_unknown_framework_is_one_line(capsys):
     assert "invalid choice: 'jax'" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"framework 'jax': use one of \('pytorch', 'megatron'\)"):
         for_framework(GPUS["h100"], "jax")
+
+
+def test_fp8_activation_memory_follows_the_framework():
+    """Transformer Engine keeps each weight GEMM's input for backward in FP8 (1 byte); torchao's Float8Linear keeps it
+    in bf16: under ``--precision fp8`` only ``--framework megatron`` holds fewer activation bytes, by exactly
+    ``fp8_saved_bytes`` per held block (pp 1: every block of one micro-batch), and full recomputation saves nothing."""
+    from minipar.perf.flops import fp8_saved_bytes
+    from minipar.perf.layout import Layout
+    from minipar.perf.model import estimate
+    from minipar.perf.nemo import SHAPES
+
+    model, mb = SHAPES["Llama3-8B"], 1
+    lay = Layout(dp=8, tp=1, pp=1, micro_batch=mb, zero=1, recompute="none", flash_attention=True)
+    act = {}
+    for fw in ("pytorch", "megatron"):
+        dev = for_framework(GPUS["h100"], fw)
+        for fp8 in (False, True):
+            act[fw, fp8] = estimate(model, dev, replace(lay, fp8=fp8), 128).mem["activations"]
+    saved = fp8_saved_bytes(model, mb, 1)
+    assert saved == 2 * 8192 * 4096 + (4096 + 14336) * 8192  # QKV and MLP-up inputs, out-proj and MLP-down inputs
+    assert act["pytorch", True] == act["pytorch", False] == act["megatron", False]
+    assert act["megatron", False] - act["megatron", True] == pytest.approx(model.layers * saved, rel=1e-12)
+    assert fp8_saved_bytes(model, mb, 1, recompute="full") == 0
+    sp = fp8_saved_bytes(model, mb, 4, seq_parallel=True)
+    assert sp == pytest.approx(saved / 4) and fp8_saved_bytes(model, mb, 4) > sp  # without SP the first two stay whole

@@ -94,6 +94,23 @@ def activation_bytes_per_layer(
     return x * bytes_per_value / 2
 
 
+def fp8_saved_bytes(
+    model: ModelShape, b: float, tp: int, recompute: str = "none", seq_parallel: bool = False, cp: int = 1
+):
+    """Bytes per layer and micro-batch that FP8 training saves when each weight GEMM keeps its input for the
+    weight gradient in FP8 (1 byte, not bf16's 2), as Transformer Engine's ``Linear`` does (NVIDIA/TransformerEngine,
+    ``transformer_engine/pytorch/module/linear.py``, ``_Linear.forward``: "Cached input tensor", the quantized
+    input): the QKV and the MLP-up inputs, s·b·h each (replicated unless sequence parallelism), the output
+    projection's, s·b·h, and the MLP-down's, s·b·f (÷t); 0 with full recomputation (only the block's bf16 input is
+    kept). torchao's ``Float8Linear`` keeps its inputs in high precision (``matmul_with_hp_or_float8_args.forward``:
+    ``ctx.save_for_backward(input_hp, ...)``): no saving there."""
+    if recompute == "full":
+        return 0.0
+    s, h, t = model.seq // cp, model.hidden, tp
+    rep, split = 2 * s * b * h, (h + model.f) * s * b
+    return (rep + split) / t if seq_parallel else rep + split / t
+
+
 def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", stage_layers=None) -> list[float]:
     """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1.
 

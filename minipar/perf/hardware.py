@@ -54,6 +54,8 @@ class Device:
         ``"megatron"`` or ``"minipar"`` (see :mod:`minipar.perf.model`). fp8_flops: dense FP8
         tensor-core peak (None: the device has none, as the A100). sms: streaming multiprocessors
         (0: no shape model, every GEMM at ``gemm_efficiency``; GPUs: waves and roofline, :mod:`minipar.perf.gemm`).
+        framework: whose kernels run the step (:data:`FRAMEWORKS`, set by :func:`for_framework`): it sets
+        ``gemm_efficiency`` and, under FP8, which activations are kept in 1 byte (:mod:`minipar.perf.memory`).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Device:
     counts: str = "megatron"
     fp8_flops: float | None = None
     sms: int = 0
+    framework: str = "pytorch"
 
     def __post_init__(self):
         if self.counts not in COUNTS:
@@ -131,9 +134,9 @@ GPUS = {
 
 
 def for_framework(dev: Device, framework: str) -> Device:
-    """``dev`` with the large-GEMM efficiency of ``framework`` (:data:`FRAMEWORKS`): ``"pytorch"`` keeps the
-    preset's; ``"megatron"`` takes :data:`GEMM_EFF_MEGATRON` of its family. A device with no shape model (this
-    CPU, measured) is returned unchanged.
+    """``dev`` run by ``framework`` (:data:`FRAMEWORKS`): ``"pytorch"`` (the presets') takes
+    :data:`GEMM_EFF_BY_DEVICE` of its family, ``"megatron"`` :data:`GEMM_EFF_MEGATRON`, and ``Device.framework`` says
+    which. The same framework, or a device with no shape model (this CPU, measured), is returned unchanged.
 
     Raises:
         ConfigError: an unknown ``framework``.
@@ -143,9 +146,10 @@ def for_framework(dev: Device, framework: str) -> Device:
     if framework not in FRAMEWORKS:
         raise ConfigError(f"framework {framework!r}: use one of {FRAMEWORKS} (the stack whose kernels run the GEMMs)")
     fam = family(dev.name)
-    if framework == "pytorch" or fam is None or not dev.sms:
+    if framework == dev.framework or fam is None or not dev.sms:
         return dev
-    return replace(dev, gemm_efficiency=GEMM_EFF_MEGATRON[fam])
+    eff = GEMM_EFF_MEGATRON[fam] if framework == "megatron" else GEMM_EFF_BY_DEVICE[fam]
+    return replace(dev, gemm_efficiency=eff, framework=framework)
 
 
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from minipar.perf.flops import activation_bytes_per_layer, stage_params
+from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.moe import moe_activation_bytes, moe_stage_params
@@ -58,7 +58,9 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     stage's weights and gradients unsharded from its first forward to the step's one reduce-scatter
     (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes. With experts
     (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
-    :func:`~minipar.perf.moe.moe_activation_bytes`. Raises ConfigError for an invalid layout."""
+    :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
+    each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; dense models).
+    Raises ConfigError for an invalid layout."""
     from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -68,7 +70,12 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     experts = [0.0] * p  # expert parameters per stage (minipar.perf.moe): ZeRO over the expert-dp ranks
     if model.experts:
         params, experts = zip(*moe_stage_params(model, layout, layers))
-    act_bytes = moe_activation_bytes if model.experts else activation_bytes_per_layer
+    kept = moe_activation_bytes if model.experts else activation_bytes_per_layer
+    fp8_inputs = layout.fp8 and dev.framework == "megatron" and not model.experts  # TE keeps GEMM inputs in FP8
+
+    def act_bytes(model, b, t, rc, sp, bpv, flash, c):
+        return kept(model, b, t, rc, sp, bpv, flash, c) - (fp8_saved_bytes(model, b, t, rc, sp, c) if fp8_inputs else 0)
+
     if dev.counts == "megatron":
         chunks = tuple(layout.chunk_layers(model.layers))
     else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage

@@ -29,7 +29,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
   model chunk only, Megatron-LM's block method), selective the attention core (§5). FP8
-  (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`).
+  (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`); under Megatron-Core
+  (``Device.framework``) their saved inputs take 1 byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`).
   FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
   runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
   last stage. minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full recomputation × 4/3.

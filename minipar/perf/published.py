@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from minipar.perf.hardware import GPUS, Device
+from minipar.perf.hardware import GPUS, Device, for_framework
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
@@ -116,7 +116,7 @@ def fit_gemm_efficiency(device: str = "a100", grid=None, framework: str = "pytor
         from minipar.perf.nemo import NEMO_FIT, nemo_rows
 
         grid = grid or tuple(x / 100 for x in range(50, 82, 2))
-        at = lambda g: nemo_rows(replace(GPUS["h100"], gemm_efficiency=g), NEMO_FIT)  # noqa: E731
+        at = lambda g: nemo_rows(replace(for_framework(GPUS["h100"], "megatron"), gemm_efficiency=g), NEMO_FIT)  # noqa: E731
         return {g: summary([e.mfu / p - 1 for _, e, _, p in at(g)])["median"] for g in grid}
     if device == "h100":
         from minipar.perf.foundry import H100_FIT, foundry_rows
