@@ -19,9 +19,9 @@ class Bucket:
     Attributes:
         index: position in launch order (0 = the last layers, whose gradients are ready first).
         params, names: the parameters (reverse model order) and their names.
-        buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; the hooks copy each
-            gradient into it, divided by N in place before its all-reduce, and after the wait each
-            ``p.grad`` becomes its view of it.
+        buffer: flat tensor, shape ``(sum of numel,)``, the parameters' dtype; the hooks write each
+            gradient into it divided by N, and after the all-reduce's wait each ``p.grad`` becomes its
+            view of it.
         views: per parameter, its slice of ``buffer`` shaped like the parameter.
         nbytes: size of ``buffer`` in bytes.
         t_ready, t_launch, t_done: ``time.perf_counter()`` seconds when its last gradient

@@ -5,10 +5,11 @@ VLDB, arXiv:2006.15704, §3.2), lesson 02's second version (the first, naive DP,
 
 - gradients are grouped into *buckets* of about ``bucket_cap_mb`` megabytes, in **reverse**
   parameter order (:mod:`minipar.dp.buckets`, §3.2.2 "gradient bucketing");
-- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) copies its
-  gradient into its bucket; when a bucket is full it is divided by N in place (one division per
-  bucket, not one scaled copy per parameter: fewer, larger kernels) and its ``all_reduce`` (a sum,
-  so the mean) is launched
+- a hook on every parameter (``Tensor.register_post_accumulate_grad_hook``) writes its gradient
+  divided by N into its bucket, in one pass (``torch.div(..., out=)``, as PyTorch's reducer does with
+  ``at::mul_out``: a copy and then a division of the bucket read and wrote it twice; N is a 0-dim
+  tensor, since a Python number is wrapped into a new one on every call); when a bucket is full its
+  ``all_reduce`` (a sum of the divided gradients: the mean) is launched
   *asynchronously* (``async_op=True``), so it travels while backward computes earlier layers
   (§3.2.3 "overlap computation with communication"). Buckets are launched in index order on
   every rank: collectives issued in different orders on different ranks would silently mix
@@ -115,6 +116,7 @@ class DistributedDataParallel(nn.Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.buckets = make_buckets(named[::-1], self.bucket_cap_mb)
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self._world = torch.tensor(float(self.world_size))  # the divisor N, a 0-dim tensor (module doc)
         self._next = 0  # next bucket to launch (launch order = index order)
         self._done = 0  # next launched bucket not yet seen finished
         self._callback_queued = False
@@ -158,7 +160,7 @@ class DistributedDataParallel(nn.Module):
             return
         self._note_done()
         bucket, i = self._where[id(p)]
-        bucket.views[i].copy_(p.grad)  # into the bucket (p.grad may already be this view: a no-op copy)
+        torch.div(p.grad, self._world, out=bucket.views[i])  # into the bucket, divided by N (p.grad may be this view)
         bucket.ready.add(i)
         if len(bucket.ready) == len(bucket.params):
             bucket.t_ready = time.perf_counter()
@@ -166,7 +168,6 @@ class DistributedDataParallel(nn.Module):
                 self._launch_ready()
 
     def _launch(self, bucket: Bucket) -> None:
-        bucket.buffer.div_(self.world_size)  # once per bucket: the sum over ranks is then the mean
         with label(f"bucket {bucket.index}"):
             bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.process_group, async_op=True)
         bucket.t_launch = time.perf_counter()
