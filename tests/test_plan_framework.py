@@ -2,7 +2,6 @@
 chosen on its own declared fit set (:mod:`minipar.perf.hardware`,
 :func:`minipar.perf.published.fit_gemm_efficiency`)."""
 
-import json
 from dataclasses import replace
 
 import pytest
@@ -10,16 +9,7 @@ import pytest
 from minipar.errors import ConfigError
 from minipar.perf.hardware import GEMM_EFF_BY_DEVICE, GEMM_EFF_MEGATRON, GPUS, cpu_device, for_framework
 from minipar.plan import main, parser
-
-LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
-LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
-FIXED = ["--tp", "8", "--pp", "8", "--dp", "16", "--zero", "1", "--recompute", "selective", "--sp"]
-FIXED += ["--flash-attention", "--json"]
-
-
-def _run(argv, capsys) -> dict:
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+from tests.test_plan_precision import FIXED, LLAMA70B, _run  # the same 70B command line
 
 
 def test_framework_is_in_help_and_json(capsys):
