@@ -116,7 +116,8 @@ class DistributedDataParallel(nn.Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.buckets = make_buckets(named[::-1], self.bucket_cap_mb)
         self._where = {id(p): (b, i) for b in self.buckets for i, p in enumerate(b.params)}
-        self._world = torch.tensor(float(self.world_size))  # the divisor N, a 0-dim tensor (module doc)
+        # the divisor N, 0-dim (module doc); on the CPU: a 0-dim CPU tensor is a scalar to any device's kernels
+        self._world = torch.tensor(float(self.world_size), device="cpu")
         self._next = 0  # next bucket to launch (launch order = index order)
         self._done = 0  # next launched bucket not yet seen finished
         self._callback_queued = False
