@@ -161,7 +161,7 @@ def _device(a):
     return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
-def _row(e, dev, model, framework: str) -> dict:
+def _row(e, dev, model) -> dict:
     return {
         "layout": str(e.layout),
         **({"ep": e.layout.ep, "experts": model.experts, "top_k": model.top_k} if model.experts else {}),
@@ -173,7 +173,7 @@ def _row(e, dev, model, framework: str) -> dict:
             "gemm_efficiency": dev.gemm_efficiency,
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
-        "framework": framework,
+        "framework": dev.framework,
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
@@ -307,13 +307,13 @@ def main(argv=None) -> int:
         return 2
     if a.json:
         for e in kept[: a.top] if a.tp is None else kept:
-            print(json.dumps(_row(e, dev, model, a.framework), ensure_ascii=False))
+            print(json.dumps(_row(e, dev, model), ensure_ascii=False))
         return 0
     gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
     params = moe_params(model, model.experts, model.top_k)[0] if model.experts else model.params
     print(
         f"{name} ({params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}"
-        + (f" (GEMM efficiency {dev.gemm_efficiency:g}: {a.framework})" if a.framework != "pytorch" else "")
+        + (f" (GEMM efficiency {dev.gemm_efficiency:g}: {dev.framework})" if dev.framework != "pytorch" else "")
         + ", "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
     )

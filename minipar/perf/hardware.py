@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from minipar.comm.links import NETWORKS, NVLINK_GBPS
@@ -141,8 +141,6 @@ def for_framework(dev: Device, framework: str) -> Device:
     Raises:
         ConfigError: an unknown ``framework``.
     """
-    from dataclasses import replace
-
     if framework not in FRAMEWORKS:
         raise ConfigError(f"framework {framework!r}: use one of {FRAMEWORKS} (the stack whose kernels run the GEMMs)")
     fam = family(dev.name)
@@ -159,8 +157,6 @@ def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float |
     Raises:
         ConfigError: a rate <= 0 or an unknown ``net``.
     """
-    from dataclasses import replace
-
     if net is not None and net not in NETWORKS:
         raise ConfigError(f"network {net!r}: use one of {sorted(NETWORKS)} or give --inter-node-gbps")
     for k, x in (("intra-node", intra_gbps), ("inter-node", inter_gbps)):

@@ -6,7 +6,7 @@ shared machine hits both alike. Ratio = minipar median step / PyTorch median ste
 
 Target (issue #39): at most PyTorch's step. minipar's hooks write each gradient divided by N into its
 bucket in one pass (a 0-dim tensor divisor; a copy and a division of each bucket read it twice: about
-0.4 ms of the step with 2 ranks here) and leave ``p.grad`` as a view of the averaged bucket (no copy
+0.4 ms per backward here) and leave ``p.grad`` as a view of the averaged bucket (no copy
 back, where PyTorch's default copies it back), and they poll
 ``Work.is_completed()`` for the bucket timeline instead of hanging a Python callback on each all-reduce's
 future (a callback makes gloo's thread wait for the GIL before it starts the next bucket: 5-10 % of the
