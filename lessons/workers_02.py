@@ -49,7 +49,9 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
     float64 by default (the proof, see :data:`PARAM_BOUND`). Returns the global mean ``losses``, the final ``params``
     and the bytes ``sent`` in the last step (CommLog)."""
     rank, world = (0, 1) if mode == "single" else (md.rank(), md.world_size())
+    dev = torch.device("cpu") if mode == "single" else md.device()  # cuda:LOCAL_RANK on NCCL
     model, opt = build(SMALL, seed, dtype)
+    model.to(dev)
     net = model
     if mode == "ddp":
         net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
@@ -60,7 +62,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
         broadcast_parameters(model)
     losses = []
     for x, y in corpus_batches(SMALL["block_size"], global_batch, steps, rank, world, seed):
-        total = torch.zeros((), dtype=dtype)
+        x, y, total = x.to(dev), y.to(dev), torch.zeros((), dtype=dtype, device=dev)
         with CommLog() as log:
             for k, (xm, ym) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
                 local = mode in ("ddp", "torch") and k < micro - 1
@@ -75,8 +77,8 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
         if world > 1:
             dist.all_reduce(total, op=dist.ReduceOp.AVG)
         losses.append(total.item())
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return {"losses": losses, "params": params, "sent": log.total("sent")}
+    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return {"losses": losses, "params": params, "sent": log.total("sent"), "device": dev.type}
 
 
 def prove(steps=5, global_batch=8):

@@ -37,7 +37,7 @@ def test_n_ranks_equal_one_device(reference, n):
         assert max_abs_diff(res["params"], reference["params"]) < w.PARAM_BOUND, name
         for other in out[1:]:
             assert max_abs_diff(res["params"], other[name]["params"]) == 0.0, name
-    if n == 1:  # one rank: dividing by 1 and summing over 1 rank change nothing, bit for bit
+    if n == 1 and out[0]["ddp"]["device"] == "cpu":  # one rank: dividing by 1, summing over 1 change nothing
         assert max_abs_diff(out[0]["ddp"]["params"], reference["params"]) == 0.0
     # minipar DDP and PyTorch DDP (same buckets, same accumulation) agree to float64 rounding
     assert max_abs_diff(out[0]["ddp_accum"]["params"], out[0]["torch"]["params"]) < w.PARAM_BOUND

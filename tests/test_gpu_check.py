@@ -92,8 +92,9 @@ def test_layouts():
 
 
 def test_selected_unit_tests_exist():
+    tests = g.GPU_TESTS + g.GPU_TESTS_1RANK
     p = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *g.GPU_TESTS],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *tests],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -101,7 +102,7 @@ def test_selected_unit_tests_exist():
         env=dict(os.environ, PYTHONPATH=ROOT),
     )
     assert p.returncode == 0, p.stdout[-2000:]
-    assert f"{len(g.GPU_TESTS)} tests collected" in p.stdout
+    assert f"{len(tests)} tests collected" in p.stdout
 
 
 def test_minipar_backend_env_reaches_launch(monkeypatch):
@@ -128,9 +129,12 @@ def test_unit_test_results_are_read_per_test(monkeypatch, tmp_path):
         "GPU_TESTS",
         ["tests/test_dist.py::test_single_process_world", "tests/test_dist.py::test_auto_backend_on_cpu_is_gloo"],
     )
+    monkeypatch.setattr(g, "GPU_TESTS_1RANK", ["tests/test_dist.py::test_bad_env"])
     rows = g.check_unit_tests(1, str(tmp_path))
     assert [(c.name, c.ok) for c in rows] == [
         ("unit, 2 ranks: test_single_process_world", True),
         ("unit, 2 ranks: test_auto_backend_on_cpu_is_gloo", True),
+        ("unit, 1 rank: test_bad_env", True),
     ]
-    assert all(c.detail.startswith("gloo") for c in rows)
+    assert rows[2].detail == "nccl"  # a 1-rank case runs on NCCL wherever there is a GPU
+    assert all(c.detail.startswith("gloo") for c in rows[:2])

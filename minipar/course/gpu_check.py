@@ -5,7 +5,8 @@ least one CUDA GPU, the checks that say the same code is right on NCCL (issue #1
 
 1. **Unit tests on NCCL.** The unit tests' 2-rank cases (:data:`GPU_TESTS`, pytest node ids)
    with ``MINIPAR_BACKEND=auto``: :func:`minipar.launch` then starts its ranks on NCCL, one GPU
-   each, when the node has a GPU per rank (2 or more), else on gloo (the table says which).
+   each, when the node has a GPU per rank (2 or more), else on gloo (the table says which); and
+   1-rank cases (:data:`GPU_TESTS_1RANK`), on NCCL with one GPU, so a 1-GPU node checks placement.
 2. **The main job on 1 GPU**, fp32 and bf16 autocast (``python -m minipar.train``), timed.
 3. **Every layout N GPUs allow** (``torchrun --nproc-per-node N -m minipar.train --pp P --tp T``,
    dp = N/(P·T), for each (P, dp, T) the model accepts): the 3D job's losses equal one GPU's
@@ -69,6 +70,13 @@ GPU_TESTS = [
     "tests/test_train.py::test_two_data_parallel_ranks_equal_one_device",
 ]
 
+# One-rank cases, NCCL on any node with a GPU (a 1-GPU node runs the 2-rank cases on gloo): the tensors of
+# the job must live on minipar.runtime.dist.device(), where the 2-rank cases on gloo would not notice CPU ones.
+GPU_TESTS_1RANK = [
+    "tests/test_data_parallel.py::test_n_ranks_equal_one_device[1]",
+    "tests/test_compression.py::test_none_is_the_mean[1]",
+]
+
 # Benchmark modules whose rows make sense on GPUs and whose jobs put their tensors on
 # minipar.runtime.dist.device(): b01 (ring vs NCCL all-reduce), b02 (minipar DDP vs PyTorch DDP step).
 # b00 (process launch) and b05 (pipeline traces) measure the CPU; b03, b04 (init_device_mesh("cpu")),
@@ -90,19 +98,9 @@ TINY = dict(
     microbatches=2,
 )
 TOL = 1e-5
-# The timed runs: the main job's default model (4 layers, d=128, T=128), global batch 16.
+# The timed runs: the main job's default model (4 layers, d=128, T=128), global batch 16; the rest as TINY.
 TIMED = dict(
-    steps=30,
-    batch_size=16,
-    block_size=128,
-    n_layer=4,
-    n_head=4,
-    d_model=128,
-    eval_every=30,
-    log_every=5,
-    eval_batches=1,
-    sample_chars=10,
-    microbatches=2,
+    TINY, steps=30, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=128, eval_every=30, log_every=5
 )
 
 
@@ -222,9 +220,11 @@ def losses(records: list[dict]) -> dict[int, float]:
 
 
 def check_unit_tests(n_gpu: int, tmp: str) -> list[Check]:
-    """Run :data:`GPU_TESTS` under pytest with ``MINIPAR_BACKEND=auto``; one Check per test."""
+    """Run :data:`GPU_TESTS` and :data:`GPU_TESTS_1RANK` under pytest with ``MINIPAR_BACKEND=auto``; one Check
+    per test."""
     xml = os.path.join(tmp, "junit.xml")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *GPU_TESTS]
+    tests = GPU_TESTS + GPU_TESTS_1RANK
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *tests]
     subprocess.run(cmd, cwd=ROOT, env=_env(MINIPAR_BACKEND="auto"), capture_output=True, text=True, timeout=1800)
     backend = "nccl" if n_gpu >= 2 else "gloo (1 GPU: 2 ranks need 2)"
     seen = {}
@@ -238,9 +238,10 @@ def check_unit_tests(n_gpu: int, tmp: str) -> list[Check]:
                 "" if bad is None else (bad.get("message") or "")[:120],
             )
     out = []
-    for t in GPU_TESTS:
+    for t in tests:
         ok, msg = seen.get(t, (False, "not run (pytest did not report it)"))
-        out.append(Check(f"unit, 2 ranks: {t.split('::', 1)[1]}", ok, f"{backend} {msg}".strip()))
+        ranks, on = ("2 ranks", backend) if t in GPU_TESTS else ("1 rank", "nccl")
+        out.append(Check(f"unit, {ranks}: {t.split('::', 1)[1]}", ok, f"{on} {msg}".strip()))
     return out
 
 
