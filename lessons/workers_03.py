@@ -30,7 +30,8 @@ def build(strategy: str, cfg: GPTConfig, adamw: dict, trace=None, dtype=torch.fl
     ``optim`` "adamw" or "sgd" (single, dp, zero3pp, fsdp2); ``mp``: ``(param_dtype, reduce_dtype)`` for the two
     per-parameter ZeRO-3s (minipar's and PyTorch's ``MixedPrecisionPolicy``)."""
     torch.manual_seed(0)
-    model = GPT(cfg).to(dtype)
+    dev = torch.device("cpu") if strategy == "single" else md.device()  # cuda:LOCAL_RANK on NCCL
+    model = GPT(cfg).to(device=dev, dtype=dtype)
     kw = dict(trace=trace) if strategy == "zero3" else {}
     return model, apply_strategy(model, strategy, lambda m: make_optimizer(m, adamw, optim), mp, **adamw, **kw)
 
@@ -60,7 +61,7 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, track_peak: bool
         model, opt = build(s, cfg, adamw, trace if s == "zero3" else None, **build_kw)
         losses, rec = [], {}
         for step, xy in enumerate(batches):
-            xy = xy.chunk(n)[r]
+            xy = xy.chunk(n)[r].to(md.device())
             measure = step == 1  # step 0 warms up: buffers, AdamW's state
             if measure:
                 trace.clear()
@@ -79,7 +80,8 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, track_peak: bool
             t = loss.detach().clone()
             dist.all_reduce(t)
             losses.append(t.item() / n)
-        out[s] = dict(rec, losses=losses, params=full_state_dict(model, optimizer=opt))
+        params = {k: v.cpu() for k, v in full_state_dict(model, optimizer=opt).items()}
+        out[s] = dict(rec, losses=losses, params=params)
     return out
 
 
@@ -125,7 +127,7 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         model = GPT(cfg).to(torch.float64)
         opt = cls(model.parameters(), torch.optim.SGD, **sgd)
         for xy in batches:
-            xy = xy.chunk(n)[r]
+            xy = xy.chunk(n)[r].to(md.device())
             model(xy[:, :-1], xy[:, 1:])[1].backward()
             finish_step("dp", model, opt, {})  # average the gradients; opt.step() steps and broadcasts its own
         out[name] = full_state_dict(model)

@@ -37,6 +37,19 @@ def reference():
     return w.workers_03.single_device(w.CFG, w.ADAMW, w.batches(STEPS), dtype=F64)
 
 
+def test_one_rank_equals_one_device(reference):
+    """Every strategy on one rank (its tensors on ``minipar.runtime.dist.device()``: ``make gpu-check`` runs this
+    on NCCL with one GPU) = one device, within the same derived bounds (a GPU's float64 kernels may sum in
+    another order)."""
+    strategies = ZERO + ("dp", "fsdp2")
+    out = launch(
+        w.workers_03.run, world_size=1, args=(strategies, w.CFG, w.ADAMW, w.batches(STEPS)), kwargs=dict(dtype=F64)
+    )
+    for s, o in out[0].items():
+        assert max(abs(a - b) for a, b in zip(o["losses"], reference["losses"])) < LOSS_TOL, s
+        assert max_diff(o["params"], reference["params"]) < PARAM_TOL, s
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_stages_equal_single_device_and_measure_formulas(n, reference):
     """ZeRO-1/2/3 (and FSDP2, and plain DP) on n ranks = one device on the same global batch.

@@ -75,6 +75,7 @@ GPU_TESTS = [
 GPU_TESTS_1RANK = [
     "tests/test_data_parallel.py::test_n_ranks_equal_one_device[1]",
     "tests/test_compression.py::test_none_is_the_mean[1]",
+    "tests/test_zero.py::test_one_rank_equals_one_device",
 ]
 
 # Benchmark modules whose rows make sense on GPUs and whose jobs put their tensors on
