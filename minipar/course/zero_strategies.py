@@ -53,7 +53,7 @@ def apply_strategy(
         from torch.distributed import fsdp
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh(md.device().type, (md.world_size(),))  # "cuda" on NCCL
+        mesh = init_device_mesh(md.device().type, (md.world_size(),))
         policy = fsdp.MixedPrecisionPolicy(*mp) if mp else fsdp.MixedPrecisionPolicy()
         for m in units(model):
             fsdp.fully_shard(m, mesh=mesh, mp_policy=policy)
