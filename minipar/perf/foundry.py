@@ -151,9 +151,10 @@ def miss_reason(row) -> str | None:
     FA2 outruns about 1.4× forward and 2× backward (Dao 2023, arXiv:2307.08691, §4.1). Tried 2026-11-26 and
     NOT adopted: that kernel on every llm-foundry row, the H100 efficiency re-chosen (0.54), put these rows
     within ±5 % and the fit set at 3.7 %, but read the FlashAttention-2 stacks' rows (torchtitan bf16, Llama 3,
-    fms-fsdp) 0-27 % high where they read -12 … +13 % now. (Until 2026-11-26 also ``"comm"``: FULL_SHARD across nodes with <= 2 sequences per
-    micro-batch read 36-63 % low while the model ran a group's inter-node collectives on one NIC;
-    with every rail of the node (:func:`minipar.perf.sharding.group_link`) those rows read -10 … +6 %.)"""
+    fms-fsdp) 0-27 % high where they read -12 … +13 % now. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
+    across nodes with <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's
+    inter-node collectives on one NIC; with every rail of the node (:func:`minipar.perf.sharding.group_link`)
+    those rows read -10 … +6 %.)"""
     name, seq, *_, ckpt, _ = row
     if ckpt:
         return "ckpt"
