@@ -44,8 +44,8 @@ def one_step_trace(bucket_cap_mb=0.02, overlap=True):
     from minipar.comm.comm_log import CommLog
 
     model, opt = build()
-    net = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, overlap=overlap)
-    x = torch.randint(0, builtin_corpus().vocab_size, (2, SMALL["block_size"]))
+    net = DistributedDataParallel(model.to(md.device()), bucket_cap_mb=bucket_cap_mb, overlap=overlap)
+    x = torch.randint(0, builtin_corpus().vocab_size, (2, SMALL["block_size"])).to(md.device())
     for _ in range(2):
         with CommLog() as log:
             _, loss = net(x, x)

@@ -64,7 +64,7 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64
     torch.set_default_dtype(dtype)
     out = []
     for name, m, v, n_layer in cases:
-        model = small_gpt(n_layer, T=T)
+        model = small_gpt(n_layer, T=T).to(md.device())  # cuda:LOCAL_RANK on NCCL
         sched = make_schedule(name, p, m, v)
         stages = build_stages(model, p * v, sorted({a.stage for a in sched[me]}))
         params = [q for s in stages.values() for q in s.parameters()]
@@ -75,7 +75,7 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64
         out.append(
             (
                 losses if me == p - 1 else None,
-                {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine},
+                {k: q.detach().cpu().clone() for k, q in model.named_parameters() if id(q) in mine},
             )
         )
     return out
@@ -90,7 +90,7 @@ def against_native(cases, steps=2, T=16, mb_size=2, lr=1e-3):
     torch.set_default_dtype(torch.float64)  # exactness proof: see tests/test_pipeline.py for the bound
     out = []
     for name, m, v, n_layer in cases:
-        a, b = small_gpt(n_layer, T=T), small_gpt(n_layer, T=T)
+        a, b = small_gpt(n_layer, T=T).to(md.device()), small_gpt(n_layer, T=T).to(md.device())
         sched = make_schedule(name, p, m, v)
         ids = sorted({x.stage for x in sched[me]})
         sa, sb = build_stages(a, p * v, ids), build_stages(b, p * v, ids)

@@ -21,8 +21,8 @@ def batches(steps: int, batch_size: int = 4, T: int = 32, seed: int = 0):
     return corpus.vocab_size, [next(loader) for _ in range(steps)]
 
 
-def _opt(model):
-    return torch.optim.AdamW(adamw_groups(model, 0.1), lr=3e-3, betas=(0.9, 0.95))
+def _opt(model, **kw):
+    return torch.optim.AdamW(adamw_groups(model, 0.1), lr=3e-3, betas=(0.9, 0.95), **kw)
 
 
 def train_steps(
@@ -47,10 +47,12 @@ def train_steps(
     else:
         group = new_tp_group(tp)
         model = TensorParallelGPT(cfg, group=group, sequence_parallel=sequence_parallel)
-    model.to(dtype)  # float64 by default: see the tolerances in tests/test_tensor_parallel.py
+    dev = torch.device("cpu") if tp is None else md.device()  # cuda:LOCAL_RANK on NCCL
+    model.to(device=dev, dtype=dtype)  # float64 by default: see the tolerances in tests/test_tensor_parallel.py
     opt = _opt(model)
     losses, grads = [], None
     for x, y in data:
+        x, y = x.to(dev), y.to(dev)
         _, loss = model(x, y)
         loss.backward()
         if tp is not None:
@@ -64,7 +66,12 @@ def train_steps(
         opt.zero_grad(set_to_none=False)
         losses.append(loss.item())
     params = model.full_state_dict() if tp is not None else {k: v.clone() for k, v in model.state_dict().items()}
-    return {"losses": losses, "grads": grads, "params": params}
+    return {"losses": losses, "grads": _cpu(grads), "params": _cpu(params)}
+
+
+def _cpu(tensors: dict) -> dict:
+    """The tensors back on the CPU (a result the launching process reads)."""
+    return {k: v.cpu() for k, v in tensors.items()}
 
 
 def make_group(tp: int):
@@ -80,12 +87,16 @@ def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int 
 
     vocab, data = batches(steps)
     torch.manual_seed(seed)
+    dev = md.device()
     model = parallelize_gpt_dtensor(
-        GPT(small_cfg(vocab)).to(dtype), init_device_mesh("cpu", (md.world_size(),)), vocab_parallel=vocab_parallel
+        GPT(small_cfg(vocab)).to(device=dev, dtype=dtype),
+        init_device_mesh(dev.type, (md.world_size(),)),
+        vocab_parallel=vocab_parallel,
     )
-    opt = _opt(model)
+    opt = _opt(model, foreach=False)  # DTensor and plain parameters (minipar.tp.dtensor): no mixed foreach on CUDA
     losses, grads = [], None
     for x, y in data:
+        x, y = x.to(dev), y.to(dev)
         with loss_context(model):
             _, loss = model(x, y)
             loss.backward()
@@ -93,7 +104,7 @@ def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int 
         opt.step()
         opt.zero_grad(set_to_none=False)
         losses.append(loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item())
-    return {"losses": losses, "grads": grads, "params": full_state_dict_dtensor(model)}
+    return {"losses": losses, "grads": _cpu(grads), "params": _cpu(full_state_dict_dtensor(model))}
 
 
 def equivalence_suite(steps: int = 3) -> dict:
@@ -145,10 +156,10 @@ def operator_semantics() -> dict:
         "gather_from_sequence_parallel_region",
         "reduce_scatter_to_sequence_parallel_region",
     ):
-        x = (torch.arange(8.0).view(1, 4, 2) + 10 * r).requires_grad_(True)
+        x = (torch.arange(8.0, device=md.device()).view(1, 4, 2) + 10 * r).requires_grad_(True)
         y = getattr(T, name)(x)
-        (y * (1 + torch.arange(y.numel(), dtype=y.dtype).view_as(y))).sum().backward()
-        res[name] = (y.detach(), x.grad.clone())
+        (y * (1 + torch.arange(y.numel(), dtype=y.dtype, device=y.device).view_as(y))).sum().backward()
+        res[name] = (y.detach().cpu(), x.grad.cpu())
     return res
 
 

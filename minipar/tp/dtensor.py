@@ -38,6 +38,11 @@ def _interleave_qkv(t: torch.Tensor, n: int, inverse: bool = False) -> torch.Ten
 def parallelize_gpt_dtensor(model: GPT, mesh, vocab_parallel: bool = False) -> GPT:
     """Tensor-parallelise ``model`` in place over the 1-D ``mesh`` with DTensor; returns it.
 
+    The parameters left replicated (the norms, the position table and, without ``vocab_parallel``, the
+    embedding and head) stay plain tensors. On CUDA, give the optimizer ``foreach=False`` (or put them in
+    param groups apart from the DTensors): one foreach kernel cannot take both ("got mixed torch.Tensor and
+    DTensor"). CPU optimizers do not use foreach by default.
+
     Raises:
         ConfigError: d_model, n_head or 4·d_model not divisible by the mesh size.
     """
