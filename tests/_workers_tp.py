@@ -187,3 +187,21 @@ def sp_bad_length():
     vocab, _ = batches(1)
     model = TensorParallelGPT(small_cfg(vocab), sequence_parallel=True)
     model(torch.zeros(1, 7, dtype=torch.long))
+
+
+def dtensor_optimizer_step(foreach: bool) -> str:
+    """One AdamW step on a DTensor-TP GPT with ``foreach`` forced (CUDA's default is True): "ok" or the error."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from minipar.tp.dtensor import parallelize_gpt_dtensor
+
+    vocab, [(x, y)] = batches(1)
+    torch.manual_seed(0)
+    model = parallelize_gpt_dtensor(GPT(small_cfg(vocab)), init_device_mesh("cpu", (md.world_size(),)))
+    opt = _opt(model, foreach=foreach)
+    model(x, y)[1].backward()
+    try:
+        opt.step()
+    except RuntimeError as e:
+        return str(e)
+    return "ok"

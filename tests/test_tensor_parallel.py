@@ -166,3 +166,11 @@ def test_tied_weights_single_process():
     assert m.lm_head.weight is m.wte.weight
     sd = m.full_state_dict()
     assert torch.equal(sd["lm_head.weight"], sd["wte.weight"])
+
+
+def test_dtensor_tp_needs_foreach_false():
+    """PyTorch's DTensor TP leaves the norms and position table plain tensors: a foreach optimizer (CUDA's
+    default) refuses the mix, the per-tensor one (``foreach=False``, what ``minipar.tp.dtensor`` says) steps.
+    Found by ``make gpu-check``'s probe on an H100; reproduced here by forcing foreach on the CPU."""
+    assert "mixed torch.Tensor and DTensor" in launch(w.dtensor_optimizer_step, world_size=2, args=(True,))[0]
+    assert launch(w.dtensor_optimizer_step, world_size=2, args=(False,)) == ["ok", "ok"]
