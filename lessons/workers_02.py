@@ -77,7 +77,7 @@ def train(mode="ddp", steps=5, global_batch=8, micro=1, bucket_cap_mb=0.02, seed
         if world > 1:
             dist.all_reduce(total, op=dist.ReduceOp.AVG)
         losses.append(total.item())
-    params = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
     return {"losses": losses, "params": params, "sent": log.total("sent"), "device": dev.type}
 
 

@@ -80,8 +80,7 @@ def run(strategies, cfg: GPTConfig, adamw: dict, batches: list, track_peak: bool
             t = loss.detach().clone()
             dist.all_reduce(t)
             losses.append(t.item() / n)
-        params = {k: v.cpu() for k, v in full_state_dict(model, optimizer=opt).items()}
-        out[s] = dict(rec, losses=losses, params=params)
+        out[s] = dict(rec, losses=losses, params=full_state_dict(model, optimizer=opt))
     return out
 
 
@@ -127,7 +126,7 @@ def zero_redundancy(cfg: GPTConfig, batches: list, sgd: dict) -> dict:
         model = GPT(cfg).to(torch.float64)
         opt = cls(model.parameters(), torch.optim.SGD, **sgd)
         for xy in batches:
-            xy = xy.chunk(n)[r].to(md.device())
+            xy = xy.chunk(n)[r]
             model(xy[:, :-1], xy[:, 1:])[1].backward()
             finish_step("dp", model, opt, {})  # average the gradients; opt.step() steps and broadcasts its own
         out[name] = full_state_dict(model)

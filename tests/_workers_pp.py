@@ -75,7 +75,7 @@ def pipeline_train(cases, steps=2, T=16, mb_size=2, lr=1e-3, dtype=torch.float64
         out.append(
             (
                 losses if me == p - 1 else None,
-                {k: q.detach().cpu().clone() for k, q in model.named_parameters() if id(q) in mine},
+                {k: q.detach().clone() for k, q in model.named_parameters() if id(q) in mine},
             )
         )
     return out

@@ -66,12 +66,7 @@ def train_steps(
         opt.zero_grad(set_to_none=False)
         losses.append(loss.item())
     params = model.full_state_dict() if tp is not None else {k: v.clone() for k, v in model.state_dict().items()}
-    return {"losses": losses, "grads": _cpu(grads), "params": _cpu(params)}
-
-
-def _cpu(tensors: dict) -> dict:
-    """The tensors back on the CPU (a result the launching process reads)."""
-    return {k: v.cpu() for k, v in tensors.items()}
+    return {"losses": losses, "grads": grads, "params": params}
 
 
 def make_group(tp: int):
@@ -104,7 +99,7 @@ def train_steps_dtensor(steps: int = 3, vocab_parallel: bool = False, seed: int 
         opt.step()
         opt.zero_grad(set_to_none=False)
         losses.append(loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item())
-    return {"losses": losses, "grads": _cpu(grads), "params": _cpu(full_state_dict_dtensor(model))}
+    return {"losses": losses, "grads": grads, "params": full_state_dict_dtensor(model)}
 
 
 def equivalence_suite(steps: int = 3) -> dict:
@@ -159,7 +154,7 @@ def operator_semantics() -> dict:
         x = (torch.arange(8.0, device=md.device()).view(1, 4, 2) + 10 * r).requires_grad_(True)
         y = getattr(T, name)(x)
         (y * (1 + torch.arange(y.numel(), dtype=y.dtype, device=y.device).view_as(y))).sum().backward()
-        res[name] = (y.detach().cpu(), x.grad.cpu())
+        res[name] = (y.detach(), x.grad.clone())
     return res
 
 

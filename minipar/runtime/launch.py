@@ -149,7 +149,8 @@ def launch(
             output is replayed in rank order when the job ends).
 
     Returns:
-        ``[result of rank 0, ..., result of rank world_size-1]`` (values must be picklable).
+        ``[result of rank 0, ..., result of rank world_size-1]`` (values must be picklable; tensors in
+        dicts, lists and tuples come back on the CPU, wherever the rank computed them).
 
     Raises:
         ConfigError: bad ``world_size``/``threads``/``stream``, a port in use, an unimportable ``fn``,

@@ -152,7 +152,10 @@ def run_rank(
         store = dist.TCPStore(HOST, port, is_master=False, timeout=timedelta(seconds=timeout_s))
         mdist.init(backend=backend, timeout=timeout_s, store=store, rank=rank, world_size=world_size)
         _all_connected(store, world_size, timeout_s)
-        value = fn(*args, **kwargs)
+        from torch.utils._pytree import tree_map_only
+
+        # the parent reads CPU tensors: a rank on cuda:LOCAL_RANK returns its results moved to the CPU
+        value = tree_map_only(torch.Tensor, lambda t: t.cpu(), fn(*args, **kwargs))
         payload = ("ok", value)
         try:
             mdist.destroy()
