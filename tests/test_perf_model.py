@@ -10,8 +10,9 @@ Known misses, by a rule on the row's layout, stay in the test set and are held t
 today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of Narayanan Table 2
 (+25 … +43 %: DeepSpeed's real overlap is not first principles); llm-foundry's ``MISS:comm`` rows
 (FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
-``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %) and ``MISS:attn`` rows (the attention core a
-third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
+``MISS:ckpt`` rows (activation checkpointing: +1 … -25 %; their FSDP collectives were not hidden on the H100,
+``test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication``) and ``MISS:attn`` rows
+(the attention core a third of the FLOPs or more: +8 … +35 %); reasons in ``minipar.perf.foundry.miss_reason``.
 The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:moe``,
 ``MISS:last-stage`` (both labelled after their errors were seen: the module doc), ``MISS:provenance`` and
 ``MISS:compile``, with their bands.
@@ -140,6 +141,37 @@ def test_fit_and_test_sets_per_device():
             assert h["median"] <= (0.085 if kind == "FIT" and device == "H100" else 0.07), (kind, device, h)
             if kind == "TEST" and device == "H100":
                 assert abs(sorted(hit)[len(hit) // 2]) <= 0.07, "the H100 rows, as a set, are not biased one way"
+
+
+def test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication():
+    """Why ``MISS:ckpt`` reads low (``foundry.compute_only_hfu``, ``pytest -s`` prints it per size): on the H100,
+    with the model's FSDP collectives counted as exposed, a model size's checkpointed and non-checkpointed rows
+    agree (7b, 13b: medians within 0.04 of the peak, where their raw HFU differs by more than 0.07), and the
+    utilisation rises with the model; on the A100 the same reading passes 0.8 of the peak (its collectives
+    were hidden). s <= 4096 only (the longer rows are ``MISS:attn`` or checkpointed)."""
+    from statistics import median
+
+    from minipar.perf.foundry import A100_TEST, H100_FIT, H100_LARGE, H100_TEST, MPT, compute_only_hfu
+
+    for gpu, rows in (("h100", H100_FIT + H100_TEST + H100_LARGE), ("a100", A100_TEST)):
+        by = {}
+        for r in (r for r in rows if r[1] <= 4096):
+            raw = r[3] / 100 * (4 / 3 if r[8] else 1.0)
+            by.setdefault(r[0], {}).setdefault(r[8], []).append((raw, compute_only_hfu(r, GPUS[gpu])))
+        sizes = [k for k in MPT if k in by]
+        for k in sizes:
+            for ck, xs in sorted(by[k].items()):
+                raw, exp = [x[0] for x in xs], [x[1] for x in xs]
+                lo, hi = min(exp), max(exp)
+                print(f"{gpu} {k:>4s} ckpt={ck!s:5s} HFU {min(raw):.2f}-{max(raw):.2f}  comm exposed {lo:.2f}-{hi:.2f}")
+        if gpu == "a100":
+            assert max(x[1] for k in sizes for xs in by[k].values() for x in xs) > 0.8
+            continue
+        for k in ("7b", "13b"):
+            (r0, e0), (r1, e1) = [[median(x[i] for x in by[k][ck]) for i in (0, 1)] for ck in (False, True)]
+            assert abs(e1 - e0) <= 0.04 and abs(r1 - r0) > 0.07, (k, r0, r1, e0, e1)
+        meds = [median(x[1] for xs in by[k].values() for x in xs) for k in sizes]
+        assert meds == sorted(meds), dict(zip(sizes, meds))
 
 
 def test_megascale_uses_the_papers_settings():
