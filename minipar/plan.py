@@ -40,7 +40,7 @@ from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
 from minipar.perf.hardware import FRAMEWORKS, GPUS, HBM_EFF, for_framework, with_links
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import check_moe_flags
@@ -171,6 +171,8 @@ def _row(e, dev, model) -> dict:
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
             "gemm_efficiency": dev.gemm_efficiency,
+            "mem_passes": dev.mem_passes,
+            "overlap_cost": dev.overlap_cost,
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
         "framework": dev.framework,
@@ -228,7 +230,13 @@ def parser() -> argparse.ArgumentParser:
     for f in FIXED:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"fixed layout: {f}")
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
-    p.add_argument("--recompute", default=None, choices=("none", "selective", "full"))
+    p.add_argument(
+        "--recompute",
+        default=None,
+        choices=RECOMPUTE,
+        help="activation recomputation: selective = the attention core (Korthikanti et al. 2022 §5); op = "
+        "torchtitan's per-op checkpointing, every second matmul of a block; full = every block's forward",
+    )
     p.add_argument(
         "--recompute-layers",
         type=int,

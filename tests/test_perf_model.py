@@ -78,22 +78,39 @@ def test_fit_set_narayanan_table1_row(row):
 @pytest.mark.parametrize("device, framework", [("a100", "pytorch"), ("h100", "pytorch"), ("h100", "megatron")])
 def test_the_chosen_constant_is_the_fit_sets_best(device, framework):
     """Each device's GEMM efficiency is the grid point with the smallest median |error| on ITS fit set (chosen
-    there, not on the tests): A100 0.68 on Narayanan Table 1, H100 0.46 on llm-foundry's single-node rows, H100
-    under Megatron-Core 0.58 on NeMo 24.07's table."""
+    there, not on the tests): A100 0.68 on Narayanan Table 1, H100 0.74 on llm-foundry's single-node rows (with
+    its memory passes and overlap cost: ``test_the_h100s_three_constants_are_chosen_together``), H100 under
+    Megatron-Core 0.58 on NeMo 24.07's table."""
     grid = fit_gemm_efficiency(device, framework=framework)
     assert min(grid, key=grid.get) == for_framework(GPUS[device], framework).gemm_efficiency, grid
     fit = fit_sets()[device.upper() + ("" if framework == "pytorch" else f" {framework}")]
     s = summary([getattr(e, m) / p - 1 for _, e, m, p in fit])
-    assert s["median"] <= 0.085, s  # H100 8.0 %: the checkpointed rows read low (-20 %), the others high
-    assert abs(s["worst"]) <= (0.15 if device == "a100" else 0.21), s
+    assert s["median"] <= 0.07 and abs(s["worst"]) <= 0.15, s
+
+
+def test_the_h100s_three_constants_are_chosen_together():
+    """The H100's PyTorch-stack constants (memory passes, overlap cost, large-GEMM efficiency) are the minimum of
+    the declared grid on its fit set (``published.fit_h100_pytorch``, ``pytest -s`` prints the best five), the
+    efficiency at most the isolated GEMM rate measured on an H100 (0.75); the one-constant model read 8.0 %."""
+    from minipar.perf.hardware import GEMM_EFF_BY_DEVICE, MEM_PASSES, OVERLAP_COST
+    from minipar.perf.published import fit_h100_pytorch
+
+    grid = fit_h100_pytorch()
+    for k in sorted(grid, key=grid.get)[:5]:
+        print(f"mem_passes {k[0]:g}, overlap_cost {k[1]:g}, gemm_efficiency {k[2]:.2f}: median |error| {grid[k]:.1%}")
+    best = min(grid, key=grid.get)
+    assert best == (MEM_PASSES["H100"], OVERLAP_COST["H100"], GEMM_EFF_BY_DEVICE["H100"]), best
+    assert best[2] <= 0.75 and grid[best] <= 0.02, grid[best]
+    h = GPUS["h100"]
+    assert (h.mem_passes, h.overlap_cost) == best[:2] and for_framework(h, "megatron").overlap_cost == 0.0
 
 
 # known misses by reason: (lowest, highest) error measured today (module doc)
 MISS_BANDS = {
     "zero3": (0.30, 3.40),
-    "MISS:ckpt": (-0.26, 0.05),
-    "MISS:attn": (0.05, 0.40),
-    "MISS:compile": (-0.22, 0.15),
+    "MISS:attn": (0.10, 0.45),  # llm-foundry, s/(6h) > 0.5: +16 … +39 %
+    "MISS:compile": (-0.22, 0.48),  # torchtitan's compiled (Float8) rows -11 … +43 %, fms-fsdp -16 %
+    "MISS:scale": (0.10, 0.30),  # Llama 3 at 8-16K GPUs: +15 … +24 % (labelled after: minipar.perf.runs)
     "MISS:moe": (-0.26, -0.10),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -21 %, fp8 -14 %; labelled after)
     "MISS:last-stage": (-0.20, -0.09),  # minipar.perf.nemo: Megatron-Bridge Llama 3 70B (-13 … -16 %; labelled after)
     "MISS:provenance": (-0.26, -0.16),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-21 %)
@@ -128,8 +145,7 @@ def test_fit_and_test_sets_per_device():
                     assert band[0] <= err <= band[1], f"{label}: {err:+.1%} (a known miss, now outside {band})"
                 else:
                     hit.append(err)
-                    tol = 0.21 if (kind, device) == ("FIT", "H100") else TOL
-                    assert abs(err) <= tol, f"{label}: {err:+.1%}"
+                    assert abs(err) <= TOL, f"{label}: {err:+.1%}"
                 if label.startswith("MegaScale") or label.endswith(" ptd"):
                     assert abs(err) <= 0.10, f"{label}: {err:+.1%} (Megatron-LM / MegaScale)"
             s, h = summary(errs), summary(hit)
@@ -138,7 +154,7 @@ def test_fit_and_test_sets_per_device():
                 f"{s['within_15']} within 15 %; without the known misses: {h['rows']} rows, median {h['median']:.1%}, "
                 f"worst {h['worst']:+.1%}"
             )
-            assert h["median"] <= (0.085 if kind == "FIT" and device == "H100" else 0.07), (kind, device, h)
+            assert h["median"] <= 0.07, (kind, device, h)
             if kind == "TEST" and device == "H100":
                 assert abs(sorted(hit)[len(hit) // 2]) <= 0.07, "the H100 rows, as a set, are not biased one way"
 

@@ -134,3 +134,47 @@ def test_the_library_refuses_the_same():
         estimate(model, dev, Layout(16, 8, 1, hsdp=4), 256)
     with pytest.raises(ConfigError, match="needs recompute='full'"):
         estimate(model, dev, Layout(16, 8, 1, recompute="selective", recompute_layers=2), 256)
+
+
+def test_op_recompute_is_torchtitans_every_second_matmul(capsys):
+    """``--recompute op`` (issue #38: op-level recompute): torchtitan's per-op checkpointing recomputes every second
+    weight matmul of a block (K, O, W3 of a Llama block) and its memory-bound operators: FLOPs and time between
+    selective and full, memory counted as selective's; experts refused in one line."""
+    from minipar.perf.flops import model_flops, op_recomputed_matmuls
+    from minipar.perf.layout import ModelShape
+    from minipar.plan import main
+
+    llama8b = ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False)
+    assert op_recomputed_matmuls(llama8b) == [(4096, 1024, True), (4096, 4096, False), (4096, 14336, True)]
+    B = 16
+    extra = 32 * sum(2 * B * 8192 * k * n for k, n, _ in op_recomputed_matmuls(llama8b))
+    assert model_flops(llama8b, B, "op", True) - model_flops(llama8b, B, "none", True) == extra
+    lay = lambda r: Layout(8, 1, 1, micro_batch=2, zero=3, recompute=r, flash_attention=True)  # noqa: E731
+    est = {r: estimate(llama8b, GPUS["h100"], lay(r), B) for r in ("selective", "op", "full")}
+    assert est["selective"].time["total"] < est["op"].time["total"] < est["full"].time["total"]
+    assert est["op"].mem["total"] == est["selective"].mem["total"] and "op-rc" in str(est["op"].layout)
+    args = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--swiglu"]
+    assert (
+        main(
+            [
+                *args,
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+                "--dp",
+                "8",
+                "--zero",
+                "3",
+                "--recompute",
+                "op",
+                "--flash-attention",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert "op-rc" in json.loads(capsys.readouterr().out.splitlines()[0])["layout"]
+    moe = ModelShape(8, 1024, 8, 1024, 32000, False, None, 4096, True, False, 8, 2)
+    with pytest.raises(ConfigError, match="recompute='op'"):
+        estimate(moe, GPUS["h100"], Layout(8, 1, 1, recompute="op"), 64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import ModelShape
+from minipar.perf.layout import RECOMPUTE, ModelShape
 
 
 def layer_gemm_flops(model: ModelShape, b: float, s: int | None = None) -> float:
@@ -45,10 +45,13 @@ def model_flops(
     ``recomputed_layers`` blocks only (Megatron-LM's ``--recompute-num-layers``); selective
     adds the attention core 4·B·s²·h·l (Korthikanti et al. 2022, arXiv:2205.05198, §5); FlashAttention's
     backward recomputes QKᵀ, + 2·B·s²·h·l (Dao et al. 2022, arXiv:2205.14135, §3.1), which also covers
-    selective recomputation."""
+    selective recomputation. ``"op"`` (torchtitan's per-op selective checkpointing) adds the forward FLOPs of
+    :func:`op_recomputed_matmuls`."""
     B, l = global_batch, model.layers
     layer = layer_gemm_flops(model, B) + attention_core_flops(model, B)
     base = 3 * l * layer + 3 * logit_flops(model, B)
+    if recompute == "op":
+        base += l * sum(2 * B * model.seq * k * n for k, n, _ in op_recomputed_matmuls(model))
     if recompute == "full":
         base += (l if recomputed_layers is None else recomputed_layers) * layer
     core = attention_core_flops(model, B) * l
@@ -57,6 +60,19 @@ def model_flops(
     elif recompute == "selective":
         base += core
     return base
+
+
+def op_recomputed_matmuls(model: ModelShape) -> list[tuple[int, int, bool]]:
+    """The weight matmuls torchtitan's per-op selective activation checkpointing (``--recompute op``) recomputes in
+    one block's backward, as ``(in, out, column_parallel)``: its policy saves every compute op's output "except
+    every second mm/linear", counted in forward order inside each checkpointed block (torchtitan,
+    ``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``; ``_get_default_save_ops`` keeps the
+    attention kernel's output too), so of Q, K, V, O, then W1, W3, W2 (SwiGLU) or up, down, the 2nd, 4th and 6th:
+    K, O and W3 (gated) or down. The memory-bound operators (norms, activations, residual adds) are not on the
+    save list: they run again as well."""
+    h, f = model.hidden, model.f
+    hk = model.kv * (h // model.heads)
+    return [(h, hk, True), (h, h, False), (h, f, True) if model.gated else (f, h, False)]
 
 
 def activation_bytes_per_layer(
@@ -77,9 +93,10 @@ def activation_bytes_per_layer(
     kept (b, s, f) tensor (2 for GELU: its input and output; 3 gated: gate, up, product). cp divides s.
     The 10 replicated: two LayerNorm inputs 4, the QKV and MLP inputs 2 each, two dropout masks 1 each
     (8 without dropout, ``model.dropout`` False).
+    ``"op"`` (:func:`op_recomputed_matmuls`) is counted as selective: an upper bound, it keeps fewer tensors.
     Written for 2-byte values, scaled by bytes_per_value/2. Raises ConfigError for another ``recompute``."""
-    if recompute not in ("none", "selective", "full"):
-        raise ConfigError(f"recompute={recompute!r}: use 'none', 'selective' or 'full'")
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute={recompute!r}: use one of {', '.join(RECOMPUTE)}")
     s, h, a, t = model.seq // cp, model.hidden, model.heads, tp
     sbh = s * b * h
     if recompute == "full":
@@ -88,7 +105,7 @@ def activation_bytes_per_layer(
         # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
         hk, f = model.kv * (h // a), model.f
         split = (4 * h + 4 * hk + 2 * f * (3 if model.gated else 2)) * s * b
-        core = 0 if recompute == "selective" or flash_attention else 5 * a * s * model.seq * b
+        core = 0 if recompute in ("selective", "op") or flash_attention else 5 * a * s * model.seq * b
         rep = (10 if model.dropout else 8) * sbh
         x = (rep + split + core) / t if seq_parallel else rep + (split + core) / t
     return x * bytes_per_value / 2

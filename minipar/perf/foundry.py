@@ -145,26 +145,22 @@ def foundry_row(row, dev: Device) -> Estimate:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row, by a rule on its layout (not on its error), or None:
-    ``"ckpt"``: activation checkpointing (the model recomputes a whole forward; the published HFU of these
-    rows, 55-58 %, is above every non-checkpointed row's, <= 46 %); ``"attn"``: s/(6h) > 0.5, the
-    attention core a third of the FLOPs or more, modelled at FlashAttention-2's 35 % while these runs used
-    FlashAttention in Triton (``attn_impl: triton``: the yamls and ``submit_benchmarks.py``'s default), which
-    FA2 outruns about 1.4× forward and 2× backward (Dao 2023, arXiv:2307.08691, §4.1). Tried 2026-11-26 and
-    NOT adopted: that kernel on every llm-foundry row, the H100 efficiency re-chosen (0.54), put these rows
-    within ±5 % and the fit set at 3.7 %, but read the FlashAttention-2 stacks' rows (torchtitan bf16, Llama 3,
-    fms-fsdp) 0-27 % high where they read -12 … +13 % now. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
-    across nodes with <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's
-    inter-node collectives on one NIC; with every rail of the node (:func:`minipar.perf.sharding.group_link`)
-    those rows read -10 … +6 %.) Why ``"ckpt"`` reads low, measured 2026-11-27 (:func:`compute_only_hfu`): not
-    the recomputation. Read with the model's FSDP collectives exposed, each H100 model size's checkpointed and
-    non-checkpointed rows reach the same hardware utilisation (13b: 0.57-0.59 vs 0.57-0.61; raw HFU 0.55-0.56
-    vs 0.40), rising with the model (760m 0.36-0.39 … 70b 0.61-0.70): these FSDP runs did not hide their
-    collectives on H100s, as the model assumes, and the H100 fit's non-checkpointed rows, which carry the most
-    communication per FLOP, pulled the chosen efficiency down. On A100s the same reading passes 0.8 of the peak
-    (30b: 0.85), so there the collectives were hidden."""
-    name, seq, *_, ckpt, _ = row
-    if ckpt:
-        return "ckpt"
+    ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, modelled at FlashAttention-2's
+    35 % while these runs used FlashAttention in Triton (``attn_impl: triton``: the yamls and
+    ``submit_benchmarks.py``'s default), which FA2 outruns about 1.4× forward and 2× backward (Dao 2023,
+    arXiv:2307.08691, §4.1). Tried 2026-11-26 and NOT adopted: that kernel on every llm-foundry row read the
+    FlashAttention-2 stacks' rows 0-27 % high. Until 2026-11-27 also ``"ckpt"``, activation checkpointing
+    (-8 … -25 %, the published HFU of those rows, 55-58 %, above every other row's, <= 46 %): not the
+    recomputation. Read with the model's FSDP collectives exposed (:func:`compute_only_hfu`), each H100 model
+    size's checkpointed and other rows reach the same utilisation (13b: 0.57-0.59 vs 0.57-0.61), rising with
+    the model (760m 0.36-0.39 … 70b 0.61-0.70), while on A100s the same reading passes 0.8 of the peak (30b:
+    0.85). These FSDP runs did not hide their collectives on H100s; the model now charges that
+    (:data:`minipar.perf.hardware.OVERLAP_COST`, with the memory passes and efficiency chosen with it on the fit
+    set) and the checkpointed rows read -4 … +3 % at s <= 4096. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
+    across nodes with <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's inter-node
+    collectives on one NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows
+    read -10 … +6 %.)"""
+    name, seq, *_ = row
     return "attn" if seq / (6 * MPT[name][1]) > 0.5 else None
 
 

@@ -7,14 +7,14 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
 - ``eff_large`` (:attr:`~minipar.perf.hardware.Device.gemm_efficiency`): the fraction of the dense
   peak a training step's large GEMMs reach, **per device**, CHOSEN on that device's declared fit set
   (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
-  single-node H100 rows. It comes out lower on the H100 (0.46 of a 3.2× higher peak) than on the A100
-  (0.68), as the FlashAttention papers measure for attention: FlashAttention-2 reaches "50-73 %" of an
-  A100's peak (Dao 2023, arXiv:2307.08691, abstract) and "only 35 %" of an H100's (Shah et al. 2024,
-  FlashAttention-3, arXiv:2407.08608, abstract). No isolated-GEMM benchmark figure is used: what pins the
-  per-device value without a fit is cuBLAS's bf16 GEMM rate at a training step's shapes on that device
-  (Luo et al. 2024, arXiv:2402.13499, benchmark Hopper's tensor-core instructions, not those GEMMs). Measured on
-  an H100 SXM (``examples/gemm_rate.py``, README): isolated bf16 GEMMs at a 70B block's TP-8 shapes reach
-  0.55-0.75 of peak, above the fitted 0.46, which also absorbs what a run adds around its GEMMs.
+  single-node H100 rows, there together with what a PyTorch stack adds around its GEMMs (its memory-bound
+  operators' HBM passes, ``Device.mem_passes``, and what hiding FSDP's collectives still costs,
+  ``Device.overlap_cost``): A100 0.68, H100 0.74. Measured on an H100 SXM (``examples/gemm_rate.py``, README):
+  isolated bf16 GEMMs reach 0.75 of the peak on 8192³ and 0.55-0.75 at a 70B block's TP-8 shapes; the H100's
+  grid stops at that 0.75. With one efficiency and nothing around it (until 2026-11-27) the H100's came out at
+  0.46, below every isolated GEMM: it absorbed the rest. The attention core is not in it: FlashAttention-2
+  reaches "50-73 %" of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and "only 35 %" of an H100's
+  (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract), :data:`ATTN_EFF`.
 - ``waves``: tile and wave quantisation. cuBLAS splits C into TILE×TILE output tiles (ASSUMED 128×128,
   one of the tile sizes NVIDIA's "Matrix Multiplication Background" guide lists; its "Tile" and "Wave
   quantization" sections are this model) run on
@@ -89,6 +89,14 @@ def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]
     hk = model.kv * (h // model.heads)
     up = (2 if model.gated else 1) * f
     return [(tokens, (h + 2 * hk) / t, h), (tokens, h, h / t), (tokens, up / t, h), (tokens, h, f / t)]
+
+
+def op_recompute_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
+    """The (m, n, k) on one TP rank of the weight matmuls ``--recompute op`` runs again
+    (:func:`minipar.perf.flops.op_recomputed_matmuls`): a column-parallel weight splits n, a row-parallel one k."""
+    from minipar.perf.flops import op_recomputed_matmuls
+
+    return [(tokens, o / t, i) if col else (tokens, o, i / t) for i, o, col in op_recomputed_matmuls(model)]
 
 
 def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backward: bool = False) -> float:

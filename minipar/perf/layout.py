@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from minipar.errors import ConfigError
 
+RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layout.recompute, --recompute)
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -88,7 +90,8 @@ def shape_of(cfg) -> ModelShape:
 @dataclass(frozen=True)
 class Layout:
     """How the job is cut: dp·tp·pp·cp devices, micro-batch size b, interleaving v, ZeRO stage,
-    recompute ``"none" | "selective" | "full"``, sequence parallelism, optimizer offload, which
+    recompute ``"none" | "selective" | "op" | "full"`` (``"op"``: torchtitan's per-op checkpointing,
+    :func:`~minipar.perf.flops.op_recomputed_matmuls`), sequence parallelism, optimizer offload, which
     communication is hidden behind compute (``overlap``: subset of {"dp", "pp", "tp", "cp"}), the
     gradient reduction's bytes per value, the pipeline ``schedule`` ("1f1b" or "gpipe"; interleaved
     when v > 1); ``cp`` context parallelism (ring attention over cp ranks, Liu et al. 2023,
@@ -202,7 +205,7 @@ class Layout:
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
-        s += {"none": "", "selective": "·sel-rc", "full": "·full-rc"}[self.recompute]
+        s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
@@ -244,8 +247,11 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
         if not isinstance(getattr(layout, k), int) or getattr(layout, k) < 1:
             raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
-    if layout.recompute not in ("none", "selective", "full"):
-        raise ConfigError(f"recompute={layout.recompute!r}: use 'none', 'selective' or 'full'")
+    if layout.recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute={layout.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+    if layout.recompute == "op" and (model.experts or layout.recompute_layers is not None):
+        raise ConfigError("recompute='op' (torchtitan's per-op checkpointing) is modelled for dense models without "
+                          "recompute_layers; use 'selective' or 'full'")  # fmt: skip
     if v > 1 and p == 1:
         raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
     if layout.zero not in (0, 1, 2, 3):

@@ -21,14 +21,17 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
   arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
-  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.46,
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.74,
   times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at the
   device's FlashAttention-2 efficiency (A100 0.60, H100 0.35: the FlashAttention papers), the unfused
   core and the logit layer at ``gemm_efficiency``; the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
-  arXiv:2205.05198, eq. 2) through HBM twice at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
+  arXiv:2205.05198, eq. 2) through HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under
+  Megatron-Core; 5 for PyTorch stacks on the H100, chosen on its fit set) at ``hbm_bw`` (0.85 of the datasheet,
+  ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
-  model chunk only, Megatron-LM's block method), selective the attention core (§5). FP8
+  model chunk only, Megatron-LM's block method), selective the attention core (§5), ``"op"`` (torchtitan's
+  per-op checkpointing) every second weight matmul of a block and its memory-bound operators. FP8
   (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`); under Megatron-Core
   (``Device.framework``) their saved inputs take 1 byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`).
   FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
@@ -95,7 +98,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     logit_flops,
     stage_params,
 )
-from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time
+from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.makespan import makespan, schedule_order
@@ -173,7 +176,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
         model, b, t, "none", sp, bpv, flash, c
     )
-    mem_t = 2 * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators: activations written + read
+    mem_t = dev.mem_passes * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators (Device.mem_passes)
     moe = moe_block_times(model, dev, layout, b * s, L) if model.experts else None  # minipar.perf.moe
     if moe:  # attention, router and the E/ep local experts at their own shapes
         gemm_t, gemm_b = moe["f"], moe["b"]
@@ -185,7 +188,11 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         gemm_b = 2 * gemm_t
     rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
     f_l = gemm_t + rest
-    extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
+    extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}.get(layout.recompute)
+    if layout.recompute == "op":  # every second weight matmul, the memory-bound operators: flops.op_recomputed_matmuls
+        ops = op_recompute_gemms(model, b * s, t)
+        mm = gemms_time(dev, ops, layout.fp8) if dev.sms else sum(2 * x * y * z for x, y, z in ops) / eff
+        extra = mm + (mem_t + dev.layer_overhead / 3) / share
     b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"

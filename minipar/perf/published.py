@@ -110,8 +110,9 @@ def summary(errs: list[float]) -> dict:
 def fit_gemm_efficiency(device: str = "a100", grid=None, framework: str = "pytorch") -> dict[float, float]:
     """The choice of a device's large-GEMM efficiency, re-run: median |error| on its fit set (A100: Narayanan
     Table 1; H100: llm-foundry's single-node rows; H100 with ``framework`` "megatron": NeMo 24.07's table,
-    :data:`minipar.perf.nemo.NEMO_FIT`) for each candidate (default grid: 0.60-0.80 for the A100, 0.44-0.62
-    for the H100, 0.50-0.80 for the H100 under Megatron-Core, steps of 0.02)."""
+    :data:`minipar.perf.nemo.NEMO_FIT`) for each candidate (default grid: 0.60-0.80 for the A100, 0.40-0.74
+    for the H100 at its chosen memory passes and overlap cost, :func:`fit_h100_pytorch`; 0.50-0.80 for the H100
+    under Megatron-Core; steps of 0.02)."""
     if device == "h100" and framework == "megatron":
         from minipar.perf.nemo import NEMO_FIT, nemo_rows
 
@@ -121,11 +122,34 @@ def fit_gemm_efficiency(device: str = "a100", grid=None, framework: str = "pytor
     if device == "h100":
         from minipar.perf.foundry import H100_FIT, foundry_rows
 
-        grid = grid or tuple(x / 100 for x in range(44, 64, 2))
+        grid = grid or FIT_GRID_H100[2]
         return {g: summary([getattr(e, k) / p - 1 for _, e, k, p in foundry_rows(H100_FIT, "h100", g)])["median"]
                 for g in grid}  # fmt: skip
     grid = grid or tuple(x / 100 for x in range(60, 82, 2))
     return {g: summary(errors(fit_set(replace(GPUS["a100"], gemm_efficiency=g))))["median"] for g in grid}
+
+
+FIT_GRID_H100 = (  # the declared grid of fit_h100_pytorch: memory passes, overlap cost, large-GEMM efficiency
+    (2.0, 3.0, 4.0, 5.0, 6.0),
+    (0.0, 0.25, 0.5, 0.75, 1.0),
+    tuple(x / 100 for x in range(40, 76, 2)),  # at most 0.75: the isolated bf16 GEMM rate measured on an H100 SXM
+)
+
+
+def fit_h100_pytorch(grid=FIT_GRID_H100) -> dict[tuple[float, float, float], float]:
+    """The H100's three PyTorch-stack constants, chosen together on its fit set (llm-foundry's single-node H100
+    rows, :data:`minipar.perf.foundry.H100_FIT`): median |error| for each ``(mem_passes, overlap_cost,
+    gemm_efficiency)`` of ``grid`` (:data:`FIT_GRID_H100`, 450 points, about 3 s); the chosen triple,
+    :data:`minipar.perf.hardware.MEM_PASSES` / ``OVERLAP_COST`` / ``GEMM_EFF_BY_DEVICE``, is its minimum."""
+    from minipar.perf.foundry import H100_FIT, foundry_row
+
+    out = {}
+    for passes in grid[0]:
+        for cost in grid[1]:
+            for g in grid[2]:
+                dev = replace(GPUS["h100"], mem_passes=passes, overlap_cost=cost, gemm_efficiency=g)
+                out[passes, cost, g] = summary([foundry_row(r, dev).mfu / (r[3] / 100) - 1 for r in H100_FIT])["median"]
+    return out
 
 
 def fit_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:

@@ -146,8 +146,10 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     LAST micro-batch's backward (``bwd1`` seconds), which hides the reduction bucket by bucket
     (:data:`BUCKET_PARAMS`; the last bucket is always exposed); the weights' all-gather hides behind the
     first micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per
-    micro-batch behind its own passes. With experts (:mod:`minipar.perf.moe`) the expert gradients are reduced
-    (and their weights gathered) over the expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
+    micro-batch behind its own passes; hiding is not free: ``dev.overlap_cost`` of the hidden time stays on the
+    step (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100 and under Megatron-Core). With experts
+    (:mod:`minipar.perf.moe`) the expert gradients are reduced (and their weights gathered) over the
+    expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
     z = layout.zero
     psi, psi_e = stage_psi(model, dev, layout)
     grads, gather = _reduce_and_gather(dev, layout, psi)
@@ -156,9 +158,11 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
-        if not hide:
-            return m * (2 * gather + grads)
-        return m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
+        full = m * (2 * gather + grads)
+        shown = m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
+    else:
+        full = grads + gather
+        shown = _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
     if not hide:
-        return grads + gather
-    return _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
+        return full
+    return shown + dev.overlap_cost * (full - shown)  # what hiding still costs (Device.overlap_cost)
