@@ -1,10 +1,11 @@
 """Published runs the performance model is checked against: a declared FIT set and a declared TEST set, per device.
 
-- **Fit sets**, one per device, where that device's one chosen constant (its large-GEMM efficiency,
-  ``GEMM_EFF_BY_DEVICE`` in :mod:`minipar.perf.hardware`) was picked (:func:`fit_gemm_efficiency` re-runs
-  the choice): A100 on Narayanan et al. 2021 (Megatron-LM, arXiv:2104.04473) Table 1, 10 rows,
-  A100-80GB on Selene (:data:`NARAYANAN_TABLE1`); H100 on MosaicML llm-foundry's single-node H100 rows
-  at s = 2048 and 4096, 11 rows (:data:`minipar.perf.foundry.H100_FIT`).
+- **Fit sets**, one per device, where that device's chosen constants were picked: A100, its large-GEMM
+  efficiency (``GEMM_EFF_BY_DEVICE`` in :mod:`minipar.perf.hardware`; :func:`fit_gemm_efficiency` re-runs the
+  choice) on Narayanan et al. 2021 (Megatron-LM, arXiv:2104.04473) Table 1, 10 rows, A100-80GB on Selene
+  (:data:`NARAYANAN_TABLE1`); H100, for PyTorch stacks, the efficiency with the memory passes and the overlap
+  cost (``MEM_PASSES``, ``OVERLAP_COST``; :func:`fit_h100_pytorch`, one declared grid) on MosaicML
+  llm-foundry's single-node H100 rows at s = 2048 and 4096, 11 rows (:data:`minipar.perf.foundry.H100_FIT`).
 - **Test sets** (:mod:`minipar.perf.runs`, :func:`test_sets`): rows no constant was chosen on. A100:
   MegaScale (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan
   Table 2; llm-foundry's A100 80GB rows at s = 2048. H100: llm-foundry's multi-node and long-sequence
