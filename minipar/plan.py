@@ -23,8 +23,7 @@ recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB
 differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search
 with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and
 ``--gpus``; ``--json`` adds ``ep``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is
-refused, not dropped. Only the command line: the model is
-:mod:`minipar.perf.model`.
+refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -170,9 +169,7 @@ def _row(e, dev, model) -> dict:
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
-            "gemm_efficiency": dev.gemm_efficiency,
-            "mem_passes": dev.mem_passes,
-            "overlap_cost": dev.overlap_cost,
+            **{k: getattr(dev, k) for k in ("gemm_efficiency", "mem_passes", "overlap_cost")},
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
         "framework": dev.framework,
@@ -230,13 +227,8 @@ def parser() -> argparse.ArgumentParser:
     for f in FIXED:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"fixed layout: {f}")
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
-    p.add_argument(
-        "--recompute",
-        default=None,
-        choices=RECOMPUTE,
-        help="activation recomputation: selective = the attention core (Korthikanti et al. 2022 §5); op = "
-        "torchtitan's per-op checkpointing, every second matmul of a block; full = every block's forward",
-    )
+    rc_help = "selective: the attention core (Korthikanti et al. 2022 §5); op: torchtitan's per-op checkpointing"
+    p.add_argument("--recompute", default=None, choices=RECOMPUTE, help=rc_help + ", every second matmul of a block")
     p.add_argument(
         "--recompute-layers",
         type=int,
