@@ -20,13 +20,17 @@ FFN 14,336; 70B 80, 8,192, 64, 8, 28,672; 405B 126, 16,384, 128, 8, 53,248; voca
 biases, no dropout); torchtitan's sequence of 8,192 (its ``llama3_*.toml``). ASSUMED: FlashAttention-2
 (PyTorch SDPA's flash kernel), FSDP2's all-gathers and reduce-scatters prefetched behind compute (``"dp"`` in
 overlap), the gradients reduced in fp32 (torchtitan's ``mixed_precision_reduce = "float32"``), sequence
-parallelism with TP, the local batch as one micro-batch without PP and micro-batches of 1 with PP, 405B's
-126 blocks as 15 + 6·16 + 15 (1F1B) and 7 + 14·8 + 7 (interleaved, 2 chunks per rank), asynchronous sends
-between stages. Selective checkpointing GIVEN as torchtitan's per-op policy, ``--recompute op``: its
-``llama3_8b.toml`` at 9dec370 sets ``selective_ac_option = 'op'``, whose policy "saves output of all compute
-ops, except every second mm" (``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370;
-:func:`minipar.perf.flops.op_recomputed_matmuls`). Until 2026-11-27 the model took it as ``selective`` (the
-attention core only, free under FlashAttention); the bf16 rows then read +9 and +13 %.
+parallelism with TP, the local batch as one micro-batch without PP, 405B's 126 blocks as 15 + 6·16 + 15
+(1F1B) and 7 + 14·8 + 7 (interleaved, 2 chunks per rank), asynchronous sends between stages. With PP, GIVEN
+by torchtitan at 9dec370: the local batch split into as many micro-batches as the PP degree, for either
+schedule (``build_pipeline_schedule``: ``n_microbatches`` defaults to ``pipeline_parallel_degree``), so 405B's
+32 sequences per rank run as 8 micro-batches of 4. Until 2026-11-27 the model ran them as 32 micro-batches of 1
+(ASSUMED; a quarter of the bubble) and read these two rows +43 % and +23 %. Selective checkpointing GIVEN as
+torchtitan's per-op policy, ``--recompute op``: its ``llama3_8b.toml`` at 9dec370 sets
+``selective_ac_option = 'op'``, whose policy "saves output of all compute ops, except every second mm"
+(``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370; :func:`minipar.perf.flops.op_recomputed_matmuls`).
+Until 2026-11-27 the model took it as ``selective`` (the attention core only, free under FlashAttention); the bf16
+rows then read +9 and +13 %.
 
 Known misses, by a rule on the run (``MISS:compile``): every run with ``torch.compile`` (all the Float8
 runs), whose kernel fusion the model does not have; they stay in the test set with their error.
@@ -82,7 +86,7 @@ def torchtitan_layout(row) -> Layout:
         dp=dp,
         tp=tp,
         pp=pp,
-        micro_batch=local if pp == 1 else 1,
+        micro_batch=local if pp == 1 else local // pp,  # n_microbatches = pp (module doc)
         v=v,
         zero=3,
         recompute=recompute,
