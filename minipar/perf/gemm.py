@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 
+from minipar.perf.flops import op_recomputed_matmuls
+
 TILE = 128  # cuBLAS's output tile edge for bf16 GEMMs, ASSUMED (NVIDIA's GEMM performance guide)
 SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NVIDIA datasheets / whitepapers
 
@@ -94,8 +96,6 @@ def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]
 def op_recompute_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
     """The (m, n, k) on one TP rank of the weight matmuls ``--recompute op`` runs again
     (:func:`minipar.perf.flops.op_recomputed_matmuls`): a column-parallel weight splits n, a row-parallel one k."""
-    from minipar.perf.flops import op_recomputed_matmuls
-
     return [(tokens, o / t, i) if col else (tokens, o, i / t) for i, o, col in op_recomputed_matmuls(model)]
 
 

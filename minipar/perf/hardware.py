@@ -135,11 +135,22 @@ def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_t
     mem = mem_bytes or mem_gib * GiB
     fp8 = fp8_tflops * 1e12 if fp8_tflops else None
     fam = family(name)
-    eff = GEMM_EFF_BY_DEVICE.get(fam, GEMM_EFF)
     return Device(
-        name, tflops * 1e12, mem, 8, intra, inter, eff, HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8, sms=SMS[fam],
-        mem_passes=MEM_PASSES[fam], overlap_cost=OVERLAP_COST[fam],
+        name, tflops * 1e12, mem, 8, intra, inter, hbm_bw=HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8, sms=SMS[fam],
+        **_chosen(fam, "pytorch"),
     )  # fmt: skip
+
+
+def _chosen(fam: str, framework: str) -> dict:
+    """The constants chosen for a device family under a framework: ``gemm_efficiency``, ``mem_passes`` and
+    ``overlap_cost`` (Megatron-Core: its own efficiency, 2 passes, hidden collectives free, as on its fit set)."""
+    if framework == "megatron":
+        return {"gemm_efficiency": GEMM_EFF_MEGATRON[fam], "mem_passes": 2.0, "overlap_cost": 0.0}
+    return {
+        "gemm_efficiency": GEMM_EFF_BY_DEVICE[fam],
+        "mem_passes": MEM_PASSES[fam],
+        "overlap_cost": OVERLAP_COST[fam],
+    }
 
 
 # Datasheets (dense bf16 peak, memory, HBM bandwidth): A100 SXM 80 GB (312 TFLOP/s, 80 GiB, 2.04 TB/s;
@@ -169,11 +180,7 @@ def for_framework(dev: Device, framework: str) -> Device:
     fam = family(dev.name)
     if framework == dev.framework or fam is None or not dev.sms:
         return dev
-    if framework == "megatron":  # fused kernels (2 passes) and its hidden collectives as free as on the fit set
-        eff = GEMM_EFF_MEGATRON[fam]
-        return replace(dev, gemm_efficiency=eff, framework=framework, mem_passes=2.0, overlap_cost=0.0)
-    return replace(dev, gemm_efficiency=GEMM_EFF_BY_DEVICE[fam], framework=framework, mem_passes=MEM_PASSES[fam],
-                   overlap_cost=OVERLAP_COST[fam])  # fmt: skip
+    return replace(dev, framework=framework, **_chosen(fam, framework))
 
 
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):

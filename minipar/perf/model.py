@@ -188,11 +188,12 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         gemm_b = 2 * gemm_t
     rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
     f_l = gemm_t + rest
-    extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}.get(layout.recompute)
     if layout.recompute == "op":  # every second weight matmul, the memory-bound operators: flops.op_recomputed_matmuls
-        ops = op_recompute_gemms(model, b * s, t)
-        mm = gemms_time(dev, ops, layout.fp8) if dev.sms else sum(2 * x * y * z for x, y, z in ops) / eff
-        extra = mm + (mem_t + dev.layer_overhead / 3) / share
+        extra = (
+            gemms_time(dev, op_recompute_gemms(model, b * s, t), layout.fp8) + (mem_t + dev.layer_overhead / 3) / share
+        )
+    else:
+        extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
     b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"

@@ -120,12 +120,10 @@ def fit_gemm_efficiency(device: str = "a100", grid=None, framework: str = "pytor
         grid = grid or tuple(x / 100 for x in range(50, 82, 2))
         at = lambda g: nemo_rows(replace(for_framework(GPUS["h100"], "megatron"), gemm_efficiency=g), NEMO_FIT)  # noqa: E731
         return {g: summary([e.mfu / p - 1 for _, e, _, p in at(g)])["median"] for g in grid}
-    if device == "h100":
-        from minipar.perf.foundry import H100_FIT, foundry_rows
-
-        grid = grid or FIT_GRID_H100[2]
-        return {g: summary([getattr(e, k) / p - 1 for _, e, k, p in foundry_rows(H100_FIT, "h100", g)])["median"]
-                for g in grid}  # fmt: skip
+    if device == "h100":  # the joint choice's slice at the chosen memory passes and overlap cost
+        h = GPUS["h100"]
+        got = fit_h100_pytorch(((h.mem_passes,), (h.overlap_cost,), grid or FIT_GRID_H100[2]))
+        return {g: err for (_, _, g), err in got.items()}
     grid = grid or tuple(x / 100 for x in range(60, 82, 2))
     return {g: summary(errors(fit_set(replace(GPUS["a100"], gemm_efficiency=g))))["median"] for g in grid}
 
