@@ -145,10 +145,10 @@ def foundry_row(row, dev: Device) -> Estimate:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row, by a rule on its layout (not on its error), or None:
-    ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, modelled at FlashAttention-2's
-    35 % while these runs used FlashAttention in Triton (``attn_impl: triton``: the yamls and
-    ``submit_benchmarks.py``'s default), which FA2 outruns about 1.4× forward and 2× backward (Dao 2023,
-    arXiv:2307.08691, §4.1). Tried 2026-11-26 and NOT adopted: that kernel on every llm-foundry row read the
+    ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, modelled at FlashAttention-2's measured
+    rate (:data:`minipar.perf.gemm.ATTN_EFF_H100`) while these runs used FlashAttention in Triton (``attn_impl:
+    triton``: the yamls and ``submit_benchmarks.py``'s default), which FA2 outruns about 1.4× forward and 2× backward
+    (Dao 2023, arXiv:2307.08691, §4.1). Tried 2026-11-26 and NOT adopted: that kernel on every llm-foundry row read the
     FlashAttention-2 stacks' rows 0-27 % high. Until 2026-11-27 also ``"ckpt"``, activation checkpointing
     (-8 … -25 %, the published HFU of those rows, 55-58 %, above every other row's, <= 46 %): not the
     recomputation. Read with the model's FSDP collectives exposed (:func:`compute_only_hfu`), each H100 model
@@ -156,7 +156,7 @@ def miss_reason(row) -> str | None:
     the model (760m 0.36-0.39 … 70b 0.61-0.70), while on A100s the same reading passes 0.8 of the peak (30b:
     0.85). These FSDP runs did not hide their collectives on H100s; the model now charges that
     (:data:`minipar.perf.hardware.OVERLAP_COST`, with the memory passes and efficiency chosen with it on the fit
-    set) and the checkpointed rows read -4 … +3 % at s <= 4096. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
+    set) and the checkpointed rows read -8 … +2 % at s <= 4096. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
     across nodes with <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's inter-node
     collectives on one NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows
     read -10 … +6 %.)"""

