@@ -14,7 +14,7 @@ from minipar.course.presets import train_float64  # noqa: F401  (lesson 12 runs 
 from minipar.data import builtin_corpus
 from minipar.ep.parallel import ExpertParallelMoE
 from minipar.model.gpt import GPT, adamw_groups
-from minipar.model.moe.dispatch import expert_capacity
+from minipar.model.moe.capacity import expert_capacity
 from minipar.model.moe.layer import MoE
 from minipar.model.presets import SMALL, seeded_gpt
 

@@ -15,7 +15,8 @@ import torch
 from minipar import ConfigError, launch
 from minipar.course.verify import check_close
 from minipar.ep.parallel import expert_major
-from minipar.model.moe.dispatch import combine, dispatch, expert_capacity, make_plan
+from minipar.model.moe.capacity import expert_capacity
+from minipar.model.moe.dispatch import combine, dispatch, make_plan
 from minipar.model.moe.layer import MoE
 from minipar.model.moe.router import load_balancing_loss, route
 from tests import _workers_moe as w

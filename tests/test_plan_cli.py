@@ -169,3 +169,19 @@ def test_a_reader_that_stops_early_is_no_error():
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0 and "Traceback" not in err, err
+
+
+def test_the_planner_runs_without_importing_torch():
+    """The planner is arithmetic: a search (with experts, so ZeRO's byte formula and the MoE terms run) and a fixed
+    layout import no PyTorch, whose import alone takes about 2 s of the 5 s ``make bench`` allows the CLI."""
+    code = (
+        "import contextlib, io, sys\nfrom minipar.plan import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--layers', '8', '--hidden', '1024', '--heads', '16', '--seq', '2048', '--moe-experts', '8',"
+        " '--moe-top-k', '2', '--gpus', '16', '--gpu', 'h100'])\n"
+        "    main(['--model', '7b', '--gpu', 'h100', '--tp', '2', '--pp', '2', '--dp', '2', '--zero', '3', '--json'])\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == "False"

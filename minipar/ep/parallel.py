@@ -35,7 +35,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from minipar.comm.all_to_all import all_to_all
-from minipar.model.moe.dispatch import check_moe, combine, dispatch
+from minipar.model.moe.capacity import check_moe
+from minipar.model.moe.dispatch import combine, dispatch
 from minipar.model.moe.layer import MoE
 
 

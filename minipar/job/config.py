@@ -28,7 +28,7 @@ from minipar.errors import ConfigError
 from minipar.job.fits import check_memory
 from minipar.job.outdir import check_folder
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
-from minipar.model.moe.dispatch import check_moe
+from minipar.model.moe.capacity import check_moe
 from minipar.model.recompute import MODES as RECOMPUTE_MODES
 from minipar.runtime.mesh import Mesh, divisors
 

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.errors import ConfigError
-from minipar.model.moe.dispatch import check_moe
+from minipar.model.moe.capacity import check_moe
 from minipar.model.moe.layer import MoE
 from minipar.model.recompute import checkpoint
 

@@ -13,6 +13,7 @@ from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.moe import moe_activation_bytes, moe_stage_params
 from minipar.pp.schedules import make_schedule
+from minipar.zero.formula import zero_bytes_formula
 
 
 def stage_layers_of(model: ModelShape, layout: Layout, dev: Device):
@@ -61,7 +62,6 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
     each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; dense models).
     Raises ConfigError for an invalid layout."""
-    from minipar.zero.flat import zero_bytes_formula  # imports torch: here, so the planner's CLI starts fast
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
     bpv, flash, sp = dev.bytes_per_value, layout.flash_attention, layout.seq_parallel

@@ -68,7 +68,7 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   ranks ZeRO shards over (:attr:`~minipar.perf.layout.Layout.shard`).
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
-- **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.flat.zero_bytes_formula`,
+- **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.formula.zero_bytes_formula`,
   over d·c ranks), activations per Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
   × the blocks each rank holds at its peak along the real schedule (:func:`minipar.perf.memory.held_layers`:
   min(p − i, m)·l/p under 1F1B, l·(1 + (p−1)/(p·v)) on rank 0 interleaved, §4.2.3; each chunk's own

@@ -50,6 +50,7 @@ Units: seconds, bytes, FLOPs, parameters.
 from __future__ import annotations
 
 from minipar.comm.cost import all_reduce_time, all_to_all_time
+from minipar.model.moe.capacity import check_moe
 from minipar.perf.flops import (
     activation_bytes_per_layer,
     all_to_all_bytes,
@@ -150,9 +151,7 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
     one step for ``experts`` experts per MLP, ``top_k`` per token, expert parallelism ``ep`` over ``gpus``
     GPUs and ``global_batch`` sequences per step (bf16, balanced routing). The layout search that follows it
     (:func:`minipar.perf.search.plan`) models the step. Raises ConfigError
-    (:func:`minipar.model.moe.dispatch.check_moe`) for impossible counts."""
-    from minipar.model.moe.dispatch import check_moe  # imports torch: only this path needs it
-
+    (:func:`minipar.model.moe.capacity.check_moe`) for impossible counts."""
     E, k = experts, top_k
     check_moe(E, k, None, ep)
     total, active = moe_params(model, E, k)

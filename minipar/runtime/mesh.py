@@ -45,10 +45,7 @@ import math
 from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 
-import torch.distributed as dist
-
 from minipar.errors import ConfigError
-from minipar.runtime import dist as mdist
 
 DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of a Mesh's shape and of the rank formula
 DIMS_3D = ("pp", "dp", "tp")  # a 3-tuple shape is (pp, dp, tp): cp = 1, the shape of every job without --cp
@@ -300,6 +297,8 @@ def init_mesh(
     Raises:
         ConfigError: see :class:`Mesh`.
     """
+    from minipar.runtime import dist as mdist  # torch: only the functions that make groups import it
+
     return init_groups(Mesh(mdist.world_size(), pp, dp, tp, cp, ep), group_cache=group_cache)
 
 
@@ -320,6 +319,10 @@ def init_groups(mesh: Mesh, group_cache: dict | None = None) -> Mesh:
     Raises:
         ConfigError: the layout is for another number of ranks than the current world's.
     """
+    import torch.distributed as dist  # here, not at the top: the layout arithmetic (the planner) needs no torch
+
+    from minipar.runtime import dist as mdist
+
     if mesh.world_size != mdist.world_size():
         raise ConfigError(
             f"a layout of {mesh.world_size} ranks on a world of {mdist.world_size()}; "

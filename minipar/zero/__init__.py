@@ -29,14 +29,23 @@ the model's modules, names and shapes, so any optimizer, frozen parameters and c
 
 from __future__ import annotations
 
-import torch.nn as nn
+import importlib
 
 from minipar.errors import ConfigError
-from minipar.zero import stage3, stage12
-from minipar.zero.flat import STAGES
+from minipar.zero.formula import STAGES
+
+_SUBMODULES = ("flat", "formula", "stage12", "stage3", "param_shard", "fully_shard", "redundancy")
 
 
-def zero(model: nn.Module, stage: int, **kwargs):
+def __getattr__(name: str):
+    """``minipar.zero.stage12`` and the other submodules on first use (PEP 562): importing the package imports no
+    torch, so the planner can read ZeRO's byte formula (:mod:`minipar.zero.formula`) without PyTorch."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"minipar.zero.{name}")
+    raise AttributeError(f"module 'minipar.zero' has no attribute {name!r}")
+
+
+def zero(model, stage: int, **kwargs):
     """ZeRO optimizer for ``stage`` 1, 2 (:class:`~minipar.zero.stage12.ZeroOptimizer`)
     or 3 (:class:`~minipar.zero.stage3.Zero3`, which replaces the model's units in place by sharded ones).
     ``kwargs`` as :class:`ZeroOptimizer`.
@@ -44,6 +53,8 @@ def zero(model: nn.Module, stage: int, **kwargs):
     Raises:
         ConfigError: ``stage`` not in 1, 2, 3.
     """
+    from minipar.zero import stage3, stage12
+
     if stage in (1, 2):
         return stage12.ZeroOptimizer(model, stage=stage, **kwargs)
     if stage == 3:

@@ -4,7 +4,8 @@
     xs = dispatch(x, plan)                                 # (M, d): kept rows, sorted by expert
     y = combine(experts(xs), plan, n_tokens)               # (T, d): gate-weighted sum back per token
 
-Capacity (Switch Transformer, Fedus et al. 2021, arXiv:2101.03961, §2.2, eq. 3): an expert
+Capacity (Switch Transformer, Fedus et al. 2021, arXiv:2101.03961, §2.2, eq. 3; the number:
+:func:`minipar.model.moe.capacity.expert_capacity`): an expert
 takes at most ``C = ceil(capacity_factor · T · k / E)`` of a batch's T·k choices; the rest are
 *dropped*: that choice contributes nothing and the token rides the residual connection. Which
 ones are kept: first choices before second choices, and within a choice earlier tokens first
@@ -21,26 +22,10 @@ the experts one rank owns are contiguous too (experts are dealt out in blocks of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-from minipar.errors import ConfigError
-
-
-def expert_capacity(n_tokens: int, n_experts: int, top_k: int, capacity_factor: float | None) -> int | None:
-    """``ceil(capacity_factor · n_tokens · top_k / n_experts)``, or None (drop-free) when the factor is None.
-
-    Raises:
-        ConfigError: a factor <= 0.
-    """
-    if capacity_factor is None:
-        return None
-    if not capacity_factor > 0:
-        raise ConfigError(f"moe capacity_factor={capacity_factor} must be > 0 (or None for drop-free routing)")
-    return math.ceil(capacity_factor * n_tokens * top_k / n_experts)
 
 
 @dataclass
@@ -99,14 +84,3 @@ def combine(y: torch.Tensor, plan: Plan, n_tokens: int) -> torch.Tensor:
     """(M, d) expert outputs -> (T, d): ``out[t] = Σ gate · y`` over token t's kept choices (0 if none)."""
     out = y.new_zeros((n_tokens, y.shape[-1]))
     return out.index_add(0, plan.token, y * plan.gate[:, None].to(y.dtype))
-
-
-def check_moe(n_experts: int, top_k: int, capacity_factor: float | None, ep: int = 1) -> None:
-    """Raise :class:`ConfigError` for a MoE setting that cannot work (one line, with the fix)."""
-    if n_experts < 1:
-        raise ConfigError(f"moe_experts={n_experts} must be >= 1")
-    if not 1 <= top_k <= n_experts:
-        raise ConfigError(f"moe_top_k={top_k} must be between 1 and moe_experts={n_experts}")
-    expert_capacity(1, n_experts, top_k, capacity_factor)
-    if ep < 1 or n_experts % ep:
-        raise ConfigError(f"ep={ep} must divide moe_experts={n_experts}: each EP rank holds E/ep whole experts")

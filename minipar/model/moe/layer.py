@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from minipar.model.moe.dispatch import check_moe, combine, dispatch, expert_capacity, make_plan
+from minipar.model.moe.capacity import check_moe, expert_capacity
+from minipar.model.moe.dispatch import combine, dispatch, make_plan
 from minipar.model.moe.experts import Experts
 from minipar.model.moe.router import Router, load_balancing_loss
 
