@@ -20,10 +20,12 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
 recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
 ``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
-differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search
-with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and
-``--gpus``; ``--json`` adds ``ep``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is
-refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing. The model: :mod:`minipar.perf.model`.
+differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search with expert
+parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
+``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
+``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
+with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing. The model:
+:mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from minipar.perf.hardware import FRAMEWORKS, GPUS, HBM_EFF, for_framework, with
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
-from minipar.perf.moe_flags import check_moe_flags
+from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 from minipar.runtime.mesh import divisors
@@ -161,9 +163,10 @@ def _device(a):
 
 
 def _row(e, dev, model) -> dict:
+    moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
     return {
         "layout": str(e.layout),
-        **({"ep": e.layout.ep, "experts": model.experts, "top_k": model.top_k} if model.experts else {}),
+        **(moe if model.experts else {}),
         "device": {
             "name": dev.name,
             "peak_tflops": round(dev.peak_flops / 1e12, 1),
@@ -246,11 +249,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-allgather", action="store_true", help="CP by all-gathered K/V, Llama 3's (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
     p.add_argument("--json", action="store_true", help="one JSON object per layout per line")
-    p.add_argument(
-        "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
-    )
-    p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
-    p.add_argument("--ep", type=int, default=None, help="fix the expert-parallel degree (default: the search tries it)")
+    add_moe_flags(p)
     return p
 
 
@@ -297,6 +296,7 @@ def main(argv=None) -> int:
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
                 fp8=a.precision == "fp8",
                 eps=None if a.ep is None else (a.ep,),
+                etp=a.expert_tp,
             )
         kept = [e for e, why in rows if not why]
         if model.experts and not a.json:  # the counts, at the best layout's ep (or the given one)

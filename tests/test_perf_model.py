@@ -14,11 +14,11 @@ today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of 
 ``minipar.perf.foundry.miss_reason``; until 2026-11-27 also ``MISS:ckpt``, activation checkpointing, -8 … -25 %:
 their FSDP collectives were not hidden on the H100,
 ``test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication``, now charged by the H100's overlap
-cost). The rows for ep, recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:moe``
-(labelled after its errors were seen: the module doc), ``MISS:provenance`` and ``MISS:compile``, with their bands.
-Since the H100's attention core runs at its measured rate (``minipar.perf.gemm.ATTN_EFF_H100``), Llama 3's rows
-(``MISS:scale``) and Megatron-Bridge's Llama 3 70B rows (``MISS:last-stage``), both labelled after their errors
-were seen, read within 15 % and carry no label.
+cost). The rows for recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:provenance``
+and ``MISS:compile``, with their bands. Three labels written after their errors were seen are gone: Llama 3's rows
+(``MISS:scale``) and Megatron-Bridge's Llama 3 70B rows (``MISS:last-stage``) since the H100's attention core runs at
+its measured rate (``minipar.perf.gemm.ATTN_EFF_H100``); the Mixtral rows (``MISS:moe``) since the run's expert TP of
+1 is modelled (``Layout.etp``: its EP groups inside a node).
 """
 
 from dataclasses import replace
@@ -113,7 +113,6 @@ MISS_BANDS = {
     "zero3": (0.30, 3.40),
     "MISS:attn": (0.05, 0.40),  # llm-foundry, s/(6h) > 0.5: +10 … +33 %
     "MISS:compile": (-0.20, 0.05),  # torchtitan's compiled (Float8) rows -14 … -4 %, fms-fsdp -12 %
-    "MISS:moe": (-0.26, -0.08),  # minipar.perf.nemo: Mixtral 8x22B, ep 8 (bf16 -20 %, fp8 -13 %; labelled after)
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
 }
 

@@ -95,6 +95,8 @@ def test_expert_states_shard_over_ep_and_the_mfu_counts_active_parameters():
         (["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k 5: at most --moe-experts 4 experts per token"),
         (["--moe-experts", "8", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --moe-experts 8"),
         (["--moe-experts", "16", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --gpus 8"),
+        (["--expert-tp", "1"], "--expert-tp 1 is the experts' TP degree: add --moe-experts E, or drop it"),
+        (["--moe-experts", "8", "--expert-tp", "0"], "--expert-tp 0: must be an integer >= 1"),
     ],
 )
 def test_contradictions_are_one_line(argv, message, capsys):
@@ -110,8 +112,34 @@ def test_layout_errors_name_the_value_and_the_fix():
         estimate(MOE, H100, Layout(6, 1, 1, 1, ep=3), 60)
     with pytest.raises(ConfigError, match=r"^ep=2 without experts"):
         estimate(replace(MOE, experts=None), H100, Layout(8, 1, 1, 1, ep=2), 64)
+    with pytest.raises(
+        ConfigError, match=r"^etp=3: the experts' TP degree needs experts and must divide tp=2; use etp 1, 2$"
+    ):
+        estimate(MOE, H100, Layout(4, 2, 1, 1, ep=4, etp=3), 64)
+    with pytest.raises(ConfigError, match=r"^etp=1: the experts' TP degree needs experts"):
+        estimate(replace(MOE, experts=None), H100, Layout(4, 2, 1, 1, etp=1), 64)
     with pytest.raises(ConfigError, match=r"^top_k=5: between 1 and experts=4"):
         replace(MOE, experts=4, top_k=5)
+
+
+def test_expert_tp_folds_the_ep_group_inside_a_node():
+    """Megatron-Core's expert TP (``Layout.etp``, megatron/core/parallel_state.py's expert RankGenerator, etp
+    innermost): tp 2, ep 8 spans two nodes at etp = tp (EP ranks 2 apart) and one node at etp 1 (8 consecutive
+    ranks); the experts' FLOPs per rank are the same, their GEMMs wider (f, not f/2) on half the rows; their states
+    (E/ep experts, not ÷ tp) shard over tp·dp/(etp·ep) = 2 ranks, so ZeRO-1's optimizer bytes per rank are the
+    same and the unsharded weights twice the experts' share; no TP collective for the experts at etp 1."""
+    tp_lay = Layout(8, 2, 1, 1, zero=1, recompute="selective", seq_parallel=True, ep=8)
+    folded = replace(tp_lay, etp=1)
+    assert links(H100, tp_lay)["ep"] == H100.inter and links(H100, folded)["ep"] == H100.intra
+    assert str(folded).endswith("·ep8·etp1·sel-rc·sp") and folded.expert_shard == 2 and tp_lay.expert_shard == 1
+    (_, wide), (_, thin) = moe_gemm_shapes(MOE, 4096, 2, 8, True, 1), moe_gemm_shapes(MOE, 4096, 2, 8, True)
+    assert wide == [(4096, 2 * 14336, 4096), (4096, 4096, 14336)]
+    assert thin == [(8192, 14336, 4096), (8192, 4096, 7168)]
+    flops = lambda shapes: sum(2 * m * n * k for m, n, k in shapes)  # noqa: E731
+    assert flops(wide) == flops(thin)
+    a, b = estimate(MOE, H100, tp_lay, 64), estimate(MOE, H100, folded, 64)
+    assert a.mem["optimizer"] == b.mem["optimizer"] and a.mem["params"] < b.mem["params"] < 2 * a.mem["params"]
+    assert b.time["ep"] < a.time["ep"] / 4 and b.time["tp"] < a.time["tp"]
 
 
 def test_json_has_ep_and_the_table_shows_it(capsys):
@@ -122,6 +150,9 @@ def test_json_has_ep_and_the_table_shows_it(capsys):
     assert main([*SHAPE, "--moe-experts", "8", "--moe-top-k", "2", "--ep", "4"]) == 0
     out = capsys.readouterr().out
     assert "expert parallelism ep=4" in out and "·ep4" in out and "does not model experts" not in out
+    assert main([*SHAPE, "--moe-experts", "8", "--moe-top-k", "2", "--expert-tp", "1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and all(r["etp"] == 1 and ("·etp1" in r["layout"]) == ("·tp1·" not in r["layout"]) for r in rows)
     assert main([*SHAPE, "--json"]) == 0  # dense: no ep key
     assert all("ep" not in json.loads(line) for line in capsys.readouterr().out.splitlines())
 

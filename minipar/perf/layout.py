@@ -107,7 +107,9 @@ class Layout:
     group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`);
     ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
     parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
-    divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`)."""
+    divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
+    experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None: tp), a divisor of tp; below tp the
+    experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`, :attr:`expert_shard`)."""
 
     dp: int
     tp: int
@@ -131,6 +133,7 @@ class Layout:
     hsdp: int | None = None
     fp8: bool = False
     ep: int = 1
+    etp: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -141,6 +144,16 @@ class Layout:
         """Ranks ZeRO divides the model states over: dp·cp (every rank holding the same weights), or hsdp·cp
         with hybrid sharding (PyTorch FSDP2's HSDP: shard within a group, replicate across groups)."""
         return (self.hsdp or self.dp) * self.cp
+
+    @property
+    def expert_tp(self) -> int:  # the experts' TP degree: etp, or tp when it is None (Megatron-Core's default)
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_shard(self) -> int:
+        """Ranks the experts' model states shard over (their data-parallel group, ZeRO): shard/ep with etp = tp;
+        folded (etp < tp) shard·tp/(etp·ep), the tp·cp·dp ranks less the etp·ep that hold different experts."""
+        return self.shard * self.tp // (self.expert_tp * self.ep)
 
     def recomputed_layers(self, layers: int) -> list[int]:
         """Blocks of each model chunk (:meth:`chunk_layers`) whose forward runs again in backward: all with
@@ -205,6 +218,7 @@ class Layout:
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
+        s += f"·etp{self.etp}" if self.etp is not None and self.etp != self.tp else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""
@@ -307,6 +321,10 @@ def _check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"ep={ep} must divide dp={d} (expert parallelism is carved out of dp); use ep {ok}")
     if E and layout.hsdp is not None:
         raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
+    e, t = layout.etp, layout.tp
+    if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
+        use = ", ".join(str(x) for x in range(1, t + 1) if t % x == 0)
+        raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
 
 
 def _check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:

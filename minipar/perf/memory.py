@@ -92,7 +92,7 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     for i in range(p):
         states = zero_bytes_formula(params[i], zero, layout.shard, mixed_precision=bpv == 2)
         if experts[i]:
-            mine = zero_bytes_formula(experts[i], zero, layout.shard // layout.ep, mixed_precision=bpv == 2)
+            mine = zero_bytes_formula(experts[i], zero, layout.expert_shard, mixed_precision=bpv == 2)
             states = {k: v + mine[k] for k, v in states.items()}
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer

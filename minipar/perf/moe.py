@@ -17,7 +17,12 @@ ASSUMED, each a choice a source run would pin:
   auxiliary-loss-free bias). Imbalance would add to the busiest rank; not modelled.
 - **expert tensor parallelism = tp** (Megatron-Core's default: ``--expert-tensor-parallel-size`` unset is
   ``--tensor-model-parallel-size``): each expert's matrices split over the tp ranks as the dense MLP's
-  (column / row), and over ep (E/ep experts per rank).
+  (column / row), and over ep (E/ep experts per rank). GIVEN where a run sets it (``Layout.etp``, a divisor of
+  tp): Megatron-Core builds the experts' mesh apart (``megatron/core/parallel_state.py``,
+  ``initialize_model_parallel``: an expert ``RankGenerator`` with tp = etp, ep, dp = the expert-data-parallel
+  size, cp = 1, etp innermost), folded over the tp·cp·dp ranks: an EP group is ep ranks etp apart, the expert
+  GEMMs (r·etp/tp rows, f/etp columns) the same FLOPs per rank, their TP collective over etp ranks (none at 1),
+  their states sharded over tp·cp·dp/(etp·ep) ranks (``Layout.expert_shard``).
 - **compute**: attention's QKV and output projection as the dense block's; the router one (T, E, h) GEMM
   (T = b·s/cp tokens of this rank; ÷ tp with sequence parallelism); each of the E/ep local experts one
   up (T·k·ep/E, (2 if gated else 1)·f/t, h) and one down (T·k·ep/E, h, f/t) GEMM at ITS shape
@@ -74,37 +79,45 @@ def expert_params(model: ModelShape) -> int:
 def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> list[tuple[float, float]]:
     """(dense, expert) parameters one rank of each pipeline stage holds, megatron counts: the dense model's
     :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) per
-    block; and its blocks' E/ep experts ÷ tp (expert tp = tp, ASSUMED)."""
+    block; and its blocks' E/ep experts ÷ the experts' TP degree (:attr:`~minipar.perf.layout.Layout.expert_tp`)."""
     t, E, ep = layout.tp, model.experts, layout.ep
     layers = stage_layers or [model.layers // layout.pp] * layout.pp
     base = stage_params(model, layout.pp, t, "megatron", layers)
     mlp = expert_params(model)
-    return [(p - n * mlp / t + n * E * model.hidden, n * (E // ep) * mlp / t) for p, n in zip(base, layers)]
+    e = layout.expert_tp
+    return [(p - n * mlp / t + n * E * model.hidden, n * (E // ep) * mlp / e) for p, n in zip(base, layers)]
 
 
-def moe_gemm_shapes(model: ModelShape, tokens: float, t: int, ep: int, sp: bool = False) -> tuple[list, list]:
+def moe_gemm_shapes(
+    model: ModelShape, tokens: float, t: int, ep: int, sp: bool = False, etp: int | None = None
+) -> tuple[list, list]:
     """(attention's and the router's GEMMs, one local expert's GEMMs) of one MoE block's forward on one TP rank for
     ``tokens`` = b·s rows: QKV and output projection (:func:`~minipar.perf.gemm.block_gemms`), the router
-    (tokens ÷ t with sequence parallelism, E, h); per expert up (r, (2 if gated else 1)·f/t, h) and down (r, h,
-    f/t) with r = tokens·k·ep/E rows (balanced routing)."""
-    E, k = model.experts, model.top_k
+    (tokens ÷ t with sequence parallelism, E, h); per expert up (r, (2 if gated else 1)·f/e, h) and down (r, h,
+    f/e) with e = ``etp`` (None: t) and r = tokens·(e/t)·k·ep/E rows (balanced routing; an expert TP group of e
+    ranks holds e/t of the TP group's tokens). The FLOPs per rank do not depend on e."""
+    E, k, e = model.experts, model.top_k, etp or t
     dense = block_gemms(model, tokens, t)
-    rows = tokens * k * ep / E
-    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)], [(rows, n, kk) for _, n, kk in dense[2:]]
+    rows = tokens * e / t * k * ep / E
+    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)], [
+        (rows, n, kk) for _, n, kk in block_gemms(model, tokens, e)[2:]
+    ]
 
 
 def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links: dict) -> dict:
     """Seconds of one MoE block for one micro-batch on one rank (module doc): ``"f"`` / ``"b"`` its weight GEMMs
     forward / backward (the E/ep local experts at their shape), ``"a2a"`` ONE all-to-all (dispatch or combine)
-    over the EP group, ``"tp_mlp"`` the MLP's TP all-reduce of k·b·s·h values (0 with tp = 1)."""
-    t, ep, k = layout.tp, layout.ep, model.top_k
-    dense, expert = moe_gemm_shapes(model, tokens, t, ep, layout.seq_parallel)
+    over the EP group, ``"tp_mlp"`` the experts' TP all-reduce over their etp ranks of k·b·s·h·etp/tp values (0 with
+    etp = 1: Megatron-Core's folded experts need no TP collective)."""
+    t, ep, k, e = layout.tp, layout.ep, model.top_k, layout.expert_tp
+    dense, expert = moe_gemm_shapes(model, tokens, t, ep, layout.seq_parallel, e)
     local = model.experts // ep
     f = gemms_time(dev, dense, layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
     b = gemms_time(dev, dense, layout.fp8, True) + local * gemms_time(dev, expert, layout.fp8, True)
     bpv = dev.bytes_per_value
     a2a = a2a_seconds(model, tokens, layout, links["ep"], bpv) if ep > 1 else 0.0
-    return {"f": f, "b": b, "a2a": a2a, "tp_mlp": all_reduce_time(t, k * tokens * model.hidden * bpv, links["tp"])}
+    tp_mlp = all_reduce_time(e, k * tokens * e / t * model.hidden * bpv, links["tp"])
+    return {"f": f, "b": b, "a2a": a2a, "tp_mlp": tp_mlp}
 
 
 def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, link, bytes_per_value: int = 2) -> float:

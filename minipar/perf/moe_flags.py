@@ -14,14 +14,32 @@ def _fit(n: int) -> str:
     return ", ".join(map(str, divisors(n)[:12]))
 
 
+def add_moe_flags(p) -> None:
+    """``--moe-experts``, ``--moe-top-k``, ``--ep`` and ``--expert-tp`` on the argparse parser ``p``."""
+    p.add_argument(
+        "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
+    )
+    p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
+    p.add_argument("--ep", type=int, default=None, help="fix the expert-parallel degree (default: the search tries it)")
+    p.add_argument(
+        "--expert-tp",
+        type=int,
+        default=None,
+        help="the experts' TP degree in the layouts whose tp it divides (Megatron-Core's --expert-tensor-parallel-"
+        "size; default: tp): below tp the experts' mesh folds, an EP group of ep ranks etp apart (1: inside a node)",
+    )
+
+
 def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
-    """``--ep`` needs ``--moe-experts``; with it: no fixed-layout flag (the search tries the layouts and ep; a flag
-    is refused, not dropped), k <= E, ep dividing E and the GPUs. Raises ConfigError."""
+    """``--ep`` and ``--expert-tp`` need ``--moe-experts``; with it: no fixed-layout flag (the search tries the
+    layouts and ep; a flag is refused, not dropped), k <= E, ep dividing E and the GPUs. Raises ConfigError."""
     if a.moe_experts is None:
         if a.ep is not None:
             raise ConfigError(
                 f"--ep {a.ep} splits experts over ranks: add --moe-experts E (a multiple of {a.ep}), or drop --ep"
             )
+        if a.expert_tp is not None:
+            raise ConfigError(f"--expert-tp {a.expert_tp} is the experts' TP degree: add --moe-experts E, or drop it")
         return
     given = [f"--{f.replace('_', '-')}" for f in layout_flags if getattr(a, f) not in (None, False)]
     given += ["--precision fp8"] if a.precision == "fp8" else []
@@ -32,7 +50,7 @@ def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
             "or drop --moe-experts to evaluate the dense layout"
         )
     n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or default_gpus
-    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep)):
+    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
     if k > n:

@@ -46,17 +46,18 @@ Every row's published tokens/s per GPU becomes an MFU in this model's own FLOP c
 error is the throughput error. ASSUMED for all: the H100 preset's links (NDR, 400 Gb/s per GPU); the gradient
 reduction in fp32 for Megatron-LM (MoE-Zoo: its default under bf16), in bf16 for NeMo and Megatron-Bridge (the
 25.11 recipe sets ``grad_reduce_in_fp32=False``; NeMo 24.07 the same); the interleaved schedule's sends overlapped
-(Megatron's default with VP); expert tensor parallelism = tp (the Mixtral run has expert TP 1: the same FLOPs per
-rank, other all-to-all sizes); balanced routing (forced balancing: given); the all-to-all not overlapped (no
+(Megatron's default with VP); the Mixtral run's expert tensor parallelism 1 (given: ``Layout.etp``, the experts'
+mesh folded, its EP groups inside a node); balanced routing (forced balancing: given); the all-to-all not overlapped (no
 ``A2A_OVERLAP``: given).
 
-Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
-``MISS:moe``, the Mixtral rows (-20 % bf16, -13 % FP8), labelled AFTER their errors were seen: the MoE terms
-(grouped GEMMs, fused permute) at the dense GEMMs' efficiency. Megatron-Bridge's Llama 3 70B rows (TP 4, PP 8, VP 5)
-read -13 to -16 % with the H100's attention at the FA3 paper's 35 % and were labelled ``MISS:last-stage`` after that
-was seen; with the attention core at its measured rate for Megatron-Core's kernel
-(:data:`minipar.perf.gemm.ATTN_EFF_H100`, "cudnn") and the efficiency re-chosen on NeMo's table (0.60) they read
--7 to -10 %, and the label is gone.
+Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed). Two labels
+were written AFTER their errors were seen and are gone. ``MISS:moe``, the Mixtral rows: -20 % bf16 and -13 % FP8
+while the model ASSUMED expert TP = TP (2), whose EP group of 8 ranks 2 apart spans two nodes, so every all-to-all
+crossed InfiniBand; the run's expert TP is 1 (given), and Megatron-Core then folds the experts' mesh (an EP group is
+8 consecutive ranks, one node's NVLink: :class:`minipar.perf.layout.Layout` ``etp``): -2 % and +13 %.
+Megatron-Bridge's Llama 3 70B rows (TP 4, PP 8, VP 5), ``MISS:last-stage``: -13 to -16 % with the H100's attention
+at the FA3 paper's 35 %; with the attention core at its measured rate for Megatron-Core's kernel
+(:data:`minipar.perf.gemm.ATTN_EFF_H100`, "cudnn") and the efficiency re-chosen on NeMo's table (0.60), -7 to -10 %.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ def nemo_layout(row) -> Layout:
         flash_attention=True,
         fp8=fp8,
         ep=ep,
+        etp=1 if src == "MoE-Zoo" else None,  # the Mixtral run's expert TP 1: given (module doc)
         cp=cp,
         first_stage_layers=edge,
         last_stage_layers=edge,
@@ -157,20 +159,17 @@ def nemo_layout(row) -> Layout:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
-    table and the release's recipe disagree), ``"moe"`` (expert parallelism; labelled after its errors were seen)."""
-    src, name, _, (_, pp, _, v, ep), *_, rl, _, _, _ = row
-    if rl:
-        return "provenance"
-    if ep > 1:
-        return "moe"
-    return None
+    table and the release's recipe disagree)."""
+    return "provenance" if row[-4] else None  # recompute_num_layers
 
 
 def label(row) -> str:
     """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``, :func:`miss_reason`]."""
     src, name, n, (tp, pp, cp, v, ep), *_, rl, fp8, _, _ = row
-    lay = f"dp{nemo_layout(row).dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
-    lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·rc{rl}" if rl else "")
+    given = nemo_layout(row)
+    lay = f"dp{given.dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
+    lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·etp{given.etp}" if given.etp else "")
+    lay += f"·rc{rl}" if rl else ""
     why = miss_reason(row)
     return f"{src} {name} {n:4d} H100 {lay} {'fp8' if fp8 else 'bf16'}" + (f" MISS:{why}" if why else "")
 

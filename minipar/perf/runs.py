@@ -32,7 +32,7 @@ rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if e
 one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
 and the llm-foundry rows a rule on their layout marks (``MISS:attn``: :func:`minipar.perf.foundry.miss_reason`);
 torchtitan's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`), and the rows of
-:mod:`minipar.perf.nemo` (``MISS:moe``, ``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
+:mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ def plan(
     grad_bytes: int = 4,
     fp8: bool = False,
     eps=None,
+    etp: int | None = None,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -80,6 +81,8 @@ def plan(
         eps: expert-parallel degrees to try for a model with experts (``model.experts``), each where it
             divides dp and the experts; None: every divisor of dp that divides the experts (ep = 1 included;
             :func:`ep_degrees`). A dense model: ep = 1 only.
+        etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
+            does not divide is invalid, so skipped. None: tp (Megatron-Core's default).
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
@@ -125,6 +128,7 @@ def plan(
                                 grad_bytes=grad_bytes,
                                 fp8=fp8,
                                 ep=ep,
+                                etp=etp if model.experts else None,
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

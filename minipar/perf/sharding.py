@@ -78,9 +78,13 @@ def links(dev: Device, lay: Layout) -> dict:
     if lay.hsdp is not None:
         out["shard"] = group_link(dev, lay.hsdp * c, t)
         out["replicate"] = group_link(dev, d // lay.hsdp, t * c * lay.hsdp)
-    if lay.ep > 1:  # ep consecutive dp ranks; the expert-dp group: dp/ep ranks ep apart (its cp ranks inside)
+    e = lay.expert_tp
+    if lay.ep > 1 and e == t:  # ep consecutive dp ranks; the expert-dp group: dp/ep ranks ep apart (its cp inside)
         out["ep"] = group_link(dev, lay.ep, t * c, collective=False)  # all-to-all: each GPU's bytes on its own NIC
         out["edp"] = group_link(dev, d // lay.ep, t * c * lay.ep) if d > lay.ep else group_link(dev, c, t)
+    elif e != t:  # folded (Layout.etp < tp): ep ranks etp apart; the expert-dp group etp·ep apart
+        out["ep"] = group_link(dev, lay.ep, e, collective=False)
+        out["edp"] = group_link(dev, lay.expert_shard, e * lay.ep)
     return out
 
 
@@ -96,9 +100,9 @@ def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, fl
 
 def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float) -> tuple[float, float]:
     """:func:`_reduce_and_gather` of ``psi_e`` expert parameters over their expert-data-parallel group
-    ((dp/ep)·cp ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
+    (:attr:`~minipar.perf.layout.Layout.expert_shard` ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
     L = links(dev, layout)
-    n, z, link = layout.dp // layout.ep * layout.cp, layout.zero, L.get("edp", L["dp"])  # ep = 1: the dp group
+    n, z, link = layout.expert_shard, layout.zero, L.get("edp", L["dp"])  # ep = 1 and etp = tp: the dp group
     grads = (ring_time if z else all_reduce_time)(n, layout.grad_bytes * psi_e, link)
     return grads, ring_time(n, dev.bytes_per_value * psi_e, link) if z else 0.0
 
