@@ -10,9 +10,11 @@ of the planner's attention and memory-bound terms on a real device (``examples/g
 2. One Llama 3 block (8B at 8,192 tokens; 70B at 4,096 and 8,192; one GPU, no TP), written as torchtitan writes it
    in eager PyTorch (RMSNorm in fp32, complex RoPE, K/V repeated for GQA, SwiGLU), forward + backward, each
    attention backend; a profiler splits the CUDA kernel time into GEMMs, attention and the rest (memory-bound).
-Timings: CUDA events, the median of 10 after 3 warm-ups. The stored outputs of the H100 run are in
-``examples/h100_2026-11-27/`` (probe1: the first pass, also with PyTorch's fused RMSNorm; probe2: this script's
-table); ``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to them.
+Timings: CUDA events, the median of 20 after 5 warm-ups (``gemm_rate.cuda_time``; the stored run took 10 after 3). The
+stored outputs of the H100 runs are in ``examples/h100_2026-11-27/``: probe1, a first pass (also with PyTorch's fused
+RMSNorm; its blocks accumulated gradients across repeats); probe2, the attention table of
+``minipar.perf.gemm.ATTN_EFF_H100``; probe3, this script as it stands, whose blocks
+``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from gemm_rate import cuda_time  # examples/gemm_rate.py: CUDA events, the median
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
@@ -29,22 +32,6 @@ from torch.profiler import ProfilerActivity, profile
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 BLOCKS = (("8B", 4096, 32, 8, 14336, 8192), ("70B", 8192, 64, 8, 28672, 4096), ("70B", 8192, 64, 8, 28672, 8192))
 HD, EPS = 128, 1e-5
-
-
-def cuda_time(fn, reps: int = 10, warm: int = 3) -> float:
-    """Median seconds of ``fn()`` on the current GPU."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return sorted(times)[reps // 2]
 
 
 def kernel_split(fn) -> dict:

@@ -33,8 +33,14 @@ def time_gemm(m: int, n: int, k: int, fp8: bool, reps: int = 20) -> float:
         fn = lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
     else:
         fn = lambda: a @ b.t()  # noqa: E731
-    for _ in range(5):
+    return cuda_time(fn, reps)
+
+
+def cuda_time(fn, reps: int = 20, warm: int = 5) -> float:
+    """Median seconds of ``fn()`` on the current GPU: CUDA events around each of ``reps`` calls after ``warm``."""
+    for _ in range(warm):
         fn()
+    torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
