@@ -10,11 +10,14 @@ of the planner's attention and memory-bound terms on a real device (``examples/g
 2. One Llama 3 block (8B at 8,192 tokens; 70B at 4,096 and 8,192; one GPU, no TP), written as torchtitan writes it
    in eager PyTorch (RMSNorm in fp32, complex RoPE, K/V repeated for GQA, SwiGLU), forward + backward, each
    attention backend; a profiler splits the CUDA kernel time into GEMMs, attention and the rest (memory-bound).
+3. HBM bandwidth of elementwise kernels (copy, add, scale, a bf16 → fp32 cast) on 1 and 4 GiB tensors, GB/s of bytes
+   read and written: the check of ``minipar.perf.hardware.HBM_EFF`` (0.85 of the datasheet, ASSUMED).
 Timings: CUDA events, the median of 20 after 5 warm-ups (``gemm_rate.cuda_time``; the stored run took 10 after 3). The
 stored outputs of the H100 runs are in ``examples/h100_2026-11-27/``: probe1, a first pass (also with PyTorch's fused
 RMSNorm; its blocks accumulated gradients across repeats); probe2, the attention table of
 ``minipar.perf.gemm.ATTN_EFF_H100``; probe3, this script as it stands, whose blocks
-``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to.
+``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to (before part 3 was
+added); hbm.json, part 3's operations run on their own.
 """
 
 from __future__ import annotations
@@ -116,10 +119,24 @@ def main(path: str | None = None) -> None:
                 with sdpa_kernel([be]):
                     t = cuda_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do))
                 emit(what="sdpa", backend=kernel, ba=ba, s=s, fwd_bwd_s=t, total_eff=flops / t / peak)
+    for gib in (1, 4):
+        emit(what="hbm", gib=gib, **hbm_rates(gib))
     for label, h, heads, kv, ffn, s in BLOCKS:
         for kernel, t, split in time_block(h, heads, kv, ffn, s):
             emit(what="block", model=label, s=s, backend=kernel, step_s=t, split_s=split)
         torch.cuda.empty_cache()
+
+
+def hbm_rates(gib: int) -> dict:
+    """GB/s (1e9 bytes read + written per second) of copy, add, scale and a bf16 → fp32 cast on ``gib`` GiB of bf16."""
+    x = torch.randn(gib * 2**30 // 2, device="cuda", dtype=torch.bfloat16)
+    y, z, n = torch.empty_like(x), torch.randn_like(x), x.numel()
+    return {
+        "copy": 4 * n / cuda_time(lambda: y.copy_(x)) / 1e9,
+        "add": 6 * n / cuda_time(lambda: torch.add(x, z, out=y)) / 1e9,
+        "scale": 4 * n / cuda_time(lambda: torch.mul(x, 1.5, out=y)) / 1e9,
+        "cast_fp32": 6 * n / cuda_time(lambda: x.float()) / 1e9,
+    }
 
 
 def time_block(h: int, heads: int, kv: int, ffn: int, s: int) -> list[tuple[str, float, dict]]:

@@ -127,7 +127,11 @@ OVERLAP_COST = {"A100": 0.0, "H100": 0.5, "H200": 0.5, "B200": 0.5}
 # as the H100.
 FRAMEWORKS = ("pytorch", "megatron")
 GEMM_EFF_MEGATRON = {"A100": GEMM_EFF, "H100": 0.60, "H200": 0.60, "B200": 0.60}
-HBM_EFF = 0.85  # fraction of HBM bandwidth memory-bound kernels reach: ASSUMED (STREAM-like copy benchmarks)
+# HBM_EFF: the fraction of the datasheet HBM bandwidth memory-bound kernels reach, ASSUMED (STREAM-like copies). On an
+# H100 SXM (examples/attention_rate.py, 2026-11-27, examples/h100_2026-11-27/hbm.json): copy, add and scale on 1-4 GiB
+# reach 2.94-3.06 TB/s, 0.88-0.91 of 3.35; a bf16 -> fp32 cast 1.97 TB/s, 0.59. MEM_PASSES is counted at 0.85: the
+# eager block's memory-bound kernels measured 4.9-5.1 passes at this rate (the product is what the model uses).
+HBM_EFF = 0.85
 
 
 def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_tflops=None) -> Device:
