@@ -27,7 +27,7 @@ Modules, one concept each (the lesson that teaches each is in brackets):
   ``all_to_all`` [12]
 - ``minipar.dp``       ``sync`` (naive DP), ``buckets``, ``ddp`` (bucketed, overlapped) [02];
   ``compression``, ``param_server`` [09]
-- ``minipar.zero``     ZeRO stages 1, 2 and 3: ``flat``, ``stage12``, ``stage3``, ``param_shard``,
+- ``minipar.zero``     ZeRO stages 1, 2 and 3: ``formula``, ``flat``, ``stage12``, ``stage3``, ``param_shard``,
   ``fully_shard`` (FSDP2's design), ``redundancy`` (ZeRO-1 around any optimizer) [03]
 - ``minipar.tp``       Megatron TP: ``mappings`` (f, g), ``partition``, ``layers``, ``gpt``, ``dtensor`` [04],
   ``overlap`` [09]

@@ -2,6 +2,7 @@
 
 Rajbhandari et al. 2020, arXiv:1910.02054. Read in this order:
 
+- :mod:`minipar.zero.formula`     the model-state bytes per rank of each stage (§5; no torch: the planner reads it)
 - :mod:`minipar.zero.flat`        flat parameter shards, their reduce-scatter/all-gather, sharded AdamW
 - :mod:`minipar.zero.stage12`     :class:`ZeroOptimizer`: stage 1 (optimizer state), stage 2 (+ gradients)
 - :mod:`minipar.zero.stage3`      :class:`Zero3`: stage 3 (+ parameters, just in time) on flat units (FSDP1)
