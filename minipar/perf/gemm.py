@@ -40,10 +40,10 @@ TILE = 128  # cuBLAS's output tile edge for bf16 GEMMs, ASSUMED (NVIDIA's GEMM p
 SMS = {"A100": 108, "H100": 132, "H200": 132, "B200": 148}  # SMs per device: NVIDIA datasheets / whitepapers
 
 # The attention core (FlashAttention-2 forward + backward, causal) as a fraction of the dense bf16 peak, on devices
-# without a measured table. A100: 0.60, ASSUMED in FlashAttention-2's measured range, "50-73 % of the theoretical
-# maximum FLOPs/s on A100" (Dao 2023, arXiv:2307.08691, abstract). B200: the H100's "only 35 %" (Shah et al. 2024,
-# FlashAttention-3, arXiv:2407.08608, abstract), ASSUMED (no published FA2 figure).
-ATTN_EFF = {"A100": 0.60, "H100": 0.35, "H200": 0.35, "B200": 0.35}
+# without a measured table (the H100 and H200 have :data:`ATTN_EFF_H100`). A100: 0.60, ASSUMED in FlashAttention-2's
+# measured range, "50-73 % of the theoretical maximum FLOPs/s on A100" (Dao 2023, arXiv:2307.08691, abstract). B200:
+# "only 35 %" on an H100 (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, abstract), ASSUMED (no B200 figure).
+ATTN_EFF = {"A100": 0.60, "B200": 0.35}
 
 # The attention core on an H100, MEASURED (``examples/attention_rate.py``, 2026-11-27, one H100 SXM 80GB, PyTorch
 # 2.11 + CUDA 13.0): causal ``scaled_dot_product_attention``, bf16, head dim 128, forward + backward, FLOPs
@@ -84,7 +84,7 @@ FP8_VS_BF16 = 0.79
 
 
 def family(name: str) -> str | None:
-    """The key of :data:`SMS` / :data:`ATTN_EFF` a device name starts with ("H100-SXM5-80GB" → "H100")."""
+    """The key of :data:`SMS` a device name starts with ("H100-SXM5-80GB" → "H100")."""
     return next((k for k in SMS if name.upper().startswith(k)), None)
 
 
@@ -158,22 +158,21 @@ def attention_efficiency(kernel: str, ba: float, s: float) -> float:
     over ``ba`` = micro-batch × heads on the rank and ``s`` tokens per sequence: :data:`ATTN_EFF_H100`'s measured
     grid, bilinear in log2(ba), log2(s), clamped. Raises KeyError for a kernel not in the table."""
     rows, (i, wi), (j, wj) = ATTN_EFF_H100[kernel], _log_interp(ATTN_BA, ba), _log_interp(ATTN_SEQ, s)
-    at = lambda a, b: rows[a][b]  # noqa: E731
-    lo = (1 - wj) * at(i, j) + wj * at(i, j + 1)
-    return (1 - wi) * lo + wi * ((1 - wj) * at(i + 1, j) + wj * at(i + 1, j + 1))
+    along_s = lambda r: (1 - wj) * rows[r][j] + wj * rows[r][j + 1]  # noqa: E731
+    return (1 - wi) * along_s(i) + wi * along_s(i + 1)
 
 
-def attention_rate(dev, flash: bool, ba: float | None = None, s: float | None = None) -> float:
-    """FLOP/s of the attention core. FlashAttention on the H100 / H200 with the kernel's size (``ba`` sequences ×
-    heads on the rank, ``s`` tokens each): :func:`attention_efficiency` of the framework's kernel
-    (:data:`ATTN_KERNEL`); other GPUs, or no size: the device's :data:`ATTN_EFF`. Without FlashAttention
-    (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted apart) at the
-    large-GEMM efficiency. Devices not in the table (this CPU): the GEMM efficiency."""
+def attention_rate(dev, flash: bool, ba: float, s: float) -> float:
+    """FLOP/s of the attention core of a kernel over ``ba`` sequences × heads on the rank, ``s`` tokens each.
+    FlashAttention: the device's :data:`ATTN_EFF`, or on the H100 / H200 (the same kernels on the same SMs)
+    :func:`attention_efficiency` of the framework's kernel (:data:`ATTN_KERNEL`) at that size. Without
+    FlashAttention (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted
+    apart) at the large-GEMM efficiency. Devices not in the tables (this CPU): the GEMM efficiency."""
     fam = family(dev.name)
     if not (flash and fam and dev.sms):
         eff = dev.gemm_efficiency
-    elif fam in ("H100", "H200") and ba and s:
-        eff = attention_efficiency(ATTN_KERNEL[dev.framework], ba, s)
-    else:
+    elif fam in ATTN_EFF:
         eff = ATTN_EFF[fam]
+    else:
+        eff = attention_efficiency(ATTN_KERNEL[dev.framework], ba, s)
     return dev.peak_flops * eff * dev.compute_share

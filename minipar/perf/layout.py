@@ -218,7 +218,7 @@ class Layout:
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
-        s += f"·etp{self.etp}" if self.etp is not None and self.etp != self.tp else ""
+        s += f"·etp{self.etp}" if self.expert_tp != self.tp else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""

@@ -80,11 +80,10 @@ def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> li
     """(dense, expert) parameters one rank of each pipeline stage holds, megatron counts: the dense model's
     :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) per
     block; and its blocks' E/ep experts ÷ the experts' TP degree (:attr:`~minipar.perf.layout.Layout.expert_tp`)."""
-    t, E, ep = layout.tp, model.experts, layout.ep
+    t, e, E, ep = layout.tp, layout.expert_tp, model.experts, layout.ep
     layers = stage_layers or [model.layers // layout.pp] * layout.pp
     base = stage_params(model, layout.pp, t, "megatron", layers)
     mlp = expert_params(model)
-    e = layout.expert_tp
     return [(p - n * mlp / t + n * E * model.hidden, n * (E // ep) * mlp / e) for p, n in zip(base, layers)]
 
 

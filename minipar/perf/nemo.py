@@ -160,7 +160,8 @@ def nemo_layout(row) -> Layout:
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
     table and the release's recipe disagree)."""
-    return "provenance" if row[-4] else None  # recompute_num_layers
+    *_, recompute_layers, _, _, _ = row
+    return "provenance" if recompute_layers else None
 
 
 def label(row) -> str:

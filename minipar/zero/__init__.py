@@ -35,15 +35,16 @@ import importlib
 from minipar.errors import ConfigError
 from minipar.zero.formula import STAGES
 
-_SUBMODULES = ("flat", "formula", "stage12", "stage3", "param_shard", "fully_shard", "redundancy")
-
 
 def __getattr__(name: str):
     """``minipar.zero.stage12`` and the other submodules on first use (PEP 562): importing the package imports no
     torch, so the planner can read ZeRO's byte formula (:mod:`minipar.zero.formula`) without PyTorch."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"minipar.zero.{name}")
-    raise AttributeError(f"module 'minipar.zero' has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":  # the submodule exists and something it imports is missing
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def zero(model, stage: int, **kwargs):
