@@ -1,7 +1,7 @@
 """Measure this GPU's attention core and one Llama block, beside what ``minipar.perf`` models for them: the check
 of the planner's attention and memory-bound terms on a real device (``examples/gemm_rate.py`` checks the GEMMs).
 
-    python examples/attention_rate.py [OUT.jsonl]   # needs a CUDA GPU; prints one JSON line per measurement
+    python examples/attention_rate.py [OUT.jsonl] [--mpt]   # needs a CUDA GPU; prints one JSON line per measurement
 
 1. ``scaled_dot_product_attention``, causal, bf16, head dim 128, forward + backward, per backend (PyTorch's
    FlashAttention-2 "flash", cuDNN's "cudnn") over b·heads in (8, 32, 64, 128) and s from 1K to 32K: the fraction
@@ -12,12 +12,16 @@ of the planner's attention and memory-bound terms on a real device (``examples/g
    attention backend; a profiler splits the CUDA kernel time into GEMMs, attention and the rest (memory-bound).
 3. HBM bandwidth of elementwise kernels (copy, add, scale, a bf16 → fp32 cast) on 1 and 4 GiB tensors, GB/s of bytes
    read and written: the check of ``minipar.perf.hardware.HBM_EFF`` (0.85 of the datasheet, ASSUMED).
+4. ``--mpt``: only this part. One MPT block (llm-foundry's ``mpt-*.yaml`` shapes at their benchmark micro-batches),
+   as llm-foundry writes it: low-precision (bf16) LayerNorm, one fused QKV projection, GELU MLP of 4h, no biases, no
+   RoPE (a learned position table outside the blocks); forward + backward with FlashAttention-2, split as in 2.
+   ``tests/test_perf_model.py::test_an_eager_mpt_block_measured_on_an_h100`` holds the model to it.
 Timings: CUDA events, the median of 20 after 5 warm-ups (``gemm_rate.cuda_time``; the stored run took 10 after 3). The
 stored outputs of the H100 runs are in ``examples/h100_2026-11-27/``: probe1, a first pass (also with PyTorch's fused
 RMSNorm; its blocks accumulated gradients across repeats); probe2, the attention table of
 ``minipar.perf.gemm.ATTN_EFF_H100``; probe3, this script as it stands, whose blocks
 ``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to (before part 3 was
-added); hbm.json, part 3's operations run on their own.
+added); hbm.json, part 3's operations run on their own; mpt.jsonl, part 4 (a second H100 the same day).
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ from torch.profiler import ProfilerActivity, profile
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 BLOCKS = (("8B", 4096, 32, 8, 14336, 8192), ("70B", 8192, 64, 8, 28672, 4096), ("70B", 8192, 64, 8, 28672, 8192))
 HD, EPS = 128, 1e-5
+# (llm-foundry name, d_model, heads, micro-batch, s): MPT shapes at micro-batches of llm-foundry's H100 table
+MPT_BLOCKS = (
+    ("1b", 2048, 16, 14, 2048),
+    ("1b", 2048, 16, 2, 16384),
+    ("3b", 2560, 20, 5, 4096),
+    ("7b", 4096, 32, 6, 2048),
+    ("13b", 5120, 40, 2, 2048),
+    ("30b", 7168, 64, 3, 2048),
+)
 
 
 def kernel_split(fn) -> dict:
@@ -91,7 +104,50 @@ class Block(nn.Module):
         return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
 
 
-def main(path: str | None = None) -> None:
+class MPTBlock(nn.Module):
+    """An MPT block as llm-foundry's eager code runs it in bf16 (``LPLayerNorm``, ``Wqkv``, GELU, ``no_bias``)."""
+
+    def __init__(self, h: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(h, bias=False), nn.LayerNorm(h, bias=False)
+        self.wqkv, self.out = nn.Linear(h, 3 * h, bias=False), nn.Linear(h, h, bias=False)
+        self.up, self.down = nn.Linear(h, 4 * h, bias=False), nn.Linear(4 * h, h, bias=False)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        qkv = self.wqkv(self.ln1(x)).chunk(3, -1)
+        q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in qkv)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(o.transpose(1, 2).reshape(b, s, h))
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+def time_mpt_blocks(emit) -> None:
+    """Part 4: each of :data:`MPT_BLOCKS`, forward + backward with FlashAttention-2, and its kernel split."""
+    for name, h, heads, b, s in MPT_BLOCKS:
+        t, split = time_mpt_block(h, heads, b, s)
+        emit(what="mpt_block", model=name, b=b, s=s, step_s=t, split_s=split)
+        torch.cuda.empty_cache()
+
+
+def time_mpt_block(h: int, heads: int, b: int, s: int) -> tuple[float, dict]:
+    """(seconds, kernel split) of one MPT block's forward + backward on ``b`` sequences of ``s`` tokens."""
+    torch.manual_seed(0)
+    blk = MPTBlock(h, heads).to("cuda", torch.bfloat16)
+    x = torch.randn(b, s, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn_like(x)
+
+    def step():
+        blk.zero_grad(set_to_none=True)
+        x.grad = None
+        blk(x).backward(g)
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return cuda_time(step), kernel_split(step)
+
+
+def main(path: str | None = None, mpt_only: bool = False) -> None:
     if not torch.cuda.is_available():
         sys.exit("no CUDA device: examples/attention_rate.py needs a GPU")
     from minipar.course.gpu_check import PEAK_BF16_DENSE
@@ -106,6 +162,8 @@ def main(path: str | None = None) -> None:
             print(json.dumps(row), file=out, flush=True)
 
     emit(what="env", torch=torch.__version__, gpu=name, peak_bf16=peak)
+    if mpt_only:
+        return time_mpt_blocks(emit)
     dev = "cuda"
     for ba in (8, 32, 64, 128):
         b, heads = (4, 32) if ba == 128 else (1, ba)
@@ -162,4 +220,5 @@ def time_block(h: int, heads: int, kv: int, ffn: int, s: int) -> list[tuple[str,
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    args = [a for a in sys.argv[1:] if a != "--mpt"]
+    main(args[0] if args else None, mpt_only="--mpt" in sys.argv)

@@ -40,13 +40,15 @@ from dataclasses import replace
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
-from minipar.perf.hardware import FRAMEWORKS, GPUS, HBM_EFF, for_framework, with_links
+from minipar.perf.gemm import ATTN_KERNEL
+from minipar.perf.hardware import GPUS, HBM_EFF, for_framework, with_links
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags
 from minipar.runtime.mesh import divisors
 
 OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
@@ -61,7 +63,6 @@ CUSTOM_DEVICE = (
     ("mem_gb", "mem_bytes", "GB = 1e9 bytes of memory per GPU", 1e9),
     ("device_fp8_tflops", "fp8_flops", "dense FP8 TFLOP/s per GPU (with --precision fp8)", 1e12),
 )
-GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
 
 
 def check_args(a: argparse.Namespace) -> None:
@@ -159,6 +160,8 @@ def _device(a):
             f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
             "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
         )
+    if a.attention_kernel is not None:
+        dev = replace(dev, attention=a.attention_kernel)
     return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
@@ -176,6 +179,7 @@ def _row(e, dev, model) -> dict:
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
         "framework": dev.framework,
+        "attention_kernel": dev.attention or ATTN_KERNEL[dev.framework],
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
@@ -204,26 +208,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--intra-node-gbps", type=float, default=None, help="Gb/s per GPU inside a node, per direction")
     for flag, _, unit, _ in CUSTOM_DEVICE:
         p.add_argument(f"--{flag.replace('_', '-')}", type=float, default=None, help=f"a custom device: {unit}")
-    p.add_argument(
-        "--grad-reduce-dtype",
-        default="fp32",
-        choices=sorted(GRAD_BYTES),
-        help="dtype of the gradients' all-reduce / reduce-scatter (fp32: Megatron's main grads; bf16: grad_sync_dtype)",
-    )
-    p.add_argument(
-        "--precision",
-        default="bf16",
-        choices=("bf16", "fp8"),
-        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency (measured "
-        "on an H100; attention, norms, embedding, logit stay bf16; --framework megatron keeps their inputs in FP8)",
-    )
-    p.add_argument(
-        "--framework",
-        default="pytorch",
-        choices=FRAMEWORKS,
-        help="whose kernels run the GEMMs, which sets the device's GEMM efficiency (each chosen on its own published "
-        "runs): pytorch (FSDP stacks: llm-foundry, torchtitan) or megatron (Megatron-Core + Transformer Engine: NeMo)",
-    )
+    add_stack_flags(p)
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}")

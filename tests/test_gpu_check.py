@@ -138,3 +138,12 @@ def test_unit_test_results_are_read_per_test(monkeypatch, tmp_path):
     ]
     assert rows[2].detail == "nccl"  # a 1-rank case runs on NCCL wherever there is a GPU
     assert all(c.detail.startswith("gloo") for c in rows[:2])
+
+
+def test_bench_rows_on_gloo_are_shown_not_graded():
+    """A bench row the check-list ran on gloo (more ranks than GPUs) is skipped with its number; on NCCL, graded."""
+    row = {"lesson": "02", "measured": 1.05, "unit": "×", "target": "<= 1.0", "note": "median of 3 launches"}
+    row = {**row, "name": "minipar DDP vs torch DDP, 4 seq/rank, 4 gloo ranks", "ok": False}  # the name as b02 gives it
+    gloo, nccl = g.bench_check(row, n_gpu=1), g.bench_check(row, n_gpu=8)
+    assert gloo.ok is None and "1.05 × <= 1.0" in gloo.detail and "not graded" in gloo.detail
+    assert nccl.ok is False and nccl.detail.endswith("; NCCL)")

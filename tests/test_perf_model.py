@@ -10,8 +10,10 @@ Known misses, by a rule on the row's layout, stay in the test set and are held t
 today, so that a change that makes them worse fails: DeepSpeed's ZeRO-3 rows of Narayanan Table 2
 (+25 … +43 %: DeepSpeed's real overlap is not first principles); llm-foundry's ``MISS:comm`` rows
 (FULL_SHARD across nodes with <= 2 sequences per micro-batch: -36 … -63 %, the model's inter-node ring),
-``MISS:attn`` rows (the attention core a third of the FLOPs or more: +10 … +33 %; reasons in
-``minipar.perf.foundry.miss_reason``; until 2026-11-27 also ``MISS:ckpt``, activation checkpointing, -8 … -25 %:
+``MISS:seen`` rows (30b at s = 8192 on both devices, +21 %, and the A100's 13b there, -16 %: labels written after
+their errors were seen, ``minipar.perf.foundry.miss_reason``; until 2026-11-27 ``MISS:attn``, the long rows while
+they ran at FlashAttention-2's rate instead of their Triton kernel's, and ``MISS:ckpt``, activation checkpointing,
+-8 … -25 %:
 their FSDP collectives were not hidden on the H100,
 ``test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication``, now charged by the H100's overlap
 cost). The rows for recompute_layers and hsdp (``minipar.perf.nemo``, ``minipar.perf.fms``): ``MISS:provenance``
@@ -111,7 +113,7 @@ def test_the_h100s_three_constants_are_chosen_together():
 # known misses by reason: (lowest, highest) error measured today (module doc)
 MISS_BANDS = {
     "zero3": (0.30, 3.40),
-    "MISS:attn": (0.05, 0.40),  # llm-foundry, s/(6h) > 0.5: +10 … +33 %
+    "MISS:seen": (-0.20, 0.25),  # llm-foundry: 30b at s = 8192 +21 % (both devices), the A100's 13b there -16 %
     "MISS:compile": (-0.20, 0.05),  # torchtitan's compiled (Float8) rows -14 … -4 %, fms-fsdp -12 %
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
 }
@@ -169,26 +171,63 @@ H100_BLOCKS = {
 }
 
 
-def test_an_eager_llama_block_measured_on_an_h100():
-    """The H100's PyTorch-stack compute term against a device: one block's forward + backward as the model times it
-    (the compute of two blocks less one, one GPU, micro-batch 1) is within 10 % of the measured block, and the
-    memory-bound kernels' measured time is ``mem_passes`` (5, chosen on llm-foundry's rows) passes of the block's
-    activation bytes within 25 %: a fit-chosen constant held to a measurement it was not chosen on."""
+# One MPT block as llm-foundry's code runs it (bf16 LayerNorm, fused QKV, GELU MLP), eager bf16, FlashAttention-2,
+# forward + backward at a micro-batch of llm-foundry's H100 table, one H100 SXM, 2026-11-27 (examples/attention_rate.py
+# --mpt; examples/h100_2026-11-27/mpt.jsonl): (model, micro-batch, s) -> (seconds, kernel seconds by kind).
+H100_MPT_BLOCKS = {
+    ("1b", 14, 2048): (17.31e-3, {"gemm": 10.73e-3, "attn": 3.30e-3, "other": 2.24e-3}),
+    ("1b", 2, 16384): (40.95e-3, {"gemm": 12.43e-3, "attn": 26.54e-3, "other": 2.61e-3}),
+    ("3b", 5, 4096): (20.99e-3, {"gemm": 12.89e-3, "attn": 6.15e-3, "other": 2.06e-3}),
+    ("7b", 6, 2048): (25.84e-3, {"gemm": 19.75e-3, "attn": 3.33e-3, "other": 2.01e-3}),
+    ("13b", 2, 2048): (13.29e-3, {"gemm": 10.59e-3, "attn": 1.51e-3, "other": 0.89e-3}),
+    ("30b", 3, 2048): (36.46e-3, {"gemm": 34.10e-3, "attn": 3.91e-3, "other": 1.90e-3}),
+}
+
+
+def _block(shape, b, split):
+    """(model's seconds for one block's forward + backward, measured memory-bound passes) on the H100 preset, FA2."""
     from minipar.perf.flops import activation_bytes_per_layer
     from minipar.perf.model import _pipeline_megatron
+
+    dev = replace(GPUS["h100"], attention="flash")
+    lay = Layout(dp=1, tp=1, pp=1, micro_batch=b, flash_attention=True, recompute="none")
+    one, two = (_pipeline_megatron(replace(shape, layers=n), dev, lay, 1)["compute"] for n in (1, 2))
+    act = activation_bytes_per_layer(shape, b, 1, "none", False, 2, True)
+    return two - one, split["other"] / (3 * act / dev.hbm_bw)
+
+
+def test_eager_blocks_measured_on_an_h100():
+    """The H100's PyTorch-stack constants against a device (chosen on llm-foundry's rows, held to blocks they were not
+    chosen on). A Llama 3 block in torchtitan's eager code: the model times it within 10 %, its memory-bound kernels
+    measured 4.5-5.5 passes of its activation bytes. An MPT block in llm-foundry's code: 1.0-1.5 passes, its GEMMs at
+    0.67-0.82 of the peak; the chosen ``mem_passes`` lies between the two stacks' blocks. The model's MPT block is
+    slower than the measured one, and llm-foundry's published step is longer still than its blocks: 1.3-1.7 times
+    the layers × the block measured (× 4/3 when checkpointed), what the fit's constants carry beyond one block."""
+    from minipar.perf.foundry import H100_FIT, H100_TEST, MPT, foundry_row, mpt_shape
     from minipar.perf.torchtitan import LLAMA31
 
-    dev = GPUS["h100"]
-    lay = Layout(dp=1, tp=1, pp=1, micro_batch=1, flash_attention=True, recompute="none")
+    passes = {}
     for (name, s), (measured, split) in H100_BLOCKS.items():
-        shape = replace(LLAMA31[name], seq=s)
-        one, two = (_pipeline_megatron(replace(shape, layers=n), dev, lay, 1)["compute"] for n in (1, 2))
-        passes = split["other"] / (3 * activation_bytes_per_layer(shape, 1, 1, "none", False, 2, True) / dev.hbm_bw)
-        print(f"Llama 3 {name} block, s={s}: measured {measured * 1e3:.1f} ms, model {(two - one) * 1e3:.1f} ms "
-              f"({(two - one) / measured - 1:+.1%}); memory-bound kernels {split['other'] * 1e3:.2f} ms = "
-              f"{passes:.1f} passes (model {dev.mem_passes:g})")  # fmt: skip
-        assert abs((two - one) / measured - 1) <= 0.10, (name, s, two - one)
-        assert abs(passes / dev.mem_passes - 1) <= 0.25, (name, s, passes)
+        model, p = _block(replace(LLAMA31[name], seq=s), 1, split)
+        print(f"Llama 3 {name} block, s={s}: measured {measured * 1e3:.1f} ms, model {model * 1e3:.1f} ms "
+              f"({model / measured - 1:+.1%}); memory-bound kernels {p:.1f} passes")  # fmt: skip
+        assert abs(model / measured - 1) <= 0.10 and 4.5 <= p <= 5.5, (name, s, model, p)
+        passes.setdefault("llama", []).append(p)
+    rows = {(r[0], r[4], r[1]): r for r in H100_FIT + H100_TEST}
+    for (name, b, s), (measured, split) in H100_MPT_BLOCKS.items():
+        shape = mpt_shape(name, s)
+        model, p = _block(shape, b, split)
+        l, h = MPT[name][:2]
+        gemm = 6 * b * s * 12 * h * h / split["gemm"] / GPUS["h100"].peak_flops
+        row = rows[name, b, s]
+        e = foundry_row(row, GPUS["h100"])
+        outside = e.time["total"] * e.mfu / (row[3] / 100) / e.m / (l * measured * (4 / 3 if row[8] else 1))
+        print(f"MPT {name} block, b={b}, s={s}: measured {measured * 1e3:.1f} ms, model {model * 1e3:.1f} ms "
+              f"({model / measured - 1:+.1%}); {p:.2f} passes; GEMMs at {gemm:.2f} of the peak; published step "
+              f"{outside:.2f} x the blocks")  # fmt: skip
+        assert 1.0 <= p <= 1.5 and 0.65 <= gemm <= 0.85 and model > measured and 1.3 <= outside <= 1.7, (name, s)
+        passes.setdefault("mpt", []).append(p)
+    assert max(passes["mpt"]) < GPUS["h100"].mem_passes < min(passes["llama"])
 
 
 def test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication():
@@ -196,7 +235,7 @@ def test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication():
     with the model's FSDP collectives counted as exposed, a model size's checkpointed and non-checkpointed rows
     agree (7b, 13b: medians within 0.04 of the peak, where their raw HFU differs by more than 0.07), and the
     utilisation rises with the model; on the A100 the same reading passes 0.8 of the peak (its collectives
-    were hidden). s <= 4096 only (the longer rows are ``MISS:attn`` or checkpointed)."""
+    were hidden). s <= 4096 only (the longer rows test the attention kernel)."""
     from statistics import median
 
     from minipar.perf.foundry import A100_TEST, H100_FIT, H100_LARGE, H100_TEST, MPT, compute_only_hfu

@@ -72,3 +72,31 @@ def test_fp8_activation_memory_follows_the_framework():
     assert fp8_saved_bytes(model, mb, 1, recompute="full") == 0
     sp = fp8_saved_bytes(model, mb, 4, seq_parallel=True)
     assert sp == pytest.approx(saved / 4) and fp8_saved_bytes(model, mb, 4) > sp  # without SP the first two stay whole
+
+
+def test_attention_kernel_is_in_help_and_json(capsys):
+    """``--attention-kernel flash|cudnn|triton``: the FlashAttention kernel (default: the framework's), in ``--json``;
+    Triton's at ``TRITON_VS_FA2`` of FlashAttention-2's largest rate (Dao 2023 §4.1), so only the compute changes."""
+    from minipar.perf.gemm import ATTN_EFF, ATTN_EFF_H100, TRITON_VS_FA2, attention_rate
+
+    assert "--attention-kernel" in parser().format_help()
+    pt = _run([*LLAMA70B, *FIXED], capsys)
+    mc = _run([*LLAMA70B, *FIXED, "--framework", "megatron"], capsys)
+    tr = _run([*LLAMA70B, *FIXED, "--attention-kernel", "triton"], capsys)
+    assert (pt["attention_kernel"], mc["attention_kernel"], tr["attention_kernel"]) == ("flash", "cudnn", "triton")
+    assert tr["mem_gb"] == pt["mem_gb"] and tr["time_s"]["compute"] > pt["time_s"]["compute"]
+    h100, a100 = replace(GPUS["h100"], attention="triton"), replace(GPUS["a100"], attention="triton")
+    for ba, s in ((8, 1024), (128, 32768)):  # one rate at every size
+        assert attention_rate(h100, True, ba, s) == h100.peak_flops * TRITON_VS_FA2 * max(
+            map(max, ATTN_EFF_H100["flash"])
+        )
+        assert attention_rate(a100, True, ba, s) == a100.peak_flops * TRITON_VS_FA2 * ATTN_EFF["A100"]
+    assert abs(TRITON_VS_FA2 - 3.5 / 6.4) < 1e-12  # FA2 1.4x forward, 2x backward; backward 2.5 forwards of work
+
+
+def test_unknown_attention_kernel_is_one_line(capsys):
+    with pytest.raises(SystemExit):
+        main([*LLAMA70B, *FIXED, "--attention-kernel", "xformers"])
+    assert "invalid choice: 'xformers'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"attention kernel 'xformers': use one of \('flash', 'cudnn', 'triton'\)"):
+        replace(GPUS["h100"], attention="xformers")

@@ -12,8 +12,8 @@ least one CUDA GPU, the checks that say the same code is right on NCCL (issue #1
    dp = N/(P·T), for each (P, dp, T) the model accepts): the 3D job's losses equal one GPU's
    within :data:`TOL`, the |Δloss| bound of the CPU tests (``tests/test_3d.py``, same config
    :data:`TINY`), then the same layout timed in bf16.
-4. **Benchmarks** (:data:`GPU_BENCH`): ``python -m minipar.course.bench --only bNN`` for the lessons whose
-   rows compare minipar with PyTorch on the same ranks, with ``MINIPAR_BACKEND=auto``.
+4. **Benchmarks** (:data:`GPU_BENCH`): ``python -m minipar.course.bench --only bNN`` for the lessons whose rows
+   compare minipar with PyTorch on the same ranks, ``MINIPAR_BACKEND=auto``; graded on NCCL only (:func:`bench_check`).
 
 It prints one table (:func:`format_table`): each check, passed or not, the GPU, the measured
 step time and the MFU against the GPU's datasheet bf16 dense peak (:data:`PEAK_BF16_DENSE`; fp32
@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -280,7 +281,7 @@ def check_main_job(n_gpu: int, peak: float | None, tmp: str) -> list[Check]:
     return out
 
 
-def check_bench(tmp: str) -> list[Check]:
+def check_bench(tmp: str, n_gpu: int) -> list[Check]:
     """The :data:`GPU_BENCH` modules with ``MINIPAR_BACKEND=auto``: each row, its target met or not."""
     out = []
     for mod in GPU_BENCH:
@@ -298,16 +299,19 @@ def check_bench(tmp: str) -> list[Check]:
             out.append(Check(f"bench {mod}", False, f"exit {rc}"))
             continue
         with open(path) as f:
-            for r in json.load(f):
-                out.append(
-                    Check(
-                        f"bench {r['lesson']}: {r['name']}",
-                        r["ok"],
-                        f"{r['measured']:.3g} {r['unit']} {r['target']} ({r['note']}; "
-                        "MINIPAR_BACKEND=auto: a job with more ranks than GPUs ran on gloo)",
-                    )
-                )
+            out += [bench_check(r, n_gpu) for r in json.load(f)]
     return out
+
+
+def bench_check(r: dict, n_gpu: int) -> Check:
+    """One row of ``results.json`` as a check, on a node of ``n_gpu`` GPUs. A row of more ranks than GPUs (its name says
+    "N ranks") ran on gloo: shown and not graded (``ok`` None), for its ranks share the GPU node's CPUs, where three
+    launches of one row read 0.83-1.16x (2026-11-27), and its target is ``make bench``'s, on a CPU machine."""
+    detail = f"{r['measured']:.3g} {r['unit']} {r['target']} ({r['note']}"
+    ranks = re.search(r"(\d+) (?:gloo )?ranks", r["name"])
+    if ranks is None or int(ranks.group(1)) > n_gpu:
+        return Check(f"bench {r['lesson']}: {r['name']}", None, detail + "; gloo on a GPU node: not graded here)")
+    return Check(f"bench {r['lesson']}: {r['name']}", r["ok"], detail + "; NCCL)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         for part, fn in (
             ("tests", lambda: check_unit_tests(n_gpu, tmp)),
             ("job", lambda: check_main_job(n_gpu, peak, tmp)),
-            ("bench", lambda: check_bench(tmp)),
+            ("bench", lambda: check_bench(tmp, n_gpu)),
         ):
             if part in skip:
                 continue

@@ -10,8 +10,9 @@ precision mode, all GIVEN by the table. MFU as the README defines it: (6·N·s +
 Given: the MPT shapes' d_model, n_layers and n_heads (``scripts/train/yamls/pretrain/mpt-*.yaml``),
 the vocabulary (50,368) and each row's parameter count, which matches 12·l·h² + V·h + s·h (an MLP of 4h,
 a learned position table, a tied embedding); data parallelism only (FSDP: FULL_SHARD = ZeRO-3,
-SHARD_GRAD_OP = ZeRO-2, ``pp = tp = 1``). ASSUMED: no biases and no dropout (MPT's ``no_bias``, zero
-dropout rates), FlashAttention-2 (the yamls' ``attn_impl``), FSDP's prefetch overlapping its
+SHARD_GRAD_OP = ZeRO-2, ``pp = tp = 1``); FlashAttention in Triton (``attn_impl: triton``: the yamls and
+``submit_benchmarks.py``'s default; :data:`minipar.perf.gemm.TRITON_VS_FA2`). ASSUMED: no biases and no dropout
+(MPT's ``no_bias``, zero dropout rates), FSDP's prefetch overlapping its
 all-gathers and reduce-scatters with compute (``"dp"`` in overlap); gradients reduced in fp32 under
 Composer's DEFAULT mixed precision, bf16 under PURE; the H100 cluster's network the NDR preset
 (400 Gb/s per GPU; the table does not say); the A100 80GB rows' 1600 Gb/s per node = 200 Gb/s per GPU
@@ -24,7 +25,12 @@ Declared split, by a rule fixed before any error was looked at:
 - **H100 test set** (:data:`H100_TEST`): the same table's multi-node rows (16–64 GPUs), its single-node
   rows at s ≥ 8192, and every row of the Large Scale table (128–512 GPUs); with Llama 3's Table 4
   (:mod:`minipar.perf.runs`).
-- **A100 test rows** (:data:`A100_TEST`): the A100 80GB table's s = 2048 rows.
+- **A100 test rows** (:data:`A100_TEST`): the A100 80GB table's s = 2048 rows, and its rows at s ≥ 8192.
+
+The long rows (s ≥ 8192; before 2026-11-27 seven H100 rows, the rest added then): where the attention core is
+half the FLOPs or more they test its kernel. With FlashAttention-2's rate (what the rows were modelled with until
+2026-11-27) they read +10 … +65 % on both devices; at the Triton kernel's (:data:`minipar.perf.gemm.TRITON_VS_FA2`,
+from the FlashAttention-2 paper, not chosen on them) the A100's non-checkpointed long rows read within 7 %.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from minipar.perf.sharding import dp_time
 
 # MPT shapes (layers, d_model, heads): the llm-foundry yamls.
 MPT = {
+    "125m": (12, 768, 12),
+    "350m": (24, 1024, 16),
     "760m": (24, 1536, 12),
     "1b": (24, 2048, 16),
     "3b": (32, 2560, 20),
@@ -77,12 +85,23 @@ H100_TEST = [  # "H100 80GB BF16": multi-node, then single-node at s >= 8192
     ("1b", 2048, 16, 42.36, 20, 1, 320, "FULL_SHARD", False, "DEFAULT"),
     ("760m", 2048, 32, 37.57, 24, 1, 768, "FULL_SHARD", False, "DEFAULT"),
     ("760m", 2048, 16, 37.89, 24, 1, 384, "FULL_SHARD", False, "DEFAULT"),
+    ("30b", 8192, 8, 29.92, 1, 21, 168, "FULL_SHARD", True, "DEFAULT"),
+    ("13b", 32768, 8, 31.68, 1, 3, 24, "FULL_SHARD", True, "DEFAULT"),
     ("13b", 16384, 8, 35.55, 3, 3, 72, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 65536, 8, 28.59, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 32768, 8, 30.94, 2, 2, 32, "FULL_SHARD", True, "DEFAULT"),
     ("7b", 8192, 8, 37.14, 8, 2, 128, "FULL_SHARD", True, "DEFAULT"),
+    ("3b", 65536, 8, 26.81, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("3b", 32768, 8, 28.84, 3, 6, 144, "FULL_SHARD", True, "DEFAULT"),
     ("3b", 16384, 8, 36.34, 1, 6, 48, "FULL_SHARD", False, "DEFAULT"),
     ("3b", 8192, 8, 40.31, 3, 6, 144, "FULL_SHARD", False, "DEFAULT"),
+    ("1b", 65536, 8, 26.34, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("1b", 32768, 8, 33.54, 1, 4, 32, "FULL_SHARD", False, "DEFAULT"),
     ("1b", 16384, 8, 35.22, 2, 4, 64, "FULL_SHARD", False, "DEFAULT"),
     ("1b", 8192, 8, 37.73, 3, 4, 96, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 32768, 8, 31.84, 1, 2, 16, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 16384, 8, 33.57, 3, 2, 48, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 8192, 8, 34.84, 6, 2, 96, "FULL_SHARD", False, "DEFAULT"),
 ]
 H100_LARGE = [  # "H100 80GB BF16 (Large Scale, >= 128 GPUs)"
     (m, 2048, n, mfu, mb, 1, gb, shard, ckpt, "DEFAULT")
@@ -116,6 +135,35 @@ A100_TEST = [  # "A100 80GB with 1600 Gbps node-node interconnect (RoCE)", s = 2
     ("3b", 2048, 8, 62.11, 10, 2, 160, "FULL_SHARD", False, "DEFAULT"),
     ("1b", 2048, 8, 59.86, 14, 4, 448, "FULL_SHARD", False, "DEFAULT"),
     ("760m", 2048, 8, 56.85, 24, 2, 384, "FULL_SHARD", False, "DEFAULT"),
+    # s >= 8192
+    ("30b", 8192, 8, 39.38, 1, 21, 168, "FULL_SHARD", True, "DEFAULT"),
+    ("13b", 32768, 8, 51.69, 1, 3, 24, "FULL_SHARD", True, "DEFAULT"),
+    ("13b", 16384, 8, 54.07, 3, 3, 72, "FULL_SHARD", True, "DEFAULT"),
+    ("13b", 8192, 8, 56.07, 5, 3, 120, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 65536, 8, 46.97, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 32768, 8, 49.46, 2, 2, 32, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 16384, 8, 51.96, 4, 2, 64, "FULL_SHARD", True, "DEFAULT"),
+    ("7b", 8192, 8, 54.47, 8, 2, 128, "FULL_SHARD", True, "DEFAULT"),
+    ("3b", 65536, 8, 46.05, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("3b", 32768, 8, 47.18, 3, 6, 144, "FULL_SHARD", True, "DEFAULT"),
+    ("3b", 16384, 8, 57.13, 1, 6, 48, "FULL_SHARD", False, "DEFAULT"),
+    ("3b", 8192, 8, 59.34, 3, 6, 144, "FULL_SHARD", False, "DEFAULT"),
+    ("1b", 65536, 8, 46.18, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("1b", 32768, 8, 55.52, 1, 4, 32, "FULL_SHARD", False, "DEFAULT"),
+    ("1b", 16384, 8, 56.6, 2, 4, 64, "FULL_SHARD", False, "DEFAULT"),
+    ("1b", 8192, 8, 56.69, 3, 4, 96, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 65536, 8, 45.34, 1, 2, 16, "FULL_SHARD", True, "DEFAULT"),
+    ("760m", 32768, 8, 54.57, 1, 2, 16, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 16384, 8, 54.64, 3, 2, 48, "FULL_SHARD", False, "DEFAULT"),
+    ("760m", 8192, 8, 55.31, 6, 2, 96, "FULL_SHARD", False, "DEFAULT"),
+    ("350m", 65536, 8, 52.7, 1, 2, 16, "FULL_SHARD", False, "DEFAULT"),
+    ("350m", 32768, 8, 52.46, 2, 2, 32, "FULL_SHARD", False, "DEFAULT"),
+    ("350m", 16384, 8, 53.28, 4, 2, 64, "FULL_SHARD", False, "DEFAULT"),
+    ("350m", 8192, 8, 53.8, 8, 2, 128, "FULL_SHARD", False, "DEFAULT"),
+    ("125m", 65536, 8, 54.13, 1, 2, 16, "FULL_SHARD", False, "DEFAULT"),
+    ("125m", 32768, 8, 52.71, 2, 2, 32, "FULL_SHARD", False, "DEFAULT"),
+    ("125m", 16384, 8, 50.61, 4, 2, 64, "FULL_SHARD", False, "DEFAULT"),
+    ("125m", 8192, 8, 48.85, 8, 2, 128, "FULL_SHARD", False, "DEFAULT"),
 ]
 
 
@@ -140,28 +188,29 @@ def foundry_row(row, dev: Device) -> Estimate:
         grad_bytes=2 if mp == "PURE" else 4,
     )
     assert mb * ga * n == gb, row
-    return estimate(mpt_shape(name, seq), dev, lay, gb)
+    return estimate(mpt_shape(name, seq), replace(dev, attention="triton"), lay, gb)
+
+
+SEEN = {("30b", 8192), ("13b", 8192)}  # the rows labelled MISS:seen (miss_reason): (model, s)
 
 
 def miss_reason(row) -> str | None:
-    """Why the model is known to miss a row, by a rule on its layout (not on its error), or None:
-    ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, modelled at FlashAttention-2's measured
-    rate (:data:`minipar.perf.gemm.ATTN_EFF_H100`) while these runs used FlashAttention in Triton (``attn_impl:
-    triton``: the yamls and ``submit_benchmarks.py``'s default), which FA2 outruns about 1.4× forward and 2× backward
-    (Dao 2023, arXiv:2307.08691, §4.1). Tried 2026-11-26 and NOT adopted: that kernel on every llm-foundry row read the
-    FlashAttention-2 stacks' rows 0-27 % high. Until 2026-11-27 also ``"ckpt"``, activation checkpointing
-    (-8 … -25 %, the published HFU of those rows, 55-58 %, above every other row's, <= 46 %): not the
-    recomputation. Read with the model's FSDP collectives exposed (:func:`compute_only_hfu`), each H100 model
-    size's checkpointed and other rows reach the same utilisation (13b: 0.57-0.59 vs 0.57-0.61), rising with
-    the model (760m 0.36-0.39 … 70b 0.61-0.70), while on A100s the same reading passes 0.8 of the peak (30b:
-    0.85). These FSDP runs did not hide their collectives on H100s; the model now charges that
-    (:data:`minipar.perf.hardware.OVERLAP_COST`, with the memory passes and efficiency chosen with it on the fit
-    set) and the checkpointed rows read -8 … +2 % at s <= 4096. (Until 2026-11-26 also ``"comm"``: FULL_SHARD
-    across nodes with <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's inter-node
-    collectives on one NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows
-    read -10 … +6 %.)"""
-    name, seq, *_ = row
-    return "attn" if seq / (6 * MPT[name][1]) > 0.5 else None
+    """Why the model is known to miss a row, or None. ``"seen"``: a label written AFTER the row's error was seen
+    (2026-11-27, when the long rows were added; :data:`SEEN`): 30b at s = 8192 reads +21 % on both devices, where
+    30b at s <= 4096 reads -1 … -12 %: its published MFU falls 17 % (H100) and 23 % (A100) from s = 4096 to 8192, the
+    model's 1 %, and no term of the model (memory: 79 % of the device) says why; the A100's 13b at s = 8192 reads
+    -16 %, the low end of the A100's checkpointed long rows (-5 … -16 %). No rule on the layout marks them.
+    Until 2026-11-27 ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, +10 … +33 % while the
+    rows were modelled with FlashAttention-2's rate; they ran FlashAttention in Triton (module doc). Also until then
+    ``"ckpt"``, activation checkpointing (-8 … -25 %, the published HFU of those rows, 55-58 %, above every other
+    row's, <= 46 %): not the recomputation. Read with the model's FSDP collectives exposed
+    (:func:`compute_only_hfu`), each H100 model size's checkpointed and other rows reach the same utilisation,
+    rising with the model, while on A100s the same reading passes 0.8 of the peak. These FSDP runs did not hide
+    their collectives on H100s; the model charges that (:data:`minipar.perf.hardware.OVERLAP_COST`, chosen with the
+    memory passes and efficiency on the fit set). (Until 2026-11-26 also ``"comm"``: FULL_SHARD across nodes with
+    <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's inter-node collectives on one
+    NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows read -10 … +6 %.)"""
+    return "seen" if tuple(row[:2]) in SEEN else None
 
 
 def compute_only_hfu(row, dev: Device) -> float:

@@ -9,7 +9,7 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
   (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
   single-node H100 rows, there together with what a PyTorch stack adds around its GEMMs (its memory-bound
   operators' HBM passes, ``Device.mem_passes``, and what hiding FSDP's collectives still costs,
-  ``Device.overlap_cost``): A100 0.68, H100 0.72 (Megatron-Core's H100: 0.60, on NeMo's table). Measured on an H100 SXM
+  ``Device.overlap_cost``): A100 0.68, H100 0.66 (Megatron-Core's H100: 0.60, on NeMo's table). Measured on an H100 SXM
   (``examples/gemm_rate.py``, README): isolated bf16 GEMMs reach 0.75 of the peak on 8192³ and 0.55-0.75 at a 70B
   block's TP-8 shapes; the H100's grid stops at that 0.75. With one efficiency and nothing around it (until 2026-11-27)
   the H100's came out at 0.46, below every isolated GEMM: it absorbed the rest. The attention core is not in it (below).
@@ -26,7 +26,8 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
 
 The attention core (FlashAttention) has its own efficiency, not fitted (:func:`attention_efficiency`):
 on the H100 and H200 MEASURED per kernel and size on an H100 SXM (:data:`ATTN_EFF_H100`), elsewhere from
-the FlashAttention papers (:data:`ATTN_EFF`). A device without ``sms`` (this CPU, measured) keeps one
+the FlashAttention papers (:data:`ATTN_EFF`); FlashAttention in Triton (llm-foundry's) at the FlashAttention-2
+paper's ratio to FlashAttention-2 (:data:`TRITON_VS_FA2`). A device without ``sms`` (this CPU, measured) keeps one
 efficiency for every GEMM: its ``peak_flops`` is already a measured matmul rate. Units: FLOP/s, bytes, FLOPs.
 """
 
@@ -73,6 +74,16 @@ ATTN_EFF_H100 = {
     ),
 }
 ATTN_KERNEL = {"pytorch": "flash", "megatron": "cudnn"}  # Device.framework -> the kernel its runs use
+# "triton": FlashAttention written in Triton (Tri Dao's ``flash_attn_triton.py``; llm-foundry's ``attn_impl:
+# triton``, what its published benchmark tables ran). FlashAttention-2 outruns it "1.3-1.5x" forward and "2x"
+# backward (Dao 2023, arXiv:2307.08691, §4.1, on A100s): at 1.4x and 2x, with the backward 2.5 forwards of work,
+# the Triton kernel runs TRITON_VS_FA2 = 3.5 / (1.4 + 2.5 · 2) = 0.547 of FlashAttention-2's rate. ASSUMED: the same
+# ratio on the H100 (both kernels Ampere-era code there) and one rate at every size, FA2's largest (A100: its
+# ATTN_EFF; H100: the "flash" table's largest cell), as on every device without a measured table of the kernel.
+# Checked after the choice on llm-foundry's long-sequence rows, where the core is half the FLOPs or more
+# (:mod:`minipar.perf.foundry`: A100 and H100 tables, s >= 8192).
+ATTN_KERNELS = ("flash", "cudnn", "triton")
+TRITON_VS_FA2 = 3.5 / (1.4 + 2.5 * 2)
 
 # An FP8 GEMM's efficiency as a fraction of the bf16 one's on the same shape: both measured on an H100 SXM
 # (``examples/gemm_rate.py``, 2026-11-26: ``torch._scaled_mm`` e4m3 vs bf16 on a square 8192³ GEMM and a Llama 3
@@ -164,15 +175,19 @@ def attention_efficiency(kernel: str, ba: float, s: float) -> float:
 
 def attention_rate(dev, flash: bool, ba: float, s: float) -> float:
     """FLOP/s of the attention core of a kernel over ``ba`` sequences × heads on the rank, ``s`` tokens each.
-    FlashAttention: the device's :data:`ATTN_EFF`, or on the H100 / H200 (the same kernels on the same SMs)
-    :func:`attention_efficiency` of the framework's kernel (:data:`ATTN_KERNEL`) at that size. Without
+    FlashAttention: the kernel is ``Device.attention``, or the framework's (:data:`ATTN_KERNEL`); its efficiency the
+    device's :data:`ATTN_EFF` or on the H100 / H200 (the same kernels on the same SMs) :func:`attention_efficiency`
+    at that size; "triton" at :data:`TRITON_VS_FA2` of FlashAttention-2's largest rate on the device. Without
     FlashAttention (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted
     apart) at the large-GEMM efficiency. Devices not in the tables (this CPU): the GEMM efficiency."""
     fam = family(dev.name)
+    kernel = dev.attention or ATTN_KERNEL[dev.framework]
     if not (flash and fam and dev.sms):
         eff = dev.gemm_efficiency
+    elif kernel == "triton":
+        eff = TRITON_VS_FA2 * ATTN_EFF.get(fam, max(map(max, ATTN_EFF_H100["flash"])))
     elif fam in ATTN_EFF:
         eff = ATTN_EFF[fam]
     else:
-        eff = attention_efficiency(ATTN_KERNEL[dev.framework], ba, s)
+        eff = attention_efficiency(kernel, ba, s)
     return dev.peak_flops * eff * dev.compute_share

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from minipar.comm.links import NETWORKS, NVLINK_GBPS
 from minipar.errors import ConfigError
-from minipar.perf.gemm import SMS, family
+from minipar.perf.gemm import ATTN_KERNELS, SMS, family
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +60,8 @@ class Device:
         cross HBM in its forward's memory-bound operators (2: written once, read once; more when unfused
         elementwise kernels each read and write their tensor). overlap_cost: the fraction of a hidden DP/ZeRO
         collective's time that still lands on the step (0: hiding is free; 1: as if exposed), :data:`OVERLAP_COST`.
+        attention: the FlashAttention kernel, one of :data:`~minipar.perf.gemm.ATTN_KERNELS` ("": the framework's,
+        :data:`~minipar.perf.gemm.ATTN_KERNEL`), :func:`~minipar.perf.gemm.attention_rate`.
     """
 
     name: str
@@ -81,10 +83,13 @@ class Device:
     framework: str = "pytorch"
     mem_passes: float = 2.0
     overlap_cost: float = 0.0
+    attention: str = ""
 
     def __post_init__(self):
         if self.counts not in COUNTS:
             raise ConfigError(f"Device.counts={self.counts!r}: use one of {COUNTS}")
+        if self.attention and self.attention not in ATTN_KERNELS:
+            raise ConfigError(f"attention kernel {self.attention!r}: use one of {ATTN_KERNELS}")
 
 
 GiB = 2**30
@@ -99,7 +104,7 @@ GEMM_EFF = 0.68  # A100: fraction of peak on large bf16 GEMMs, CHOSEN on its fit
 # Narayanan Table 1; H100 CHOSEN on its own fit set (llm-foundry's single-node H100 rows,
 # :func:`minipar.perf.published.fit_gemm_efficiency` with device "h100"); H200 the H100's (same SMs and
 # clocks, ASSUMED); B200 ASSUMED as H100 (no fit set: a published B200 run would pin it).
-GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.72, "H200": 0.72, "B200": 0.72}
+GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.66, "H200": 0.66, "B200": 0.66}
 # With it, per device, for PyTorch stacks (FSDP, eager kernels), CHOSEN jointly with the efficiency on the same fit
 # set (:func:`minipar.perf.published.fit_h100_pytorch`; grid: passes 2-6, cost 0-1 by 0.25, efficiency 0.40-0.74 by
 # 0.02, at most 0.75, the isolated bf16 GEMM rate measured on an H100 SXM, ``examples/gemm_rate.py``):
@@ -111,12 +116,15 @@ GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.72, "H200": 0.72, "B200": 0.72
 # collectives exposed, agree across checkpointed and other rows (:func:`minipar.perf.foundry.compute_only_hfu`).
 # A100: 2 and 0, as its fit set (Megatron-LM) was chosen with; its llm-foundry rows read within 11 % at them,
 # and read with their collectives exposed they pass 0.8 of the peak, so there the collectives were hidden.
-# H200 and B200 ASSUMED as the H100. Checked on a device, after the choice (``examples/attention_rate.py``, one H100
-# SXM, 2026-11-27; tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100): Llama 3 8B and 70B
-# blocks in eager bf16 (torchtitan's code, FlashAttention-2), profiled: their memory-bound kernels took 4.9-5.1
-# passes of the block's activation bytes, and the model times the whole block +1 to +4 % of the measured one.
-# PyTorch's fused RMSNorm (``F.rms_norm``) saves about 3 ms of an 8B block's 6 (probe1.jsonl there).
-MEM_PASSES = {"A100": 2.0, "H100": 5.0, "H200": 5.0, "B200": 5.0}
+# H200 and B200 ASSUMED as the H100. Chosen (2026-11-27, with llm-foundry's rows at their Triton attention kernel,
+# minipar.perf.gemm.TRITON_VS_FA2): 3 passes, 0.5, 0.66; fit median 1.9 %. Checked on a device, after the choice
+# (``examples/attention_rate.py``, one H100 SXM, 2026-11-27; tests/test_perf_model.py): one block, eager bf16,
+# FlashAttention-2, profiled. Llama 3 8B and 70B (torchtitan's code: fp32 RMSNorm, complex RoPE, SwiGLU): the
+# memory-bound kernels took 4.9-5.1 passes of the block's activation bytes. MPT 1b-30b (llm-foundry's code: bf16
+# LayerNorm, GELU): 1.1-1.3 passes, and its GEMMs ran at 0.80-0.82 of the peak. So the chosen 3 passes and 0.66 are not
+# one block's: they also carry what llm-foundry's steps lose outside the blocks (its published 1b step at s = 2048 is
+# 1.5x its 24 blocks measured). PyTorch's fused RMSNorm saves about 3 ms of an 8B block's 6 (probe1.jsonl).
+MEM_PASSES = {"A100": 2.0, "H100": 3.0, "H200": 3.0, "B200": 3.0}
 OVERLAP_COST = {"A100": 0.0, "H100": 0.5, "H200": 0.5, "B200": 0.5}
 # Per framework: these are PyTorch-native stacks' (llm-foundry, torchtitan, fms-fsdp: FSDP, eager or compiled
 # kernels), the default. Megatron-Core with Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge) runs the same
@@ -130,7 +138,7 @@ GEMM_EFF_MEGATRON = {"A100": GEMM_EFF, "H100": 0.60, "H200": 0.60, "B200": 0.60}
 # HBM_EFF: the fraction of the datasheet HBM bandwidth memory-bound kernels reach, ASSUMED (STREAM-like copies). On an
 # H100 SXM (examples/attention_rate.py, 2026-11-27, examples/h100_2026-11-27/hbm.json): copy, add and scale on 1-4 GiB
 # reach 2.94-3.06 TB/s, 0.88-0.91 of 3.35; a bf16 -> fp32 cast 1.97 TB/s, 0.59. MEM_PASSES is counted at 0.85: the
-# eager block's memory-bound kernels measured 4.9-5.1 passes at this rate (the product is what the model uses).
+# eager blocks' memory-bound kernels measured their passes at this rate (the product is what the model uses).
 HBM_EFF = 0.85
 
 

@@ -30,7 +30,8 @@ a row the model misses stays in, with its error.
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
 one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
-and the llm-foundry rows a rule on their layout marks (``MISS:attn``: :func:`minipar.perf.foundry.miss_reason`);
+and three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
+:func:`minipar.perf.foundry.miss_reason`);
 torchtitan's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """

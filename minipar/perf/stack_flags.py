@@ -1,0 +1,41 @@
+"""The command line's software-stack flags (``python -m minipar.plan --framework F --precision P
+--grad-reduce-dtype D --attention-kernel K``): whose kernels run the step, in which dtypes."""
+
+from __future__ import annotations
+
+from minipar.perf.gemm import ATTN_KERNELS
+from minipar.perf.hardware import FRAMEWORKS
+
+GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
+
+
+def add_stack_flags(p) -> None:
+    """``--grad-reduce-dtype``, ``--precision``, ``--framework`` and ``--attention-kernel`` on the argparse parser
+    ``p``."""
+    p.add_argument(
+        "--grad-reduce-dtype",
+        default="fp32",
+        choices=sorted(GRAD_BYTES),
+        help="dtype of the gradients' all-reduce / reduce-scatter (fp32: Megatron's main grads; bf16: grad_sync_dtype)",
+    )
+    p.add_argument(
+        "--precision",
+        default="bf16",
+        choices=("bf16", "fp8"),
+        help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency (measured "
+        "on an H100; attention, norms, embedding, logit stay bf16; --framework megatron keeps their inputs in FP8)",
+    )
+    p.add_argument(
+        "--framework",
+        default="pytorch",
+        choices=FRAMEWORKS,
+        help="whose kernels run the GEMMs, which sets the device's GEMM efficiency (each chosen on its own published "
+        "runs): pytorch (FSDP stacks: llm-foundry, torchtitan) or megatron (Megatron-Core + Transformer Engine: NeMo)",
+    )
+    p.add_argument(
+        "--attention-kernel",
+        default=None,
+        choices=ATTN_KERNELS,
+        help="the FlashAttention kernel (with --flash-attention; default: the framework's, flash for pytorch, cudnn "
+        "for megatron): flash (FlashAttention-2), cudnn, triton (FlashAttention in Triton, llm-foundry's attn_impl)",
+    )
