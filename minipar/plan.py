@@ -41,7 +41,7 @@ from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
 from minipar.perf.gemm import ATTN_KERNEL
-from minipar.perf.hardware import GPUS, HBM_EFF, for_framework, with_links
+from minipar.perf.hardware import GPUS, HBM_EFF, block_passes, for_framework, with_links
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
@@ -160,8 +160,8 @@ def _device(a):
             f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
             "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
         )
-    if a.attention_kernel is not None:
-        dev = replace(dev, attention=a.attention_kernel)
+    if a.attention_kernel is not None or a.compile:
+        dev = replace(dev, attention=a.attention_kernel or "", compiled=a.compile)
     return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
@@ -176,10 +176,12 @@ def _row(e, dev, model) -> dict:
             "hbm_gbps": round(dev.hbm_bw / HBM_EFF / 1e9, 1) if dev.hbm_bw else None,
             "mem_gb": round(dev.mem_bytes / 1e9, 2),
             **{k: getattr(dev, k) for k in ("gemm_efficiency", "mem_passes", "overlap_cost")},
+            "block_passes": block_passes(dev, model.gated),  # this model's: + GATED_EAGER_PASSES if gated and eager
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
         "framework": dev.framework,
         "attention_kernel": dev.attention or ATTN_KERNEL[dev.framework],
+        "compiled": dev.compiled,
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},

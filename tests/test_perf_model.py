@@ -198,21 +198,26 @@ def _block(shape, b, split):
 
 def test_eager_blocks_measured_on_an_h100():
     """The H100's PyTorch-stack constants against a device (chosen on llm-foundry's rows, held to blocks they were not
-    chosen on). A Llama 3 block in torchtitan's eager code: the model times it within 10 %, its memory-bound kernels
-    measured 4.5-5.5 passes of its activation bytes. An MPT block in llm-foundry's code: 1.0-1.5 passes, its GEMMs at
-    0.67-0.82 of the peak; the chosen ``mem_passes`` lies between the two stacks' blocks. The model's MPT block is
-    slower than the measured one, and llm-foundry's published step is longer still than its blocks: 1.3-1.7 times
-    the layers × the block measured (× 4/3 when checkpointed), what the fit's constants carry beyond one block."""
+    chosen on). Measured: a Llama 3 block in torchtitan's eager code crosses HBM 4.5-5.5 times per activation byte in
+    its memory-bound kernels, an MPT block in llm-foundry's code 1.0-1.5 times, its GEMMs at 0.67-0.82 of the peak;
+    the gap between the two stacks' blocks is ``GATED_EAGER_PASSES`` (3.8) within 0.1, and the fit's ``mem_passes``
+    lies between them. llm-foundry's published step is 1.3-1.7 times its layers × its block measured (× 4/3 when
+    checkpointed): its runs lose a third of their time outside the blocks, which the fit's constants carry, so the
+    model times every block, of both stacks, 10-40 % above the measured one (+12 … +37 %)."""
+    from statistics import mean
+
     from minipar.perf.foundry import H100_FIT, H100_TEST, MPT, foundry_row, mpt_shape
+    from minipar.perf.hardware import GATED_EAGER_PASSES
     from minipar.perf.torchtitan import LLAMA31
 
-    passes = {}
+    passes, over = {"llama": [], "mpt": []}, []
     for (name, s), (measured, split) in H100_BLOCKS.items():
         model, p = _block(replace(LLAMA31[name], seq=s), 1, split)
         print(f"Llama 3 {name} block, s={s}: measured {measured * 1e3:.1f} ms, model {model * 1e3:.1f} ms "
               f"({model / measured - 1:+.1%}); memory-bound kernels {p:.1f} passes")  # fmt: skip
-        assert abs(model / measured - 1) <= 0.10 and 4.5 <= p <= 5.5, (name, s, model, p)
-        passes.setdefault("llama", []).append(p)
+        assert 4.5 <= p <= 5.5, (name, s, p)
+        passes["llama"].append(p)
+        over.append(model / measured - 1)
     rows = {(r[0], r[4], r[1]): r for r in H100_FIT + H100_TEST}
     for (name, b, s), (measured, split) in H100_MPT_BLOCKS.items():
         shape = mpt_shape(name, s)
@@ -225,9 +230,12 @@ def test_eager_blocks_measured_on_an_h100():
         print(f"MPT {name} block, b={b}, s={s}: measured {measured * 1e3:.1f} ms, model {model * 1e3:.1f} ms "
               f"({model / measured - 1:+.1%}); {p:.2f} passes; GEMMs at {gemm:.2f} of the peak; published step "
               f"{outside:.2f} x the blocks")  # fmt: skip
-        assert 1.0 <= p <= 1.5 and 0.65 <= gemm <= 0.85 and model > measured and 1.3 <= outside <= 1.7, (name, s)
-        passes.setdefault("mpt", []).append(p)
+        assert 1.0 <= p <= 1.5 and 0.65 <= gemm <= 0.85 and 1.3 <= outside <= 1.7, (name, s)
+        passes["mpt"].append(p)
+        over.append(model / measured - 1)
+    assert abs(mean(passes["llama"]) - mean(passes["mpt"]) - GATED_EAGER_PASSES) <= 0.1
     assert max(passes["mpt"]) < GPUS["h100"].mem_passes < min(passes["llama"])
+    assert 0.10 <= min(over) and max(over) <= 0.40, over
 
 
 def test_llm_foundry_checkpointed_rows_read_low_from_unhidden_communication():

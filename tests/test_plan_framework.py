@@ -100,3 +100,21 @@ def test_unknown_attention_kernel_is_one_line(capsys):
     assert "invalid choice: 'xformers'" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=r"attention kernel 'xformers': use one of \('flash', 'cudnn', 'triton'\)"):
         replace(GPUS["h100"], attention="xformers")
+
+
+def test_compile_is_in_help_and_json(capsys):
+    """``--compile``: a gated model's blocks under torch.compile cross HBM as the fit set's blocks (``mem_passes``),
+    eager ones ``GATED_EAGER_PASSES`` more (measured on an H100); a dense GELU model and Megatron-Core are unchanged."""
+    from minipar.perf.hardware import GATED_EAGER_PASSES, block_passes
+
+    assert "--compile" in parser().format_help()
+    eager = _run([*LLAMA70B, *FIXED], capsys)
+    comp = _run([*LLAMA70B, *FIXED, "--compile"], capsys)
+    h = GPUS["h100"]
+    assert (eager["compiled"], comp["compiled"]) == (False, True)
+    assert eager["device"]["block_passes"] == h.mem_passes + GATED_EAGER_PASSES
+    assert comp["device"]["block_passes"] == h.mem_passes and comp["mem_gb"] == eager["mem_gb"]
+    assert comp["time_s"]["compute"] < eager["time_s"]["compute"]
+    assert block_passes(h, gated=False) == h.mem_passes  # MPT's (the fit set's) blocks: nothing added
+    assert block_passes(for_framework(h, "megatron"), gated=True) == 2.0  # Transformer Engine's fused kernels
+    assert block_passes(cpu_device(1e10), gated=True) == cpu_device(1e10).mem_passes  # measured, no shape model

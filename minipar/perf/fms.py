@@ -16,10 +16,13 @@ GPUs: 50 and 100 Gb/s per GPU; per GPU instead the rows move by < 0.2 points: HS
 shard all-reduce per step); the A100 and H100 presets otherwise.
 
 Known misses, by a rule on the run (``MISS:compile``, as :mod:`minipar.perf.torchtitan`): both rows ran with
-``torch.compile``, whose kernel fusion the model does not have; they stay in the test set with their error.
+``torch.compile``, whose kernel fusion the model has only as its memory passes (``Device.compiled``: a gated
+block's as MPT's, :func:`minipar.perf.hardware.block_passes`); they stay in the test set with their error.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from minipar.perf.flops import model_flops
 from minipar.perf.hardware import GPUS, with_links
@@ -35,7 +38,7 @@ def fms_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)``: the published tokens/s/GPU as an MFU of this model's count."""
     out = []
     for gpu, n, shard, b, gbps, tps in FMS:
-        dev = with_links(GPUS[gpu], inter_gbps=gbps / 8)
+        dev = replace(with_links(GPUS[gpu], inter_gbps=gbps / 8), compiled=True)  # the runs' torch.compile
         lay = Layout(
             dp=n,
             tp=1,

@@ -61,7 +61,8 @@ class Device:
         elementwise kernels each read and write their tensor). overlap_cost: the fraction of a hidden DP/ZeRO
         collective's time that still lands on the step (0: hiding is free; 1: as if exposed), :data:`OVERLAP_COST`.
         attention: the FlashAttention kernel, one of :data:`~minipar.perf.gemm.ATTN_KERNELS` ("": the framework's,
-        :data:`~minipar.perf.gemm.ATTN_KERNEL`), :func:`~minipar.perf.gemm.attention_rate`.
+        :data:`~minipar.perf.gemm.ATTN_KERNEL`), :func:`~minipar.perf.gemm.attention_rate`. compiled: the blocks run
+        under ``torch.compile`` (their elementwise operators fused: :func:`block_passes`).
     """
 
     name: str
@@ -84,6 +85,7 @@ class Device:
     mem_passes: float = 2.0
     overlap_cost: float = 0.0
     attention: str = ""
+    compiled: bool = False
 
     def __post_init__(self):
         if self.counts not in COUNTS:
@@ -125,6 +127,12 @@ GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.66, "H200": 0.66, "B200": 0.66
 # one block's: they also carry what llm-foundry's steps lose outside the blocks (its published 1b step at s = 2048 is
 # 1.5x its 24 blocks measured). PyTorch's fused RMSNorm saves about 3 ms of an 8B block's 6 (probe1.jsonl).
 MEM_PASSES = {"A100": 2.0, "H100": 3.0, "H200": 3.0, "B200": 3.0}
+# Those passes are the fit set's blocks' (MPT: LayerNorm, GELU). A gated block in eager PyTorch as torchtitan writes it
+# (fp32 RMSNorm, complex RoPE, SwiGLU) crossed HBM 3.8 more times per activation byte on the same H100 (4.9-5.1 against
+# 1.1-1.3, the measured blocks above): GATED_EAGER_PASSES, added for a gated model under a PyTorch stack in eager mode
+# (:func:`block_passes`). ASSUMED: what the steps lose outside the blocks is the same for both stacks, and under
+# torch.compile (``Device.compiled``) a gated block's fused operators cross HBM no more than MPT's.
+GATED_EAGER_PASSES = 3.8
 OVERLAP_COST = {"A100": 0.0, "H100": 0.5, "H200": 0.5, "B200": 0.5}
 # Per framework: these are PyTorch-native stacks' (llm-foundry, torchtitan, fms-fsdp: FSDP, eager or compiled
 # kernels), the default. Megatron-Core with Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge) runs the same
@@ -155,6 +163,14 @@ def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_t
         name, tflops * 1e12, mem, 8, intra, inter, hbm_bw=HBM_EFF * hbm_tbs * 1e12, fp8_flops=fp8, sms=SMS[fam],
         **_chosen(fam, "pytorch"),
     )  # fmt: skip
+
+
+def block_passes(dev: Device, gated: bool) -> float:
+    """How many times a block's activation bytes cross HBM in its forward's memory-bound operators on ``dev``:
+    ``Device.mem_passes``, plus :data:`GATED_EAGER_PASSES` for a gated (SwiGLU) model under a PyTorch stack
+    (``framework`` "pytorch", a GPU with a shape model) in eager mode (not ``Device.compiled``)."""
+    eager = dev.framework == "pytorch" and dev.sms and not dev.compiled
+    return dev.mem_passes + (GATED_EAGER_PASSES if gated and eager else 0.0)
 
 
 def _chosen(fam: str, framework: str) -> dict:

@@ -27,8 +27,9 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   the FlashAttention-2 paper; :func:`~minipar.perf.gemm.attention_rate`), the unfused
   core and the logit layer at ``gemm_efficiency``; the
   memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2) through
-  HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under Megatron-Core; 5 for PyTorch stacks on the
-  H100, chosen on its fit set; 5.0 measured in eager Llama blocks) at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
+  HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under Megatron-Core; 3 for PyTorch stacks on the
+  H100, chosen on its fit set; 3.8 more for a gated model in eager PyTorch, measured: ``hardware.block_passes``) at
+  ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
   model chunk only, Megatron-LM's block method), selective the attention core (§5), ``"op"`` (torchtitan's
   per-op checkpointing) every second weight matmul of a block and its memory-bound operators. FP8
@@ -99,7 +100,7 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     stage_params,
 )
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
-from minipar.perf.hardware import Device
+from minipar.perf.hardware import Device, block_passes
 from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
@@ -176,7 +177,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
         model, b, t, "none", sp, bpv, flash, c
     )
-    mem_t = dev.mem_passes * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators (Device.mem_passes)
+    mem_t = block_passes(dev, model.gated) * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators
     moe = moe_block_times(model, dev, layout, b * s, L) if model.experts else None  # minipar.perf.moe
     if moe:  # attention, router and the E/ep local experts at their own shapes
         gemm_t, gemm_b = moe["f"], moe["b"]

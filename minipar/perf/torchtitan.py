@@ -33,7 +33,9 @@ Until 2026-11-27 the model took it as ``selective`` (the attention core only, fr
 rows then read +9 and +13 %.
 
 Known misses, by a rule on the run (``MISS:compile``): every run with ``torch.compile`` (all the Float8
-runs), whose kernel fusion the model does not have; they stay in the test set with their error.
+runs), whose kernel fusion the model has only as its memory passes (``Device.compiled``); they stay in the test set
+with their error. The eager (bf16) rows' gated blocks cross HBM as torchtitan's eager Llama block measured
+(:func:`minipar.perf.hardware.block_passes`).
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def torchtitan_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str,
     out = []
     for row in TORCHTITAN:
         model, gb, tps = LLAMA31[row[1]], row[5], row[-1]
-        e = estimate(model, dev, torchtitan_layout(row), gb)
+        e = estimate(model, replace(dev, compiled=row[8]), torchtitan_layout(row), gb)  # row[8]: torch.compile
         per_token = model_flops(model, gb, "none") / (gb * model.seq)
         out.append((label(row), e, "mfu", tps * per_token / dev.peak_flops))
     return out
