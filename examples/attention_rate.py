@@ -1,7 +1,7 @@
 """Measure this GPU's attention core and one Llama block, beside what ``minipar.perf`` models for them: the check
 of the planner's attention and memory-bound terms on a real device (``examples/gemm_rate.py`` checks the GEMMs).
 
-    python examples/attention_rate.py [OUT.jsonl] [--mpt]   # needs a CUDA GPU; prints one JSON line per measurement
+    python examples/attention_rate.py [OUT.jsonl] [--mpt | --mpt-step]   # a CUDA GPU; one JSON line per measurement
 
 1. ``scaled_dot_product_attention``, causal, bf16, head dim 128, forward + backward, per backend (PyTorch's
    FlashAttention-2 "flash", cuDNN's "cudnn") over b·heads in (8, 32, 64, 128) and s from 1K to 32K: the fraction
@@ -15,13 +15,18 @@ of the planner's attention and memory-bound terms on a real device (``examples/g
 4. ``--mpt``: only this part. One MPT block (llm-foundry's ``mpt-*.yaml`` shapes at their benchmark micro-batches),
    as llm-foundry writes it: low-precision (bf16) LayerNorm, one fused QKV projection, GELU MLP of 4h, no biases, no
    RoPE (a learned position table outside the blocks); forward + backward with FlashAttention-2, split as in 2.
-   ``tests/test_perf_model.py::test_an_eager_mpt_block_measured_on_an_h100`` holds the model to it.
+   ``tests/test_perf_model.py::test_eager_blocks_measured_on_an_h100`` holds the model to it.
+5. ``--mpt-step``: only this part. A whole MPT-1B step (24 of those blocks, embedding, learned positions, the tied
+   logit layer over 50,368 tokens and its fp32 loss, fused AdamW), fp32 master weights under bf16 autocast as Composer's
+   ``amp_bf16`` runs it: the step, the step without the optimizer, and its 24 blocks alone under the same autocast
+   (``tests/test_perf_model.py::test_a_whole_mpt_step_measured_on_an_h100``).
 Timings: CUDA events, the median of 20 after 5 warm-ups (``gemm_rate.cuda_time``; the stored run took 10 after 3). The
 stored outputs of the H100 runs are in ``examples/h100_2026-11-27/``: probe1, a first pass (also with PyTorch's fused
 RMSNorm; its blocks accumulated gradients across repeats); probe2, the attention table of
 ``minipar.perf.gemm.ATTN_EFF_H100``; probe3, this script as it stands, whose blocks
 ``tests/test_perf_model.py::test_an_eager_llama_block_measured_on_an_h100`` holds the model to (before part 3 was
-added); hbm.json, part 3's operations run on their own; mpt.jsonl, part 4 (a second H100 the same day).
+added); hbm.json, part 3's operations run on their own; mpt.jsonl and mpt_step.jsonl, parts 4 and 5 (a second
+H100 the same day; part 5 as a first draft of it ran, the same model, step and timers).
 """
 
 from __future__ import annotations
@@ -147,7 +152,57 @@ def time_mpt_block(h: int, heads: int, b: int, s: int) -> tuple[float, dict]:
         return cuda_time(step), kernel_split(step)
 
 
-def main(path: str | None = None, mpt_only: bool = False) -> None:
+class MPT(nn.Module):
+    """MPT-1B as llm-foundry builds it: 24 :class:`MPTBlock` of d 2048, 16 heads; learned positions; a tied head."""
+
+    def __init__(self, s: int, layers: int = 24, h: int = 2048, heads: int = 16, vocab: int = 50368):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, h), nn.Embedding(s, h)
+        self.blocks = nn.ModuleList(MPTBlock(h, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(h, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        return F.linear(self.ln(x), self.wte.weight)
+
+
+def time_mpt_steps(emit) -> None:
+    """Part 5: a whole MPT-1B step at (b, s) in (4, 2048), (8, 2048), (1, 8192); seconds of the step, of the step
+    without the optimizer, and of its blocks alone, all under bf16 autocast over fp32 weights."""
+    for b, s in ((4, 2048), (8, 2048), (1, 8192)):
+        torch.manual_seed(0)
+        m = MPT(s).cuda()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+        idx, tgt = (torch.randint(0, m.wte.num_embeddings, (b, s), device="cuda") for _ in "it")
+
+        def step(with_opt=True, m=m, opt=opt, idx=idx, tgt=tgt):
+            with torch.autocast("cuda", torch.bfloat16):
+                logits = m(idx)
+            F.cross_entropy(logits.float().flatten(0, 1), tgt.flatten()).backward()
+            if with_opt:
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        def blocks(m=m, opt=opt, b=b, s=s):
+            y = torch.randn(b, s, m.wte.embedding_dim, device="cuda", requires_grad=True)
+            with torch.autocast("cuda", torch.bfloat16):
+                for blk in m.blocks:
+                    y = blk(y)
+            y.float().sum().backward()
+            opt.zero_grad(set_to_none=True)
+
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            times = [cuda_time(f, reps=8, warm=3) for f in (step, lambda: step(False), blocks)]
+            emit(what="mpt1b_step", b=b, s=s, step_s=times[0], no_optimizer_s=times[1], blocks_s=times[2],
+                 split_s=kernel_split(step), mem_gb=torch.cuda.max_memory_allocated() / 1e9)  # fmt: skip
+        del m, opt
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def main(path: str | None = None, mpt_only: bool = False, mpt_step: bool = False) -> None:
     if not torch.cuda.is_available():
         sys.exit("no CUDA device: examples/attention_rate.py needs a GPU")
     from minipar.course.gpu_check import PEAK_BF16_DENSE
@@ -162,8 +217,8 @@ def main(path: str | None = None, mpt_only: bool = False) -> None:
             print(json.dumps(row), file=out, flush=True)
 
     emit(what="env", torch=torch.__version__, gpu=name, peak_bf16=peak)
-    if mpt_only:
-        return time_mpt_blocks(emit)
+    if mpt_only or mpt_step:
+        return time_mpt_steps(emit) if mpt_step else time_mpt_blocks(emit)
     dev = "cuda"
     for ba in (8, 32, 64, 128):
         b, heads = (4, 32) if ba == 128 else (1, ba)
@@ -220,5 +275,5 @@ def time_block(h: int, heads: int, kv: int, ffn: int, s: int) -> list[tuple[str,
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--mpt"]
-    main(args[0] if args else None, mpt_only="--mpt" in sys.argv)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(args[0] if args else None, mpt_only="--mpt" in sys.argv, mpt_step="--mpt-step" in sys.argv)
