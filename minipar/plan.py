@@ -41,7 +41,7 @@ from dataclasses import replace
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
-from minipar.perf.gemm import ATTN_KERNEL
+from minipar.perf.gemm import attention_kernel
 from minipar.perf.hardware import GPUS, HBM_EFF, block_passes, for_framework, with_links
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
@@ -181,7 +181,7 @@ def _row(e, dev, model) -> dict:
             **({"fp8_tflops": round(dev.fp8_flops / 1e12, 1)} if e.layout.fp8 else {}),
         },
         "framework": dev.framework,
-        "attention_kernel": dev.attention or ATTN_KERNEL[dev.framework],
+        "attention_kernel": attention_kernel(dev),
         "compiled": dev.compiled,
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),

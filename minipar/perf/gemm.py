@@ -84,6 +84,7 @@ ATTN_KERNEL = {"pytorch": "flash", "megatron": "cudnn"}  # Device.framework -> t
 # (:mod:`minipar.perf.foundry`: A100 and H100 tables, s >= 8192).
 ATTN_KERNELS = ("flash", "cudnn", "triton")
 TRITON_VS_FA2 = 3.5 / (1.4 + 2.5 * 2)
+FA2_LARGEST_H100 = max(map(max, ATTN_EFF_H100["flash"]))  # FlashAttention-2's largest measured cell on the H100
 
 # An FP8 GEMM's efficiency as a fraction of the bf16 one's on the same shape: both measured on an H100 SXM
 # (``examples/gemm_rate.py``, 2026-11-26: ``torch._scaled_mm`` e4m3 vs bf16 on a square 8192³ GEMM and a Llama 3
@@ -173,6 +174,11 @@ def attention_efficiency(kernel: str, ba: float, s: float) -> float:
     return (1 - wi) * along_s(i) + wi * along_s(i + 1)
 
 
+def attention_kernel(dev) -> str:
+    """The FlashAttention kernel ``dev`` runs: ``Device.attention``, or its framework's (:data:`ATTN_KERNEL`)."""
+    return dev.attention or ATTN_KERNEL[dev.framework]
+
+
 def attention_rate(dev, flash: bool, ba: float, s: float) -> float:
     """FLOP/s of the attention core of a kernel over ``ba`` sequences × heads on the rank, ``s`` tokens each.
     FlashAttention: the kernel is ``Device.attention``, or the framework's (:data:`ATTN_KERNEL`); its efficiency the
@@ -180,12 +186,11 @@ def attention_rate(dev, flash: bool, ba: float, s: float) -> float:
     at that size; "triton" at :data:`TRITON_VS_FA2` of FlashAttention-2's largest rate on the device. Without
     FlashAttention (Megatron-LM's unfused QKᵀ and attention·V batched GEMMs, the softmax's HBM traffic counted
     apart) at the large-GEMM efficiency. Devices not in the tables (this CPU): the GEMM efficiency."""
-    fam = family(dev.name)
-    kernel = dev.attention or ATTN_KERNEL[dev.framework]
+    fam, kernel = family(dev.name), attention_kernel(dev)
     if not (flash and fam and dev.sms):
         eff = dev.gemm_efficiency
     elif kernel == "triton":
-        eff = TRITON_VS_FA2 * ATTN_EFF.get(fam, max(map(max, ATTN_EFF_H100["flash"])))
+        eff = TRITON_VS_FA2 * ATTN_EFF.get(fam, FA2_LARGEST_H100)
     elif fam in ATTN_EFF:
         eff = ATTN_EFF[fam]
     else:

@@ -123,7 +123,7 @@ GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.66, "H200": 0.66, "B200": 0.66
 # (``examples/attention_rate.py``, one H100 SXM, 2026-11-27; tests/test_perf_model.py): one block, eager bf16,
 # FlashAttention-2, profiled. Llama 3 8B and 70B (torchtitan's code: fp32 RMSNorm, complex RoPE, SwiGLU): the
 # memory-bound kernels took 4.9-5.1 passes of the block's activation bytes. MPT 1b-30b (llm-foundry's code: bf16
-# LayerNorm, GELU): 1.1-1.3 passes, and its GEMMs ran at 0.80-0.82 of the peak. So the chosen 3 passes and 0.66 are not
+# LayerNorm, GELU): 1.1-1.3 passes, and its GEMMs ran at 0.67-0.82 of the peak. So the chosen 3 passes and 0.66 are not
 # one block's: they also carry what llm-foundry's steps lose outside the blocks (its published 1b step at s = 2048 is
 # 1.5x its 24 blocks measured). PyTorch's fused RMSNorm saves about 3 ms of an 8B block's 6 (probe1.jsonl).
 MEM_PASSES = {"A100": 2.0, "H100": 3.0, "H200": 3.0, "B200": 3.0}
