@@ -430,6 +430,23 @@ def test_llama3_rows_use_the_papers_layout():
         assert e.time["cp"] > 0 if lay.cp > 1 else e.time["cp"] == 0
 
 
+def test_bloom_row_uses_the_runs_own_settings():
+    """BLOOM-176B (minipar.perf.bloom): the run's layout, 176B parameters, and the logged step's two numbers agree
+    by Narayanan's eq. 3 (Megatron-DeepSpeed's count, recomputation included): 104.70 s and 149.77 TFLOP/s on 384."""
+    from minipar.perf.bloom import BLOOM_176B, GLOBAL_BATCH, GPUS_USED, STEP_S, bloom_layout, bloom_rows
+
+    m, lay = BLOOM_176B, bloom_layout()
+    assert 176.0e9 < m.params < 176.5e9 and not m.gated and m.dropout
+    assert (lay.gpus, lay.dp, lay.tp, lay.pp, lay.micro_batch, lay.zero) == (GPUS_USED, 8, 4, 12, 2, 1)
+    assert lay.stage_layers(70) == [5] + [6] * 10 + [5]
+    l, h, s, V, B = m.layers, m.hidden, m.seq, m.vocab, GLOBAL_BATCH
+    eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    assert abs(eq3 / (STEP_S * GPUS_USED) / 1e12 - 149.77) < 0.05  # the log's "TFLOPs: 149.77"
+    label, e, metric, pub = bloom_rows()[0]
+    assert metric == "mfu" and abs(pub - e.mfu * e.time["total"] / STEP_S) < 1e-9  # one FLOP count, two step times
+    assert e.time["bubble"] > 0 and e.time["tp"] > 0 and e.fits
+
+
 def test_search_tries_context_parallelism():
     """cp degrees join the search where each rank keeps >= CP_MIN_TOKENS and the sequence splits into 2·cp chunks."""
     dev = GPUS["h100"]

@@ -26,6 +26,8 @@ a row the model misses stays in, with its error.
   Megatron-Bridge's Llama 3 70B and 3.1 405B FP8 rows (releases 25.09-26.06) and Llama 3 8B with
   ``recompute_num_layers`` 5 (25.11).
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
+- BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
+  tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
@@ -222,7 +224,9 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
         out.append((f"Llama3 T4 405B {row[0]:5d} H100 s={row[5]} cp{row[2]}", e, "mfu", row[7]))
     for row in H100_TEST + H100_LARGE:
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
+    from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
 
-    return out + torchtitan_rows() + nemo_rows() + fms_rows()  # torchtitan: its own power-capped 96 GB H100s
+    out += torchtitan_rows() + nemo_rows() + fms_rows()  # torchtitan: its own power-capped 96 GB H100s
+    return out + bloom_rows()
