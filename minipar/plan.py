@@ -24,7 +24,8 @@ differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' cou
 parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
 ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
 ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
-with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing. The software stack
+with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a
+GPU under ``--framework pytorch``, dense models). The software stack
 (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``
 and ``--compile``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """

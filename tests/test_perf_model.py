@@ -447,6 +447,18 @@ def test_bloom_row_uses_the_runs_own_settings():
     assert e.time["bubble"] > 0 and e.time["tp"] > 0 and e.fits
 
 
+def test_memory_below_what_torchtitan_reserved():
+    """The model's peak memory per GPU for torchtitan's rows, against the tables' Memory(GiB): what PyTorch's
+    allocator reserved (minipar.perf.torchtitan.TORCHTITAN_MEMORY_GIB), so an upper bound. Printed with ``-s``; the
+    model counts tensors only (no allocator cache, no transient fp32 copies of the logits, no FSDP buffers)."""
+    from minipar.perf.torchtitan import TORCHTITAN_MEMORY_GIB, torchtitan_rows
+
+    for (label, e, _, _), pub in zip(torchtitan_rows(), TORCHTITAN_MEMORY_GIB, strict=True):
+        mine = e.mem["total"] / 2**30
+        print(f"MEM {label:52s} reserved {pub:5.1f} GiB, model {mine:5.1f} GiB ({mine / pub:.0%})")
+        assert e.fits and mine <= pub, (label, mine, pub)
+
+
 def test_search_tries_context_parallelism():
     """cp degrees join the search where each rank keeps >= CP_MIN_TOKENS and the sequence splits into 2·cp chunks."""
     dev = GPUS["h100"]
@@ -479,6 +491,12 @@ def test_memory_uses_the_course_formulas():
     mem = memory_per_gpu(model, dev, lay, 32)
     z = zero_bytes_formula(max(stage_params(model, 8, 8)), 1, 4, mixed_precision=True)
     assert mem["params"] == z["params"] and mem["optimizer"] == z["optimizer"]
+    # Megatron-LM README, "Distributed Optimizer": bf16 params with fp32 gradients take 18 bytes per parameter, and
+    # 6 + 12/d with the distributed optimizer (ZeRO-1); with bf16 gradient reduction ZeRO's 16 and 4 + 12/d
+    psi = max(stage_params(model, 8, 8))
+    for zero, grad_bytes, per_param in ((0, 4, 18), (1, 4, 6 + 12 / 4), (0, 2, 16), (1, 2, 4 + 12 / 4)):
+        m = memory_per_gpu(model, dev, replace(lay, zero=zero, grad_bytes=grad_bytes), 32)
+        assert m["params"] + m["grads"] + m["optimizer"] == pytest.approx(per_param * psi)
     # Korthikanti et al. 2022, §4.2.2 and §5: sequence parallel + selective = 34·s·b·h/t per layer
     s, h = model.seq, model.hidden
     assert activation_bytes_per_layer(model, 1, 8, "selective", True) == pytest.approx(34 * s * h / 8)

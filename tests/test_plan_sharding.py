@@ -139,8 +139,8 @@ def test_the_library_refuses_the_same():
 def test_op_recompute_is_torchtitans_every_second_matmul(capsys):
     """``--recompute op`` (issue #38: op-level recompute): torchtitan's per-op checkpointing recomputes every second
     weight matmul of a block (K, O, W3 of a Llama block) and its memory-bound operators: FLOPs and time between
-    selective and full, memory counted as selective's; experts refused in one line."""
-    from minipar.perf.flops import model_flops, op_recomputed_matmuls
+    selective and full, memory between full's and selective's; experts refused in one line."""
+    from minipar.perf.flops import model_flops, op_recomputed_matmuls, op_saved_values
     from minipar.perf.layout import ModelShape
     from minipar.plan import main
 
@@ -152,7 +152,12 @@ def test_op_recompute_is_torchtitans_every_second_matmul(capsys):
     lay = lambda r: Layout(8, 1, 1, micro_batch=2, zero=3, recompute=r, flash_attention=True)  # noqa: E731
     est = {r: estimate(llama8b, GPUS["h100"], lay(r), B) for r in ("selective", "op", "full")}
     assert est["selective"].time["total"] < est["op"].time["total"] < est["full"].time["total"]
-    assert est["op"].mem["total"] == est["selective"].mem["total"] and "op-rc" in str(est["op"].layout)
+    assert "op-rc" in str(est["op"].layout)
+    # memory: what its policy saves (op_saved_values): the block's input, Q, V, the attention output and log-sum-exp,
+    # W1's and W2's outputs, per token; selective keeps Korthikanti's set, full the block's input
+    assert op_saved_values(llama8b, 1, False) == 4096 + 4096 + 1024 + 4096 + 2 * 32 + 14336 + 4096
+    acts = {r: e.mem["activations"] for r, e in est.items()}
+    assert acts["full"] < acts["op"] < acts["selective"]
     args = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--swiglu"]
     assert (
         main(
@@ -178,3 +183,20 @@ def test_op_recompute_is_torchtitans_every_second_matmul(capsys):
     moe = ModelShape(8, 1024, 8, 1024, 32000, False, None, 4096, True, False, 8, 2)
     with pytest.raises(ConfigError, match="recompute='op'"):
         estimate(moe, GPUS["h100"], Layout(8, 1, 1, recompute="op"), 64)
+
+
+def test_search_tries_op_recompute_under_a_pytorch_stack():
+    """The search tries torchtitan's per-op checkpointing on a GPU under a PyTorch stack, dense models only: not under
+    Megatron-Core, not for experts, not on minipar's CPU ranks (which run none, selective or full)."""
+    from dataclasses import replace
+
+    from minipar.perf.hardware import cpu_device, for_framework
+    from minipar.perf.search import recompute_modes
+
+    model, h100 = MODELS["7b"], GPUS["h100"]
+    assert "op" in recompute_modes(model, h100)
+    assert "op" not in recompute_modes(model, for_framework(h100, "megatron"))
+    assert "op" not in recompute_modes(replace(model, experts=8, top_k=2), h100)
+    assert "op" not in recompute_modes(model, cpu_device(1e10))
+    rows = plan(model, h100, 8, 64, micro_batches=(1,), vs=(1,), cps=(1,))
+    assert {e.layout.recompute for e, _ in rows} == {"none", "selective", "op", "full"}

@@ -75,6 +75,21 @@ def op_recomputed_matmuls(model: ModelShape) -> list[tuple[int, int, bool]]:
     return [(h, hk, True), (h, h, False), (h, f, True) if model.gated else (f, h, False)]
 
 
+def op_saved_values(model: ModelShape, t: int, seq_parallel: bool) -> float:
+    """Values per token one block keeps under torchtitan's per-op selective checkpointing (``--recompute op``),
+    read from its policy (torchtitan at 9dec370, ``parallelize_llama.py``: ``_save_list`` = mm, the SDPA kernels,
+    ``reduce_scatter_tensor``, abs, max; every second mm not saved; every other op recomputed): the block's input
+    (h, ÷t with sequence parallelism), the outputs of the 1st, 3rd, 5th and 7th matmul, Q (h/t), V (h_kv/t), the
+    MLP's first (f/t) and, gated, its down projection (h: a row-parallel matmul's output is the full partial sum),
+    the attention kernel's output (h/t) and its fp32 log-sum-exp (2·a/t value-equivalents), and with sequence
+    parallelism the two reduce-scatters' outputs (2h/t). Norms, RoPE, activations and residual adds: none kept."""
+    h, a, f = model.hidden, model.heads, model.f
+    hk = model.kv * (h // a)
+    x = h / t if seq_parallel else h
+    kept = x + (h + hk + h + 2 * a + f) / t + (h if model.gated else 0)
+    return kept + (2 * h / t if seq_parallel and t > 1 else 0)
+
+
 def activation_bytes_per_layer(
     model: ModelShape,
     b: float,
@@ -93,7 +108,7 @@ def activation_bytes_per_layer(
     kept (b, s, f) tensor (2 for GELU: its input and output; 3 gated: gate, up, product). cp divides s.
     The 10 replicated: two LayerNorm inputs 4, the QKV and MLP inputs 2 each, two dropout masks 1 each
     (8 without dropout, ``model.dropout`` False).
-    ``"op"`` (:func:`op_recomputed_matmuls`) is counted as selective: an upper bound, it keeps fewer tensors.
+    ``"op"`` (:func:`op_recomputed_matmuls`): what torchtitan's policy saves, :func:`op_saved_values`.
     Written for 2-byte values, scaled by bytes_per_value/2. Raises ConfigError for another ``recompute``."""
     if recompute not in RECOMPUTE:
         raise ConfigError(f"recompute={recompute!r}: use one of {', '.join(RECOMPUTE)}")
@@ -101,6 +116,8 @@ def activation_bytes_per_layer(
     sbh = s * b * h
     if recompute == "full":
         x = 2 * sbh / (t if seq_parallel else 1)
+    elif recompute == "op":
+        x = 2 * op_saved_values(model, t, seq_parallel) * s * b
     else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
         # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
         hk, f = model.kv * (h // a), model.f

@@ -1,4 +1,5 @@
-"""Memory per device of one layout (a MODEL, :mod:`minipar.perf.model`): states by ZeRO's formula,
+"""Memory per device of one layout (a MODEL, :mod:`minipar.perf.model`): states by ZeRO's formula (unsharded
+gradients at their reduction dtype, as Megatron-LM keeps them),
 activations by Korthikanti et al.'s counts held as long as the pipeline schedule holds them.
 
 Units: bytes. Sources per function.
@@ -48,12 +49,37 @@ def held_layers(p: int, m: int, v: int, schedule: str, chunks: tuple) -> tuple:
     return tuple(out)
 
 
+def logit_bytes(model: ModelShape, b: float, tp: int, cp: int = 1) -> float:
+    """Bytes of one micro-batch's logits the loss keeps, on the last pipeline stage: 4·s·b·V/t (Korthikanti et al.
+    2022, arXiv:2205.05198, §4.3: "cross entropy loss ... stores logits in 32-bit"; the vocabulary split over TP, the
+    sequence over CP). Its 1F1B backward follows its forward at once there, so one micro-batch's. Other stacks
+    differ, not modelled: llm-foundry's default fused loss keeps the bf16 logits (2 bytes; ``loss_fn:
+    fused_crossentropy``, llmfoundry/models/mpt/modeling_mpt.py at 3e5b960); torchtitan's ``cross_entropy`` on
+    ``pred.float()`` holds the bf16 logits, an fp32 copy and log-softmax's fp32 output at the loss (10 bytes;
+    train.py at 9dec370). A fixed 4 is ASSUMED for every framework."""
+    return 4 * (model.seq // cp) * b * model.vocab / tp
+
+
+def _states(psi: float, zero: int, shard: int, bpv: int, grad_bytes: int) -> dict:
+    """Model-state bytes of ``psi`` parameters: ZeRO's formula, but unsharded gradients (ZeRO 0 and 1) held at
+    ``grad_bytes`` each under mixed precision: Megatron-LM's fp32 main-gradient buffers, "bf16 param, fp32 grads:
+    18" bytes per parameter and "6 + 12/d" with its distributed optimizer (Megatron-LM README, "Distributed
+    Optimizer"), where ZeRO's formula counts 16 and 4 + 12/d (2-byte gradients)."""
+    states = zero_bytes_formula(psi, zero, shard, mixed_precision=bpv == 2)
+    if bpv == 2 and zero < 2:
+        states["grads"] = grad_bytes * psi
+        states["total"] = states["params"] + states["grads"] + states["optimizer"]
+    return states
+
+
 def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Bytes per device of the busiest pipeline rank: params, grads, optimizer (ZeRO's formula over the
-    dp·cp ranks that hold the same weights; Rajbhandari et al. 2020, arXiv:1910.02054), activations
+    dp·cp ranks that hold the same weights; Rajbhandari et al. 2020, arXiv:1910.02054; unsharded gradients at
+    ``layout.grad_bytes``, Megatron-LM's fp32 main gradients: :func:`_states`), activations
     (:func:`~minipar.perf.flops.activation_bytes_per_layer` × :func:`held_layers`, each model chunk
-    with its own block count; full recomputation adds the one block being recomputed; with
-    ``recompute_layers`` each chunk's recomputed blocks keep their input and its others every activation),
+    with its own block count; full recomputation adds the one block being recomputed; the last stage the
+    loss's fp32 logits, :func:`logit_bytes`; with ``recompute_layers`` each chunk's recomputed blocks keep their
+    input and its others every activation),
     total (all on the device) and host (offloaded optimizer state). ZeRO shards over
     :attr:`~minipar.perf.layout.Layout.shard` ranks (dp·cp, or hsdp·cp); ZeRO-3 with pp > 1 keeps a
     stage's weights and gradients unsharded from its first forward to the step's one reduce-scatter
@@ -90,14 +116,16 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None
     for i in range(p):
-        states = zero_bytes_formula(params[i], zero, layout.shard, mixed_precision=bpv == 2)
+        states = _states(params[i], zero, layout.shard, bpv, layout.grad_bytes)
         if experts[i]:
-            mine = zero_bytes_formula(experts[i], zero, layout.expert_shard, mixed_precision=bpv == 2)
+            mine = _states(experts[i], zero, layout.expert_shard, bpv, layout.grad_bytes)
             states = {k: v + mine[k] for k, v in states.items()}
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations
             acts += act_bytes(model, b, t, "none", sp, bpv, flash, c)
+        if i == p - 1:  # the loss: one micro-batch's logits (logit_bytes)
+            acts += logit_bytes(model, b, t, c)
         mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
         mem["total"] = sum(mem.values())
         mem["host"] = states["optimizer"] if layout.offload else 0

@@ -70,7 +70,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
 - **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.formula.zero_bytes_formula`,
-  over d·c ranks), activations per Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
+  over d·c ranks; unsharded gradients at ``grad_bytes``, Megatron-LM's fp32 main gradients), activations per
+  Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
   × the blocks each rank holds at its peak along the real schedule (:func:`minipar.perf.memory.held_layers`:
   min(p − i, m)·l/p under 1F1B, l·(1 + (p−1)/(p·v)) on rank 0 interleaved, §4.2.3; each chunk's own
   blocks); the busiest rank. Fits if ≤ ``usable_mem`` (0.9, ASSUMED). :mod:`minipar.perf.memory`.

@@ -40,13 +40,21 @@ def ep_degrees(model: ModelShape, dp: int, eps=None) -> list[int]:
     return [e for e in (divisors(dp) if eps is None else eps) if dp % e == 0 and model.experts % e == 0]
 
 
+def recompute_modes(model: ModelShape, dev: Device) -> tuple[str, ...]:
+    """The recomputation modes a search tries: none, selective, full; and ``"op"`` (torchtitan's per-op
+    checkpointing, :func:`minipar.perf.flops.op_saved_values`) for a dense model on a GPU under a PyTorch stack
+    (``dev.framework`` "pytorch"), where PyTorch's ``create_selective_checkpoint_contexts`` runs it."""
+    gpu_pytorch = dev.framework == "pytorch" and dev.counts == "megatron" and not model.experts
+    return ("none", "selective", "op", "full") if gpu_pytorch else ("none", "selective", "full")
+
+
 def plan(
     model: ModelShape,
     dev: Device,
     gpus: int,
     global_batch: int,
     micro_batches=(1, 2, 4, 8),
-    recomputes=("none", "selective", "full"),
+    recomputes=None,
     zeros=(0, 1, 3),
     vs=(1, 2, 4),
     seq_parallel=True,
@@ -68,7 +76,8 @@ def plan(
 
     Args:
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
-            pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes``, ``zeros``
+            pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes`` (None:
+            :func:`recompute_modes`), ``zeros``
             (ZeRO stages, dp > 1 only; ZeRO-3 only with pp = 1: with pipelines FSDP2 keeps the
             weights gathered for the step, ZeRO-1's cost, :func:`minipar.perf.sharding.dp_time`),
             ``vs`` (interleaving, pp > 1 only): the choices tried;
@@ -94,6 +103,7 @@ def plan(
     for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
     """
     out = []
+    recomputes = recompute_modes(model, dev) if recomputes is None else recomputes
     cps = cp_degrees(model, dev, gpus) if cps is None else cps
     for tp, cp in ((tp, cp) for tp in divisors(gpus) for cp in cps if gpus % (tp * cp) == 0):
         for pp in divisors(gpus // (tp * cp)):

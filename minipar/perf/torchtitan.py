@@ -78,6 +78,12 @@ TORCHTITAN = [
     (5, "405B", 512, (8, 8, 8), 32, 256, "full", 2, True, True, 128),
 ]
 
+# The tables' "Memory(GiB)" per row above, GIVEN: the peak of what PyTorch's caching allocator RESERVED on the GPU
+# (train.py at 9dec370 logs ``device_mem_stats.max_reserved_gib``, ``reserved_bytes.all.peak``; the largest over
+# the ranks, the doc's footnote). The allocator reserves above what the tensors hold, so it bounds the model's
+# count from above (tests/test_perf_model.py).
+TORCHTITAN_MEMORY_GIB = [82.4, 67.0, 76.8, 61.8, 71.9, 82.5, 72.7]
+
 
 def torchtitan_layout(row) -> Layout:
     """The row's layout (module doc: what is given, what is ASSUMED)."""
