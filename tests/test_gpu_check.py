@@ -141,9 +141,13 @@ def test_unit_test_results_are_read_per_test(monkeypatch, tmp_path):
 
 
 def test_bench_rows_on_gloo_are_shown_not_graded():
-    """A bench row the check-list ran on gloo (more ranks than GPUs) is skipped with its number; on NCCL, graded."""
+    """A bench row the check-list ran on gloo (its name says so, or more ranks than GPUs) is skipped with its number; on
+    NCCL, graded. b02 names the backend its ranks ran."""
     row = {"lesson": "02", "measured": 1.05, "unit": "×", "target": "<= 1.0", "note": "median of 3 launches"}
-    row = {**row, "name": "minipar DDP vs torch DDP, 4 seq/rank, 4 gloo ranks", "ok": False}  # the name as b02 gives it
-    gloo, nccl = g.bench_check(row, n_gpu=1), g.bench_check(row, n_gpu=8)
-    assert gloo.ok is None and "1.05 × <= 1.0" in gloo.detail and "not graded" in gloo.detail
-    assert nccl.ok is False and nccl.detail.endswith("; NCCL)")
+    row["ok"] = False
+    name = "minipar DDP vs torch DDP, 4 seq/rank, 4 {} ranks"  # the name as b02 gives it
+    gloo, nccl = ({**row, "name": name.format(b)} for b in ("gloo", "nccl"))
+    for skipped in (g.bench_check(gloo, n_gpu=1), g.bench_check(gloo, n_gpu=8), g.bench_check(nccl, n_gpu=1)):
+        assert skipped.ok is None and "1.05 × <= 1.0" in skipped.detail and "not graded" in skipped.detail
+    graded = g.bench_check(nccl, n_gpu=8)
+    assert graded.ok is False and graded.detail.endswith("; NCCL)")

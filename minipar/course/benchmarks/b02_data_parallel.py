@@ -1,7 +1,7 @@
 """Lesson 02: minipar's DistributedDataParallel step time against torch.nn.parallel.DistributedDataParallel.
 
-Same GPT, same per-rank batch, same bucket size, same gloo ranks. Both wrappers live in the same
-launched job (two model copies), and their timing blocks alternate, so a slow moment of the
+Same GPT, same per-rank batch, same bucket size, same ranks (gloo on a CPU; the row's name says which). Both
+wrappers live in the same launched job (two model copies), and their timing blocks alternate, so a slow moment of the
 shared machine hits both alike. Ratio = minipar median step / PyTorch median step, per launch; the row is the
 median over 3 launches, the first building minipar's copy first, the second PyTorch's, the third minipar's.
 
@@ -34,7 +34,8 @@ BUCKET_MB = 1.0
 
 
 def step_times(repeats: int, steps: int, local_batch: int = 4, torch_first: bool = False) -> dict:
-    """On every rank: median seconds per training step for each wrapper (runs inside ``launch``).
+    """On every rank: median seconds per training step for each wrapper (runs inside ``launch``), and the backend
+    the ranks ran (``"backend"``: the row's name says it).
 
     On ``minipar.runtime.dist.device()`` (``cuda:LOCAL_RANK`` under NCCL, CUDA synchronised before each clock read).
     ``torch_first``: build PyTorch's copy first (where each copy's memory lands is one more thing a launch fixes).
@@ -76,7 +77,7 @@ def step_times(repeats: int, steps: int, local_batch: int = 4, torch_first: bool
     for r in range(repeats):
         for kind in ("minipar", "torch") if r % 2 == 0 else ("torch", "minipar"):
             times[kind].append(block(kind))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {**{k: statistics.median(v) for k, v in times.items()}, "backend": dist.get_backend()}
 
 
 def rows(quick: bool) -> list[Row]:
@@ -93,7 +94,8 @@ def rows(quick: bool) -> list[Row]:
         out.append(
             Row(
                 "02",
-                f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, {n} gloo ranks",
+                f"minipar DDP vs torch DDP, GPT 4x128 T=64, 4 seq/rank, {BUCKET_MB:g} MiB buckets, "
+                f"{n} {t['backend']} ranks",
                 ratio,
                 target="<= 1.0",
                 ok=ratio <= 1.0,
