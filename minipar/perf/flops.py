@@ -82,7 +82,8 @@ def op_saved_values(model: ModelShape, t: int, seq_parallel: bool) -> float:
     (h, ÷t with sequence parallelism), the outputs of the 1st, 3rd, 5th and 7th matmul, Q (h/t), V (h_kv/t), the
     MLP's first (f/t) and, gated, its down projection (h: a row-parallel matmul's output is the full partial sum),
     the attention kernel's output (h/t) and its fp32 log-sum-exp (2·a/t value-equivalents), and with sequence
-    parallelism the two reduce-scatters' outputs (2h/t). Norms, RoPE, activations and residual adds: none kept."""
+    parallelism the two reduce-scatters' outputs (2h/t). Norms, RoPE, activations and residual adds: none kept.
+    Counted to the byte at t = 1 by PyTorch's selective checkpointing under that policy (tests/test_op_ac_memory.py)."""
     h, a, f = model.hidden, model.heads, model.f
     hk = model.kv * (h // a)
     x = h / t if seq_parallel else h
