@@ -304,10 +304,9 @@ def check_bench(tmp: str, n_gpu: int) -> list[Check]:
 
 
 def bench_check(r: dict, n_gpu: int) -> Check:
-    """One row of ``results.json`` as a check, on a node of ``n_gpu`` GPUs. A row that ran on gloo (its name says
-    "N gloo ranks", or more ranks than GPUs) is shown and not graded (``ok`` None), for its ranks share the GPU node's
-    CPUs, where three launches of one row read 0.83-1.16x (2026-11-27), and its target is ``make bench``'s, on a CPU
-    machine; "N nccl ranks" or "N ranks" with N <= ``n_gpu``: graded."""
+    """One row of ``results.json`` as a check, on a node of ``n_gpu`` GPUs. Run on gloo ("N gloo ranks", or N > GPUs):
+    shown, not graded (``ok`` None): its ranks share the GPU node's CPUs, where three launches of one row read
+    0.83-1.16x (2026-11-27), and its target is ``make bench``'s, on a CPU. "N nccl ranks", or N <= GPUs: graded."""
     detail = f"{r['measured']:.3g} {r['unit']} {r['target']} ({r['note']}"
     ranks = re.search(r"(\d+) (?:(gloo|nccl) )?ranks", r["name"])
     if ranks is None or int(ranks.group(1)) > n_gpu or ranks.group(2) == "gloo":
