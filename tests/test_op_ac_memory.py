@@ -3,7 +3,10 @@ selective checkpointing policy (its ``_save_list`` and "every second mm", torcht
 ``parallelize_llama.py``) run through PyTorch's own ``create_selective_checkpoint_contexts`` on a Llama-shaped block
 (RMSNorm, GQA with repeated K/V, an elementwise stand-in for RoPE, SDPA, SwiGLU or a GELU MLP) on this CPU, fp32.
 Counted: the storages created in the forward that are still alive after it (what the backward will read), without
-the weights, the block's input and its output; the model's count adds the input (the checkpoint holds it)."""
+the weights, the block's input and its output; the model's count adds the input (the checkpoint holds it).
+Not ``minipar.model.memory.SavedTensorMeter``: it sees what autograd's saved-tensor hooks pack, and under
+non-reentrant checkpointing that is only the block's input; the policy's saved outputs sit in the checkpoint's own
+cache, which only the storages still alive reveal."""
 
 from __future__ import annotations
 

@@ -228,5 +228,4 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
 
-    out += torchtitan_rows() + nemo_rows() + fms_rows()  # torchtitan: its own power-capped 96 GB H100s
-    return out + bloom_rows()
+    return out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows()  # torchtitan: its own 96 GB H100s
