@@ -10,7 +10,7 @@ batches of the built-in corpus, so a parameter-server run and its reference see 
 
 from __future__ import annotations
 
-import os
+import socket
 import time
 import warnings
 
@@ -122,14 +122,19 @@ class _Store:
 def rpc_parameter_server(updates: int = 6) -> dict:
     """:func:`ps_async`'s τ = 0 loop with ``torch.distributed.rpc`` on 2 ranks: worker 1 calls the server's
     ``pull`` and ``push``. Returns the final parameters on the worker (rank 1); rank 0 only serves.
-    The rpc port is ``MINIPAR_RPC_PORT``."""
+    The rpc port: rank 0 asks the OS for a free one once the job's own store holds its port, and broadcasts it (a
+    port picked before ``launch`` could be the one the OS then gives the job's store)."""
     import torch.distributed.rpc as rpc
 
     warnings.filterwarnings("ignore", message="You are using a Backend")
     me = md.rank()
-    opts = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{os.environ['MINIPAR_RPC_PORT']}", rpc_timeout=60
-    )
+    port = [None]
+    if me == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port[0] = s.getsockname()[1]
+    dist.broadcast_object_list(port, src=0)
+    opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port[0]}", rpc_timeout=60)
     rpc.init_rpc(f"r{me}", rank=me, world_size=2, rpc_backend_options=opts)
     final = None
     if me == 1:
