@@ -447,6 +447,21 @@ def test_bloom_row_uses_the_runs_own_settings():
     assert e.time["bubble"] > 0 and e.time["tp"] > 0 and e.fits
 
 
+def test_tinyllama_row_uses_the_runs_own_settings():
+    """TinyLlama-1.1B (minipar.perf.tinyllama): the README's layout, its 24k tokens/s agree with its GPU-hour table
+    (3,456 A100 hours for 300B tokens) and, by this model's count, with its "56% model flops utilization"."""
+    from minipar.perf.tinyllama import GLOBAL_BATCH, TINYLLAMA, TOKENS_PER_S, tinyllama_layout, tinyllama_rows
+
+    m, lay = TINYLLAMA, tinyllama_layout()
+    assert 1.0e9 < m.params < 1.1e9 and m.gated and m.kv == 4 and not m.dropout
+    assert (lay.gpus, lay.micro_batch, lay.zero, lay.recompute) == (16, 8, 3, "none")
+    assert lay.micro_batch * m.seq == 16384 and GLOBAL_BATCH * m.seq == 2048 * 1024  # "16k tokens", "2048 * 1024"
+    assert abs(300e9 / (3456 * 3600) / TOKENS_PER_S - 1) < 0.01  # the GPU-hour table: 24,113 tokens/s/GPU
+    label, e, metric, pub = tinyllama_rows()[0]
+    assert metric == "mfu" and abs(pub - 0.56) < 0.01 and e.fits  # the README's 56 %, this model's FLOP count
+    assert e.time["dp"] < 0.01 * e.time["total"]  # FSDP's traffic hides: the unnamed network hardly matters
+
+
 def test_memory_below_what_torchtitan_reserved():
     """The model's peak memory per GPU for torchtitan's rows, against the tables' Memory(GiB): what PyTorch's
     allocator reserved (minipar.perf.torchtitan.TORCHTITAN_MEMORY_GIB), so an upper bound. Printed with ``-s``; the

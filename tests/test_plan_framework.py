@@ -115,6 +115,8 @@ def test_compile_is_in_help_and_json(capsys):
     assert eager["device"]["block_passes"] == h.mem_passes + GATED_EAGER_PASSES
     assert comp["device"]["block_passes"] == h.mem_passes and comp["mem_gb"] == eager["mem_gb"]
     assert comp["time_s"]["compute"] < eager["time_s"]["compute"]
+    assert "--fused-kernels" in parser().format_help()  # hand-fused kernels (TinyLlama's): the same setting
+    assert _run([*LLAMA70B, *FIXED, "--fused-kernels"], capsys) == comp
     assert block_passes(h, gated=False) == h.mem_passes  # MPT's (the fit set's) blocks: nothing added
     assert block_passes(for_framework(h, "megatron"), gated=True) == 2.0  # Transformer Engine's fused kernels
     assert block_passes(cpu_device(1e10), gated=True) == cpu_device(1e10).mem_passes  # measured, no shape model

@@ -227,5 +227,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
+    from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
-    return out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows()  # torchtitan: its own 96 GB H100s
+    rows = out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows()
+    return rows  # torchtitan: its own 96 GB H100s

@@ -1,5 +1,6 @@
 """The command line's software-stack flags (``python -m minipar.plan --framework F --precision P
---grad-reduce-dtype D --attention-kernel K --compile``): whose kernels run the step, in which dtypes."""
+--grad-reduce-dtype D --attention-kernel K --compile`` or ``--fused-kernels``): whose kernels run the step, in which
+dtypes."""
 
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ def add_stack_flags(p) -> None:
     )
     p.add_argument(
         "--compile",
+        "--fused-kernels",
+        dest="compile",
         action="store_true",
-        help="the blocks under torch.compile (pytorch stacks): a gated model's elementwise operators fused, its memory "
-        "passes the fit set's; eager (the default): 3.8 more, as measured in torchtitan's eager Llama block",
+        help="the blocks under torch.compile, or with hand-fused RMSNorm/SwiGLU/rotary kernels (pytorch stacks: "
+        "TinyLlama's): a gated model's elementwise operators fused, its memory passes the fit set's; eager (the "
+        "default): 3.8 more, as measured in torchtitan's eager Llama block",
     )
