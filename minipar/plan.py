@@ -6,7 +6,7 @@
         --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
 
 Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b,
-interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, step time and
+interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and
 memory per GPU, then one line per reason the others were rejected; or, given ``--tp --pp --dp`` (and
 optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp --flash-attention
 --first-stage-layers --last-stage-layers --recompute-layers --hsdp``), evaluates exactly that layout
@@ -18,7 +18,8 @@ the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model ch
 :meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks
 (Llama). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
 recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
-recomputation included: Narayanan et al. 2021 eq. 3), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
+recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column of the table:
+no FLOP count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
 ``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
 differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search with expert
 parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
@@ -167,6 +168,13 @@ def _device(a):
     return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
+def tokens_per_s_per_gpu(e, model) -> float:
+    """Tokens per second per GPU of an estimate: the global batch (m·b·dp sequences of ``model.seq``) over the step
+    time and the GPUs (the figure most published runs report; independent of how a paper counts FLOPs)."""
+    lay = e.layout
+    return e.m * lay.micro_batch * lay.dp * model.seq / e.time["total"] / lay.gpus
+
+
 def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
     return {
@@ -189,6 +197,7 @@ def _row(e, dev, model) -> dict:
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
         "tflops_per_gpu": round(e.tflops_per_gpu, 1),
+        "tokens_per_s_per_gpu": round(tokens_per_s_per_gpu(e, model)),
         "step_s": round(e.time["total"], 4) if e.time else None,
         "mem_gb": round(e.mem["total"] / 1e9, 2),
         "fits": bool(e.fits),
@@ -306,11 +315,12 @@ def main(argv=None) -> int:
         + ", "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"
     )
-    print(f"{'layout':46s} {'MFU':>5s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")
+    print(f"{'layout':46s} {'MFU':>5s} {'tok/s/GPU':>9s} {'step s':>7s} {'mem/GPU GB':>10s} {'bubble':>6s}")
     for e in kept[: a.top]:
         print(
-            f"{str(e.layout):46s} {e.mfu:5.1%} {e.time['total']:7.2f} {e.mem['total'] / 1e9:10.1f} "
-            f"{e.time['bubble'] / e.time['total']:6.1%}" + ("" if e.fits else "  (does not fit)")
+            f"{str(e.layout):46s} {e.mfu:5.1%} {tokens_per_s_per_gpu(e, model):9,.0f} {e.time['total']:7.2f} "
+            f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
+            + ("" if e.fits else "  (does not fit)")
         )
     if a.tp is not None:
         return 0

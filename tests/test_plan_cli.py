@@ -28,6 +28,14 @@ def test_custom_shape_and_fixed_layout_print_json():
     assert {"mfu", "tflops_per_gpu", "step_s", "mem_gb", "fits"} <= set(r)
     assert 0 < r["mfu"] < 1 and r["tflops_per_gpu"] > r["mfu"] * 989 * 0.99  # executed ≥ model FLOPs
     assert r["layout"].startswith("dp16·tp8·pp8") and r["fits"] is True
+    tokens = 2048 * 8192  # global batch × sequence, over the step and the 1,024 GPUs
+    assert abs(r["tokens_per_s_per_gpu"] - tokens / r["step_s"] / 1024) <= 1
+    from minipar.perf.flops import model_flops
+    from minipar.perf.layout import ModelShape
+
+    shape = ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True)
+    per_token = model_flops(shape, 2048) / tokens  # MFU = tokens/s × model FLOPs per token / peak: one number, two ways
+    assert abs(r["tokens_per_s_per_gpu"] * per_token / 989e12 / r["mfu"] - 1) < 2e-3
 
 
 def test_link_speeds_and_presets_change_the_answer(capsys):
