@@ -27,8 +27,8 @@ parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``
 ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
 with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a
 GPU under ``--framework pytorch``, dense models). The software stack
-(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``
-and ``--compile``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
+``--fused-loss`` (``loss_bytes``) and ``--compile``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
 from minipar.perf.gemm import attention_kernel
-from minipar.perf.hardware import GPUS, HBM_EFF, block_passes, for_framework, with_links
+from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, HBM_EFF, block_passes, for_framework, with_links
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
@@ -165,14 +165,14 @@ def _device(a):
         )
     if a.attention_kernel is not None or a.compile:
         dev = replace(dev, attention=a.attention_kernel or "", compiled=a.compile)
-    return with_links(for_framework(dev, a.framework), a.intra_node_gbps, a.inter_node_gbps, a.network)
+    dev = for_framework(dev, a.framework)
+    dev = replace(dev, loss_bytes=FUSED_LOSS_BYTES) if a.fused_loss and dev.loss_bytes else dev
+    return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 
 def tokens_per_s_per_gpu(e, model) -> float:
-    """Tokens per second per GPU of an estimate: the global batch (m·b·dp sequences of ``model.seq``) over the step
-    time and the GPUs (the figure most published runs report; independent of how a paper counts FLOPs)."""
-    lay = e.layout
-    return e.m * lay.micro_batch * lay.dp * model.seq / e.time["total"] / lay.gpus
+    """Tokens/s per GPU of an estimate: m·b·dp sequences of ``model.seq`` per step over the GPUs (no FLOP count)."""
+    return e.m * e.layout.micro_batch * e.layout.dp * model.seq / e.time["total"] / e.layout.gpus
 
 
 def _row(e, dev, model) -> dict:
@@ -192,6 +192,7 @@ def _row(e, dev, model) -> dict:
         "framework": dev.framework,
         "attention_kernel": attention_kernel(dev),
         "compiled": dev.compiled,
+        "loss_bytes": dev.loss_bytes,
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},

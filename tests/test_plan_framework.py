@@ -102,6 +102,18 @@ def test_unknown_attention_kernel_is_one_line(capsys):
         replace(GPUS["h100"], attention="xformers")
 
 
+def test_fused_loss_is_in_help_and_json(capsys):
+    """``--fused-loss``: the loss moves 6 bytes per logit value (hardware.FUSED_LOSS_BYTES) instead of the framework's
+    unfused 48 / 52; the step gets shorter; on an A100, whose constants carry the loss, nothing changes."""
+    assert "--fused-loss" in parser().format_help()
+    base = [*LLAMA70B, *FIXED]
+    unfused, fused = _run(base, capsys), _run([*base, "--fused-loss"], capsys)
+    assert (unfused["loss_bytes"], fused["loss_bytes"]) == (48.0, 6.0) and fused["step_s"] < unfused["step_s"]
+    assert _run([*base, "--framework", "megatron"], capsys)["loss_bytes"] == 52.0
+    a100 = [*base, "--gpu", "a100"]
+    assert _run(a100, capsys) == _run([*a100, "--fused-loss"], capsys)
+
+
 def test_compile_is_in_help_and_json(capsys):
     """``--compile``: a gated model's blocks under torch.compile cross HBM as the fit set's blocks (``mem_passes``),
     eager ones ``GATED_EAGER_PASSES`` more (measured on an H100); a dense GELU model and Megatron-Core are unchanged."""

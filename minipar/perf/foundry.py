@@ -11,8 +11,9 @@ Given: the MPT shapes' d_model, n_layers and n_heads (``scripts/train/yamls/pret
 the vocabulary (50,368) and each row's parameter count, which matches 12·l·h² + V·h + s·h (an MLP of 4h,
 a learned position table, a tied embedding); data parallelism only (FSDP: FULL_SHARD = ZeRO-3,
 SHARD_GRAD_OP = ZeRO-2, ``pp = tp = 1``); FlashAttention in Triton (``attn_impl: triton``: the yamls and
-``submit_benchmarks.py``'s default; :data:`minipar.perf.gemm.TRITON_VS_FA2`). ASSUMED: no biases and no dropout
-(MPT's ``no_bias``, zero dropout rates), FSDP's prefetch overlapping its
+``submit_benchmarks.py``'s default; :data:`minipar.perf.gemm.TRITON_VS_FA2`); the fused cross-entropy loss
+(``loss_fn: fused_crossentropy``, the MPT model's default: :data:`minipar.perf.hardware.FUSED_LOSS_BYTES`).
+ASSUMED: no biases and no dropout (MPT's ``no_bias``, zero dropout rates), FSDP's prefetch overlapping its
 all-gathers and reduce-scatters with compute (``"dp"`` in overlap); gradients reduced in fp32 under
 Composer's DEFAULT mixed precision, bf16 under PURE; the H100 cluster's network the NDR preset
 (400 Gb/s per GPU; the table does not say); the A100 80GB rows' 1600 Gb/s per node = 200 Gb/s per GPU
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.hardware import GPUS, Device
+from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, Device
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.sharding import dp_time
@@ -188,7 +189,7 @@ def foundry_row(row, dev: Device) -> Estimate:
         grad_bytes=2 if mp == "PURE" else 4,
     )
     assert mb * ga * n == gb, row
-    return estimate(mpt_shape(name, seq), replace(dev, attention="triton"), lay, gb)
+    return estimate(mpt_shape(name, seq), replace(dev, attention="triton", loss_bytes=FUSED_LOSS_BYTES), lay, gb)
 
 
 SEEN = {("30b", 8192), ("13b", 8192)}  # the rows labelled MISS:seen (miss_reason): (model, s)

@@ -62,7 +62,10 @@ class Device:
         collective's time that still lands on the step (0: hiding is free; 1: as if exposed), :data:`OVERLAP_COST`.
         attention: the FlashAttention kernel, one of :data:`~minipar.perf.gemm.ATTN_KERNELS` ("": the framework's,
         :data:`~minipar.perf.gemm.ATTN_KERNEL`), :func:`~minipar.perf.gemm.attention_rate`. compiled: the blocks run
-        under ``torch.compile`` (their elementwise operators fused: :func:`block_passes`).
+        under ``torch.compile`` (their elementwise operators fused: :func:`block_passes`). loss_bytes: HBM bytes the
+        loss's memory-bound kernels move per logit value (s·b·V/t of them per micro-batch, on the last pipeline stage):
+        :data:`LOSS_BYTES` by framework, :data:`FUSED_LOSS_BYTES` with a fused cross-entropy kernel; 0 on this CPU
+        (``layer_overhead`` measures it).
     """
 
     name: str
@@ -86,6 +89,7 @@ class Device:
     overlap_cost: float = 0.0
     attention: str = ""
     compiled: bool = False
+    loss_bytes: float = 0.0
 
     def __post_init__(self):
         if self.counts not in COUNTS:
@@ -148,6 +152,20 @@ GEMM_EFF_MEGATRON = {"A100": GEMM_EFF, "H100": 0.60, "H200": 0.60, "B200": 0.60}
 # reach 2.94-3.06 TB/s, 0.88-0.91 of 3.35; a bf16 -> fp32 cast 1.97 TB/s, 0.59. MEM_PASSES is counted at 0.85: the
 # eager blocks' memory-bound kernels measured their passes at this rate (the product is what the model uses).
 HBM_EFF = 0.85
+# The loss: cross-entropy over s·b·V/t logits per micro-batch on the last stage, memory-bound. Counted from the code
+# (bytes per logit value, forward + backward). Megatron-LM's VocabParallelCrossEntropy
+# (megatron/core/tensor_parallel/cross_entropy.py at core_v0.8.0; its default, without --cross-entropy-loss-fusion):
+# the cast to fp32 (2 read, 4 written), max (4), subtract (8), exp (8), sum (4), divide (8); backward: × the
+# gradient (8), the cast back (6): 52. PyTorch's F.cross_entropy(logits.float(), ...) (torchtitan's loss): the cast
+# (6), log_softmax (16), the gradient of nll_loss written (4), log_softmax's backward (16), the cast back (6): 48.
+# A fused kernel (Transformer Engine's, flash-attn's, Liger's: reads the bf16 logits in forward, reads them and
+# writes the gradient in backward): 6 (``--fused-loss``). At HBM_EFF of the datasheet rate, as every memory-bound
+# operator here. The H100's constants were chosen with it (Megatron-Core on NeMo 24.07, unfused: median 3.0 % without
+# it, 2.4 % with, the efficiency 0.60 either way; PyTorch on llm-foundry, whose fused loss is given: the same three
+# constants); H200 and B200 as the H100. The A100's efficiency was chosen without it (Narayanan's fit set): 0 there,
+# where it rides among what a step loses outside its blocks (charged, the fit would move the efficiency to 0.70).
+LOSS_BYTES = {"pytorch": 48.0, "megatron": 52.0}
+FUSED_LOSS_BYTES = 6.0
 
 
 def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_tflops=None) -> Device:
@@ -175,13 +193,16 @@ def block_passes(dev: Device, gated: bool) -> float:
 
 def _chosen(fam: str, framework: str) -> dict:
     """The constants chosen for a device family under a framework: ``gemm_efficiency``, ``mem_passes`` and
-    ``overlap_cost`` (Megatron-Core: its own efficiency, 2 passes, hidden collectives free, as on its fit set)."""
+    ``overlap_cost`` (Megatron-Core: its own efficiency, 2 passes, hidden collectives free, as on its fit set), and
+    the framework's unfused loss, ``loss_bytes`` (:data:`LOSS_BYTES`)."""
+    loss = LOSS_BYTES[framework] if fam != "A100" else 0.0  # the A100's constants: Narayanan's fit, without it
     if framework == "megatron":
-        return {"gemm_efficiency": GEMM_EFF_MEGATRON[fam], "mem_passes": 2.0, "overlap_cost": 0.0}
+        return {"gemm_efficiency": GEMM_EFF_MEGATRON[fam], "mem_passes": 2.0, "overlap_cost": 0.0, "loss_bytes": loss}
     return {
         "gemm_efficiency": GEMM_EFF_BY_DEVICE[fam],
         "mem_passes": MEM_PASSES[fam],
         "overlap_cost": OVERLAP_COST[fam],
+        "loss_bytes": loss,
     }
 
 

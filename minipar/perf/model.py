@@ -37,7 +37,10 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   (``Device.framework``) their saved inputs take 1 byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`).
   FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
   runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
-  last stage. minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full recomputation × 4/3.
+  last stage, and the loss after it moves ``Device.loss_bytes`` per logit value through HBM (fp32 passes over
+  s·b·V/t values: 52 bytes in Megatron-LM's unfused loss, 48 in PyTorch's, 6 in a fused kernel; the
+  count in :data:`minipar.perf.hardware.LOSS_BYTES`). minipar: ``GPT.flops_per_token`` per token at
+  ``peak_flops``; full recomputation × 4/3.
   Both add ``layer_overhead`` per layer and divide by ``compute_share``.
 - **Links** (:func:`group_link`): a group uses NVLink only if every group of its kind lies inside
   one node in Megatron's rank order (tp innermost, then cp, dp, pp); tp = 6 on 8-GPU nodes straddles
@@ -219,11 +222,12 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         if layout.scatter_gather and not sp and t > 1:
             p2p += ring_time(t, msg, L["tp"])  # the all-gather over NVLink
     logit = logit_flops(model, b) / c / t / eff
+    loss = dev.loss_bytes * b * s * model.vocab / t / dev.hbm_bw if dev.hbm_bw else 0.0  # Device.loss_bytes
     layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
     rc = layout.recomputed_layers(model.layers)  # of them, recomputed (all under "full" unless recompute_layers)
     lf = [n * (f_l + tp_f + cp_f + ep_f) + p2p for n in layers]
     lb = [(n - r) * (b_0 + tp_b0 + cp_b + ep_b0) + r * (b_l + tp_b + cp_b + ep_b) + p2p for n, r in zip(layers, rc)]
-    lf[-1], lb[-1] = lf[-1] + logit, lb[-1] + 2 * logit  # the logit layer runs on the last stage
+    lf[-1], lb[-1] = lf[-1] + logit + loss, lb[-1] + 2 * logit  # the logit layer and the loss: the last stage
     if p == 1:
         pipe = m * (lf[0] + lb[0])
     else:
@@ -237,7 +241,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     busy = m * sum(lf[k] + lb[k] for k in mine)
     ep = {"ep": m * n_0 * (ep_f + ep_b0) + m * n_r * (ep_f + ep_b)} if moe else {}
     return {
-        "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit if rank == p - 1 else 0.0)),
+        "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit + loss if rank == p - 1 else 0.0)),
         "tp": m * n_0 * (tp_f + tp_b0) + m * n_r * (tp_f + tp_b),
         "cp": m * (n_0 + n_r) * (cp_f + cp_b),
         **ep,

@@ -20,7 +20,8 @@ Sources (read in the repositories, commit named):
 - **TEST: Megatron-Bridge** (github.com/NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary-archive.md`` as at
   067f987): the DGX-H100 dense rows of releases 25.09 to 26.06, Llama 3 70B (64 GPUs, TP 4, PP 8, VP 5) and
   Llama 3.1 405B (1,024 GPUs, TP 8, PP 8, CP 2, VP 8), FP8; the 25.11 recipe (tag v0.2.0,
-  ``scripts/performance/configs/llama*/``): no recomputation, no Megatron-FSDP, ``tp_comm_overlap`` on.
+  ``scripts/performance/configs/llama*/``): no recomputation, no Megatron-FSDP, ``tp_comm_overlap`` on, Transformer
+  Engine's fused cross-entropy (``scripts/performance/utils/helpers.py``: ``cross_entropy_fusion_impl = "te"``).
   (25.09 has no precision column: its rows are ASSUMED FP8, their 1,619 and 302 tokens/s/GPU within 4 % of
   25.11's FP8-CS rows for the same layouts, 1,602 and 292.)
   And LLAMA3_8B, 8 GPUs, FP8-CS, 14,451 tokens/s/GPU (25.11): the release's recipe runs CP 1 and
@@ -42,6 +43,9 @@ Sources (read in the repositories, commit named):
   :func:`megatron_flops_per_token`), turned into tokens/s, then into this model's MFU count. TP communication
   not overlapped (no such flag in the run: given).
 
+The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
+the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
+
 Every row's published tokens/s per GPU becomes an MFU in this model's own FLOP count over the same peak, so the
 error is the throughput error. ASSUMED for all: the H100 preset's links (NDR, 400 Gb/s per GPU); the gradient
 reduction in fp32 for Megatron-LM (MoE-Zoo: its default under bf16), in bf16 for NeMo and Megatron-Bridge (the
@@ -62,7 +66,9 @@ at the FA3 paper's 35 %; with the attention core at its measured rate for Megatr
 
 from __future__ import annotations
 
-from minipar.perf.hardware import GPUS, Device, for_framework
+from dataclasses import replace
+
+from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, Device, for_framework
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
@@ -185,5 +191,6 @@ def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate,
         model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
-        out.append((label(row), estimate(model, dev, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
+        fused = replace(dev, loss_bytes=FUSED_LOSS_BYTES) if row[0].startswith("MB") else dev  # TE's fused loss
+        out.append((label(row), estimate(model, fused, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
     return out

@@ -226,8 +226,9 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
     from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
+    from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
-    rows = out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows()
+    rows = out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
     return rows  # torchtitan: its own 96 GB H100s

@@ -1,6 +1,6 @@
 """The command line's software-stack flags (``python -m minipar.plan --framework F --precision P
---grad-reduce-dtype D --attention-kernel K --compile`` or ``--fused-kernels``): whose kernels run the step, in which
-dtypes."""
+--grad-reduce-dtype D --attention-kernel K --compile`` or ``--fused-kernels``, ``--fused-loss``): whose kernels run the
+step, in which dtypes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient e
 
 
 def add_stack_flags(p) -> None:
-    """``--grad-reduce-dtype``, ``--precision``, ``--framework``, ``--attention-kernel`` and ``--compile`` on the
-    argparse parser ``p``."""
+    """``--grad-reduce-dtype``, ``--precision``, ``--framework``, ``--attention-kernel``, ``--fused-loss`` and
+    ``--compile`` on the argparse parser ``p``."""
     p.add_argument(
         "--grad-reduce-dtype",
         default="fp32",
@@ -39,6 +39,13 @@ def add_stack_flags(p) -> None:
         choices=ATTN_KERNELS,
         help="the FlashAttention kernel (with --flash-attention; default: the framework's, flash for pytorch, cudnn "
         "for megatron): flash (FlashAttention-2), cudnn, triton (FlashAttention in Triton, llm-foundry's attn_impl)",
+    )
+    p.add_argument(
+        "--fused-loss",
+        action="store_true",
+        help="a fused cross-entropy kernel (Transformer Engine's, flash-attn's, Liger's): 6 bytes of HBM traffic per "
+        "logit value, where the unfused loss moves 52 (Megatron-LM) or 48 (PyTorch's F.cross_entropy on fp32 logits); "
+        "the A100's constants carry the loss (0 there either way)",
     )
     p.add_argument(
         "--compile",

@@ -7,7 +7,8 @@ hours for 300B tokens: 24,113 tokens/s/GPU). GIVEN by the README: 16 A100-40G GP
 4 query groups (GQA), SwiGLU FFN 5,632, s = 2,048, batch "2 million tokens (2048 * 1024)", a per-GPU batch of
 "16k tokens" (micro-batch 8), no activation checkpointing, FlashAttention-2, and fused LayerNorm (RMSNorm), SwiGLU,
 rotary embedding and cross-entropy kernels. GIVEN by ``pretrain/tinyllama.py``: ``FSDPStrategy`` with its default
-full sharding (ZeRO-3), ``auto_wrap_policy={Block}``, ``micro_batch_size = 8``; Llama 2's vocabulary (32,000).
+full sharding (ZeRO-3), ``auto_wrap_policy={Block}``, ``micro_batch_size = 8``, ``FusedCrossEntropyLoss``
+(:data:`minipar.perf.hardware.FUSED_LOSS_BYTES`); Llama 2's vocabulary (32,000).
 
 ASSUMED: the fused kernels as the model's fused elementwise operators (``Device.compiled``: a gated block's memory
 passes as the fit set's MPT block, :func:`minipar.perf.hardware.block_passes`); two nodes of 8 on the A100-40GB
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.perf.flops import model_flops
-from minipar.perf.hardware import GPUS
+from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
@@ -39,7 +40,7 @@ def tinyllama_layout() -> Layout:
 
 def tinyllama_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)``: the published tokens/s/GPU as an MFU of this model's count."""
-    dev = replace(GPUS["a100-40gb"], compiled=True)  # the fused RMSNorm, SwiGLU and rotary kernels
+    dev = replace(GPUS["a100-40gb"], compiled=True, loss_bytes=FUSED_LOSS_BYTES)  # its fused kernels and loss
     e = estimate(TINYLLAMA, dev, tinyllama_layout(), GLOBAL_BATCH)
     per_token = model_flops(TINYLLAMA, GLOBAL_BATCH, "none") / (GLOBAL_BATCH * TINYLLAMA.seq)
     return [("TinyLlama 1.1B 16 A100-40GB fsdp16·b8 fused", e, "mfu", TOKENS_PER_S * per_token / dev.peak_flops)]
