@@ -44,7 +44,7 @@ from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
 from minipar.perf.gemm import attention_kernel
-from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, HBM_EFF, block_passes, for_framework, with_links
+from minipar.perf.hardware import GPUS, HBM_EFF, block_passes, for_framework, with_fused_loss, with_links
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
@@ -166,7 +166,7 @@ def _device(a):
     if a.attention_kernel is not None or a.compile:
         dev = replace(dev, attention=a.attention_kernel or "", compiled=a.compile)
     dev = for_framework(dev, a.framework)
-    dev = replace(dev, loss_bytes=FUSED_LOSS_BYTES) if a.fused_loss and dev.loss_bytes else dev
+    dev = with_fused_loss(dev) if a.fused_loss else dev
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
 
 

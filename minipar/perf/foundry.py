@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, Device
+from minipar.perf.hardware import GPUS, Device, with_fused_loss
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.sharding import dp_time
@@ -189,7 +189,7 @@ def foundry_row(row, dev: Device) -> Estimate:
         grad_bytes=2 if mp == "PURE" else 4,
     )
     assert mb * ga * n == gb, row
-    return estimate(mpt_shape(name, seq), replace(dev, attention="triton", loss_bytes=FUSED_LOSS_BYTES), lay, gb)
+    return estimate(mpt_shape(name, seq), with_fused_loss(replace(dev, attention="triton")), lay, gb)
 
 
 SEEN = {("30b", 8192), ("13b", 8192)}  # the rows labelled MISS:seen (miss_reason): (model, s)

@@ -236,6 +236,12 @@ def for_framework(dev: Device, framework: str) -> Device:
     return replace(dev, framework=framework, **_chosen(fam, framework))
 
 
+def with_fused_loss(dev: Device) -> Device:
+    """``dev`` with a fused cross-entropy kernel (:data:`FUSED_LOSS_BYTES`, ``--fused-loss``), where the loss is charged
+    at all (``loss_bytes`` > 0: not on the A100, whose constants carry it, nor on this CPU)."""
+    return replace(dev, loss_bytes=FUSED_LOSS_BYTES) if dev.loss_bytes else dev
+
+
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):
     """``dev`` with other links: per-direction Gb/s inside a node / per GPU across nodes (datasheet rates,
     scaled by the assumed efficiencies), or a network preset ``net`` of :data:`minipar.comm.links.NETWORKS`.

@@ -20,10 +20,10 @@ untied output layer's weights not counted in memory (1-2 % of a rank's bytes).
 
 Known miss, labelled after its error was seen (``MISS:seen``): the 32B row (TP 8, PP 1) reads -20 %: with micro-batch
 1 its fp32 gradient reduce-scatter over 48 nodes (one GPU of each) hides only behind the last micro-batch's backward
-(Megatron-LM reduces once, in the last one); with micro-batch 2 it reads -1 %. The model's loss term
-(:data:`minipar.perf.hardware.LOSS_BYTES`) was added after the 1.7B row (TP 1, a 131,072-token vocabulary) was seen at
-+18 %: +7 % with it; the H100's fitted constants did not move. The pipeline rows read -5 to -12 % with v = 1, -3 to
-+11 % with v = 2 to 6 (a smaller bubble).
+(Megatron-LM reduces once, in the last one); with micro-batch 2 it reads -2 % (the other TP < 8 rows +8 to +11 %).
+The model's loss term (:data:`minipar.perf.hardware.LOSS_BYTES`) was added after the 1.7B row (TP 1, a 131,072-token
+vocabulary) was seen at +18 %: +7 % with it; the H100's fitted constants did not move. The pipeline rows read -5 to
+-12 % with v = 1, -4 to +8 % with v = 2 to 6 (a smaller bubble).
 """
 
 from __future__ import annotations

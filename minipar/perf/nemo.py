@@ -66,9 +66,7 @@ at the FA3 paper's 35 %; with the attention core at its measured rate for Megatr
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from minipar.perf.hardware import FUSED_LOSS_BYTES, GPUS, Device, for_framework
+from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
@@ -191,6 +189,6 @@ def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate,
         model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
-        fused = replace(dev, loss_bytes=FUSED_LOSS_BYTES) if row[0].startswith("MB") else dev  # TE's fused loss
+        fused = with_fused_loss(dev) if row[0].startswith("MB") else dev  # TE's fused loss
         out.append((label(row), estimate(model, fused, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
     return out
