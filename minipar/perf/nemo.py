@@ -58,10 +58,10 @@ Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before
 were written AFTER their errors were seen and are gone. ``MISS:moe``, the Mixtral rows: -20 % bf16 and -13 % FP8
 while the model ASSUMED expert TP = TP (2), whose EP group of 8 ranks 2 apart spans two nodes, so every all-to-all
 crossed InfiniBand; the run's expert TP is 1 (given), and Megatron-Core then folds the experts' mesh (an EP group is
-8 consecutive ranks, one node's NVLink: :class:`minipar.perf.layout.Layout` ``etp``): -2 % and +13 %.
+8 consecutive ranks, one node's NVLink: :class:`minipar.perf.layout.Layout` ``etp``): -3 % and +11 %.
 Megatron-Bridge's Llama 3 70B rows (TP 4, PP 8, VP 5), ``MISS:last-stage``: -13 to -16 % with the H100's attention
 at the FA3 paper's 35 %; with the attention core at its measured rate for Megatron-Core's kernel
-(:data:`minipar.perf.gemm.ATTN_EFF_H100`, "cudnn") and the efficiency re-chosen on NeMo's table (0.60), -7 to -10 %.
+(:data:`minipar.perf.gemm.ATTN_EFF_H100`, "cudnn") and the efficiency re-chosen on NeMo's table (0.60), -8 to -10 %.
 """
 
 from __future__ import annotations
