@@ -112,17 +112,13 @@ def _check_partial_flags(a: argparse.Namespace, fixed: list) -> None:
             f"--recompute full (not {a.recompute or 'selective, the default'}), or drop --recompute-layers"
         )
     if a.hsdp is not None and fixed and a.dp % a.hsdp:
-        raise ConfigError(f"--hsdp {a.hsdp} must divide --dp {a.dp} (shard groups inside dp); use --hsdp {_fit(a.dp)}")
+        ok = ", ".join(map(str, divisors(a.dp)[:12]))
+        raise ConfigError(f"--hsdp {a.hsdp} must divide --dp {a.dp} (shard groups inside dp); use --hsdp {ok}")
     if a.hsdp is not None and fixed and not a.zero:
         raise ConfigError(
             f"--hsdp {a.hsdp} shards ZeRO's model states over {a.hsdp} ranks: add --zero 3 (FSDP2's HSDP), or 1 / 2 "
             "(Megatron-LM's --num-distributed-optimizer-instances)"
         )
-
-
-def _fit(n: int) -> str:
-    """The divisors of ``n``, comma-separated (the first 12)."""
-    return ", ".join(map(str, divisors(n)[:12]))
 
 
 def _shape(a) -> tuple[str, ModelShape]:
@@ -323,7 +319,11 @@ def main(argv=None) -> int:
             f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
             + ("" if e.fits else "  (does not fit)")
         )
-    if a.tp is not None:
+    if a.tp is not None:  # a fixed layout models only what its flags say: name what was left out
+        given = {"--flash-attention": a.flash_attention, "--sp": a.sp or a.tp == 1, "--zero": a.zero is not None}
+        left = " ".join(k for k, v in {**given, "--overlap": a.overlap}.items() if not v)
+        if left:
+            print(f"  (not given, so not modelled: {left}; add what the run uses)")
         return 0
     if not rows:
         print(

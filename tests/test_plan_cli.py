@@ -193,3 +193,13 @@ def test_the_planner_runs_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.strip() == "False"
+
+
+def test_a_fixed_layout_names_what_it_leaves_out(capsys):
+    """A fixed layout models only what its flags say: the text output names the stack flags not given (FlashAttention,
+    SP with tp > 1, ZeRO, overlap), and nothing once all are given."""
+    assert main([*LLAMA70B, "--tp", "8", "--pp", "8", "--dp", "16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "  (not given, so not modelled: --flash-attention --sp --zero --overlap; add what the run uses)"
+    assert main([*LLAMA70B, *FIXED, "--flash-attention", "--overlap", "dp"]) == 0
+    assert "not given" not in capsys.readouterr().out
