@@ -166,6 +166,7 @@ HBM_EFF = 0.85
 # where it rides among what a step loses outside its blocks (charged, the fit would move the efficiency to 0.70).
 LOSS_BYTES = {"pytorch": 48.0, "megatron": 52.0}
 FUSED_LOSS_BYTES = 6.0
+LOSS_CARRIED = {"A100"}  # families whose constants were chosen without the loss term: loss_bytes 0 there
 
 
 def gpu(name, tflops, mem_gib, hbm_tbs, nvlink, net="hdr", mem_bytes=None, fp8_tflops=None) -> Device:
@@ -195,15 +196,15 @@ def _chosen(fam: str, framework: str) -> dict:
     """The constants chosen for a device family under a framework: ``gemm_efficiency``, ``mem_passes`` and
     ``overlap_cost`` (Megatron-Core: its own efficiency, 2 passes, hidden collectives free, as on its fit set), and
     the framework's unfused loss, ``loss_bytes`` (:data:`LOSS_BYTES`)."""
-    loss = LOSS_BYTES[framework] if fam != "A100" else 0.0  # the A100's constants: Narayanan's fit, without it
     if framework == "megatron":
-        return {"gemm_efficiency": GEMM_EFF_MEGATRON[fam], "mem_passes": 2.0, "overlap_cost": 0.0, "loss_bytes": loss}
-    return {
-        "gemm_efficiency": GEMM_EFF_BY_DEVICE[fam],
-        "mem_passes": MEM_PASSES[fam],
-        "overlap_cost": OVERLAP_COST[fam],
-        "loss_bytes": loss,
-    }
+        chosen = {"gemm_efficiency": GEMM_EFF_MEGATRON[fam], "mem_passes": 2.0, "overlap_cost": 0.0}
+    else:
+        chosen = {
+            "gemm_efficiency": GEMM_EFF_BY_DEVICE[fam],
+            "mem_passes": MEM_PASSES[fam],
+            "overlap_cost": OVERLAP_COST[fam],
+        }
+    return {**chosen, "loss_bytes": 0.0 if fam in LOSS_CARRIED else LOSS_BYTES[framework]}
 
 
 # Datasheets (dense bf16 peak, memory, HBM bandwidth): A100 SXM 80 GB (312 TFLOP/s, 80 GiB, 2.04 TB/s;

@@ -71,9 +71,8 @@ def megatron_lm_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str
     out = []
     for row in TABLE:
         size, _, _, _, tp, pp, gpus, batch, tflops = row
-        lab = f"Megatron-LM {size:>4s} {gpus:4d} H100 dp{DP}·tp{tp}·pp{pp} bf16" + (
-            " MISS:seen" if size in SEEN else ""
-        )
+        miss = " MISS:seen" if size in SEEN else ""
+        lab = f"Megatron-LM {size:>4s} {gpus:4d} H100 dp{DP}·tp{tp}·pp{pp} bf16{miss}"
         e = estimate(gpt_shape(row), dev, megatron_lm_layout(row), batch)
         out.append((lab, e, "mfu", tflops * 1e12 / dev.peak_flops))
     return out

@@ -189,6 +189,6 @@ def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate,
         model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
-        fused = with_fused_loss(dev) if row[0].startswith("MB") else dev  # TE's fused loss
-        out.append((label(row), estimate(model, fused, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
+        run_dev = with_fused_loss(dev) if row[0].startswith("MB") else dev  # Megatron-Bridge: TE's fused loss
+        out.append((label(row), estimate(model, run_dev, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
     return out

@@ -230,5 +230,4 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
-    rows = out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
-    return rows  # torchtitan: its own 96 GB H100s
+    return out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
