@@ -28,6 +28,7 @@ from dataclasses import replace
 import pytest
 
 from minipar import ConfigError
+from minipar.comm.cost import all_reduce_time
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.perf.hardware import GPUS, cpu_device, for_framework
 from minipar.perf.layout import Layout, ModelShape, shape_of
@@ -62,6 +63,7 @@ from minipar.perf.runs import (
     megascale_layout,
 )
 from minipar.perf.search import CP_MIN_TOKENS, cp_degrees, plan, rank_correlation
+from minipar.perf.sharding import collectives, links, stage_psi
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, make_schedule, one_f_one_b, simulate
 from minipar.runtime.mesh import divisors
@@ -105,7 +107,7 @@ def test_the_h100s_three_constants_are_chosen_together():
         print(f"mem_passes {k[0]:g}, overlap_cost {k[1]:g}, gemm_efficiency {k[2]:.2f}: median |error| {grid[k]:.1%}")
     best = min(grid, key=grid.get)
     assert best == (MEM_PASSES["H100"], OVERLAP_COST["H100"], GEMM_EFF_BY_DEVICE["H100"]), best
-    assert best[2] <= 0.75 and grid[best] <= 0.02, grid[best]
+    assert best[2] <= 0.75 and grid[best] <= 0.025, grid[best]  # 2.1 % (1.9 % before each unit paid its latency)
     h = GPUS["h100"]
     assert (h.mem_passes, h.overlap_cost) == best[:2] and for_framework(h, "megatron").overlap_cost == 0.0
 
@@ -113,7 +115,7 @@ def test_the_h100s_three_constants_are_chosen_together():
 # known misses by reason: (lowest, highest) error measured today (module doc)
 MISS_BANDS = {
     "zero3": (0.30, 3.40),
-    "MISS:seen": (-0.22, 0.25),  # llm-foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B
+    "MISS:seen": (-0.27, 0.25),  # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -25 %
     "MISS:compile": (-0.20, 0.05),  # torchtitan's compiled (Float8) rows -14 … -4 %, fms-fsdp -12 %
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
 }
@@ -311,14 +313,16 @@ def test_tp_straddling_nodes_is_costed_on_the_inter_node_link():
     """Before: tp_link checked only t <= gpus_per_node, so tp 3, 5, 6, 7 on 8-GPU nodes were NVLink."""
     dev = GPUS["a100"]
     for t in (3, 5, 6, 7):
-        assert group_link(dev, t, 1)[1] < dev.intra[1] and group_link(dev, t, 1)[0] == dev.inter[0], t
+        assert group_link(dev, t, 1)[1] < dev.intra[1] and group_link(dev, t, 1)[0] > dev.intra[0], t
     for t in (1, 2, 4, 8):
         assert group_link(dev, t, 1) == dev.intra, t
     assert group_link(dev, 2, 4) == dev.intra  # dp over tp-strided ranks, inside a node
     # across nodes: the inter-node rate times the group's fewest ranks on a node (its rails), capped by NVLink
     assert group_link(dev, 3, 2) == dev.inter  # ranks 6, 8, 10: one of them on the first node
-    assert group_link(dev, 6, 1) == (dev.inter[0], 2 * dev.inter[1])  # tp 6: ranks 6, 7 | 8 .. 11: two on a node
-    assert group_link(dev, 16, 1) == (dev.inter[0], min(8 * dev.inter[1], dev.intra[1]))  # FSDP over 2 nodes
+    # the ring's latency per step: of every k steps, k - 1 on NVLink and one across the network (NCCL's tuning model)
+    mixed = lambda k: ((k - 1) * dev.intra[0] + dev.inter[0]) / k  # noqa: E731
+    assert group_link(dev, 6, 1) == (mixed(2), 2 * dev.inter[1])  # tp 6: ranks 6, 7 | 8 .. 11: two on a node
+    assert group_link(dev, 16, 1) == (mixed(8), min(8 * dev.inter[1], dev.intra[1]))  # FSDP over 2 nodes
     assert group_link(dev, 16, 8) == dev.inter  # dp beside tp 8: one rank of the group per node
     assert group_link(dev, 2, 8, collective=False) == dev.inter  # a pipeline send: one NIC
     model = ModelShape(24, 6144, 48)
@@ -337,6 +341,49 @@ def test_80_gb_cards_are_80_gib():
     assert GPUS["a100-40gb"].mem_bytes == 40 * 2**30
 
 
+def test_each_collective_pays_its_own_ring_latency():
+    """Before: one ring latency per pass over all of a stage's parameters, so llm-foundry's FSDP rows at 128, 256 and
+    512 H100s grew optimistic with the GPU count (1b ZeRO-2: +3, +7, +14 %; 7b ZeRO-3: +3, +6, +11 %). FSDP issues one
+    all-gather and one reduce-scatter per unit (a block, and the root), Megatron-Core one per bucket of
+    max(40M, 1M·dp) parameters, and each pays the ring's latency: the drift is halved (1b +1, +3, +6 %; 7b +2, +4,
+    +5 %)."""
+    from minipar.perf.foundry import H100_LARGE, foundry_row
+
+    model, h100 = MODELS["70b"], GPUS["h100"]
+    fsdp = Layout(dp=64, tp=1, pp=1, zero=3)
+    assert collectives(model, h100, fsdp, 1e9) == model.layers + 1
+    meg = Layout(dp=64, tp=8, pp=1, zero=1, overlap=frozenset({"dp"}))
+    assert (
+        collectives(model, h100, meg, 8.7e9) == 136
+        and collectives(model, h100, replace(meg, overlap=frozenset()), 8.7e9) == 1
+    )
+    by_model = {}
+    for row in H100_LARGE:
+        e = foundry_row(row, h100)
+        by_model.setdefault(row[0], []).append(e.mfu / (row[3] / 100) - 1)
+    for name, errs in by_model.items():
+        assert max(errs) - min(errs) < 0.06, (name, errs)  # 7b and 1b drifted by 8 and 10 points before; 3 and 5 now
+
+
+def test_deepspeed_2021_zero3_rows_are_not_explained_by_latency_alone():
+    """The runs module's account of DeepSpeed's ZeRO-3 rows (Narayanan Table 2): each parameter gathered on its own,
+    serialized (4 weight matrices per block, gathered for the forward, the recomputation and the backward; 12 tensors
+    reduce-scattered), at this model's ring latency, still reads +11 … +84 %."""
+    from minipar.comm.cost import ring_time
+    from minipar.perf.runs import GPT3, N_530B, NARAYANAN_TABLE2, narayanan_table2_row
+
+    dev, errs = GPUS["a100"], []
+    for row in NARAYANAN_TABLE2[:6]:
+        e, model = narayanan_table2_row(row), GPT3 if row[0] == "175b" else N_530B
+        n, link = e.layout.dp, links(dev, e.layout)["dp"]
+        psi, lat = stage_psi(model, dev, e.layout)[0], ring_time(e.layout.dp, 0.0, link)
+        gather, reduce = ring_time(n, 2 * psi, link), ring_time(n, 2 * psi, link)
+        comm = 3 * (gather + (4 * model.layers - 1) * lat) + reduce + (12 * model.layers - 1) * lat
+        step = e.time["compute"] + e.time["optimizer"] + comm
+        errs.append(e.tflops_per_gpu * e.time["total"] / step / row[6] - 1)
+    assert 0.10 < min(errs) < 0.12 and 0.83 < max(errs) < 0.85, errs
+
+
 def test_dp_overlap_hides_only_behind_the_last_micro_batchs_backward():
     """Before: the DP all-reduce hid behind 0.9 × every micro-batch's compute. Under gradient accumulation
     the gradients are final only in the last backward: with many micro-batches the hidden part must
@@ -348,7 +395,10 @@ def test_dp_overlap_hides_only_behind_the_last_micro_batchs_backward():
     full = estimate(model, dev, plain, 32).time["dp"]
     assert e1.time["dp"] == pytest.approx(e64.time["dp"], rel=1e-9)  # the same last backward hides it
     assert 0 < e1.time["dp"] < full
-    assert dp_time(model, dev, lay, 64, 0.0, 0.0) == pytest.approx(full)  # nothing to hide behind: all exposed
+    # nothing to hide behind: all exposed; each of Megatron's buckets pays its own latency (one bucket without overlap)
+    k, link = collectives(model, dev, lay, stage_psi(model, dev, lay)[0]), links(dev, lay)["dp"]
+    assert k > 1 and collectives(model, dev, plain, 1e9) == 1
+    assert dp_time(model, dev, lay, 64, 0.0, 0.0) == pytest.approx(full + (k - 1) * all_reduce_time(32, 0.0, link))
 
 
 def test_gqa_swiglu_flash_cp_and_uneven_stages():

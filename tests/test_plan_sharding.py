@@ -95,11 +95,13 @@ def test_hsdp_costs_are_the_sum_of_its_two_collectives():
 
 def test_zero3_with_pipelines_is_fsdp2s_per_step_gather(capsys):
     """ZeRO-3 with pp > 1 (torchtitan's 3-D layout; before: refused): FSDP2 under pipelining gathers a stage's
-    weights once per step and reduce-scatters once, so memory and traffic are ZeRO-1's; the search does not try it
-    twice."""
+    weights once per step and reduce-scatters once, so memory and bytes are ZeRO-1's (only the latency differs: one
+    collective per FSDP unit, a block, against one bucket, ``minipar.perf.sharding.collectives``); the search does not
+    try it twice."""
     z1 = _run([*LLAMA70B, *FIXED, "--recompute", "selective"], capsys)
     z3 = _run([*LLAMA70B, *FIXED[:7], "3", *FIXED[8:], "--recompute", "selective"], capsys)
-    assert "zero3" in z3["layout"] and z3["step_s"] == z1["step_s"] and z3["mem_gb"] == z1["mem_gb"]
+    assert "zero3" in z3["layout"] and z3["mem_gb"] == z1["mem_gb"]
+    assert z1["step_s"] < z3["step_s"] < 1.001 * z1["step_s"]
     rows = plan(MODELS["70b"], GPUS["h100"], 64, 256)
     assert not any(e.layout.zero == 3 and e.layout.pp > 1 for e, _ in rows)
 

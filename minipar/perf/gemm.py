@@ -9,7 +9,7 @@ A GEMM (m×k)@(k×n) makes 2·m·n·k FLOPs. Its achieved rate (FLOP/s) on a GPU
   (:mod:`minipar.perf.published`): A100 on Narayanan et al. 2021 Table 1, H100 on llm-foundry's
   single-node H100 rows, there together with what a PyTorch stack adds around its GEMMs (its memory-bound
   operators' HBM passes, ``Device.mem_passes``, and what hiding FSDP's collectives still costs,
-  ``Device.overlap_cost``): A100 0.68, H100 0.66 (Megatron-Core's H100: 0.60, on NeMo's table). Measured on an H100 SXM
+  ``Device.overlap_cost``): A100 0.68, H100 0.64 (Megatron-Core's H100: 0.60, on NeMo's table). Measured on an H100 SXM
   (``examples/gemm_rate.py``, README): isolated bf16 GEMMs reach 0.75 of the peak on 8192³ and 0.55-0.75 at a 70B
   block's TP-8 shapes; the H100's grid stops at that 0.75. With one efficiency and nothing around it (until 2026-11-27)
   the H100's came out at 0.46, below every isolated GEMM: it absorbed the rest. The attention core is not in it (below).

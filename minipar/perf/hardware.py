@@ -110,7 +110,7 @@ GEMM_EFF = 0.68  # A100: fraction of peak on large bf16 GEMMs, CHOSEN on its fit
 # Narayanan Table 1; H100 CHOSEN on its own fit set (llm-foundry's single-node H100 rows,
 # :func:`minipar.perf.published.fit_gemm_efficiency` with device "h100"); H200 the H100's (same SMs and
 # clocks, ASSUMED); B200 ASSUMED as H100 (no fit set: a published B200 run would pin it).
-GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.66, "H200": 0.66, "B200": 0.66}
+GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.64, "H200": 0.64, "B200": 0.64}
 # With it, per device, for PyTorch stacks (FSDP, eager kernels), CHOSEN jointly with the efficiency on the same fit
 # set (:func:`minipar.perf.published.fit_h100_pytorch`; grid: passes 2-6, cost 0-1 by 0.25, efficiency 0.40-0.74 by
 # 0.02, at most 0.75, the isolated bf16 GEMM rate measured on an H100 SXM, ``examples/gemm_rate.py``):
@@ -123,11 +123,13 @@ GEMM_EFF_BY_DEVICE = {"A100": GEMM_EFF, "H100": 0.66, "H200": 0.66, "B200": 0.66
 # A100: 2 and 0, as its fit set (Megatron-LM) was chosen with; its llm-foundry rows read within 11 % at them,
 # and read with their collectives exposed they pass 0.8 of the peak, so there the collectives were hidden.
 # H200 and B200 ASSUMED as the H100. Chosen (2026-11-27, with llm-foundry's rows at their Triton attention kernel,
-# minipar.perf.gemm.TRITON_VS_FA2): 3 passes, 0.5, 0.66; fit median 1.9 %. Checked on a device, after the choice
+# minipar.perf.gemm.TRITON_VS_FA2): 3 passes, 0.5, 0.66; fit median 1.9 %. Re-chosen the same day, when each FSDP unit's
+# collective began to pay its own ring latency (minipar.perf.sharding.collectives): 3 passes, 0.25, 0.64; fit median 2.1
+# % (3, 0.5, 0.66 now read 2.3 %: a flat minimum). Checked on a device, after the choice
 # (``examples/attention_rate.py``, one H100 SXM, 2026-11-27; tests/test_perf_model.py): one block, eager bf16,
 # FlashAttention-2, profiled. Llama 3 8B and 70B (torchtitan's code: fp32 RMSNorm, complex RoPE, SwiGLU): the
 # memory-bound kernels took 4.9-5.1 passes of the block's activation bytes. MPT 1b-30b (llm-foundry's code: bf16
-# LayerNorm, GELU): 1.1-1.3 passes, and its GEMMs ran at 0.67-0.82 of the peak. So the chosen 3 passes and 0.66 are not
+# LayerNorm, GELU): 1.1-1.3 passes, and its GEMMs ran at 0.67-0.82 of the peak. So the chosen 3 passes and 0.64 are not
 # one block's: they also carry what llm-foundry's steps lose outside the blocks (its published 1b step at s = 2048 is
 # 1.5x its 24 blocks measured). PyTorch's fused RMSNorm saves about 3 ms of an 8B block's 6 (probe1.jsonl).
 MEM_PASSES = {"A100": 2.0, "H100": 3.0, "H200": 3.0, "B200": 3.0}
@@ -137,7 +139,7 @@ MEM_PASSES = {"A100": 2.0, "H100": 3.0, "H200": 3.0, "B200": 3.0}
 # (:func:`block_passes`). ASSUMED: what the steps lose outside the blocks is the same for both stacks, and under
 # torch.compile (``Device.compiled``) a gated block's fused operators cross HBM no more than MPT's.
 GATED_EAGER_PASSES = 3.8
-OVERLAP_COST = {"A100": 0.0, "H100": 0.5, "H200": 0.5, "B200": 0.5}
+OVERLAP_COST = {"A100": 0.0, "H100": 0.25, "H200": 0.25, "B200": 0.25}
 # Per framework: these are PyTorch-native stacks' (llm-foundry, torchtitan, fms-fsdp: FSDP, eager or compiled
 # kernels), the default. Megatron-Core with Transformer Engine (Megatron-LM, NeMo, Megatron-Bridge) runs the same
 # GEMMs with fused neighbours and less around them: its own value per device, CHOSEN on its own fit set (H100:

@@ -21,7 +21,7 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
   SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
   arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
-  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.66,
+  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.64,
   times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at its
   kernel's efficiency for the size (H100: measured, 0.02-0.57 by micro-batch × heads and sequence; A100 0.60,
   the FlashAttention-2 paper; :func:`~minipar.perf.gemm.attention_rate`), the unfused

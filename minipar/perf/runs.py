@@ -30,9 +30,16 @@ a row the model misses stays in, with its error.
   tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
-rows (+35 … +333 %: their throughput falls as 1/GPUs at a fixed batch, as if every gather crossed nodes on
-one NIC per GPU; the model gives FSDP's all-node groups every rail, :func:`minipar.perf.sharding.group_link`)
-and three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
+rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
+they add grows with the GPU count. DeepSpeed as it was then (v0.3.13 … v0.4.5, March–August 2021,
+``deepspeed/runtime/zero/partition_parameters.py``) gathers each parameter in its own all-gather after a
+``torch.cuda.synchronize()`` and reduce-scatters each gradient on its own from a list of world-size views: nothing
+overlaps, and every parameter pays the ring's n − 1 steps and O(n) host work. Charged per parameter (4 weight
+matrices gathered three times per block under recomputation, 12 tensors reduced) and serialized at this model's
+ring latency, the rows would still read +11 … +84 %; the O(n) host and copy work per call is in no term of the
+model. DeepSpeed has gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the
+model's per-unit collectives describe (:func:`minipar.perf.sharding.collectives`). Also known misses:
+three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
 :func:`minipar.perf.foundry.miss_reason`);
 torchtitan's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).

@@ -32,11 +32,16 @@ def group_link(dev: Device, size: int, stride: int, collective: bool = True) -> 
     reaches the node's 8 NICs together (nccl-tests on 2 nodes of 8 H100s with 8x NDR 400 Gb/s: ~370-470
     GB/s bus bandwidth, 46-48 GB/s per NIC, NVIDIA/nccl-tests issues #290 and #309; 4 HDR NICs for 8 A100s:
     ~100 GB/s "theoretical 200G x 4 / 8", #119). ``collective=False``: one NIC, k = 1, for a send between two
-    stages and for an all-to-all (every GPU sends its own bytes to the other nodes, through its own NIC)."""
+    stages and for an all-to-all (every GPU sends its own bytes to the other nodes, through its own NIC).
+    The latency per ring step, α, is the mean over the ring: of every k steps, k − 1 run on NVLink and one crosses
+    the network. NCCL's own cost model charges a ring all-gather or reduce-scatter (nsteps − nInterSteps)·intraLat
+    + nInterSteps·interLat, with nInterSteps = nNodes − 1 (src/graph/tuning.cc; its Ring/Simple figures: 3.4 µs
+    per NVLink step, 14 µs per network step, around this model's ASSUMED 5 and 10 µs)."""
     if not across_nodes(dev, size, stride):
         return dev.intra
     k = members_per_node(size, stride, dev.gpus_per_node) if collective else 1
-    return (dev.inter[0], min(k * dev.inter[1], max(dev.inter[1], dev.intra[1])))
+    alpha = ((k - 1) * dev.intra[0] + dev.inter[0]) / k  # k - 1 NVLink steps per network step
+    return (alpha, min(k * dev.inter[1], max(dev.inter[1], dev.intra[1])))
 
 
 def members_per_node(size: int, stride: int, g: int) -> int:
@@ -107,66 +112,91 @@ def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float) -> tupl
     return grads, ring_time(n, dev.bytes_per_value * psi_e, link) if z else 0.0
 
 
-def _exposed(comm: float, window: float, nbytes_params: float) -> float:
-    """Seconds of ``comm`` not hidden behind ``window`` seconds of compute, in buckets of
-    :data:`BUCKET_PARAMS` gradients (two streams, :func:`minipar.perf.timeline.overlap_formula`)."""
-    n = max(1, math.ceil(nbytes_params / BUCKET_PARAMS))
-    return overlap_formula(n, comm / n, window / n) - window
+def _exposed(comm: float, window: float, k: int) -> float:
+    """Seconds of ``comm`` not hidden behind ``window`` seconds of compute, in ``k`` equal collectives
+    (:func:`collectives`; two streams, :func:`minipar.perf.timeline.overlap_formula`)."""
+    return overlap_formula(k, comm / k, window / k) - window
 
 
-def _reduce_and_gather(dev: Device, layout: Layout, psi: float) -> tuple[float, float]:
-    """(seconds of the gradients' reduction, seconds of one all-gather of the 16-bit weights) of ``psi``
-    parameters. ZeRO 0: an all-reduce over dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the
-    dp·cp ranks; HSDP (``hsdp`` = H): the reduce-scatter and all-gather inside the shard group (H·cp ranks,
-    its own link), then an all-reduce of this rank's 1/(H·cp) shard across the dp/H replicas on theirs
-    (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward`` reduce-scatters, then all-reduces over the
-    replicate dimension; Megatron-LM's ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under
-    ZeRO-3 with pp = 1 that all-reduce runs in every micro-batch's backward, as FSDP2 does unless
-    ``set_requires_all_reduce(False)`` (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
+def _reduce_and_gather(dev: Device, layout: Layout, psi: float, k: int = 1) -> tuple[float, float]:
+    """(seconds of the gradients' reduction, seconds of one all-gather of the 16-bit weights) of ``psi`` parameters in
+    ``k`` collectives (:func:`collectives`): the bytes once, the ring latency k times. ZeRO 0: an all-reduce over
+    dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the dp·cp ranks; HSDP (``hsdp`` = H): the
+    reduce-scatter and all-gather inside the shard group (H·cp ranks, its own link), then an all-reduce of this
+    rank's 1/(H·cp) shard across the dp/H replicas on theirs (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward``
+    reduce-scatters, then all-reduces over the replicate dimension; Megatron-LM's
+    ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under ZeRO-3 with pp = 1 that all-reduce runs in
+    every micro-batch's backward, as FSDP2 does unless ``set_requires_all_reduce(False)``
+    (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
     n, z, bpv, L = layout.dp * layout.cp, layout.zero, dev.bytes_per_value, links(dev, layout)
     g = layout.grad_bytes * psi
     if layout.hsdp is None:
-        grads = (ring_time if z else all_reduce_time)(n, g, L["dp"])  # reduce-scatter or all-reduce
-        return grads, ring_time(n, bpv * psi, L["dp"]) if z else 0.0
-    s = layout.hsdp * layout.cp
-    grads = ring_time(s, g, L["shard"]) + all_reduce_time(layout.dp // layout.hsdp, g / s, L["replicate"])
-    return grads, ring_time(s, bpv * psi, L["shard"])
+        red = ring_time if z else all_reduce_time  # reduce-scatter or all-reduce
+        grads = red(n, g, L["dp"]) + (k - 1) * red(n, 0.0, L["dp"])
+        return grads, ring_time(n, bpv * psi, L["dp"]) + (k - 1) * ring_time(n, 0.0, L["dp"]) if z else 0.0
+    s, r = layout.hsdp * layout.cp, layout.dp // layout.hsdp
+    lat = ring_time(s, 0.0, L["shard"])
+    grads = ring_time(s, g, L["shard"]) + all_reduce_time(r, g / s, L["replicate"])
+    grads += (k - 1) * (lat + all_reduce_time(r, 0.0, L["replicate"]))
+    return grads, ring_time(s, bpv * psi, L["shard"]) + (k - 1) * lat
+
+
+def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> int:
+    """How many collectives one pass of the DP / ZeRO communication of ``psi`` parameters is split into: each
+    pays its own ring latency (:func:`_reduce_and_gather`) and they hide one by one (:func:`_exposed`).
+
+    - ZeRO ≥ 2 (FSDP's units): the busiest stage's blocks + 1. PyTorch FSDP and FSDP2 issue one all-gather
+      and one reduce-scatter per wrapped unit; llm-foundry wraps each block, torchtitan calls ``fully_shard``
+      on each block and then on the root, which holds the embedding, final norm and output layer.
+    - ZeRO 0/1 with ``"dp"`` in ``overlap`` (Megatron-Core's buckets): ⌈psi / max(40M, 1M·dp)⌉. Megatron-Core
+      ``DistributedDataParallel`` sets ``bucket_size = max(40000000, 1000000 * dp)`` "to ensure that chunks
+      used in NCCL ring-reduce implementations are large enough to remain bandwidth-bound rather than
+      latency-bound" (megatron/core/distributed/distributed_data_parallel.py, core_v0.8.0). It turns
+      bucketing off on pipeline stages after the first, because their reduction ends before the first stage's
+      backward does. The model times the busiest stage with the first stage's buckets.
+    - ZeRO 0/1 without overlap: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off."""
+    if layout.zero >= 2:
+        layers = stage_layers_of(model, layout, dev)
+        return (max(layers) if layers else -(-model.layers // layout.pp)) + 1
+    if "dp" not in layout.overlap:
+        return 1
+    return max(1, math.ceil(psi / max(BUCKET_PARAMS, 1e6 * layout.dp)))
 
 
 def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float, bwd1: float) -> float:
-    """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054,
-    §7), over the dp·cp ranks that hold the same weights (HSDP: :func:`_reduce_and_gather`). ZeRO 0: an
-    all-reduce of the busiest stage's gradients (``grad_bytes`` each); ZeRO 1/2 (Megatron's distributed
-    optimizer): a reduce-scatter of them and an all-gather of the 16-bit weights; ZeRO 3 with pp = 1: per
-    micro-batch an all-gather of the weights for the forward and one for the backward, and a
-    reduce-scatter of the gradients (DeepSpeed's stage 3; FSDP2's default ``reshard_after_forward=True``);
-    ZeRO 3 with pp > 1 (FSDP2 under ``torch.distributed.pipelining``, torchtitan's 3-D layout): ONE
-    all-gather and one reduce-scatter per step, as ZeRO 1/2: torchtitan's ``apply_fsdp`` sets
-    ``reshard_after_forward = not pp_enabled`` ("to avoid per-microbatch all-gathers";
+    """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054, §7), over the
+    dp·cp ranks that hold the same weights (HSDP: :func:`_reduce_and_gather`). ZeRO 0: an all-reduce of the busiest
+    stage's gradients (``grad_bytes`` each); ZeRO 1/2 (Megatron's distributed optimizer): a reduce-scatter of them
+    and an all-gather of the 16-bit weights; ZeRO 3 with pp = 1: per micro-batch an all-gather of the weights for
+    the forward and one for the backward, and a reduce-scatter of the gradients (DeepSpeed's stage 3; FSDP2's
+    default ``reshard_after_forward=True``); ZeRO 3 with pp > 1 (FSDP2 under ``torch.distributed.pipelining``,
+    torchtitan's 3-D layout): ONE all-gather and one reduce-scatter per step, as ZeRO 1/2: torchtitan's
+    ``apply_fsdp`` sets ``reshard_after_forward = not pp_enabled`` ("to avoid per-microbatch all-gathers";
     torchtitan/models/llama3/infra/parallelize.py) and PyTorch's ``PipelineStage`` turns
-    ``set_reshard_after_backward`` and ``set_requires_gradient_sync`` off for every micro-batch, reducing
-    once in ``perform_reduce_grad`` (torch/distributed/pipelining/stage.py). With ``"dp"`` in ``overlap``
-    only what can really hide is hidden: under gradient accumulation the gradients are final only in the
-    LAST micro-batch's backward (``bwd1`` seconds), which hides the reduction bucket by bucket
-    (:data:`BUCKET_PARAMS`; the last bucket is always exposed); the weights' all-gather hides behind the
-    first micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per
-    micro-batch behind its own passes; hiding is not free: ``dev.overlap_cost`` of the hidden time stays on the
-    step (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100 and under Megatron-Core). With experts
+    ``set_reshard_after_backward`` and ``set_requires_gradient_sync`` off for every micro-batch, reducing once in
+    ``perform_reduce_grad`` (torch/distributed/pipelining/stage.py). With ``"dp"`` in ``overlap`` only what can
+    really hide is hidden: under gradient accumulation the gradients are final only in the LAST micro-batch's
+    backward (``bwd1`` seconds), which hides the reduction collective by collective (:func:`collectives`: Megatron's
+    buckets, FSDP's units; the last one is always exposed); the weights' all-gather hides behind the first
+    micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per micro-batch behind its
+    own passes; hiding is not free: ``dev.overlap_cost`` of the hidden time stays on the step
+    (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100 and under Megatron-Core). With experts
     (:mod:`minipar.perf.moe`) the expert gradients are reduced (and their weights gathered) over the
     expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
     z = layout.zero
     psi, psi_e = stage_psi(model, dev, layout)
-    grads, gather = _reduce_and_gather(dev, layout, psi)
+    k = collectives(model, dev, layout, psi)
+    grads, gather = _reduce_and_gather(dev, layout, psi, k)
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
         g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e)
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
         full = m * (2 * gather + grads)
-        shown = m * (_exposed(gather, fwd1, psi) + _exposed(gather + grads, bwd1, psi))
+        shown = m * (_exposed(gather, fwd1, k) + _exposed(gather + grads, bwd1, k))
     else:
         full = grads + gather
-        shown = _exposed(grads, bwd1, psi) + (_exposed(gather, fwd1, psi) if z else 0.0)
+        shown = _exposed(grads, bwd1, k) + (_exposed(gather, fwd1, k) if z else 0.0)
     if not hide:
         return full
     return shown + dev.overlap_cost * (full - shown)  # what hiding still costs (Device.overlap_cost)
