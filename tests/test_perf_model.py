@@ -205,7 +205,7 @@ def test_eager_blocks_measured_on_an_h100():
     the gap between the two stacks' blocks is ``GATED_EAGER_PASSES`` (3.8) within 0.1, and the fit's ``mem_passes``
     lies between them. llm-foundry's published step is 1.3-1.7 times its layers × its block measured (× 4/3 when
     checkpointed): its runs lose a third of their time outside the blocks, which the fit's constants carry, so the
-    model times every block, of both stacks, 10-40 % above the measured one (+12 … +37 %)."""
+    model times every block, of both stacks, 10-40 % above the measured one (+15 … +39 %)."""
     from statistics import mean
 
     from minipar.perf.foundry import H100_FIT, H100_TEST, MPT, foundry_row, mpt_shape
