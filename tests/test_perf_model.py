@@ -533,6 +533,32 @@ def test_megatron_lm_rows_use_the_readmes_table():
         assert e.fits and ("MISS" in label) == (size == "32B")
 
 
+def test_dgxc_rows_use_the_readmes_tables():
+    """NVIDIA's DGX Cloud recipes (minipar.perf.dgxc): each step time gives the README's own tokens/s (8,192 × batch /
+    step, within its rounding) and, in the README's own FLOP count per sequence (8B 4.74e14, 70B 3.94e15, 405B
+    2.17e16), its MFU column (bf16 over 989, FP8 over 1,979 TFLOP/s); each layout is the table's (tp, pp, cp, v, GA)
+    and the 405B runs on GPT-2's vocabulary, padded. Every row within 15 %."""
+    from minipar.perf.dgxc import DGXC, SEQ, dgxc_rows
+
+    tokens = {("Llama3-8B", 8): (81222, 108436), ("Llama3-70B", 1024): (1124478, 1487342)}
+    tokens[("Llama3.1-405B", 1152)] = (235660, 365055)
+    readme_mfu = {("Llama3-70B", 64): (0.5410, 0.3617), ("Llama3.1-405B", 576): (0.5578, 0.4271)}
+    flops = {"Llama3-8B": 4.74e14, "Llama3-70B": 3.94e15, "Llama3.1-405B": 2.17e16}
+    rows, ga = iter(dgxc_rows()), {"Llama3-8B": 32, "Llama3-70B": 64, "Llama3.1-405B": 63}
+    for name, (tp, pp, cp, v), runs in DGXC:
+        for n, gb, *steps in runs:
+            for i, step in enumerate(steps):
+                label, e, metric, pub = next(rows)
+                if (name, n) in tokens:
+                    assert abs(SEQ * gb / step / tokens[name, n][i] - 1) < 0.002, (name, n)
+                if (name, n) in readme_mfu:
+                    assert abs(gb * flops[name] / step / n / (989e12, 1979e12)[i] - readme_mfu[name, n][i]) < 6e-4
+                lay = e.layout
+                assert (lay.tp, lay.pp, lay.cp, lay.v, lay.gpus, e.m, lay.fp8) == (tp, pp, cp, v, n, ga[name], i == 1)
+                assert abs(e.mfu / pub - 1) <= 0.15 and e.fits, label
+    assert next(rows, None) is None and dgxc_rows()[-1][1].layout.dp == 16
+
+
 def test_the_loss_moves_its_bytes_on_the_last_stage():
     """Device.loss_bytes (minipar.perf.hardware.LOSS_BYTES): per micro-batch the last stage's loss moves
     loss_bytes · b · s · V / t bytes through HBM; the H100's unfused losses (52 Megatron-LM, 48 PyTorch), a fused

@@ -28,6 +28,8 @@ a row the model misses stays in, with its error.
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 - BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
   tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
+- NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B on 8-2,304 H100s,
+  NeMo 24.09, bf16 and FP8, every layout given (added 2026-11-27).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
@@ -232,9 +234,11 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     for row in H100_TEST + H100_LARGE:
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
     from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
+    from minipar.perf.dgxc import dgxc_rows  # NVIDIA's DGX Cloud recipes, bf16 and FP8 (minipar.perf.dgxc)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
-    return out + torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
+    rows = torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
+    return out + rows + dgxc_rows()

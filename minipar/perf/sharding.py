@@ -103,13 +103,14 @@ def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, fl
     return max(moe_stage_params(model, layout, layers), key=sum)
 
 
-def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float) -> tuple[float, float]:
-    """:func:`_reduce_and_gather` of ``psi_e`` expert parameters over their expert-data-parallel group
-    (:attr:`~minipar.perf.layout.Layout.expert_shard` ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
+def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float, k: int = 1) -> tuple[float, float]:
+    """:func:`_reduce_and_gather` of ``psi_e`` expert parameters in ``k`` collectives over their expert-data-parallel
+    group (:attr:`~minipar.perf.layout.Layout.expert_shard` ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
     L = links(dev, layout)
     n, z, link = layout.expert_shard, layout.zero, L.get("edp", L["dp"])  # ep = 1 and etp = tp: the dp group
-    grads = (ring_time if z else all_reduce_time)(n, layout.grad_bytes * psi_e, link)
-    return grads, ring_time(n, dev.bytes_per_value * psi_e, link) if z else 0.0
+    red = ring_time if z else all_reduce_time
+    grads = red(n, layout.grad_bytes * psi_e, link) + (k - 1) * red(n, 0.0, link)
+    return grads, ring_time(n, dev.bytes_per_value * psi_e, link) + (k - 1) * ring_time(n, 0.0, link) if z else 0.0
 
 
 def _exposed(comm: float, window: float, k: int) -> float:
@@ -188,7 +189,7 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     k = collectives(model, dev, layout, psi)
     grads, gather = _reduce_and_gather(dev, layout, psi, k)
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
-        g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e)
+        g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e))
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
