@@ -28,8 +28,8 @@ a row the model misses stays in, with its error.
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 - BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
   tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
-- NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B on 8-2,304 H100s,
-  NeMo 24.09, bf16 and FP8, every layout given (added 2026-11-27).
+- NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B, GPT-3 175B and
+  Nemotron-4 15B and 340B on 8-2,304 H100s, NeMo 24.09 and 24.11, bf16 and FP8, every layout given (added 2026-11-27).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
