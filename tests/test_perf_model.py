@@ -150,7 +150,7 @@ def test_fit_and_test_sets_per_device():
                 else:
                     hit.append(err)
                     assert abs(err) <= TOL, f"{label}: {err:+.1%}"
-                if label.startswith("MegaScale") or label.endswith(" ptd"):
+                if label.startswith(("MegaScale", "Megatron-LM README")) or label.endswith(" ptd"):
                     assert abs(err) <= 0.10, f"{label}: {err:+.1%} (Megatron-LM / MegaScale)"
             s, h = summary(errs), summary(hit)
             print(
@@ -575,6 +575,21 @@ def test_dgxc_rows_use_the_readmes_tables():
                 # runs that ran: the model's memory may read above the usable 90 % (Nemotron-4 340B at dp 2: 80.1 GiB)
                 assert abs(e.mfu / pub - 1) <= 0.15 and e.mem["total"] < 1.01 * 80 * 2**30, label
     assert next(rows, None) is None
+
+
+def test_megatron_readme_2021_row():
+    """Megatron-LM's README of January 2021: GPT-3 175B on 1,024 A100s, "around 32 seconds" per step of 1,536 × 2,048
+    tokens "resulting in 138 teraFLOPs per GPU": its eq.-3 count (recomputation included) over 32 s and 1,024 GPUs
+    is 138; the script's layout (tp 8, pp 16, micro-batch 1, full recomputation); within 15 %, and the step ~32 s."""
+    from minipar.perf.runs import GPT3, MEGATRON_README_175B, megatron_readme_row
+
+    n, batch, tflops = MEGATRON_README_175B
+    l, h, s, v = GPT3.layers, GPT3.hidden, GPT3.seq, GPT3.vocab
+    eq3 = 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    assert round(eq3 / 32 / n / 1e12) == tflops
+    e = megatron_readme_row()
+    assert (e.layout.tp, e.layout.pp, e.layout.dp, e.m, e.layout.recompute) == (8, 16, 8, 192, "full")
+    assert abs(e.tflops_per_gpu / tflops - 1) <= 0.15 and 30 < e.time["total"] < 34 and e.fits
 
 
 def test_the_loss_moves_its_bytes_on_the_last_stage():

@@ -12,6 +12,8 @@ a row the model misses stays in, with its error.
   MFU counts model FLOPs without recomputation over 312 TFLOP/s.
 - Narayanan et al. 2021 (arXiv:2104.04473) Table 2: PTD-P and ZeRO-3 (DeepSpeed, no model
   parallelism) on 175B and 530B, TFLOP/s per GPU by their eq. 3.
+- Megatron-LM's README of January 2021 (:func:`megatron_readme_row`): GPT-3 175B on 1,024 A100s, tp 8, pp 16,
+  138 TFLOP/s per GPU (added 2026-11-27).
 - Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783) Table 4: 405B on 8,192 and 16,384 H100s
   (8K and 128K sequences, TP 8, PP 16, CP 1 or 16), BF16 MFU; the only H100 rows, and the only rows
   with GQA, SwiGLU, uneven pipeline chunks and context parallelism (:func:`llama3_row`). GPUs, TP,
@@ -123,6 +125,22 @@ def narayanan_table2_row(row, dev: Device | None = None) -> Estimate:
     return estimate(model, dev or GPUS["a100"], lay, B)
 
 
+# Megatron-LM's README at 152aab3 (2021-01-11): GPT-3 175B on 1,024 A100s, "each iteration takes around 32 seconds
+# resulting in 138 teraFLOPs per GPU" (its eq.-3 count, recomputation included: 1,536 × 2,048 tokens in 32 s); layout
+# from examples/pretrain_gpt3_175B.sh at that commit: (GPUs, global batch, TFLOP/s per GPU)
+MEGATRON_README_175B = (1024, 1536, 138)
+
+
+def megatron_readme_row(dev: Device | None = None) -> Estimate:
+    """The README's GPT-3 175B run. Given by the script: tp 8, pp 16 (so dp 8), micro-batch 1, global batch 1,536,
+    s = 2,048, fp16, ``--checkpoint-activations`` (full recomputation), GPT-2's vocabulary (51,200 padded); by the code
+    at that commit: no interleaving and no scatter/gather (neither exists yet), ``--DDP-impl local`` without
+    ``--fp32-allreduce`` (an fp16 all-reduce after the backward, not overlapped). ASSUMED: the A100 preset links."""
+    n, batch, _ = MEGATRON_README_175B
+    lay = Layout(dp=n // 128, tp=8, pp=16, micro_batch=1, recompute="full", scatter_gather=False, grad_bytes=2)
+    return estimate(GPT3, dev or GPUS["a100"], lay, batch)
+
+
 # Llama 3 Table 4 (arXiv:2407.21783): (GPUs, TP, CP, PP, DP, sequence, batch per DP group, BF16 MFU);
 # tokens per batch 16M in every row (= DP × batch per DP × sequence); TFLOP/s per GPU 430, 400, 380.
 LLAMA3_TABLE4 = [
@@ -226,6 +244,8 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     for row in NARAYANAN_TABLE2:
         e = narayanan_table2_row(row, dev)
         out.append((f"Narayanan T2 {row[0]} {row[3]:5d} GPUs b={row[5]} {row[1]}", e, "tflops_per_gpu", row[6]))
+    e = megatron_readme_row(dev)
+    out.append(("Megatron-LM README 175B  1024 GPUs t8 p16 (2021)", e, "tflops_per_gpu", MEGATRON_README_175B[2]))
     for row in A100_TEST:  # llm-foundry's A100 80GB rows (RoCE, 200 Gb/s per GPU: the HDR preset)
         out.append((label(row, "A100"), foundry_row(row, dev), "mfu", row[3] / 100))
     for row in LLAMA3_TABLE4:  # H100 rows: always their own device
