@@ -5,28 +5,27 @@
         --vocab 128256 --seq 8192 --gpus 1024 --gpu h100 --global-batch 2048 \\
         --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
 
-Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b,
-interleaving v, ZeRO stage, recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and
-memory per GPU, then one line per reason the others were rejected; or, given ``--tp --pp --dp`` (and
-optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp --flash-attention
---first-stage-layers --last-stage-layers --recompute-layers --hsdp``), evaluates exactly that layout
-(``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks,
-replicated across, :mod:`minipar.perf.sharding`; ``--precision fp8``, search too: the blocks' GEMMs at the FP8
-peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``:
-the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's
-126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
-:meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks
-(Llama). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without
-recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
-recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column of the table:
-no FLOP count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes),
-``fits`` and the time terms. ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that
-differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search with expert
-parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
-``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
-``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
-with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a
-GPU under ``--framework pytorch``, dense models). The software stack
+Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b, interleaving v, ZeRO stage,
+recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line
+per reason the others were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v
+--micro-batch --zero --recompute --sp --flash-attention --first-stage-layers --last-stage-layers --recompute-layers
+--hsdp``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp N``:
+ZeRO sharded over N dp ranks, replicated across, :mod:`minipar.perf.sharding`; ``--precision fp8``, search too: the
+blocks' GEMMs at the FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given).
+``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
+> 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
+:meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks (Llama). ``--json``:
+one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and
+PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3),
+``tokens_per_s_per_gpu`` (also a column of the table: no FLOP count in it, so it compares with any run's published
+tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time terms and ``dp_collectives`` (per DP/ZeRO pass,
+each paying the ring's latency: :func:`minipar.perf.sharding.collectives`). ``--gpus``: 64 by default, or the fixed
+layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts'
+counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide
+``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides,
+Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``;
+:mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``: torchtitan's per-op
+checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
 (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
 ``--fused-loss`` (``loss_bytes``) and ``--compile``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
@@ -51,6 +50,7 @@ from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags
 from minipar.runtime.mesh import divisors
 
@@ -187,8 +187,7 @@ def _row(e, dev, model) -> dict:
         },
         "framework": dev.framework,
         "attention_kernel": attention_kernel(dev),
-        "compiled": dev.compiled,
-        "loss_bytes": dev.loss_bytes,
+        **{k: getattr(dev, k) for k in ("compiled", "loss_bytes")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
@@ -199,6 +198,7 @@ def _row(e, dev, model) -> dict:
         "mem_gb": round(e.mem["total"] / 1e9, 2),
         "fits": bool(e.fits),
         "m": e.m,
+        "dp_collectives": dp_collectives(model, dev, e.layout),
         "time_s": {k: round(v, 4) for k, v in e.time.items()},
     }
 

@@ -202,3 +202,15 @@ def test_search_tries_op_recompute_under_a_pytorch_stack():
     assert "op" not in recompute_modes(model, cpu_device(1e10))
     rows = plan(model, h100, 8, 64, micro_batches=(1,), vs=(1,), cps=(1,))
     assert {e.layout.recompute for e, _ in rows} == {"none", "selective", "op", "full"}
+
+
+def test_json_names_the_collectives_each_pass_pays_latency_for(capsys):
+    """``--json``'s ``dp_collectives`` (minipar.perf.sharding.collectives): FSDP's units (a block each, and the root)
+    under ZeRO-3; Megatron-Core's buckets of max(40M, 1M·dp) parameters with the DP reduction overlapped; one
+    collective without overlap."""
+    fsdp = _run([*LLAMA8B, *FSDP64], capsys)
+    assert fsdp["dp_collectives"] == 32 + 1
+    one = _run([*LLAMA70B, *FIXED, "--recompute", "selective"], capsys)
+    overlapped = _run([*LLAMA70B, *FIXED, "--recompute", "selective", "--overlap", "dp"], capsys)
+    assert one["dp_collectives"] == 1 and overlapped["dp_collectives"] > 1
+    assert overlapped["time_s"]["dp"] != one["time_s"]["dp"]

@@ -164,6 +164,11 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
     return max(1, math.ceil(psi / max(BUCKET_PARAMS, 1e6 * layout.dp)))
 
 
+def dp_collectives(model: ModelShape, dev: Device, layout: Layout) -> int:
+    """:func:`collectives` of the busiest stage's dense parameters (``--json``'s ``dp_collectives``)."""
+    return collectives(model, dev, layout, stage_psi(model, dev, layout)[0])
+
+
 def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float, bwd1: float) -> float:
     """Seconds of DP / ZeRO communication left on the step (Rajbhandari et al. 2020, arXiv:1910.02054, §7), over the
     dp·cp ranks that hold the same weights (HSDP: :func:`_reduce_and_gather`). ZeRO 0: an all-reduce of the busiest
