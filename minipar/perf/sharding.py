@@ -153,8 +153,9 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
       ``DistributedDataParallel`` sets ``bucket_size = max(40000000, 1000000 * dp)`` "to ensure that chunks
       used in NCCL ring-reduce implementations are large enough to remain bandwidth-bound rather than
       latency-bound" (megatron/core/distributed/distributed_data_parallel.py, core_v0.8.0). It turns
-      bucketing off on pipeline stages after the first, because their reduction ends before the first stage's
-      backward does. The model times the busiest stage with the first stage's buckets.
+      bucketing off on pipeline stages after the first ("data-parallel communication on these stages is not on
+      the critical path"); the model times the busiest stage with the first stage's buckets. ASSUMED for every
+      ZeRO 0 layout: PyTorch DDP's own buckets (25 MB) are not modelled.
     - ZeRO 0/1 without overlap: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off."""
     if layout.zero >= 2:
         layers = stage_layers_of(model, layout, dev)
