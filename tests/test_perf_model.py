@@ -539,12 +539,13 @@ def test_dgxc_rows_use_the_readmes_tables():
     over 1,979 TFLOP/s); each layout is the table's (tp, pp, cp, v, micro-batch, GA); the 405B runs on GPT-2's
     vocabulary, padded. Every row within 15 %."""
     from minipar.perf.dgxc import DGXC, dgxc_rows
+    from minipar.perf.nemo import SHAPES
 
     tokens = {("Llama3-8B", 8): (81222, 108436), ("Llama3-70B", 1024): (1124478, 1487342)}
-    tokens |= {("Llama3.1-405B", 1152): (235660, 365055), ("Nemotron4-15B", 2048): (11335957, 15391941)}
+    tokens |= {("Llama3.1-405B-gpt2v", 1152): (235660, 365055), ("Nemotron4-15B", 2048): (11335957, 15391941)}
     readme_mfu = {  # (model, GPUs): (FLOPs per sequence, bf16 MFU, FP8 MFU) as each README prints them
         ("Llama3-70B", 64): (3.94e15, 0.5410, 0.3617),
-        ("Llama3.1-405B", 576): (2.17e16, 0.5578, 0.4271),
+        ("Llama3.1-405B-gpt2v", 576): (2.17e16, 0.5578, 0.4271),
         ("GPT3-175B", 128): (2.20e15, 0.4993, 0.3756),
         ("Nemotron4-15B", 16): (434.5e12, 0.6210, 0.4222),
         ("Nemotron-340B", 128): (1.01e16, 0.5538, 0.4038),
@@ -552,7 +553,7 @@ def test_dgxc_rows_use_the_readmes_tables():
     ga = {
         "Llama3-8B": 32,
         "Llama3-70B": 64,
-        "Llama3.1-405B": 63,
+        "Llama3.1-405B-gpt2v": 63,
         "GPT3-175B": 64,
         "Nemotron4-15B": 4,
         "Nemotron-340B": 16,
@@ -562,7 +563,7 @@ def test_dgxc_rows_use_the_readmes_tables():
         for n, gb, *steps in runs:
             for i, step in enumerate(steps):
                 label, e, metric, pub = next(rows)
-                seq = {"GPT3-175B": 2048, "Nemotron4-15B": 4096, "Nemotron-340B": 4096}.get(name, 8192)
+                seq = SHAPES[name].seq
                 if (name, n) in tokens:
                     assert abs(seq * gb / step / tokens[name, n][i] - 1) < 0.002, (name, n)
                 if (name, n) in readme_mfu:

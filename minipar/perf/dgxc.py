@@ -8,14 +8,14 @@ Launcher, Megatron-Core with Transformer Engine (``--framework megatron``). Adde
 chosen; a repository and releases other than the NeMo 24.07 table the Megatron-Core efficiency was chosen on
 (:mod:`minipar.perf.nemo`), and the only Megatron-Core rows in bf16.
 
-GIVEN per table: TP, PP, CP, VP, MBS and GA; the global batch per GPU count (per node: 8B 128, 70B 16, 175B 16,
-15B 32, 340B 2; 405B: 252, 504, 1,008 at 576, 1,152, 2,304 GPUs); the sequence (the READMEs' FLOP counts: 8,192 for
-Llama 3.1, 2,048 for GPT-3, 4,096 for Nemotron-4); the training step time in seconds (the last step of a 50- or
-100-step run), bf16 and FP8, on DGX H100 (8 GPUs per node); the shapes (Llama 3.1's are Llama 3's; GPT-3 175B and
-Nemotron-4 340B as in :data:`minipar.perf.nemo.SHAPES`; Nemotron-4 15B by its paper) and vocabularies (the READMEs'
-FLOP counts: GPT-3 51,200, Nemotron-4 256,000; Llama 3's tokenizer, 128,256, for 8B and 70B); for 405B
-"GPT2BPETokenizer as a proxy" (V = 50,257, padded as Megatron pads it to a multiple of 128 × TP: 51,200, ASSUMED).
-The 405B's proxy configurations (fewer layers on 32-192 GPUs) are left out.
+GIVEN per table: TP, PP, CP, VP, MBS and GA; the global batch per GPU count (per node: 8B 128, 70B 16, 175B 16, 15B
+32, 340B 2; 405B: 252, 504, 1,008 at 576, 1,152, 2,304 GPUs); the sequence (the READMEs' FLOP counts: 8,192 for Llama
+3.1, 2,048 for GPT-3, 4,096 for Nemotron-4); the training step time in seconds (the last step of a 50- or 100-step
+run), bf16 and FP8, on DGX H100 (8 GPUs per node); the shapes (Llama 3.1's are Llama 3's; GPT-3 175B and Nemotron-4
+340B as in :data:`minipar.perf.nemo.SHAPES`; Nemotron-4 15B by its paper) and vocabularies (the READMEs' FLOP counts:
+GPT-3 51,200, Nemotron-4 256,000; Llama 3's tokenizer, 128,256, for 8B and 70B); for 405B "GPT2BPETokenizer as a
+proxy" (V = 50,257, padded as Megatron pads it to a multiple of 128 × TP: 51,200, ASSUMED;
+``SHAPES["Llama3.1-405B-gpt2v"]``). The 405B's proxy configurations (fewer layers on 32-192 GPUs) are left out.
 
 ASSUMED as for NeMo 24.07 (:mod:`minipar.perf.nemo`): no recomputation, the distributed optimizer (ZeRO-1), bf16
 gradient reduction, TP communication overlapped for TP > 1, FP8 with delayed scaling, Megatron-Core's unfused loss,
@@ -29,13 +29,9 @@ are not monotone in the GPU count, 5.92 to 6.72 s and back to 6.24.)
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from minipar.perf.hardware import GPUS, Device, for_framework
+from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate
-from minipar.perf.model import estimate
-from minipar.perf.moe import training_flops
-from minipar.perf.nemo import SHAPES, nemo_layout
+from minipar.perf.nemo import SHAPES, nemo_rows
 
 # (release, model, (tp, pp, cp, v), micro-batch, [(GPUs, global batch, bf16 step s, FP8 step s), ...]) as published
 DGXC = [
@@ -45,7 +41,7 @@ DGXC = [
     ("24.09", "Llama3-70B", (4, 4, 2, 5), 1,
      [(64, 128, 14.72, 11.01), (128, 256, 14.73, 10.93), (256, 512, 14.8, 11.16), (512, 1024, 14.89, 11.18),
       (1024, 2048, 14.92, 11.28), (2048, 4096, 14.98, 11.39)]),
-    ("24.09", "Llama3.1-405B", (8, 9, 2, 7), 1,
+    ("24.09", "Llama3.1-405B-gpt2v", (8, 9, 2, 7), 1,
      [(576, 252, 17.20, 11.24), (1152, 504, 17.52, 11.31), (2304, 1008, 17.62, 12.35)]),
     ("24.11", "GPT3-175B", (4, 8, 1, 12), 1,
      [(128, 256, 8.91, 5.92), (256, 512, 8.95, 5.96), (512, 1024, 9.09, 6.44), (1024, 2048, 9.01, 6.72),
@@ -57,21 +53,16 @@ DGXC = [
      [(128, 32, 4.61, 3.16), (256, 64, 4.67, 3.21), (512, 128, 4.7, 3.26), (1024, 256, 4.73, 3.34),
       (2048, 512, 4.84, 3.49)]),
 ]  # fmt: skip
-VOCAB = {"Llama3.1-405B": 51200}  # GPT-2's 50,257 padded to a multiple of 128 × TP 8 (module doc)
 
 
 def dgxc_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)`` per row and precision on ``dev`` (default the H100 preset with
-    Megatron-Core's efficiency): the published step time as an MFU of this model's count over the same peak."""
-    dev = dev or for_framework(GPUS["h100"], "megatron")
-    out = []
-    for release, name, (tp, pp, cp, v), mb, runs in DGXC:
-        model = replace(SHAPES[name], vocab=VOCAB.get(name, SHAPES[name].vocab))
-        for n, gb, *steps in runs:
-            for fp8, step in zip((False, True), steps):
-                lay = nemo_layout((release, name, n, (tp, pp, cp, v, 1), mb, gb, None, fp8))
-                tps = model.seq * gb / step / n
-                mfu = tps * training_flops(model, gb) / (gb * model.seq) / dev.peak_flops
-                shape = f"dp{lay.dp}·tp{tp}·pp{pp}·cp{cp}" + (f"·v{v}" if v > 1 else "") + (" fp8" if fp8 else " bf16")
-                out.append((f"DGXC {release} {name} {n:5d} H100 {shape}", estimate(model, dev, lay, gb), "mfu", mfu))
-    return out
+    Megatron-Core's efficiency): each published step as tokens/s per GPU, read by :func:`minipar.perf.nemo.nemo_rows`
+    (the same layouts and the same conversion to this model's MFU as NVIDIA's other Megatron-Core rows)."""
+    rows = [
+        (f"DGXC {release}", name, n, (tp, pp, cp, v, 1), mb, gb, None, fp8, "tps", SHAPES[name].seq * gb / step / n)
+        for release, name, (tp, pp, cp, v), mb, runs in DGXC
+        for n, gb, *steps in runs
+        for fp8, step in zip((False, True), steps)
+    ]
+    return nemo_rows(dev, rows)

@@ -86,8 +86,10 @@ SHAPES = {
     "Nemotron-8B": ModelShape(32, 4096, 32, 4096, 256000, False, None, 16384, False, False),
     "Nemotron-22B": ModelShape(40, 6144, 48, 4096, 256000, False, None, 24576, False, False),
     "Nemotron-340B": ModelShape(96, 18432, 96, 4096, 256000, False, 8, 73728, False, False),
-    # Nemotron-4 15B (Parmar et al. 2024, arXiv:2402.16819, Table 1; squared ReLU, FFN 4h): minipar.perf.dgxc's rows
+    # minipar.perf.dgxc's rows: Nemotron-4 15B (Parmar et al. 2024, arXiv:2402.16819, Table 1; squared ReLU, FFN 4h);
+    # Llama 3.1 405B on GPT-2's tokenizer, 50,257 padded to a multiple of 128 × TP 8 (ASSUMED; minipar.perf.dgxc)
     "Nemotron4-15B": ModelShape(32, 6144, 48, 4096, 256000, False, 8, 24576, False, False),
+    "Llama3.1-405B-gpt2v": ModelShape(126, 16384, 128, 8192, 51200, False, 8, 53248, True, False),
 }
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);

@@ -107,10 +107,21 @@ def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float, k: int 
     """:func:`_reduce_and_gather` of ``psi_e`` expert parameters in ``k`` collectives over their expert-data-parallel
     group (:attr:`~minipar.perf.layout.Layout.expert_shard` ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
     L = links(dev, layout)
-    n, z, link = layout.expert_shard, layout.zero, L.get("edp", L["dp"])  # ep = 1 and etp = tp: the dp group
-    red = ring_time if z else all_reduce_time
-    grads = red(n, layout.grad_bytes * psi_e, link) + (k - 1) * red(n, 0.0, link)
-    return grads, ring_time(n, dev.bytes_per_value * psi_e, link) + (k - 1) * ring_time(n, 0.0, link) if z else 0.0
+    return _flat(dev, layout, psi_e, layout.expert_shard, L.get("edp", L["dp"]), k)  # ep 1, etp tp: the dp group
+
+
+def _in(k: int, time, n: int, nbytes: float, link) -> float:
+    """Seconds of ``time`` (a :mod:`minipar.comm.cost` collective) moving ``nbytes`` on ``n`` ranks in ``k``
+    collectives: the bytes once, the ring's latency k times."""
+    return time(n, nbytes, link) + (k - 1) * time(n, 0.0, link)
+
+
+def _flat(dev: Device, layout: Layout, psi: float, n: int, link, k: int) -> tuple[float, float]:
+    """(reduction, all-gather) seconds of ``psi`` parameters over ``n`` ranks on ``link`` in ``k`` collectives:
+    ZeRO 0 an all-reduce and no gather, ZeRO >= 1 a reduce-scatter and an all-gather of the 16-bit weights."""
+    z = layout.zero
+    grads = _in(k, ring_time if z else all_reduce_time, n, layout.grad_bytes * psi, link)
+    return grads, _in(k, ring_time, n, dev.bytes_per_value * psi, link) if z else 0.0
 
 
 def _exposed(comm: float, window: float, k: int) -> float:
@@ -129,17 +140,12 @@ def _reduce_and_gather(dev: Device, layout: Layout, psi: float, k: int = 1) -> t
     ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under ZeRO-3 with pp = 1 that all-reduce runs in
     every micro-batch's backward, as FSDP2 does unless ``set_requires_all_reduce(False)``
     (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
-    n, z, bpv, L = layout.dp * layout.cp, layout.zero, dev.bytes_per_value, links(dev, layout)
-    g = layout.grad_bytes * psi
+    L = links(dev, layout)
     if layout.hsdp is None:
-        red = ring_time if z else all_reduce_time  # reduce-scatter or all-reduce
-        grads = red(n, g, L["dp"]) + (k - 1) * red(n, 0.0, L["dp"])
-        return grads, ring_time(n, bpv * psi, L["dp"]) + (k - 1) * ring_time(n, 0.0, L["dp"]) if z else 0.0
-    s, r = layout.hsdp * layout.cp, layout.dp // layout.hsdp
-    lat = ring_time(s, 0.0, L["shard"])
-    grads = ring_time(s, g, L["shard"]) + all_reduce_time(r, g / s, L["replicate"])
-    grads += (k - 1) * (lat + all_reduce_time(r, 0.0, L["replicate"]))
-    return grads, ring_time(s, bpv * psi, L["shard"]) + (k - 1) * lat
+        return _flat(dev, layout, psi, layout.dp * layout.cp, L["dp"], k)
+    g, s, r = layout.grad_bytes * psi, layout.hsdp * layout.cp, layout.dp // layout.hsdp
+    grads = _in(k, ring_time, s, g, L["shard"]) + _in(k, all_reduce_time, r, g / s, L["replicate"])
+    return grads, _in(k, ring_time, s, dev.bytes_per_value * psi, L["shard"])
 
 
 def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> int:
