@@ -27,7 +27,7 @@ Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``et
 :mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``: torchtitan's per-op
 checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
 (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
-``--fused-loss`` (``loss_bytes``) and ``--compile``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
 from minipar.perf.sharding import dp_collectives
-from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags
+from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 from minipar.runtime.mesh import divisors
 
 OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
@@ -88,6 +88,7 @@ def check_args(a: argparse.Namespace) -> None:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
     _check_partial_flags(a, fixed)
     check_moe_flags(a, LAYOUT_FLAGS, DEFAULT_GPUS)
+    check_stack_flags(a)
     if a.moe_experts is None and fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
         n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
         raise ConfigError(
@@ -159,8 +160,7 @@ def _device(a):
             f"--precision fp8: {dev.name} has no FP8 tensor cores (the A100's datasheet: TF32, bf16/fp16, int8); "
             "use --gpu h100, h200 or b200, --device-fp8-tflops for a custom device, or --precision bf16"
         )
-    if a.attention_kernel is not None or a.compile:
-        dev = replace(dev, attention=a.attention_kernel or "", compiled=a.compile)
+    dev = replace(dev, attention=a.attention_kernel or dev.attention, compiled=a.compile, fsdp2=a.fsdp2)
     dev = for_framework(dev, a.framework)
     dev = with_fused_loss(dev) if a.fused_loss else dev
     return with_links(dev, a.intra_node_gbps, a.inter_node_gbps, a.network)
@@ -187,7 +187,7 @@ def _row(e, dev, model) -> dict:
         },
         "framework": dev.framework,
         "attention_kernel": attention_kernel(dev),
-        **{k: getattr(dev, k) for k in ("compiled", "loss_bytes")},
+        **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},

@@ -2,6 +2,7 @@
 (FSDP2) with pipelines, from the command line and the library."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,8 +14,8 @@ from minipar.perf.layout import Layout
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
-from minipar.perf.sharding import links
-from minipar.plan import main, parser
+from minipar.perf.sharding import fsdp2_copy_time, links
+from minipar.plan import _shape, main, parser
 
 LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
 LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
@@ -118,6 +119,7 @@ CASES = [
     ([*LLAMA8B, *FSDP64[:7], "0", *FSDP64[8:], "--hsdp", "8"], "--hsdp 8 shards ZeRO's model states over 8 ranks"),
     (["--model", "70b", "--hsdp", "8"], "--hsdp 8 modifies a fixed layout"),
     (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 searches the layouts itself"),
+    ([*LLAMA70B, *FIXED, "--fsdp2"], "--fsdp2 with --zero 1: FSDP2's fully_shard is ZeRO-3"),
 ]
 
 
@@ -214,3 +216,22 @@ def test_json_names_the_collectives_each_pass_pays_latency_for(capsys):
     overlapped = _run([*LLAMA70B, *FIXED, "--recompute", "selective", "--overlap", "dp"], capsys)
     assert one["dp_collectives"] == 1 and overlapped["dp_collectives"] > 1
     assert overlapped["time_s"]["dp"] != one["time_s"]["dp"]
+
+
+def test_fsdp2_copies_are_on_the_compute_stream(capsys):
+    """``--fsdp2`` (FSDP2's ``fully_shard``): per micro-batch under ZeRO-3 two gathered copies out (2 + 2 bytes per
+    parameter each) and one gradient copy in (2 read + 4 written in fp32), at the HBM bandwidth and never hidden,
+    so the step grows by exactly that; once per step under pipelining; nothing below ZeRO-2. In --help and --json."""
+    assert "--fsdp2" in parser().format_help()
+    argv = [*LLAMA8B, *FSDP64, "--micro-batch", "2", "--overlap", "dp"]
+    fsdp1, fsdp2 = _run(argv, capsys), _run([*argv, "--fsdp2"], capsys)
+    assert (fsdp1["fsdp2"], fsdp2["fsdp2"], fsdp2["m"]) == (False, True, 4)
+    dev, model = GPUS["h100"], _shape(parser().parse_args(argv))[1]
+    expect = 4 * stage_params(model, 1, 1, "megatron")[0] * (2 * 4 + 6) / dev.hbm_bw
+    assert abs((fsdp2["time_s"]["dp"] - fsdp1["time_s"]["dp"]) - expect) < 2e-4, (fsdp2["time_s"], expect)
+    assert fsdp2["mem_gb"] == fsdp1["mem_gb"]
+    lay = Layout(16, 8, 8, zero=3)
+    assert fsdp2_copy_time(dev, lay, 32, 1e9) == 0.0  # not FSDP2
+    two = replace(dev, fsdp2=True)
+    assert fsdp2_copy_time(two, lay, 32, 1e9) == 1e9 * (2 * 2 + 2 + 4) / dev.hbm_bw  # pipelines: once per step
+    assert fsdp2_copy_time(two, Layout(16, 8, 8, zero=1), 32, 1e9) == 0.0

@@ -65,7 +65,9 @@ class Device:
         under ``torch.compile`` (their elementwise operators fused: :func:`block_passes`). loss_bytes: HBM bytes the
         loss's memory-bound kernels move per logit value (s·b·V/t of them per micro-batch, on the last pipeline stage):
         :data:`LOSS_BYTES` by framework, :data:`FUSED_LOSS_BYTES` with a fused cross-entropy kernel; 0 on this CPU
-        (``layer_overhead`` measures it).
+        (``layer_overhead`` measures it). fsdp2: ZeRO >= 2 runs as PyTorch's FSDP2 (``fully_shard``), which copies
+        each gathered unit out of its all-gather buffer and each gradient into its reduce-scatter buffer on the
+        compute stream (:func:`minipar.perf.sharding.fsdp2_copy_time`).
     """
 
     name: str
@@ -90,6 +92,7 @@ class Device:
     attention: str = ""
     compiled: bool = False
     loss_bytes: float = 0.0
+    fsdp2: bool = False
 
     def __post_init__(self):
         if self.counts not in COUNTS:

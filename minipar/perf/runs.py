@@ -32,6 +32,8 @@ a row the model misses stays in, with its error.
   tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
 - NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B, GPT-3 175B and
   Nemotron-4 15B and 340B on 8-2,304 H100s, NeMo 24.09 and 24.11, bf16 and FP8, every layout given (added 2026-11-27).
+- AI2's OLMo-core training scripts (:mod:`minipar.perf.olmo`): OLMo 2 1B, 7B, 13B and Llama 3 8B on one node of 8
+  H100s, FSDP2 with ``torch.compile``, bf16 and Float8 (added 2026-11-27).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
@@ -45,7 +47,8 @@ model. DeepSpeed has gathered a module's parameters in one coalesced call since 
 model's per-unit collectives describe (:func:`minipar.perf.sharding.collectives`). Also known misses:
 three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
 :func:`minipar.perf.foundry.miss_reason`);
-torchtitan's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`), and the rows of
+torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
+:mod:`minipar.perf.olmo`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """
 
@@ -258,7 +261,8 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
+    from minipar.perf.olmo import olmo_rows  # AI2's FSDP2 scripts on one H100 node (minipar.perf.olmo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
     rows = torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
-    return out + rows + dgxc_rows()
+    return out + rows + dgxc_rows() + olmo_rows()

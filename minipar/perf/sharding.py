@@ -203,6 +203,7 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
         g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e))
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
+    copies = fsdp2_copy_time(dev, layout, m, psi)  # psi: dense and expert parameters here
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
         full = m * (2 * gather + grads)
@@ -211,5 +212,22 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
         full = grads + gather
         shown = _exposed(grads, bwd1, k) + (_exposed(gather, fwd1, k) if z else 0.0)
     if not hide:
-        return full
-    return shown + dev.overlap_cost * (full - shown)  # what hiding still costs (Device.overlap_cost)
+        return full + copies
+    return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
+
+
+def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
+    """Seconds of HBM copies FSDP2 (``Device.fsdp2``, ``--fsdp2``) adds on the compute stream for ``psi`` parameters
+    of a rank under ZeRO >= 2, at ``dev.hbm_bw`` and never hidden: per all-gather the gathered unit copied out of the
+    gather buffer into the parameters (read and write, 2·bytes_per_value per parameter), per reduction the gradients
+    copied, cast to the reduction dtype, into the reduce-scatter buffer (bytes_per_value + grad_bytes). Source:
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` (torch 2.13): ``foreach_all_gather_copy_out`` makes
+    the current stream wait for the all-gather, then ``split_with_sizes_copy``; ``foreach_reduce`` runs
+    ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. As many gathers and
+    reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per micro-batch; else one each per step).
+    0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat parameter is gathered in place."""
+    if not (dev.fsdp2 and layout.zero >= 2 and dev.hbm_bw):
+        return 0.0
+    b = dev.bytes_per_value
+    gathers, reductions = (2 * m, m) if layout.zero == 3 and layout.pp == 1 else (1, 1)
+    return psi * (gathers * 2 * b + reductions * (b + layout.grad_bytes)) / dev.hbm_bw

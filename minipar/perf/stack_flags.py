@@ -1,9 +1,10 @@
 """The command line's software-stack flags (``python -m minipar.plan --framework F --precision P
---grad-reduce-dtype D --attention-kernel K --compile`` or ``--fused-kernels``, ``--fused-loss``): whose kernels run the
-step, in which dtypes."""
+--grad-reduce-dtype D --attention-kernel K --compile`` or ``--fused-kernels``, ``--fused-loss``, ``--fsdp2``): whose
+kernels run the step, in which dtypes."""
 
 from __future__ import annotations
 
+from minipar.errors import ConfigError
 from minipar.perf.gemm import ATTN_KERNELS
 from minipar.perf.hardware import FRAMEWORKS
 
@@ -11,8 +12,8 @@ GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient e
 
 
 def add_stack_flags(p) -> None:
-    """``--grad-reduce-dtype``, ``--precision``, ``--framework``, ``--attention-kernel``, ``--fused-loss`` and
-    ``--compile`` on the argparse parser ``p``."""
+    """``--grad-reduce-dtype``, ``--precision``, ``--framework``, ``--attention-kernel``, ``--fused-loss``,
+    ``--compile`` and ``--fsdp2`` on the argparse parser ``p``."""
     p.add_argument(
         "--grad-reduce-dtype",
         default="fp32",
@@ -56,3 +57,20 @@ def add_stack_flags(p) -> None:
         "TinyLlama's): a gated model's elementwise operators fused, its memory passes the fit set's; eager (the "
         "default): 3.8 more, as measured in torchtitan's eager Llama block",
     )
+    p.add_argument(
+        "--fsdp2",
+        action="store_true",
+        help="ZeRO 2/3 as PyTorch's FSDP2 (fully_shard: torchtitan, OLMo-core): each gathered unit copied out of the "
+        "all-gather buffer and each gradient into the reduce-scatter buffer on the compute stream, not hidden; "
+        "default: FSDP1's flat parameters (llm-foundry, fms-fsdp), gathered in place",
+    )
+
+
+def check_stack_flags(a) -> None:
+    """Raise :class:`ConfigError` (one line) for a stack flag that contradicts the layout: ``--fsdp2`` with a fixed
+    ``--zero`` 0 or 1 (FSDP2 shards the weights or at least the gradients: ZeRO 2 or 3)."""
+    if a.fsdp2 and a.zero is not None and a.zero < 2:
+        raise ConfigError(
+            f"--fsdp2 with --zero {a.zero}: FSDP2's fully_shard is ZeRO-3 (or ZeRO-2 with its weights kept after "
+            "the forward); use --zero 3 or 2, or leave --fsdp2 out (ZeRO 0/1: DDP or a distributed optimizer)"
+        )

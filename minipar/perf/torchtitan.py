@@ -17,7 +17,9 @@ and NOT adopted: 912 TFLOP/s (the middle) reads the bf16 rows about 8 points hig
 
 The model, GIVEN: Llama 3.1's shapes (arXiv:2407.21783 Table 3: 8B 32 layers, h 4,096, 32 heads, 8 KV heads,
 FFN 14,336; 70B 80, 8,192, 64, 8, 28,672; 405B 126, 16,384, 128, 8, 53,248; vocabulary 128,256; SwiGLU, no
-biases, no dropout); torchtitan's sequence of 8,192 (its ``llama3_*.toml``). ASSUMED: FlashAttention-2
+biases, no dropout); torchtitan's sequence of 8,192 (its ``llama3_*.toml``); FSDP2 (``fully_shard``) and its copies
+on the compute stream (``Device.fsdp2``, :func:`minipar.perf.sharding.fsdp2_copy_time`; added 2026-11-27, with
+:mod:`minipar.perf.olmo`: the rows moved by 0 to -2 points, to -11 … -7 %). ASSUMED: FlashAttention-2
 (PyTorch SDPA's flash kernel), FSDP2's all-gathers and reduce-scatters prefetched behind compute (``"dp"`` in
 overlap), the gradients reduced in fp32 (torchtitan's ``mixed_precision_reduce = "float32"``), sequence
 parallelism with TP, the local batch as one micro-batch without PP, 405B's 126 blocks as 15 + 6·16 + 15
@@ -123,7 +125,7 @@ def torchtitan_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str,
     out = []
     for row in TORCHTITAN:
         model, gb, tps = LLAMA31[row[1]], row[5], row[-1]
-        e = estimate(model, replace(dev, compiled=row[8]), torchtitan_layout(row), gb)  # row[8]: torch.compile
+        e = estimate(model, replace(dev, compiled=row[8], fsdp2=True), torchtitan_layout(row), gb)  # row[8]: compile
         per_token = model_flops(model, gb, "none") / (gb * model.seq)
         out.append((label(row), e, "mfu", tps * per_token / dev.peak_flops))
     return out
