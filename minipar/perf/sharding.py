@@ -216,6 +216,13 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
 
 
+# FSDP2's copies run slower than their bytes at Device.hbm_bw: (copy-out, copy-in) time over that, the median of three
+# blocks (OLMo 2 7B and 13B, Llama 3 8B; world_size 8; fp32 reduction) on one H100 SXM, MEASURED 2026-11-27 with
+# examples/fsdp2_copy_rate.py (examples/h100_2026-11-27/fsdp2_copies.jsonl): 1.20-2.01 and 1.91-2.16. ASSUMED the
+# same on other devices and with a bf16 reduction.
+FSDP2_COPY_SLOWDOWN = (1.31, 1.92)
+
+
 def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
     """Seconds of HBM copies FSDP2 (``Device.fsdp2``, ``--fsdp2``) adds on the compute stream for ``psi`` parameters
     of a rank under ZeRO >= 2, at ``dev.hbm_bw`` and never hidden: per all-gather the gathered unit copied out of the
@@ -223,11 +230,13 @@ def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
     copied, cast to the reduction dtype, into the reduce-scatter buffer (bytes_per_value + grad_bytes). Source:
     ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` (torch 2.13): ``foreach_all_gather_copy_out`` makes
     the current stream wait for the all-gather, then ``split_with_sizes_copy``; ``foreach_reduce`` runs
-    ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. As many gathers and
+    ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. Each at its measured
+    rate, :data:`FSDP2_COPY_SLOWDOWN` times its bytes' time at ``hbm_bw``. As many gathers and
     reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per micro-batch; else one each per step).
     0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat parameter is gathered in place."""
     if not (dev.fsdp2 and layout.zero >= 2 and dev.hbm_bw):
         return 0.0
     b = dev.bytes_per_value
     gathers, reductions = (2 * m, m) if layout.zero == 3 and layout.pp == 1 else (1, 1)
-    return psi * (gathers * 2 * b + reductions * (b + layout.grad_bytes)) / dev.hbm_bw
+    slow_out, slow_in = FSDP2_COPY_SLOWDOWN
+    return psi * (gathers * 2 * b * slow_out + reductions * (b + layout.grad_bytes) * slow_in) / dev.hbm_bw

@@ -19,7 +19,7 @@ The model, GIVEN: Llama 3.1's shapes (arXiv:2407.21783 Table 3: 8B 32 layers, h 
 FFN 14,336; 70B 80, 8,192, 64, 8, 28,672; 405B 126, 16,384, 128, 8, 53,248; vocabulary 128,256; SwiGLU, no
 biases, no dropout); torchtitan's sequence of 8,192 (its ``llama3_*.toml``); FSDP2 (``fully_shard``) and its copies
 on the compute stream (``Device.fsdp2``, :func:`minipar.perf.sharding.fsdp2_copy_time`; added 2026-11-27, with
-:mod:`minipar.perf.olmo`: the rows moved by 0 to -2 points, to -11 … -7 %). ASSUMED: FlashAttention-2
+:mod:`minipar.perf.olmo`: the rows moved by 0 to -3 points, to -12 … -7 %). ASSUMED: FlashAttention-2
 (PyTorch SDPA's flash kernel), FSDP2's all-gathers and reduce-scatters prefetched behind compute (``"dp"`` in
 overlap), the gradients reduced in fp32 (torchtitan's ``mixed_precision_reduce = "float32"``), sequence
 parallelism with TP, the local batch as one micro-batch without PP, 405B's 126 blocks as 15 + 6·16 + 15
