@@ -8,9 +8,10 @@ FSDP2 (``torch.distributed.fsdp.fully_shard``) runs, per unit and per gather / r
 1. copy-out, after each all-gather: ``torch.split_with_sizes_copy`` of the gathered buffer, viewed as world_size
    rows, into the unit's unsharded bf16 parameters (``foreach_all_gather_copy_out``);
 2. copy-in, before each reduce-scatter: ``torch._chunk_cat`` of the unit's bf16 gradients into the reduce-scatter
-   buffer, world_size chunks, cast to the reduction dtype, here fp32 (``foreach_reduce_scatter_copy_in``).
+   buffer, world_size chunks, cast to the reduction dtype, fp32 (``foreach_reduce_scatter_copy_in``); and the same
+   into a bf16 buffer (``reduce_dtype`` bf16: no cast).
 The units are one block of OLMo 2 7B and 13B and Llama 3 8B (``minipar.perf.olmo``: attention, SwiGLU MLP, two norms)
-at world_size 8. The model charges 2·2 bytes per parameter for 1 and 2 + 4 for 2, at the preset's HBM bandwidth
+at world_size 8. The model charges 2·2 bytes per parameter for 1 and 2 + 4 (2 + 2) for 2, at the preset's HBM bandwidth
 (``Device.hbm_bw``: 0.85 of the datasheet). Timings: CUDA events, the median of 20 after 5 warm-ups
 (``gemm_rate.cuda_time``).
 """
@@ -49,6 +50,7 @@ def measure(name: str) -> dict:
     gathered = torch.randn(n, dtype=torch.bfloat16, device=dev)  # world_size rows of n / world_size
     splits = [x // WORLD for x in numels]
     rs_input = torch.empty(n, dtype=torch.float32, device=dev)
+    rs_bf16 = torch.empty(n, dtype=torch.bfloat16, device=dev)
 
     def copy_out():
         torch.split_with_sizes_copy(gathered.view(WORLD, -1), splits, dim=1, out=[p.view(WORLD, -1) for p in params])
@@ -56,8 +58,11 @@ def measure(name: str) -> dict:
     def copy_in():
         torch._chunk_cat(grads, dim=0, num_chunks=WORLD, out=rs_input.view(WORLD, -1))
 
+    def copy_in_bf16():  # a bf16 reduction (reduce_dtype bf16): no cast
+        torch._chunk_cat(grads, dim=0, num_chunks=WORLD, out=rs_bf16.view(WORLD, -1))
+
     bw = GPUS["h100"].hbm_bw
-    t_out, t_in = cuda_time(copy_out), cuda_time(copy_in)
+    t_out, t_in, t_in16 = cuda_time(copy_out), cuda_time(copy_in), cuda_time(copy_in_bf16)
     return {
         "block": name,
         "params": n,
@@ -66,6 +71,8 @@ def measure(name: str) -> dict:
         "copy_in_s": t_in,
         "model_copy_out_s": n * 4 / bw,
         "model_copy_in_s": n * 6 / bw,
+        "copy_in_bf16_s": t_in16,
+        "model_copy_in_bf16_s": n * 4 / bw,
         "copy_out_gbps": n * 4 / t_out / 1e9,
         "copy_in_gbps": n * 6 / t_in / 1e9,
     }

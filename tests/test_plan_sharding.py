@@ -2,6 +2,7 @@
 (FSDP2) with pipelines, from the command line and the library."""
 
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,13 +224,14 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
     """``--fsdp2`` (FSDP2's ``fully_shard``): per micro-batch under ZeRO-3 two gathered copies out (2 + 2 bytes per
     parameter each) and one gradient copy in (2 read + 4 written in fp32), at the HBM bandwidth over their measured
     slowdown and never hidden, so the step grows by exactly that; once per step under pipelining; nothing below
-    ZeRO-2. In --help and --json. The slowdowns are the medians of the stored H100 measurement."""
+    ZeRO-2. In --help and --json. The slowdowns are the medians of the stored H100 measurements; a bf16 reduction
+    copies without a cast."""
     assert "--fsdp2" in parser().format_help()
     argv = [*LLAMA8B, *FSDP64, "--micro-batch", "2", "--overlap", "dp"]
     fsdp1, fsdp2 = _run(argv, capsys), _run([*argv, "--fsdp2"], capsys)
     assert (fsdp1["fsdp2"], fsdp2["fsdp2"], fsdp2["m"]) == (False, True, 4)
     dev, model = GPUS["h100"], _shape(parser().parse_args(argv))[1]
-    out, inn = FSDP2_COPY_SLOWDOWN
+    out, inn, plain = FSDP2_COPY_SLOWDOWN
     expect = 4 * stage_params(model, 1, 1, "megatron")[0] * (2 * 4 * out + 6 * inn) / dev.hbm_bw
     assert abs((fsdp2["time_s"]["dp"] - fsdp1["time_s"]["dp"]) - expect) < 2e-4, (fsdp2["time_s"], expect)
     assert fsdp2["mem_gb"] == fsdp1["mem_gb"]
@@ -239,8 +241,11 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
     assert fsdp2_copy_time(two, lay, 32, 1e9) == 1e9 * (2 * 2 * out + (2 + 4) * inn) / dev.hbm_bw  # once per step
     assert fsdp2_copy_time(two, Layout(16, 8, 8, zero=1), 32, 1e9) == 0.0
 
-    stored = Path(__file__).resolve().parent.parent / "examples" / "h100_2026-11-27" / "fsdp2_copies.jsonl"
-    rows = [json.loads(line) for line in stored.read_text().splitlines()]
-    for k, key in enumerate(("copy_out", "copy_in")):
-        ratios = sorted(r[f"{key}_s"] / r[f"model_{key}_s"] for r in rows)
-        assert round(ratios[1], 2) == FSDP2_COPY_SLOWDOWN[k], (key, ratios)
+    assert fsdp2_copy_time(two, replace(lay, grad_bytes=2), 32, 1e9) == 1e9 * (2 * 2 * out + 4 * plain) / dev.hbm_bw
+    stored = Path(__file__).resolve().parent.parent / "examples" / "h100_2026-11-27"
+    runs = ("fsdp2_copies.jsonl", "fsdp2_copies_2.jsonl")
+    lines = [line for f in runs for line in (stored / f).read_text().splitlines()]
+    rows = [json.loads(line) for line in lines]
+    for k, key in enumerate(("copy_out", "copy_in", "copy_in_bf16")):
+        ratios = [r[f"{key}_s"] / r[f"model_{key}_s"] for r in rows if f"{key}_s" in r]
+        assert round(statistics.median(ratios), 2) == FSDP2_COPY_SLOWDOWN[k], (key, ratios)

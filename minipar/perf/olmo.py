@@ -32,10 +32,10 @@ all_gather``, on by default) not modelled: the model gathers bf16 weights, what 
 is not in them.
 
 Known misses, by the rule of :mod:`minipar.perf.torchtitan` set before these rows were added (``MISS:compile``: every
-run with ``torch.compile``): all eight rows, which read -9 … +6 %. 13B is the row whose FSDP traffic weighs most
+run with ``torch.compile``): all eight rows, which read -9 … +7 %. 13B is the row whose FSDP traffic weighs most
 against its compute: one sequence per micro-batch carries a 13.7B-parameter all-gather twice and an fp32
 reduce-scatter (0.27 s of NVLink per 0.71 s of compute, where 7B has 0.14 s per 0.78 s), and FP8 shortens the compute
-that hides it: +0 % (bf16) and +6 % (FP8). Before the model charged FSDP2's copies (added 2026-11-27, after these rows
+that hides it: +1 % (bf16) and +7 % (FP8). Before the model charged FSDP2's copies (added 2026-11-27, after these rows
 were first read: 14 bytes of HBM traffic per parameter per micro-batch, from PyTorch's code, at the rates measured on
 an H100, :data:`minipar.perf.sharding.FSDP2_COPY_SLOWDOWN`; 0.10 s on 13B against 0.79 s for the rest of its
 micro-batch) the rows read -6 … +24 %, the 13B row +13 % and +24 %. The model hides the collectives at

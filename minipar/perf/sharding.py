@@ -216,11 +216,12 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
 
 
-# FSDP2's copies run slower than their bytes at Device.hbm_bw: (copy-out, copy-in) time over that, the median of three
-# blocks (OLMo 2 7B and 13B, Llama 3 8B; world_size 8; fp32 reduction) on one H100 SXM, MEASURED 2026-11-27 with
-# examples/fsdp2_copy_rate.py (examples/h100_2026-11-27/fsdp2_copies.jsonl): 1.20-2.01 and 1.91-2.16. ASSUMED the
-# same on other devices and with a bf16 reduction.
-FSDP2_COPY_SLOWDOWN = (1.31, 1.92)
+# FSDP2's copies run slower than their bytes at Device.hbm_bw: (copy-out, copy-in cast to fp32, copy-in without a cast)
+# time over that, the median over three blocks (OLMo 2 7B and 13B, Llama 3 8B; world_size 8) and two runs on one H100
+# SXM, MEASURED 2026-11-27 with examples/fsdp2_copy_rate.py (examples/h100_2026-11-27/fsdp2_copies.jsonl and
+# fsdp2_copies_2.jsonl, the second with the bf16 copy-in): 1.10-2.01, 1.75-2.16 and 1.22-1.25. ASSUMED the same on
+# other devices.
+FSDP2_COPY_SLOWDOWN = (1.18, 1.85, 1.22)
 
 
 def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
@@ -231,12 +232,14 @@ def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
     ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`` (torch 2.13): ``foreach_all_gather_copy_out`` makes
     the current stream wait for the all-gather, then ``split_with_sizes_copy``; ``foreach_reduce`` runs
     ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. Each at its measured
-    rate, :data:`FSDP2_COPY_SLOWDOWN` times its bytes' time at ``hbm_bw``. As many gathers and
+    rate, :data:`FSDP2_COPY_SLOWDOWN` times its bytes' time at ``hbm_bw`` (the copy-in's with or without a cast to the
+    reduction dtype). As many gathers and
     reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per micro-batch; else one each per step).
     0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat parameter is gathered in place."""
     if not (dev.fsdp2 and layout.zero >= 2 and dev.hbm_bw):
         return 0.0
     b = dev.bytes_per_value
     gathers, reductions = (2 * m, m) if layout.zero == 3 and layout.pp == 1 else (1, 1)
-    slow_out, slow_in = FSDP2_COPY_SLOWDOWN
+    slow_out, slow_cast, slow_copy = FSDP2_COPY_SLOWDOWN
+    slow_in = slow_copy if layout.grad_bytes == b else slow_cast
     return psi * (gathers * 2 * b * slow_out + reductions * (b + layout.grad_bytes) * slow_in) / dev.hbm_bw
