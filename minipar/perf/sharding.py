@@ -233,9 +233,9 @@ def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
     the current stream wait for the all-gather, then ``split_with_sizes_copy``; ``foreach_reduce`` runs
     ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. Each at its measured
     rate, :data:`FSDP2_COPY_SLOWDOWN` times its bytes' time at ``hbm_bw`` (the copy-in's with or without a cast to the
-    reduction dtype). As many gathers and
-    reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per micro-batch; else one each per step).
-    0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat parameter is gathered in place."""
+    reduction dtype). As many gathers and reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per
+    micro-batch; else one each per step). 0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat
+    parameter is gathered in place."""
     if not (dev.fsdp2 and layout.zero >= 2 and dev.hbm_bw):
         return 0.0
     b = dev.bytes_per_value
