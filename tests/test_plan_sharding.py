@@ -236,12 +236,12 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
     assert abs((fsdp2["time_s"]["dp"] - fsdp1["time_s"]["dp"]) - expect) < 2e-4, (fsdp2["time_s"], expect)
     assert fsdp2["mem_gb"] == fsdp1["mem_gb"]
     lay = Layout(16, 8, 8, zero=3)
-    assert fsdp2_copy_time(dev, lay, 32, 1e9) == 0.0  # not FSDP2
+    assert fsdp2_copy_time(dev, lay, 1e9, 1, 1) == 0.0  # not FSDP2
     two = replace(dev, fsdp2=True)
-    assert fsdp2_copy_time(two, lay, 32, 1e9) == 1e9 * (2 * 2 * out + (2 + 4) * inn) / dev.hbm_bw  # once per step
-    assert fsdp2_copy_time(two, Layout(16, 8, 8, zero=1), 32, 1e9) == 0.0
+    assert fsdp2_copy_time(two, lay, 1e9, 1, 1) == 1e9 * (2 * 2 * out + (2 + 4) * inn) / dev.hbm_bw  # once per step
+    assert fsdp2_copy_time(two, Layout(16, 8, 8, zero=1), 1e9, 1, 1) == 0.0
 
-    assert fsdp2_copy_time(two, replace(lay, grad_bytes=2), 32, 1e9) == 1e9 * (2 * 2 * out + 4 * plain) / dev.hbm_bw
+    assert fsdp2_copy_time(two, replace(lay, grad_bytes=2), 1e9, 1, 1) == 1e9 * (2 * 2 * out + 4 * plain) / dev.hbm_bw
     stored = Path(__file__).resolve().parent.parent / "examples" / "h100_2026-11-27"
     runs = ("fsdp2_copies.jsonl", "fsdp2_copies_2.jsonl")
     lines = [line for f in runs for line in (stored / f).read_text().splitlines()]

@@ -32,6 +32,13 @@ def logit_flops(model: ModelShape, b: float) -> float:
     return 2 * b * model.seq * model.hidden * model.vocab
 
 
+def published_mfu(model: ModelShape, global_batch: int, tokens_per_s: float, peak_flops: float) -> float:
+    """A run's published tokens/s per GPU as an MFU of this model's count (:func:`model_flops`, no recomputation)
+    over ``peak_flops`` (FLOP/s): the same count and peak the model's own MFU uses, so its error is the tokens/s
+    error, whatever FLOPs the run's authors counted."""
+    return tokens_per_s * (model_flops(model, global_batch, "none") / (global_batch * model.seq)) / peak_flops
+
+
 def model_flops(
     model: ModelShape,
     global_batch: int,

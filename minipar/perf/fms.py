@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.flops import model_flops
+from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_links
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
@@ -51,7 +51,7 @@ def fms_rows() -> list[tuple[str, Estimate, str, float]]:
             overlap=frozenset({"dp"}),
             grad_bytes=2,
         )
-        per_token = model_flops(LLAMA2_7B, b * n, "none") / (b * n * LLAMA2_7B.seq)
         lab = f"fms-fsdp 7b {n:3d} {gpu.upper()} hsdp{shard}·b{b} bf16 MISS:compile"
-        out.append((lab, estimate(LLAMA2_7B, dev, lay, b * n), "mfu", tps * per_token / dev.peak_flops))
+        pub = published_mfu(LLAMA2_7B, b * n, tps, dev.peak_flops)
+        out.append((lab, estimate(LLAMA2_7B, dev, lay, b * n), "mfu", pub))
     return out

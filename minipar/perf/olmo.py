@@ -51,9 +51,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.flops import model_flops
+from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_fused_loss
 from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.model import estimate
 
 VOCAB, SEQ, GPUS_USED = 100352, 4096, 8  # dolma2's 100,278 padded to a multiple of 128; the scripts' 4,096; one node
 OLMO_CORE = {  # name -> (shape, sequences per micro-batch, global batch in sequences)
@@ -86,13 +87,11 @@ def olmo_layout(name: str, fp8: bool) -> Layout:
 
 def olmo_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)``: the published TPS per device as an MFU of this model's count."""
-    from minipar.perf.model import estimate
-
     dev = with_fused_loss(replace(GPUS["h100"], compiled=True, fsdp2=True))  # compiled blocks and loss; FSDP2
     out = []
     for name, fp8, tps in TABLE:
         shape, mb, gb = OLMO_CORE[name]
-        per_token = model_flops(shape, gb, "none") / (gb * shape.seq)
         lab = f"OLMo-core {name:9s} {GPUS_USED} H100 fsdp{GPUS_USED}·b{mb} {'fp8' if fp8 else 'bf16'} MISS:compile"
-        out.append((lab, estimate(shape, dev, olmo_layout(name, fp8), gb), "mfu", tps * per_token / dev.peak_flops))
+        e = estimate(shape, dev, olmo_layout(name, fp8), gb)
+        out.append((lab, e, "mfu", published_mfu(shape, gb, tps, dev.peak_flops)))
     return out

@@ -203,14 +203,16 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
         g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e))
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
-    copies = fsdp2_copy_time(dev, layout, m, psi)  # psi: dense and expert parameters here
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
+        passes = (2 * m, m)  # (weight all-gathers, gradient reductions) per step
         full = m * (2 * gather + grads)
         shown = m * (_exposed(gather, fwd1, k) + _exposed(gather + grads, bwd1, k))
     else:
+        passes = (1, 1)
         full = grads + gather
         shown = _exposed(grads, bwd1, k) + (_exposed(gather, fwd1, k) if z else 0.0)
+    copies = fsdp2_copy_time(dev, layout, psi, *passes)  # psi: dense and expert parameters here
     if not hide:
         return full + copies
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
@@ -224,7 +226,7 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
 FSDP2_COPY_SLOWDOWN = (1.18, 1.85, 1.22)
 
 
-def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
+def fsdp2_copy_time(dev: Device, layout: Layout, psi: float, gathers: int, reductions: int) -> float:
     """Seconds of HBM copies FSDP2 (``Device.fsdp2``, ``--fsdp2``) adds on the compute stream for ``psi`` parameters
     of a rank under ZeRO >= 2, at ``dev.hbm_bw`` and never hidden: per all-gather the gathered unit copied out of the
     gather buffer into the parameters (read and write, 2·bytes_per_value per parameter), per reduction the gradients
@@ -233,13 +235,12 @@ def fsdp2_copy_time(dev: Device, layout: Layout, m: int, psi: float) -> float:
     the current stream wait for the all-gather, then ``split_with_sizes_copy``; ``foreach_reduce`` runs
     ``foreach_reduce_scatter_copy_in`` before the reduce-scatter stream waits on the current one. Each at its measured
     rate, :data:`FSDP2_COPY_SLOWDOWN` times its bytes' time at ``hbm_bw`` (the copy-in's with or without a cast to the
-    reduction dtype). As many gathers and reductions as :func:`dp_time` charges (ZeRO-3 with pp = 1: two and one per
-    micro-batch; else one each per step). 0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's flat
-    parameter is gathered in place."""
+    reduction dtype). ``gathers`` and ``reductions``: per step, as :func:`dp_time` charges them (ZeRO-3 with pp = 1:
+    two and one per micro-batch; else one each). 0 without ``fsdp2``, below ZeRO-2, or without an HBM model. FSDP1's
+    flat parameter is gathered in place."""
     if not (dev.fsdp2 and layout.zero >= 2 and dev.hbm_bw):
         return 0.0
     b = dev.bytes_per_value
-    gathers, reductions = (2 * m, m) if layout.zero == 3 and layout.pp == 1 else (1, 1)
     slow_out, slow_cast, slow_copy = FSDP2_COPY_SLOWDOWN
     slow_in = slow_copy if layout.grad_bytes == b else slow_cast
     return psi * (gathers * 2 * b * slow_out + reductions * (b + layout.grad_bytes) * slow_in) / dev.hbm_bw

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.flops import model_flops
+from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_fused_loss
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
@@ -42,5 +42,5 @@ def tinyllama_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)``: the published tokens/s/GPU as an MFU of this model's count."""
     dev = with_fused_loss(replace(GPUS["a100-40gb"], compiled=True))  # its fused kernels and loss
     e = estimate(TINYLLAMA, dev, tinyllama_layout(), GLOBAL_BATCH)
-    per_token = model_flops(TINYLLAMA, GLOBAL_BATCH, "none") / (GLOBAL_BATCH * TINYLLAMA.seq)
-    return [("TinyLlama 1.1B 16 A100-40GB fsdp16·b8 fused", e, "mfu", TOKENS_PER_S * per_token / dev.peak_flops)]
+    pub = published_mfu(TINYLLAMA, GLOBAL_BATCH, TOKENS_PER_S, dev.peak_flops)
+    return [("TinyLlama 1.1B 16 A100-40GB fsdp16·b8 fused", e, "mfu", pub)]

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.perf.flops import model_flops
+from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, HBM_EFF, Device
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
@@ -126,6 +126,5 @@ def torchtitan_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str,
     for row in TORCHTITAN:
         model, gb, tps = LLAMA31[row[1]], row[5], row[-1]
         e = estimate(model, replace(dev, compiled=row[8], fsdp2=True), torchtitan_layout(row), gb)  # row[8]: compile
-        per_token = model_flops(model, gb, "none") / (gb * model.seq)
-        out.append((label(row), e, "mfu", tps * per_token / dev.peak_flops))
+        out.append((label(row), e, "mfu", published_mfu(model, gb, tps, dev.peak_flops)))
     return out
