@@ -9,8 +9,9 @@ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, mic
 recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line
 per reason the others were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v
 --micro-batch --zero --recompute --sp --flash-attention --first-stage-layers --last-stage-layers --recompute-layers
---hsdp``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp N``:
-ZeRO sharded over N dp ranks, replicated across, :mod:`minipar.perf.sharding`; ``--precision fp8``, search too: the
+--hsdp --hpz``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp
+N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward all-gather over N ranks, ZeRO++'s
+hpZ; :mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the
 blocks' GEMMs at the FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given).
 ``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
 > 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
@@ -50,9 +51,9 @@ from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
-from minipar.runtime.mesh import divisors
 
 OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
@@ -86,7 +87,7 @@ def check_args(a: argparse.Namespace) -> None:
     fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
     if fixed and len(fixed) < 3:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
-    _check_partial_flags(a, fixed)
+    check_shard_flags(a, fixed)
     check_moe_flags(a, LAYOUT_FLAGS, DEFAULT_GPUS)
     check_stack_flags(a)
     if a.moe_experts is None and fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
@@ -97,29 +98,7 @@ def check_args(a: argparse.Namespace) -> None:
         )
 
 
-LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", "recompute_layers", "hsdp")  # dense layouts only
-
-
-def _check_partial_flags(a: argparse.Namespace, fixed: list) -> None:
-    """``--recompute-layers`` and ``--hsdp`` modify a fixed layout: each needs it and what it modifies."""
-    for flag, v in (("--recompute-layers", a.recompute_layers), ("--hsdp", a.hsdp)):
-        if v is not None and v < 1:
-            raise ConfigError(f"{flag} {v}: must be an integer >= 1")
-        if v is not None and not fixed and a.moe_experts is None:
-            raise ConfigError(f"{flag} {v} modifies a fixed layout (the search does not try it): add --tp --pp --dp")
-    if a.recompute_layers is not None and a.recompute != "full":
-        raise ConfigError(
-            f"--recompute-layers {a.recompute_layers} recomputes that many whole blocks per model chunk: add "
-            f"--recompute full (not {a.recompute or 'selective, the default'}), or drop --recompute-layers"
-        )
-    if a.hsdp is not None and fixed and a.dp % a.hsdp:
-        ok = ", ".join(map(str, divisors(a.dp)[:12]))
-        raise ConfigError(f"--hsdp {a.hsdp} must divide --dp {a.dp} (shard groups inside dp); use --hsdp {ok}")
-    if a.hsdp is not None and fixed and not a.zero:
-        raise ConfigError(
-            f"--hsdp {a.hsdp} shards ZeRO's model states over {a.hsdp} ranks: add --zero 3 (FSDP2's HSDP), or 1 / 2 "
-            "(Megatron-LM's --num-distributed-optimizer-instances)"
-        )
+LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", *SHARD_FLAGS)  # dense layouts only
 
 
 def _shape(a) -> tuple[str, ModelShape]:
@@ -190,7 +169,7 @@ def _row(e, dev, model) -> dict:
         **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
-        **{k: getattr(e.layout, k) for k in ("recompute_layers", "hsdp") if getattr(e.layout, k) is not None},
+        **{k: getattr(e.layout, k) for k in SHARD_FLAGS if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
         "tflops_per_gpu": round(e.tflops_per_gpu, 1),
         "tokens_per_s_per_gpu": round(tokens_per_s_per_gpu(e, model)),
@@ -227,19 +206,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))
     rc_help = "selective: the attention core (Korthikanti et al. 2022 §5); op: torchtitan's per-op checkpointing"
     p.add_argument("--recompute", default=None, choices=RECOMPUTE, help=rc_help + ", every second matmul of a block")
-    p.add_argument(
-        "--recompute-layers",
-        type=int,
-        default=None,
-        help="with --recompute full: recompute only N blocks of each model chunk (Megatron-LM's "
-        "--recompute-num-layers, --recompute-method block)",
-    )
-    p.add_argument(
-        "--hsdp",
-        type=int,
-        default=None,
-        help="hybrid sharding: ZeRO (--zero 1-3) shards over N dp ranks, replicated over dp/N (FSDP2's HSDP)",
-    )
+    add_shard_flags(p)
     p.add_argument("--sp", action="store_true", help="sequence parallelism (fixed layout)")
     p.add_argument("--cp-allgather", action="store_true", help="CP by all-gathered K/V, Llama 3's (fixed layout)")
     p.add_argument("--flash-attention", action="store_true", help="FlashAttention (search and fixed layout)")
@@ -277,6 +244,7 @@ def main(argv=None) -> int:
                 grad_bytes=GRAD_BYTES[a.grad_reduce_dtype],
                 recompute_layers=a.recompute_layers,
                 hsdp=a.hsdp,
+                hpz=a.hpz,
                 fp8=a.precision == "fp8",
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minipar.errors import ConfigError
+from minipar.perf.layout_checks import check_ep, check_hybrid
 
 RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layout.recompute, --recompute)
 
@@ -104,7 +105,10 @@ class Layout:
     reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped;
     ``recompute_layers`` N (with recompute "full"): only the first N blocks of each model chunk are
     recomputed (:meth:`recomputed_layers`); ``hsdp`` H: hybrid sharding, ZeRO's state sharded over a
-    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`);
+    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`); ``hpz`` N:
+    ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the backward gathers inside one
+    (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
+    :func:`~minipar.perf.sharding.secondary_gather`);
     ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
     parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
     divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
@@ -131,6 +135,7 @@ class Layout:
     cp_allgather: bool = False
     recompute_layers: int | None = None
     hsdp: int | None = None
+    hpz: int | None = None
     fp8: bool = False
     ep: int = 1
     etp: int | None = None
@@ -217,6 +222,7 @@ class Layout:
         s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
+        s += f"·hpz{self.hpz}" if self.hpz is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
         s += f"·etp{self.etp}" if self.expert_tp != self.tp else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
@@ -251,10 +257,10 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
             dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
             minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
-            interleaving with m not a multiple of pp; ``hsdp`` not dividing dp or without ZeRO;
+            interleaving with m not a multiple of pp; ``hsdp`` or ``hpz`` as :func:`check_hybrid` refuses;
             ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
             the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
-            with minipar counts or with hsdp (:func:`_check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
+            with minipar counts or with hsdp (:func:`check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
             per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -295,56 +301,11 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
             "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
         )
-    _check_hybrid(model, layout, counts)
-    _check_ep(model, layout, counts)
+    check_hybrid(model, layout, counts)
+    check_ep(model, layout, counts)
     if global_batch % (d * b):
         raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
     m = global_batch // (d * b)
     if v > 1 and m % p:
         raise ConfigError(f"interleaving needs m = {m} micro-batches to be a multiple of pp={p}")
     return m
-
-
-def _check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
-    """``ep`` of a layout (:func:`check_layout`): it divides dp and the experts; experts need the GPU counts."""
-    ep, d, E = layout.ep, layout.dp, model.experts
-    if not isinstance(ep, int) or ep < 1:
-        raise ConfigError(f"ep={ep!r}: must be an integer >= 1")
-    if ep > 1 and not E:
-        raise ConfigError(f"ep={ep} without experts: expert parallelism needs a model with experts (or ep=1)")
-    if E and counts != "megatron":
-        raise ConfigError(f"experts={E}: mixture-of-experts layouts are modelled with the GPU counts only")
-    ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0 and E and E % x == 0)
-    if E and E % ep:
-        raise ConfigError(f"ep={ep} must divide experts={E} (whole experts per rank); use ep {ok}")
-    if E and d % ep:
-        raise ConfigError(f"ep={ep} must divide dp={d} (expert parallelism is carved out of dp); use ep {ok}")
-    if E and layout.hsdp is not None:
-        raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
-    e, t = layout.etp, layout.tp
-    if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
-        use = ", ".join(str(x) for x in range(1, t + 1) if t % x == 0)
-        raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
-
-
-def _check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
-    """The ``hsdp`` and ``recompute_layers`` of a layout (:func:`check_layout`). Raises ConfigError."""
-    H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
-    if H is not None and (not isinstance(H, int) or H < 1 or d % H):
-        ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0)
-        raise ConfigError(f"hsdp={H!r} must divide dp={d} (shard groups of hsdp ranks, dp/hsdp replicas); use {ok}")
-    if H is not None and layout.zero == 0:
-        raise ConfigError(f"hsdp={H} shards ZeRO's model states: needs zero 1, 2 or 3 (zero=0 keeps nothing sharded)")
-    if N is None:
-        return
-    if layout.recompute != "full" or counts != "megatron":
-        raise ConfigError(
-            f"recompute_layers={N} recomputes N whole blocks: needs recompute='full' (not {layout.recompute!r}) "
-            "and the GPU counts"
-        )
-    most = max(layout.chunk_layers(model.layers))
-    if not isinstance(N, int) or not 1 <= N <= most:
-        raise ConfigError(
-            f"recompute_layers={N!r} (--recompute-layers): between 1 and the {most} blocks of the largest chunk "
-            f"(pp·v = {layout.pp}·{layout.v}); use recompute_layers <= {most}, or none for every block"
-        )

@@ -83,7 +83,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     total (all on the device) and host (offloaded optimizer state). ZeRO shards over
     :attr:`~minipar.perf.layout.Layout.shard` ranks (dp·cp, or hsdp·cp); ZeRO-3 with pp > 1 keeps a
     stage's weights and gradients unsharded from its first forward to the step's one reduce-scatter
-    (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes. With experts
+    (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes; ``hpz`` = N adds the weights'
+    secondary partition, bytes_per_value·psi/(N·cp) (:func:`minipar.perf.sharding.secondary_gather`). With experts
     (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
     :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
     each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; dense models).
@@ -120,6 +121,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         if experts[i]:
             mine = _states(experts[i], zero, layout.expert_shard, bpv, layout.grad_bytes)
             states = {k: v + mine[k] for k, v in states.items()}
+        if layout.hpz is not None:  # hpZ's secondary partition of the 16-bit weights, kept from forward to backward
+            states["params"] += bpv * params[i] / (layout.hpz * c)
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations

@@ -72,7 +72,8 @@ def across_nodes(dev: Device, size: int, stride: int) -> bool:
 def links(dev: Device, lay: Layout) -> dict:
     """(α, β) of the TP, CP, DP (over dp·cp ranks) and PP groups (:func:`group_link`); with ``hsdp`` = H
     also ``"shard"`` (H·cp ranks, stride tp: inside a node when H·cp·tp divides the node) and
-    ``"replicate"`` (dp/H ranks, stride tp·cp·H: across nodes unless the whole dp·cp·tp fits in one)."""
+    ``"replicate"`` (dp/H ranks, stride tp·cp·H: across nodes unless the whole dp·cp·tp fits in one); with ``hpz`` = N
+    also ``"secondary"`` (N·cp ranks, stride tp: hpZ's secondary group, inside a node when N·cp·tp divides it)."""
     t, c, d, p = lay.tp, lay.cp, lay.dp, lay.pp
     out = {
         "tp": group_link(dev, t, 1),
@@ -83,6 +84,8 @@ def links(dev: Device, lay: Layout) -> dict:
     if lay.hsdp is not None:
         out["shard"] = group_link(dev, lay.hsdp * c, t)
         out["replicate"] = group_link(dev, d // lay.hsdp, t * c * lay.hsdp)
+    if lay.hpz is not None:  # hpZ's secondary group: hpz·cp consecutive ranks of the dp·cp group
+        out["secondary"] = group_link(dev, lay.hpz * c, t)
     e = lay.expert_tp
     if lay.ep > 1 and e == t:  # ep consecutive dp ranks; the expert-dp group: dp/ep ranks ep apart (its cp inside)
         out["ep"] = group_link(dev, lay.ep, t * c, collective=False)  # all-to-all: each GPU's bytes on its own NIC
@@ -192,7 +195,8 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     backward (``bwd1`` seconds), which hides the reduction collective by collective (:func:`collectives`: Megatron's
     buckets, FSDP's units; the last one is always exposed); the weights' all-gather hides behind the first
     micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per micro-batch behind its
-    own passes; hiding is not free: ``dev.overlap_cost`` of the hidden time stays on the step
+    own passes (under ``hpz``, the backward's all-gather over its secondary group: :func:`secondary_gather`); hiding
+    is not free: ``dev.overlap_cost`` of the hidden time stays on the step
     (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100 and under Megatron-Core). With experts
     (:mod:`minipar.perf.moe`) the expert gradients are reduced (and their weights gathered) over the
     expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
@@ -206,8 +210,9 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     hide = "dp" in layout.overlap
     if z == 3 and layout.pp == 1:
         passes = (2 * m, m)  # (weight all-gathers, gradient reductions) per step
-        full = m * (2 * gather + grads)
-        shown = m * (_exposed(gather, fwd1, k) + _exposed(gather + grads, bwd1, k))
+        again = secondary_gather(dev, layout, psi, k) if layout.hpz else gather  # the backward's all-gather
+        full = m * (gather + again + grads)
+        shown = m * (_exposed(gather, fwd1, k) + _exposed(again + grads, bwd1, k))
     else:
         passes = (1, 1)
         full = grads + gather
@@ -216,6 +221,19 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     if not hide:
         return full + copies
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
+
+
+def secondary_gather(dev: Device, layout: Layout, psi: float, k: int) -> float:
+    """Seconds of the backward's all-gather of ``psi`` 16-bit weights under ``hpz`` = N, in ``k`` collectives: over
+    the N·cp ranks of the secondary group (link ``"secondary"``, :func:`links`), not the dp·cp ranks. After each
+    unit's forward, ZeRO++'s hpZ (Wang et al. 2023, arXiv:2306.10209; DeepSpeed's ``zero_hpz_partition_size``,
+    "ideal is number of ranks (gpus) per node", docs/_tutorials/zeropp.md) and FSDP2's ``reshard_after_forward=N``
+    keep the gathered weights sharded over N ranks, bytes_per_value·psi/(N·cp) more per GPU
+    (:mod:`minipar.perf.memory`), which "allows the all-gather in backward to be over a smaller world size"
+    (``fully_shard``'s docstring, torch 2.13). The forward's all-gather and the gradients' reduce-scatter stay on the
+    dp·cp group."""
+    n = layout.hpz * layout.cp
+    return _in(k, ring_time, n, dev.bytes_per_value * psi, links(dev, layout)["secondary"])
 
 
 # FSDP2's copies run slower than their bytes at Device.hbm_bw: (copy-out, copy-in cast to fp32, copy-in without a cast)

@@ -1,0 +1,85 @@
+"""The checks :func:`minipar.perf.layout.check_layout` runs on a layout's expert parallelism (:func:`check_ep`) and on
+what modifies its sharding or recomputation (:func:`check_hybrid`: ``hsdp``, ``hpz``, ``recompute_layers``). Each
+raises one :class:`~minipar.errors.ConfigError` line naming the value and the fix."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from minipar.errors import ConfigError
+
+if TYPE_CHECKING:
+    from minipar.perf.layout import Layout, ModelShape
+
+
+def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
+    """``ep`` of a layout (:func:`~minipar.perf.layout.check_layout`): it divides dp and the experts; experts need the
+    GPU counts."""
+    ep, d, E = layout.ep, layout.dp, model.experts
+    if not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"ep={ep!r}: must be an integer >= 1")
+    if ep > 1 and not E:
+        raise ConfigError(f"ep={ep} without experts: expert parallelism needs a model with experts (or ep=1)")
+    if E and counts != "megatron":
+        raise ConfigError(f"experts={E}: mixture-of-experts layouts are modelled with the GPU counts only")
+    ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0 and E and E % x == 0)
+    if E and E % ep:
+        raise ConfigError(f"ep={ep} must divide experts={E} (whole experts per rank); use ep {ok}")
+    if E and d % ep:
+        raise ConfigError(f"ep={ep} must divide dp={d} (expert parallelism is carved out of dp); use ep {ok}")
+    if E and layout.hsdp is not None:
+        raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
+    if E and layout.hpz is not None:
+        raise ConfigError(f"hpz={layout.hpz} with experts={E}: hpZ for the experts' weights is not modelled; drop hpz")
+    e, t = layout.etp, layout.tp
+    if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
+        use = ", ".join(str(x) for x in range(1, t + 1) if t % x == 0)
+        raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
+
+
+def check_hpz(layout: Layout) -> None:
+    """``hpz`` N of a layout: ZeRO++'s hierarchical partitioning (hpZ; Wang et al. 2023, arXiv:2306.10209; DeepSpeed's
+    ``zero_hpz_partition_size``) or FSDP2's ``fully_shard(reshard_after_forward=N)``. PyTorch's docstring: "a
+    non-trivial divisor of the mesh shard dim size (i.e. excluding 1 and the dim size itself)": 1 < N < dp, N dividing
+    dp. It reshards ZeRO-3's weights after the forward, so it needs zero 3 and a backward all-gather to shorten:
+    pp = 1 (ZeRO-3 under pipelining gathers once per step and keeps the weights, :func:`minipar.perf.sharding.dp_time`);
+    not with ``hsdp`` (whose shard group already keeps the gathers inside it)."""
+    N, d = layout.hpz, layout.dp
+    if not isinstance(N, int) or not 1 < N < d or d % N:
+        ok = ", ".join(str(x) for x in range(2, d) if d % x == 0) or f"none: dp={d} has no divisor between 1 and itself"
+        raise ConfigError(f"hpz={N!r} must divide dp={d}, above 1 and below dp (a non-trivial secondary group): {ok}")
+    if layout.zero != 3:
+        raise ConfigError(f"hpz={N} reshards ZeRO-3's weights after the forward: needs zero 3 (got zero={layout.zero})")
+    if layout.pp > 1:
+        raise ConfigError(
+            f"hpz={N} with pp={layout.pp}: ZeRO-3 under pipelining gathers the weights once per step and keeps them, "
+            "no backward all-gather to shorten; use pp=1 or drop hpz"
+        )
+    if layout.hsdp is not None:
+        raise ConfigError(f"hpz={N} with hsdp={layout.hsdp}: pick one (HSDP's shard group already holds its gathers)")
+
+
+def check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
+    """The ``hsdp``, ``hpz`` (:func:`check_hpz`) and ``recompute_layers`` of a layout
+    (:func:`~minipar.perf.layout.check_layout`). Raises ConfigError."""
+    H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
+    if H is not None and (not isinstance(H, int) or H < 1 or d % H):
+        ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0)
+        raise ConfigError(f"hsdp={H!r} must divide dp={d} (shard groups of hsdp ranks, dp/hsdp replicas); use {ok}")
+    if H is not None and layout.zero == 0:
+        raise ConfigError(f"hsdp={H} shards ZeRO's model states: needs zero 1, 2 or 3 (zero=0 keeps nothing sharded)")
+    if layout.hpz is not None:
+        check_hpz(layout)
+    if N is None:
+        return
+    if layout.recompute != "full" or counts != "megatron":
+        raise ConfigError(
+            f"recompute_layers={N} recomputes N whole blocks: needs recompute='full' (not {layout.recompute!r}) "
+            "and the GPU counts"
+        )
+    most = max(layout.chunk_layers(model.layers))
+    if not isinstance(N, int) or not 1 <= N <= most:
+        raise ConfigError(
+            f"recompute_layers={N!r} (--recompute-layers): between 1 and the {most} blocks of the largest chunk "
+            f"(pp·v = {layout.pp}·{layout.v}); use recompute_layers <= {most}, or none for every block"
+        )
