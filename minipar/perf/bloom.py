@@ -1,4 +1,4 @@
-"""BigScience's BLOOM-176B run on 384 A100s with Megatron-DeepSpeed (3-D parallelism): a TEST row.
+"""BigScience's BLOOM-176B run on 384 A100s with Megatron-DeepSpeed (3-D parallelism) and its layout trials: TEST rows.
 
 Source: github.com/bigscience-workshop/bigscience, ``train/tr11-176B-ml/`` (the run's own notes and launch script;
 BLOOM paper: BigScience Workshop 2022, arXiv:2211.05100, §3.4). GIVEN by ``tr11-176B-ml.slurm`` and ``README.md``:
@@ -13,6 +13,18 @@ Published: one logged step at the full batch, "iteration 85376 ... elapsed time 
 batch size: 2048 ... TFLOPs: 149.77" (README, "Important checkpoints"). The run counts ``8 × parameters`` FLOPs per
 token (recomputation included); the row turns the step time into an MFU of this model's own count.
 
+The same run's topology trials, ``chronicles-prequel.md`` (at 053adaf), section "Rebalancing layers" (2022-02-28),
+every row with a step time (:data:`PREQUEL`; the OOM rows have none): the run's own software from that day on, the BF16
+optimizer accumulating gradients in fp32 and ``--pp-partition-method 'type:transformer|embedding'`` ("giving each
+embedding layer its own slot on par with transformer layers": (layers + 2)/PP slots per stage, the first and the last
+stage one block fewer). GIVEN per row: NHIDDEN, NLAYERS, NHEADS, DP, TP, PP, MBS, GBS 2,048 on 48 nodes, and "Sec/it"
+(the 2nd iteration's, "the data isn't exact and can fluctuate a bit"); its TFLOPs column is eq. 3 of that step time
+(a test checks every row). ASSUMED as for the run: full recomputation, ZeRO-1, s 2,048, V 250,880, dropout, the links.
+Labelled after their errors were seen (``MISS:seen``): the rows whose step the model cannot tell from a sibling's: TP 8
+with MBS 2 (+20 %, +27 %; published 19-20 s slower than the same model at MBS 4 or at TP 4 · DP 8, where every TP 4
+pair of MBS 2 and 4 is within 4 s) and 104 heads (+25 %; 15-19 s slower than 128 or 64 heads; the authors note that
+108 heads "breaks constraints for invoking optimized fused softmax kernel").
+
 ASSUMED: DeepSpeed's pipeline engine as Megatron's non-interleaved 1F1B, sending 1/t of each activation across nodes
 (its activations partitioned over the TP group, like Megatron's scatter/gather); gradients reduced in fp32 (the
 optimizer accumulates them in fp32), nothing overlapped; no FlashAttention (2022); ALiBi's bias and the embedding
@@ -21,6 +33,8 @@ LayerNorm uncounted; the A100 preset otherwise.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minipar.perf.flops import model_flops
 from minipar.perf.hardware import GPUS, with_links
 from minipar.perf.layout import Estimate, Layout, ModelShape
@@ -28,6 +42,41 @@ from minipar.perf.model import estimate
 
 BLOOM_176B = ModelShape(70, 14336, 112, 2048, 250880, True, None, 4 * 14336, False, True)
 STEP_S, GLOBAL_BATCH, GPUS_USED = 104.70, 2048, 384  # README "Important checkpoints": iteration 85376
+
+
+# chronicles-prequel.md, "Rebalancing layers": (NHIDDEN, NLAYERS, NHEADS, DP, TP, PP, MBS, Sec/it), 48 nodes, GBS 2,048
+PREQUEL = [
+    (12288, 106, 64, 8, 4, 12, 2, 116.54),
+    (12288, 106, 96, 8, 4, 12, 2, 118.79),
+    (12288, 106, 128, 8, 4, 12, 2, 121.42),
+    (12288, 106, 96, 8, 4, 12, 4, 120.34),
+    (12288, 100, 64, 8, 8, 6, 2, 139.72),
+    (12288, 100, 64, 8, 8, 6, 4, 120.96),
+    (13312, 82, 64, 4, 8, 12, 4, 111.79),
+    (13312, 82, 64, 8, 4, 12, 2, 104.45),
+    (13312, 82, 104, 8, 4, 12, 2, 123.71),
+    (13312, 82, 128, 8, 4, 12, 2, 108.78),
+    (13312, 82, 64, 8, 4, 12, 4, 104.82),
+    (13312, 94, 128, 8, 4, 12, 2, 124.10),
+    (14336, 70, 64, 4, 8, 12, 2, 121.63),
+    (14336, 70, 64, 8, 4, 12, 2, 102.03),
+    (14336, 70, 112, 8, 4, 12, 2, 104.50),
+    (14336, 70, 128, 8, 4, 12, 2, 105.89),
+    (14336, 70, 64, 8, 4, 12, 4, 102.27),
+]
+
+
+def prequel_shape(row) -> ModelShape:
+    """A trial's GPT: its hidden size, layers and heads; otherwise BLOOM-176B's (s 2,048, V 250,880, FFN 4h, biases)."""
+    h, layers, heads, *_ = row
+    return ModelShape(layers, h, heads, 2048, 250880, True, None, 4 * h, False, True)
+
+
+def prequel_layout(row) -> Layout:
+    """A trial's layout: its DP, TP, PP, MBS; the embeddings in their own pipeline slots (module doc)."""
+    _, layers, _, dp, tp, pp, mb, _ = row
+    ends = (layers + 2) // pp - 1  # type:transformer|embedding: (layers + 2)/PP slots, the embedding one of them
+    return replace(bloom_layout(), dp=dp, tp=tp, pp=pp, micro_batch=mb, first_stage_layers=ends, last_stage_layers=ends)
 
 
 def bloom_layout() -> Layout:
@@ -39,8 +88,17 @@ def bloom_layout() -> Layout:
 
 
 def bloom_rows() -> list[tuple[str, Estimate, str, float]]:
-    """``(label, estimate, "mfu", published)``: the published step time as an MFU of this model's FLOP count."""
+    """``(label, estimate, "mfu", published)``: the run's logged step, then the trials of :data:`PREQUEL`, each
+    published step time as an MFU of this model's FLOP count."""
     dev = with_links(GPUS["a100"], inter_gbps=4 * 100 / 8)  # 4 Omni-Path 100 Gb/s links per node of 8
     e = estimate(BLOOM_176B, dev, bloom_layout(), GLOBAL_BATCH)
     pub = model_flops(BLOOM_176B, GLOBAL_BATCH, "none") / (STEP_S * GPUS_USED * dev.peak_flops)
-    return [("BLOOM 176B 384 A100 dp8·tp4·pp12·b2 first5·last5 full-rc", e, "mfu", pub)]
+    rows = [("BLOOM 176B 384 A100 dp8·tp4·pp12·b2 first5·last5 full-rc", e, "mfu", pub)]
+    for row in PREQUEL:
+        model, lay = prequel_shape(row), prequel_layout(row)
+        pub = model_flops(model, GLOBAL_BATCH, "none") / (row[-1] * GPUS_USED * dev.peak_flops)
+        seen = " MISS:seen" if (lay.tp == 8 and lay.micro_batch == 2) or model.heads == 104 else ""
+        lab = f"BLOOM prequel h{model.hidden} l{model.layers} a{model.heads} "
+        lab += f"dp{lay.dp}·tp{lay.tp}·pp{lay.pp}·b{lay.micro_batch}"
+        rows.append((lab + seen, estimate(model, dev, lay, GLOBAL_BATCH), "mfu", pub))
+    return rows

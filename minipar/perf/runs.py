@@ -29,7 +29,8 @@ a row the model misses stays in, with its error.
   ``recompute_num_layers`` 5 (25.11).
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 - BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
-  tp 4, pp 12 with uneven first and last stages; one logged step of the run (added 2026-11-27).
+  tp 4, pp 12 with uneven first and last stages; one logged step of the run, and 17 of the team's layout trials on
+  that cluster (added 2026-11-27).
 - NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B, GPT-3 175B and
   Nemotron-4 15B and 340B on 8-2,304 H100s, NeMo 24.09 and 24.11, bf16 and FP8, every layout given (added 2026-11-27).
 - AI2's OLMo-core training scripts (:mod:`minipar.perf.olmo`): OLMo 2 1B, 7B, 13B and Llama 3 8B on one node of 8
@@ -46,7 +47,8 @@ ring latency, the rows would still read +11 … +84 %; the O(n) host and copy wo
 model. DeepSpeed has gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the
 model's per-unit collectives describe (:func:`minipar.perf.sharding.collectives`). Also known misses:
 three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
-:func:`minipar.perf.foundry.miss_reason`);
+:func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table (:mod:`minipar.perf.megatron_lm`) and three
+of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
