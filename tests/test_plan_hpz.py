@@ -3,8 +3,6 @@ after the forward over N ranks, so the backward's all-gather runs inside them (W
 DeepSpeed's ``zero_hpz_partition_size``; FSDP2's ``fully_shard(reshard_after_forward=N)``). Each number below is
 derived by hand from the ring's cost (minipar.comm.cost) and ZeRO's memory formula."""
 
-import json
-
 import pytest
 
 from minipar.comm.cost import ring_time
@@ -16,15 +14,7 @@ from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.sharding import links
 from minipar.plan import main, parser
-
-LLAMA8B = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--swiglu"]
-LLAMA8B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "128"]
-FSDP64 = ["--tp", "1", "--pp", "1", "--dp", "64", "--zero", "3", "--recompute", "full", "--flash-attention", "--json"]
-
-
-def _run(argv, capsys) -> dict:
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+from tests.test_plan_sharding import FSDP64, LLAMA8B, _run  # Llama 3 8B, ZeRO-3 over 64 H100s
 
 
 def _collectives(n, nbytes, link, k) -> float:
