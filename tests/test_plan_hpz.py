@@ -9,7 +9,8 @@ from minipar.comm.cost import ring_time
 from minipar.errors import ConfigError
 from minipar.perf.flops import stage_params
 from minipar.perf.hardware import GPUS
-from minipar.perf.layout import Layout, ModelShape, check_layout
+from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout_checks import check_layout
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.sharding import links

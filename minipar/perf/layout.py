@@ -1,8 +1,8 @@
 """What the performance model (:mod:`minipar.perf.model`) is asked about: a model's shape, a layout, and its answer.
 
 :class:`ModelShape` (a GPT's sizes), :class:`Layout` (how the job is cut over devices),
-:func:`check_layout` (which layouts are valid, and why not), :class:`Estimate` (step time in
-seconds and memory in bytes by term).
+:class:`Estimate` (step time in seconds and memory in bytes by term); which layouts are valid, and why not:
+:func:`minipar.perf.layout_checks.check_layout`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minipar.errors import ConfigError
-from minipar.perf.layout_checks import check_ep, check_hybrid
 
 RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layout.recompute, --recompute)
 
@@ -246,66 +245,3 @@ class Estimate:
     tflops_per_gpu: float  # executed FLOPs (with recomputation) per second per device, / 1e12 (Narayanan's metric)
     mfu: float  # model FLOPs (no recomputation) / (time · devices · peak) (MegaScale's, PaLM's metric)
     tp_across_nodes: bool = False
-
-
-def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: str = "megatron") -> int:
-    """Micro-batches per pipeline m = B/(d·b) of a valid layout.
-
-    Raises:
-        ConfigError: an unknown recompute, ZeRO stage or schedule; a degree below 1; tp not dividing
-            heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
-            sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
-            dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
-            minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
-            interleaving with m not a multiple of pp; ``hsdp`` or ``hpz`` as :func:`check_hybrid` refuses;
-            ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
-            the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
-            with minipar counts or with hsdp (:func:`check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
-            per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
-    """
-    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
-    for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
-        if not isinstance(getattr(layout, k), int) or getattr(layout, k) < 1:
-            raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
-    if layout.recompute not in RECOMPUTE:
-        raise ConfigError(f"recompute={layout.recompute!r}: use one of {', '.join(RECOMPUTE)}")
-    if layout.recompute == "op" and (model.experts or layout.recompute_layers is not None):
-        raise ConfigError("recompute='op' (torchtitan's per-op checkpointing) is modelled for dense models without "
-                          "recompute_layers; use 'selective' or 'full'")  # fmt: skip
-    if v > 1 and p == 1:
-        raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
-    if layout.zero not in (0, 1, 2, 3):
-        raise ConfigError(f"zero={layout.zero}: use 0, 1, 2 or 3")
-    if layout.schedule not in ("1f1b", "gpipe") or (layout.schedule == "gpipe" and v > 1):
-        raise ConfigError(f"schedule={layout.schedule!r} with v={v}: use '1f1b' (interleaved if v > 1) or 'gpipe'")
-    if model.heads % t or model.hidden % t:
-        raise ConfigError(f"tp={t} must divide heads={model.heads} and hidden={model.hidden}")
-    if model.kv % t and t % model.kv:
-        raise ConfigError(
-            f"tp={t} and kv_heads={model.kv}: one must divide the other (kv heads are split or replicated)"
-        )
-    if c > 1 and (model.seq % (2 * c) or counts != "megatron"):
-        raise ConfigError(
-            f"cp={c}: the sequence ({model.seq}) must split into 2·cp load-balanced chunks (GPU counts only)"
-        )
-    uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
-    if counts != "megatron":
-        if p * v > model.layers or uneven:
-            raise ConfigError(
-                f"pp·v = {p}·{v} stages for {model.layers} layers (minipar counts: even stages, pp·v <= layers)"
-            )
-    elif uneven:
-        layout.chunk_layers(model.layers)
-    elif model.layers % (p * v):
-        raise ConfigError(
-            f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
-            "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
-        )
-    check_hybrid(model, layout, counts)
-    check_ep(model, layout, counts)
-    if global_batch % (d * b):
-        raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
-    m = global_batch // (d * b)
-    if v > 1 and m % p:
-        raise ConfigError(f"interleaving needs m = {m} micro-batches to be a multiple of pp={p}")
-    return m

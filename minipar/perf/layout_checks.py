@@ -1,19 +1,79 @@
-"""The checks :func:`minipar.perf.layout.check_layout` runs on a layout's expert parallelism (:func:`check_ep`) and on
-what modifies its sharding or recomputation (:func:`check_hybrid`: ``hsdp``, ``hpz``, ``recompute_layers``). Each
-raises one :class:`~minipar.errors.ConfigError` line naming the value and the fix."""
+"""Which layouts are valid, and why not: :func:`check_layout` (a shape, a layout and a global batch), with the checks it
+runs on expert parallelism (:func:`check_ep`) and on what modifies a layout's sharding or recomputation
+(:func:`check_hybrid`: ``hsdp``, ``hpz``, ``recompute_layers``). Each raises one :class:`~minipar.errors.ConfigError`
+line naming the value and the fix."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from minipar.errors import ConfigError
+from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 
-if TYPE_CHECKING:
-    from minipar.perf.layout import Layout, ModelShape
+
+def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: str = "megatron") -> int:
+    """Micro-batches per pipeline m = B/(d·b) of a valid layout.
+
+    Raises:
+        ConfigError: an unknown recompute, ZeRO stage or schedule; a degree below 1; tp not dividing
+            heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
+            sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
+            dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
+            minipar: more stages than layers, or uneven stages); a batch not divisible by dp·b;
+            interleaving with m not a multiple of pp; ``hsdp`` or ``hpz`` as :func:`check_hybrid` refuses;
+            ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
+            the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
+            with minipar counts or with hsdp (:func:`check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
+            per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
+    """
+    d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
+    for k in ("dp", "tp", "pp", "micro_batch", "v", "cp"):
+        if not isinstance(getattr(layout, k), int) or getattr(layout, k) < 1:
+            raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
+    if layout.recompute not in RECOMPUTE:
+        raise ConfigError(f"recompute={layout.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+    if layout.recompute == "op" and (model.experts or layout.recompute_layers is not None):
+        raise ConfigError("recompute='op' (torchtitan's per-op checkpointing) is modelled for dense models without "
+                          "recompute_layers; use 'selective' or 'full'")  # fmt: skip
+    if v > 1 and p == 1:
+        raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
+    if layout.zero not in (0, 1, 2, 3):
+        raise ConfigError(f"zero={layout.zero}: use 0, 1, 2 or 3")
+    if layout.schedule not in ("1f1b", "gpipe") or (layout.schedule == "gpipe" and v > 1):
+        raise ConfigError(f"schedule={layout.schedule!r} with v={v}: use '1f1b' (interleaved if v > 1) or 'gpipe'")
+    if model.heads % t or model.hidden % t:
+        raise ConfigError(f"tp={t} must divide heads={model.heads} and hidden={model.hidden}")
+    if model.kv % t and t % model.kv:
+        raise ConfigError(
+            f"tp={t} and kv_heads={model.kv}: one must divide the other (kv heads are split or replicated)"
+        )
+    if c > 1 and (model.seq % (2 * c) or counts != "megatron"):
+        raise ConfigError(
+            f"cp={c}: the sequence ({model.seq}) must split into 2·cp load-balanced chunks (GPU counts only)"
+        )
+    uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
+    if counts != "megatron":
+        if p * v > model.layers or uneven:
+            raise ConfigError(
+                f"pp·v = {p}·{v} stages for {model.layers} layers (minipar counts: even stages, pp·v <= layers)"
+            )
+    elif uneven:
+        layout.chunk_layers(model.layers)
+    elif model.layers % (p * v):
+        raise ConfigError(
+            f"layers={model.layers} is not divisible by pp·v = {p}·{v}; pick pp·v dividing the layers, "
+            "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
+        )
+    check_hybrid(model, layout, counts)
+    check_ep(model, layout, counts)
+    if global_batch % (d * b):
+        raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")
+    m = global_batch // (d * b)
+    if v > 1 and m % p:
+        raise ConfigError(f"interleaving needs m = {m} micro-batches to be a multiple of pp={p}")
+    return m
 
 
 def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
-    """``ep`` of a layout (:func:`~minipar.perf.layout.check_layout`): it divides dp and the experts; experts need the
+    """``ep`` of a layout (:func:`check_layout`): it divides dp and the experts; experts need the
     GPU counts."""
     ep, d, E = layout.ep, layout.dp, model.experts
     if not isinstance(ep, int) or ep < 1:
@@ -61,7 +121,7 @@ def check_hpz(layout: Layout) -> None:
 
 def check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
     """The ``hsdp``, ``hpz`` (:func:`check_hpz`) and ``recompute_layers`` of a layout
-    (:func:`~minipar.perf.layout.check_layout`). Raises ConfigError."""
+    (:func:`check_layout`). Raises ConfigError."""
     H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
     if H is not None and (not isinstance(H, int) or H < 1 or d % H):
         ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0)

@@ -105,7 +105,8 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 )
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
 from minipar.perf.hardware import Device, block_passes
-from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout_checks import check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
 from minipar.perf.moe import moe_activation_bytes, moe_block_times, training_flops

@@ -12,7 +12,8 @@ import math
 
 from minipar.errors import ConfigError
 from minipar.perf.hardware import Device
-from minipar.perf.layout import Estimate, Layout, ModelShape, check_layout
+from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout_checks import check_layout
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
 from minipar.runtime.mesh import divisors
@@ -99,7 +100,7 @@ def plan(
     ``usable_mem``), "bubble";
     context-parallel layouts are judged by the same reasons (their memory keeps s/cp tokens per rank,
     their time pays the ring's exposed K/V exchange);
-    an invalid combination (:func:`minipar.perf.layout.check_layout`) is skipped, so nothing is raised
+    an invalid combination (:func:`minipar.perf.layout_checks.check_layout`) is skipped, so nothing is raised
     for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
     """
     out = []

@@ -1,6 +1,6 @@
 """The command line's flags that modify a fixed layout's sharding or recomputation (``python -m minipar.plan --tp T
 --pp P --dp D ... --recompute-layers N``, ``--hsdp N``, ``--hpz N``), checked before any work: one line each, naming
-the value and the fix (:class:`minipar.errors.ConfigError`); :func:`minipar.perf.layout.check_layout` checks the
+the value and the fix (:class:`minipar.errors.ConfigError`); :func:`minipar.perf.layout_checks.check_layout` checks the
 layout they make."""
 
 from __future__ import annotations
