@@ -69,7 +69,7 @@ PREQUEL = [
 def prequel_shape(row) -> ModelShape:
     """A trial's GPT: its hidden size, layers and heads; otherwise BLOOM-176B's (s 2,048, V 250,880, FFN 4h, biases)."""
     h, layers, heads, *_ = row
-    return ModelShape(layers, h, heads, 2048, 250880, True, None, 4 * h, False, True)
+    return replace(BLOOM_176B, layers=layers, hidden=h, heads=heads, ffn=4 * h)
 
 
 def prequel_layout(row) -> Layout:
@@ -91,14 +91,18 @@ def bloom_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)``: the run's logged step, then the trials of :data:`PREQUEL`, each
     published step time as an MFU of this model's FLOP count."""
     dev = with_links(GPUS["a100"], inter_gbps=4 * 100 / 8)  # 4 Omni-Path 100 Gb/s links per node of 8
-    e = estimate(BLOOM_176B, dev, bloom_layout(), GLOBAL_BATCH)
-    pub = model_flops(BLOOM_176B, GLOBAL_BATCH, "none") / (STEP_S * GPUS_USED * dev.peak_flops)
-    rows = [("BLOOM 176B 384 A100 dp8·tp4·pp12·b2 first5·last5 full-rc", e, "mfu", pub)]
+    runs = [("BLOOM 176B 384 A100 dp8·tp4·pp12·b2 first5·last5 full-rc", BLOOM_176B, bloom_layout(), STEP_S)]
     for row in PREQUEL:
         model, lay = prequel_shape(row), prequel_layout(row)
-        pub = model_flops(model, GLOBAL_BATCH, "none") / (row[-1] * GPUS_USED * dev.peak_flops)
         seen = " MISS:seen" if (lay.tp == 8 and lay.micro_batch == 2) or model.heads == 104 else ""
         lab = f"BLOOM prequel h{model.hidden} l{model.layers} a{model.heads} "
-        lab += f"dp{lay.dp}·tp{lay.tp}·pp{lay.pp}·b{lay.micro_batch}"
-        rows.append((lab + seen, estimate(model, dev, lay, GLOBAL_BATCH), "mfu", pub))
-    return rows
+        runs.append((lab + f"dp{lay.dp}·tp{lay.tp}·pp{lay.pp}·b{lay.micro_batch}" + seen, model, lay, row[-1]))
+    return [
+        (
+            lab,
+            estimate(model, dev, lay, GLOBAL_BATCH),
+            "mfu",
+            model_flops(model, GLOBAL_BATCH, "none") / (step * GPUS_USED * dev.peak_flops),
+        )
+        for lab, model, lay, step in runs
+    ]
