@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with lessons/sanitize.cfg --nbval-cell-timeout 600 -p no:cacheprovider
 export OMP_NUM_THREADS ?= 1
+export LESSON  # read by the recipes as "$$LESSON", quoted: a value is one argument, never shell text
 
 .PHONY: setup lab lint test test-unit test-notebooks test-portability test-loaded train bench gpu-check execute slides check clean
 
@@ -90,11 +91,11 @@ execute: $(STAMP)                     ## re-run notebooks in place (NB=lessons/0
 	  --ExecutePreprocessor.record_timing=False $(or $(NB),lessons/*.ipynb)
 
 slides: $(STAMP)                      ## reveal.js decks lessons/NN_*.ipynb -> slides/ (LESSON=04 for one)
-	$(PY) slides/build.py $(LESSON)
+	$(PY) slides/build.py $${LESSON:+"$$LESSON"}
 
 clean:                                ## remove the venv, run outputs and caches
 	rm -rf $(VENV) runs .pytest_cache build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 check: $(STAMP)                       ## check your exercises on real ranks (LESSON=02 for one; SOLUTIONS=1: the references)
-	$(PY) -m exercises.check $(if $(LESSON),--lesson $(LESSON)) $(if $(SOLUTIONS),--solutions)
+	$(PY) -m exercises.check $${LESSON:+--lesson "$$LESSON"} $(if $(SOLUTIONS),--solutions)

@@ -128,8 +128,8 @@ def _device(a):
         v = getattr(a, flag)
         if v is None:
             continue
-        if not v > 0:
-            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be > 0 ({unit})")
+        if not 0 < v < math.inf:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be a finite number > 0 ({unit})")
         custom[field] = v * scale
         notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:

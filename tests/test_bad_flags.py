@@ -20,6 +20,7 @@ CASES = [
     (["--min-lr-frac", "2"], "--min-lr-frac 2.0: must be in [0, 1]"),
     (["--weight-decay", "-1"], "--weight-decay -1.0: must be a finite number >= 0"),
     (["--threads", "-2"], "--threads -2: must be an integer >= 1"),
+    (["--threads", "100000"], "--threads 100000: more intra-op threads per rank than this machine's"),
     (["--nproc", "0"], "--nproc 0: must be an integer >= 1"),
     (["--tp", "-1"], "--tp -1: must be an integer >= 1"),
     (["--pp", "0"], "--pp 0: must be an integer >= 1"),

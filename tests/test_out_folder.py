@@ -161,15 +161,19 @@ FOLDERS = [
         "is a file, not a folder; use another --ckpt-dir",
     ),
     (lambda t: ["--out", "", "--ckpt-every", "1", "--ckpt-dir", UNWRITABLE], "use a --ckpt-dir you can write to"),
+    # /proc passes the access check (root may write it) but refuses mkdir: caught where the folder is made
+    (lambda t: ["--out", "/proc/minipar-out"], "cannot create it"),
 ]
 
 
 @pytest.mark.parametrize(
-    "args, text", FOLDERS, ids=["out-file", "out-under-file", "out-unwritable", "ckpt-file", "ckpt-unwritable"]
+    "args, text",
+    FOLDERS,
+    ids=["out-file", "out-under-file", "out-unwritable", "ckpt-file", "ckpt-unwritable", "out-uncreatable"],
 )
 def test_an_unusable_folder_is_refused_before_any_rank_starts(tmp_path, capsys, monkeypatch, args, text):
-    if "/proc/sys" in text + str(args(tmp_path)) and not os.path.isdir("/proc/sys"):
-        pytest.skip("no read-only /proc/sys here")
+    if "/proc/" in str(args(tmp_path)) and not os.path.isdir("/proc/sys"):
+        pytest.skip("no /proc here")
 
     def no_launch(*a, **k):
         raise AssertionError("ranks were started for an unusable folder")

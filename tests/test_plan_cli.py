@@ -84,11 +84,14 @@ CASES = [
     ([*LLAMA70B, "--tp", "8", "--pp", "7", "--dp", "1"], "layers=80 is not divisible by pp·v = 7·1"),
     (
         [*LLAMA70B, "--tp", "8", "--pp", "8", "--dp", "16", "--inter-node-gbps", "0"],
-        "--inter-node-gbps 0.0: must be > 0",
+        "--inter-node-gbps 0.0: must be a finite number > 0",
     ),
+    (["--inter-node-gbps", "inf"], "--inter-node-gbps inf: must be a finite number > 0"),
+    (["--mem-gb", "nan"], "--mem-gb nan: must be a finite number > 0 (GB = 1e9 bytes of memory per GPU)"),
     (["--kv-heads", "0"], "--kv-heads 0: must be an integer >= 1"),
-    (["--device-peak-tflops", "-5"], "--device-peak-tflops -5.0: must be > 0 (dense bf16 TFLOP/s per GPU)"),
-    (["--hbm-gbps", "0"], "--hbm-gbps 0.0: must be > 0 (datasheet HBM GB/s per GPU)"),
+    (["--device-peak-tflops", "-5"], "--device-peak-tflops -5.0: must be a finite number > 0 (dense bf16 TFLOP/s"),
+    (["--device-peak-tflops", "inf"], "--device-peak-tflops inf: must be a finite number > 0 (dense bf16 TFLOP/s"),
+    (["--hbm-gbps", "0"], "--hbm-gbps 0.0: must be a finite number > 0 (datasheet HBM GB/s per GPU)"),
 ]
 
 

@@ -70,7 +70,7 @@ CASES = [
         "--gpu h100, h200 or b200",
     ),
     (["--gpu", "a100-40gb", "--precision", "fp8"], "--precision fp8: A100-SXM4-40GB has no FP8 tensor cores"),
-    (["--device-fp8-tflops", "0"], "--device-fp8-tflops 0.0: must be > 0 (dense FP8 TFLOP/s per GPU"),
+    (["--device-fp8-tflops", "0"], "--device-fp8-tflops 0.0: must be a finite number > 0 (dense FP8 TFLOP/s per GPU"),
     (["--moe-experts", "8", "--precision", "fp8"], "--moe-experts 8 searches the layouts itself"),
 ]
 

@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     checked by :func:`minipar.job.config.check` (all of them, once), not here.
     Raises:
         ConfigError: an unknown flag, a value of the wrong type or not among a flag's choices (one line,
-        argparse's message); a launch flag < 1.
+        argparse's message); a launch flag < 1; ``--threads`` above this machine's cores.
     """
     a = parser().parse_args(argv)
     for name in LAUNCH_FLAGS:
@@ -78,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
             raise ConfigError(
                 f"--{name} {getattr(a, name)}: must be an integer >= 1 (or left out: {LAUNCH_FLAGS[name]})"
             )
+    cores = os.cpu_count() or 1
+    if a.threads is not None and a.threads > cores:
+        raise ConfigError(
+            f"--threads {a.threads}: more intra-op threads per rank than this machine's {cores} cores; "
+            f"use --threads {cores} or less"
+        )
     cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
     if not cfg.ckpt_dir:
         ckpt_dir = os.path.join(cfg.out, "ckpt") if cfg.out and (cfg.ckpt_every or cfg.resume) else None

@@ -80,7 +80,10 @@ def _check_not_a_source_folder(path: str, full: str, flag: str) -> None:
 
 def _lock(folder: str, flag: str) -> int:
     """Take ``folder``'s lock (creating the folder); return the open descriptor that holds it."""
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:  # check_folder passed, yet the file system refuses (/proc, a full disk, a race)
+        raise ConfigError(f"{flag} {folder}: cannot create it ({e.strerror}); use a {flag} you can write to") from None
     path = os.path.join(folder, LOCK)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -5,8 +5,11 @@ line naming the value and the fix."""
 
 from __future__ import annotations
 
+import math
+
 from minipar.errors import ConfigError
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
+from minipar.runtime.mesh import divisors
 
 
 def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: str = "megatron") -> int:
@@ -82,18 +85,17 @@ def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"ep={ep} without experts: expert parallelism needs a model with experts (or ep=1)")
     if E and counts != "megatron":
         raise ConfigError(f"experts={E}: mixture-of-experts layouts are modelled with the GPU counts only")
-    ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0 and E and E % x == 0)
-    if E and E % ep:
-        raise ConfigError(f"ep={ep} must divide experts={E} (whole experts per rank); use ep {ok}")
-    if E and d % ep:
-        raise ConfigError(f"ep={ep} must divide dp={d} (expert parallelism is carved out of dp); use ep {ok}")
+    if E and (E % ep or d % ep):
+        ok = ", ".join(str(x) for x in divisors(math.gcd(d, E)))
+        why = f"experts={E} (whole experts per rank)" if E % ep else f"dp={d} (expert parallelism is carved out of dp)"
+        raise ConfigError(f"ep={ep} must divide {why}; use ep {ok}")
     if E and layout.hsdp is not None:
         raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
     if E and layout.hpz is not None:
         raise ConfigError(f"hpz={layout.hpz} with experts={E}: hpZ for the experts' weights is not modelled; drop hpz")
     e, t = layout.etp, layout.tp
     if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
-        use = ", ".join(str(x) for x in range(1, t + 1) if t % x == 0)
+        use = ", ".join(str(x) for x in divisors(t))
         raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
 
 
@@ -106,7 +108,7 @@ def check_hpz(layout: Layout) -> None:
     not with ``hsdp`` (whose shard group already keeps the gathers inside it)."""
     N, d = layout.hpz, layout.dp
     if not isinstance(N, int) or not 1 < N < d or d % N:
-        ok = ", ".join(str(x) for x in range(2, d) if d % x == 0) or f"none: dp={d} has no divisor between 1 and itself"
+        ok = ", ".join(str(x) for x in divisors(d)[1:-1]) or f"none: dp={d} has no divisor between 1 and itself"
         raise ConfigError(f"hpz={N!r} must divide dp={d}, above 1 and below dp (a non-trivial secondary group): {ok}")
     if layout.zero != 3:
         raise ConfigError(f"hpz={N} reshards ZeRO-3's weights after the forward: needs zero 3 (got zero={layout.zero})")
@@ -124,7 +126,7 @@ def check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
     (:func:`check_layout`). Raises ConfigError."""
     H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
     if H is not None and (not isinstance(H, int) or H < 1 or d % H):
-        ok = ", ".join(str(x) for x in range(1, d + 1) if d % x == 0)
+        ok = ", ".join(str(x) for x in divisors(d))
         raise ConfigError(f"hsdp={H!r} must divide dp={d} (shard groups of hsdp ranks, dp/hsdp replicas); use {ok}")
     if H is not None and layout.zero == 0:
         raise ConfigError(f"hsdp={H} shards ZeRO's model states: needs zero 1, 2 or 3 (zero=0 keeps nothing sharded)")

@@ -106,9 +106,14 @@ def plan(
     out = []
     recomputes = recompute_modes(model, dev) if recomputes is None else recomputes
     cps = cp_degrees(model, dev, gpus) if cps is None else cps
-    for tp, cp in ((tp, cp) for tp in divisors(gpus) for cp in cps if gpus % (tp * cp) == 0):
-        for pp in divisors(gpus // (tp * cp)):
+    # Skipped before any Layout is built, as check_layout would skip them (so a huge --gpus with many divisors
+    # answers at once): tp not dividing the heads and hidden size, pp above the layers, dp not dividing the batch.
+    tps = [t for t in divisors(gpus) if model.heads % t == 0 and model.hidden % t == 0]
+    for tp, cp in ((tp, cp) for tp in tps for cp in cps if gpus % (tp * cp) == 0):
+        for pp in (p for p in divisors(gpus // (tp * cp)) if p <= model.layers):
             dp = gpus // (tp * pp * cp)
+            if global_batch % dp:
+                continue
             if microbatches is None:
                 sizes = micro_batches
             else:
