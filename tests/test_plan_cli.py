@@ -206,3 +206,23 @@ def test_a_fixed_layout_names_what_it_leaves_out(capsys):
     assert out[-1] == "  (not given, so not modelled: --flash-attention --sp --zero --overlap; add what the run uses)"
     assert main([*LLAMA70B, *FIXED, "--flash-attention", "--overlap", "dp"]) == 0
     assert "not given" not in capsys.readouterr().out
+
+
+def test_the_search_skips_what_check_layout_would_skip_before_building_it(monkeypatch):
+    """A count with many divisors (735,134,400 has 1,344) is searched at once: no layout is built whose tp does not
+    divide the heads and hidden size, whose pp exceeds the layers, or whose dp does not divide the global batch
+    (check_layout refuses each, so the answer is the same); the bench times it (make bench, lesson 07 rows)."""
+    from minipar.perf import search
+    from minipar.perf.hardware import GPUS
+    from minipar.perf.published import MODELS
+
+    built = []
+    monkeypatch.setattr(search, "_judge", lambda model, dev, lay, B, mb: built.append(lay))
+    model = MODELS["70b"]
+    for gpus in (735134400, 7680):  # the hostile count (no valid layout: its odd part exceeds the layers) and one
+        built.clear()
+        search.plan(model, GPUS["h100"], gpus, 1024)
+        assert all(model.heads % x.tp == 0 and model.hidden % x.tp == 0 for x in built)
+        assert all(x.pp <= model.layers and 1024 % x.dp == 0 for x in built)
+        assert len(built) < 20_000, len(built)
+    assert built, "no layout of 7,680 GPUs was tried"
