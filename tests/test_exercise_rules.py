@@ -53,6 +53,8 @@ REFUSED = [
     ("08", "torch.amp.grad_scaler"),
     ("09", "minipar.dp.compression"),
     ("09", "torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook"),
+    ("10", "minipar.course.benchmarks.b01_collectives"),
+    ("10", "minipar.comm.collectives"),
     ("11", "minipar.cp.blocks"),
     ("11", "minipar.cp.ring"),
     ("11", "minipar.comm.collectives"),

@@ -138,6 +138,15 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("09", "ex09_topk_minipar", "topk_with_error_feedback", "your code called minipar.dp.compression.TopKCompression."),
     # issue 37 (review): the error kept in the module instead of the argument
     ("09", "ex09_topk_own_error", "topk_with_error_feedback", "changed `_ERROR`"),
+    # lesson 10: nccl-tests' method, graded on the checker's clock and the collectives called
+    ("10", "ex10_busbw_one_way", "bus_bandwidth", "2(N − 1)/N"),
+    ("10", "ex10_busbw_no_checks", "bus_bandwidth", "raise ValueError"),
+    ("10", "ex10_no_barrier", "all_reduce_perf", "one barrier"),
+    ("10", "ex10_warmup_timed", "all_reduce_perf", "3 timed all-reduce(s)"),
+    ("10", "ex10_rank_local_time", "all_reduce_perf", "average over the ranks"),
+    ("10", "ex10_not_divided", "all_reduce_perf", "divide by iters"),
+    ("10", "ex10_global_rank_fill", "all_reduce_perf", "the rank in the group"),
+    ("10", "ex10_perf_minipar", "all_reduce_perf", "your code called minipar.course.benchmarks"),
     ("11", "ex11_merge_naive_exp", "merge", "logaddexp"),
     ("11", "ex11_merge_average", "merge", "share of the mass"),
     ("11", "ex11_merge_minipar", "merge", "your code called minipar.cp."),
