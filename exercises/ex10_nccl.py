@@ -10,8 +10,8 @@ Exercises (run ``make check LESSON=10``):
 
 The checker runs yours on 1, 2 and 3 ranks and on a sub-group, and grades what it calls, in which order and on
 how many bytes. While your code runs, ``time.perf_counter`` is the checker's clock, which moves only when an
-all-reduce runs (1 ms per call on rank 0, 2 ms on rank 1, ...), so time with ``time.perf_counter``: the
-answer is then the same on every machine.
+all-reduce runs (1 ms per call on rank 0, 2 ms on rank 1, ...) or a barrier (the wait for the last rank), so
+time with ``time.perf_counter``: the answer is then the same on every machine.
 """
 
 from __future__ import annotations

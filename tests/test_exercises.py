@@ -145,6 +145,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("10", "ex10_warmup_timed", "all_reduce_perf", "3 timed all-reduce(s)"),
     ("10", "ex10_rank_local_time", "all_reduce_perf", "average over the ranks"),
     ("10", "ex10_not_divided", "all_reduce_perf", "divide by iters"),
+    ("10", "ex10_clock_before_barrier", "all_reduce_perf", "after the barrier"),
     ("10", "ex10_global_rank_fill", "all_reduce_perf", "the rank in the group"),
     ("10", "ex10_perf_minipar", "all_reduce_perf", "your code called minipar.course.benchmarks"),
     ("11", "ex11_merge_naive_exp", "merge", "logaddexp"),
