@@ -23,3 +23,25 @@ def slow_rank_one():
 def test_barrier_and_slowest_rank_on_two_ranks():
     a, b = launch(slow_rank_one, world_size=2)
     assert a == b >= 0.05
+
+
+def test_bad_out_or_only_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """A bench run takes minutes: a bad --out or an --only that names nothing is refused before any benchmark runs,
+    and earlier results stay as they were."""
+    from minipar.course import bench
+
+    monkeypatch.setattr(bench, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("benchmarks ran")))
+    file = tmp_path / "f"
+    file.write_text("x")
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "results.md").write_text("earlier results")
+    for argv, words in [
+        (["--out", str(file)], "is a file, not a folder"),
+        (["--out", str(file / "x")], "which is a file, not a folder"),
+        (["--out", str(out), "--only", "zz"], "--only 'zz' names no benchmark; use part of one of b00_"),
+    ]:
+        assert bench.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and err.count("\n") == 1, err
+    assert (out / "results.md").read_text() == "earlier results"

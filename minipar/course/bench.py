@@ -51,7 +51,8 @@ def median_time(
     - ``barrier=True``: ``torch.distributed.barrier(group)`` before each timed run, not timed, so
       every rank starts the run together and no rank's time includes waiting for a late peer;
     - ``slowest=True``: return the largest median over the ranks (``all_reduce`` MAX): a step
-      that ends with a collective ends when its slowest rank does (what nccl-tests reports).
+      that ends with a collective ends when its slowest rank does (nccl-tests' ``-a 3``; its default,
+      ``-a 1``, averages the ranks' times: lesson 10).
     """
     return median_times({"fn": fn}, repeats, warmup, barrier=barrier, slowest=slowest, group=group)["fn"]
 
@@ -105,7 +106,8 @@ def all_reduce_sweep(
 
     Every rank of ``group`` calls it. Each size is an fp32 tensor of S/4 ones on this rank's device
     (:func:`minipar.runtime.dist.device`), timed by :func:`median_time` with a barrier before each run;
-    ``slowest=True`` returns the slowest rank's median (what nccl-tests reports), else this rank's.
+    ``slowest=True`` returns the slowest rank's median (nccl-tests' ``-a 3``; its default ``-a 1`` averages the
+    ranks), else this rank's.
     Fit the result with ``t = α + S/β`` (lesson 01).
     """
     import torch
@@ -150,19 +152,35 @@ def format_table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks, print the table, write ``--out``/results.md and results.json (both or neither).
+
+    A bad ``--out`` (a file, under a file, not writable) or an ``--only`` that names no benchmark is one line on
+    stderr and exit 2, before anything runs or any earlier results are touched."""
+    from minipar.errors import ConfigError
+    from minipar.job.outdir import check_folder, publish, write_atomically
+
     p = argparse.ArgumentParser(prog="python -m minipar.course.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/bench", help="folder for results.md and results.json")
     p.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     p.add_argument("--only", default=None, help="run only benchmark modules whose name contains this")
     a = p.parse_args(argv)
+    try:
+        check_folder(a.out, "--out")
+        if a.only is not None and not any(a.only in name for name in discover()):
+            raise ConfigError(f"--only {a.only!r} names no benchmark; use part of one of {', '.join(discover())}")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows = run(a.quick, a.only)
     table = format_table(rows)
     print(table)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "results.md"), "w") as f:
-        f.write(f"# minipar benchmarks\n\nPython {sys.version.split()[0]}, {os.cpu_count()} CPU cores.\n\n{table}\n")
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump([asdict(r) for r in rows], f, indent=1)
+    md = f"# minipar benchmarks\n\nPython {sys.version.split()[0]}, {os.cpu_count()} CPU cores.\n\n{table}\n"
+    records = [asdict(r) for r in rows]
+    publish([
+        write_atomically(os.path.join(a.out, "results.md"), lambda f: f.write(md)),
+        write_atomically(os.path.join(a.out, "results.json"), lambda f: json.dump(records, f, indent=1)),
+    ])  # fmt: skip
     print(f"\nwritten to {a.out}/results.md and results.json")
     return 0
 
