@@ -61,6 +61,7 @@ FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last
 DEFAULT_GPUS = 64
 # A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
 # memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
+RATE_RANGE = (1e-3, 1e6)  # a custom device's or link's number, in the flag's unit: beyond it the model's sums overflow
 CUSTOM_DEVICE = (
     ("device_peak_tflops", "peak_flops", "dense bf16 TFLOP/s per GPU", 1e12),
     ("hbm_gbps", "hbm_bw", "datasheet HBM GB/s per GPU", HBM_EFF * 1e9),
@@ -130,6 +131,11 @@ def _device(a):
             continue
         if not 0 < v < math.inf:
             raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be a finite number > 0 ({unit})")
+        if not RATE_RANGE[0] <= v <= RATE_RANGE[1]:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')} {v:g}: outside {RATE_RANGE[0]:g} … {RATE_RANGE[1]:g} ({unit}); "
+                "a typo? (an H100: 989 TFLOP/s, 3,350 GB/s, 80 GB)"
+            )
         custom[field] = v * scale
         notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:

@@ -87,6 +87,8 @@ CASES = [
         "--inter-node-gbps 0.0: must be a finite number > 0",
     ),
     (["--inter-node-gbps", "inf"], "--inter-node-gbps inf: must be a finite number > 0"),
+    (["--mem-gb", "1e300"], "--mem-gb 1e+300: outside 0.001 … 1e+06 (GB = 1e9 bytes of memory per GPU); a typo?"),
+    (["--inter-node-gbps", "1e300"], "--inter-node-gbps 1e+300: outside 0.001 … 1e+06 (Gb/s per direction per GPU)"),
     (["--mem-gb", "nan"], "--mem-gb nan: must be a finite number > 0 (GB = 1e9 bytes of memory per GPU)"),
     (["--kv-heads", "0"], "--kv-heads 0: must be an integer >= 1"),
     (["--device-peak-tflops", "-5"], "--device-peak-tflops -5.0: must be a finite number > 0 (dense bf16 TFLOP/s"),

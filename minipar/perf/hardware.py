@@ -253,13 +253,15 @@ def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float |
     scaled by the assumed efficiencies), or a network preset ``net`` of :data:`minipar.comm.links.NETWORKS`.
 
     Raises:
-        ConfigError: a rate <= 0 or not finite, or an unknown ``net``.
+        ConfigError: a rate <= 0, not finite or outside 0.001 … 1e6 Gb/s, or an unknown ``net``.
     """
     if net is not None and net not in NETWORKS:
         raise ConfigError(f"network {net!r}: use one of {sorted(NETWORKS)} or give --inter-node-gbps")
     for k, x in (("intra-node", intra_gbps), ("inter-node", inter_gbps)):
         if x is not None and not 0 < x < math.inf:
             raise ConfigError(f"--{k}-gbps {x}: must be a finite number > 0 (Gb/s per direction per GPU)")
+        if x is not None and not 1e-3 <= x <= 1e6:
+            raise ConfigError(f"--{k}-gbps {x:g}: outside 0.001 … 1e+06 (Gb/s per direction per GPU); a typo?")
     inter_gbps = inter_gbps or (NETWORKS[net][0] if net else None)
     intra = (dev.intra[0], NVLINK_EFF * intra_gbps / 8 * 1e9) if intra_gbps else dev.intra
     inter = (dev.inter[0], IB_EFF * inter_gbps / 8 * 1e9) if inter_gbps else dev.inter
