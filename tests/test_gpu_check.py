@@ -151,3 +151,20 @@ def test_bench_rows_on_gloo_are_shown_not_graded():
         assert skipped.ok is None and "1.05 × <= 1.0" in skipped.detail and "not graded" in skipped.detail
     graded = g.bench_check(nccl, n_gpu=8)
     assert graded.ok is False and graded.detail.endswith("; NCCL)")
+
+
+def test_a_bad_skip_or_out_is_refused_before_the_gpu_is_looked_for(tmp_path, capsys, monkeypatch):
+    """GPU time is lent by the minute: a typo in --skip or an --out that cannot be written ends the run at once,
+    before CUDA is touched, in one line (it used to be found after the whole check-list, or never)."""
+    from minipar.course import gpu_check
+
+    monkeypatch.setattr(gpu_check, "cuda_devices", lambda: (_ for _ in ()).throw(AssertionError("CUDA looked up")))
+    file = tmp_path / "f"
+    file.write_text("x")
+    for argv, words in [
+        (["--skip", "test"], "--skip test: use parts of tests,job,bench"),
+        (["--out", str(file)], "is a file, not a folder"),
+    ]:
+        assert gpu_check.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and err.count("\n") == 1, err

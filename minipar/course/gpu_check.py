@@ -41,7 +41,11 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from minipar.errors import ConfigError
+from minipar.job.outdir import check_folder, publish, write_atomically
+
 EXIT_OK, EXIT_FAILED, EXIT_NO_CUDA = 0, 1, 3
+PARTS = ("tests", "job", "bench")  # what --skip may leave out
 NO_CUDA = "no CUDA device: gpu-check needs a GPU"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
@@ -86,24 +90,12 @@ GPU_TESTS_1RANK = [
 GPU_BENCH = ["b01_collectives", "b02_data_parallel"]
 
 # The 3D equivalence run: tests/test_3d.py's TINY config and |Δloss| bound (fp32).
-TINY = dict(
-    steps=4,
-    batch_size=8,
-    block_size=16,
-    n_layer=2,
-    n_head=2,
-    d_model=32,
-    eval_every=4,
-    log_every=1,
-    eval_batches=1,
-    sample_chars=10,
-    microbatches=2,
-)
+TINY = dict(steps=4, batch_size=8, block_size=16, n_layer=2, n_head=2, d_model=32, eval_every=4, log_every=1,
+            eval_batches=1, sample_chars=10, microbatches=2)  # fmt: skip
 TOL = 1e-5
 # The timed runs: the main job's default model (4 layers, d=128, T=128), global batch 16; the rest as TINY.
-TIMED = dict(
-    TINY, steps=30, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=128, eval_every=30, log_every=5
-)
+TIMED = dict(TINY, steps=30, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=128, eval_every=30,
+             log_every=5)  # fmt: skip
 
 
 @dataclass
@@ -319,12 +311,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/gpu_check", help="folder for results.md ('' for none)")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: tests,job,bench")
     a = p.parse_args(argv)
+    skip = set(filter(None, a.skip.split(",")))
+    try:  # before any GPU minute is spent: a typo in --skip, an --out the table could not be written to
+        if skip - set(PARTS):
+            raise ConfigError(f"--skip {a.skip}: use parts of {','.join(PARTS)}")
+        if a.out:
+            check_folder(a.out, "--out")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     n_gpu, gpu = cuda_devices()
     if n_gpu == 0:
         print(NO_CUDA)
         return EXIT_NO_CUDA
     peak = peak_bf16(gpu)
-    skip = set(filter(None, a.skip.split(",")))
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="minipar-gpu-check-") as tmp:
         for part, fn in (
@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "results.md"), "w") as f:
-            f.write(f"# make gpu-check\n\n{table}\n")
+        md = f"# make gpu-check\n\n{table}\n"
+        publish([write_atomically(os.path.join(a.out, "results.md"), lambda f: f.write(md))])
         print(f"\nwritten to {a.out}/results.md")
     return EXIT_FAILED if any(c.ok is False for c in checks) else EXIT_OK
 
