@@ -59,7 +59,7 @@ def all_reduce_perf(sizes: list[int], warmup: int = 2, iters: int = 5, group=Non
         (the bandwidths by :func:`bus_bandwidth`).
 
     Communication per size: warmup + iters + 1 all-reduces of S/4 float32 elements, one barrier after the
-    warm-up and before the timed loop, and at most two all-reduces of a few elements (the time, the count).
+    warm-up and before the timed loop, and one or two all-reduces of at most 2 elements (the time, the count).
 
     Hint: lesson 10, "Measure it: reading all_reduce_perf". ``dist.get_rank(group)`` and
     ``dist.get_world_size(group)``; time the loop, not each call.
