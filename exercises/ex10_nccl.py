@@ -42,7 +42,7 @@ def all_reduce_perf(sizes: list[int], warmup: int = 2, iters: int = 5, group=Non
     """nccl-tests' ``all_reduce_perf`` on the ranks of ``group`` (None: the world); call it on every rank.
 
     For each size S in ``sizes`` (bytes, a multiple of 4): a float32 buffer of S/4 elements, every
-    element ``rank + 1`` (the rank in ``group``);
+    element ``rank + 1`` (the rank in ``group``), on the group's device (this rank's GPU under NCCL, else the CPU);
 
     1. ``warmup`` all-reduces (sum), not timed (the first calls set up connections and buffers);
     2. one ``dist.barrier(group)``, so that every rank starts the clock together;

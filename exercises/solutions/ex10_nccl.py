@@ -48,7 +48,7 @@ def all_reduce_perf(sizes: list[int], warmup: int = 2, iters: int = 5, group=Non
     """nccl-tests' ``all_reduce_perf`` on the ranks of ``group`` (None: the world); call it on every rank.
 
     For each size S in ``sizes`` (bytes, a multiple of 4): a float32 buffer of S/4 elements, every
-    element ``rank + 1`` (the rank in ``group``);
+    element ``rank + 1`` (the rank in ``group``), on the group's device (this rank's GPU under NCCL, else the CPU);
 
     1. ``warmup`` all-reduces (sum), not timed (the first calls set up connections and buffers);
     2. one ``dist.barrier(group)``, so that every rank starts the clock together;
@@ -71,10 +71,11 @@ def all_reduce_perf(sizes: list[int], warmup: int = 2, iters: int = 5, group=Non
     ``dist.get_world_size(group)``; time the loop, not each call.
     """
     rank, n = dist.get_rank(group), dist.get_world_size(group)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
     rows = []
     for size in sizes:
         count = size // 4
-        buf = torch.full((count,), float(rank + 1))
+        buf = torch.full((count,), float(rank + 1), device=device)
         for _ in range(warmup):
             dist.all_reduce(buf, group=group)
         dist.barrier(group=group)
@@ -87,7 +88,7 @@ def all_reduce_perf(sizes: list[int], warmup: int = 2, iters: int = 5, group=Non
         buf.fill_(float(rank + 1))
         dist.all_reduce(buf, group=group)
         wrong = (buf != n * (n + 1) / 2).sum()
-        stats = torch.tensor([t, float(wrong)], dtype=torch.float64)
+        stats = torch.tensor([t, float(wrong)], dtype=torch.float64, device=device)
         dist.all_reduce(stats, group=group)
         t = stats[0].item() / n
         algbw, busbw = bus_bandwidth(size, t, n)
