@@ -44,7 +44,15 @@ from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
 from minipar.perf.flops import moe_params
 from minipar.perf.gemm import attention_kernel
-from minipar.perf.hardware import GPUS, HBM_EFF, block_passes, for_framework, with_fused_loss, with_links
+from minipar.perf.hardware import (
+    GPUS,
+    HBM_EFF,
+    block_passes,
+    check_rate,
+    for_framework,
+    with_fused_loss,
+    with_links,
+)
 from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
@@ -61,7 +69,6 @@ FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last
 DEFAULT_GPUS = 64
 # A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
 # memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
-RATE_RANGE = (1e-3, 1e6)  # a custom device's or link's number, in the flag's unit: beyond it the model's sums overflow
 CUSTOM_DEVICE = (
     ("device_peak_tflops", "peak_flops", "dense bf16 TFLOP/s per GPU", 1e12),
     ("hbm_gbps", "hbm_bw", "datasheet HBM GB/s per GPU", HBM_EFF * 1e9),
@@ -129,13 +136,7 @@ def _device(a):
         v = getattr(a, flag)
         if v is None:
             continue
-        if not 0 < v < math.inf:
-            raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be a finite number > 0 ({unit})")
-        if not RATE_RANGE[0] <= v <= RATE_RANGE[1]:
-            raise ConfigError(
-                f"--{flag.replace('_', '-')} {v:g}: outside {RATE_RANGE[0]:g} … {RATE_RANGE[1]:g} ({unit}); "
-                "a typo? (an H100: 989 TFLOP/s, 3,350 GB/s, 80 GB)"
-            )
+        check_rate(f"--{flag.replace('_', '-')}", v, unit)
         custom[field] = v * scale
         notes.append(f"--{flag.replace('_', '-')} {v:g}")
     if custom:

@@ -2,11 +2,11 @@
 and on a sub-group.
 
 Real times depend on the machine, so ``time.perf_counter`` is the checker's clock while the exercise runs
-(:class:`_Clock`: it moves only when an all-reduce runs, by (i + 1) ms on group rank i), and the check grades the
-method: the time is the timed loop's alone, per call, averaged over the ranks (every rank returns the same row);
-the bandwidths follow from it; the result check finds nothing wrong; and the collectives are nccl-tests' (warm-up
-all-reduces, a barrier, the timed all-reduces of S/4 float32 elements, one check all-reduce, at most two small
-all-reduces).
+(:class:`_Clock`: it moves only when an all-reduce runs, by (i + 1) ms on group rank i, or a barrier), and the
+check grades the method: the time is the timed loop's alone, per call, averaged over the ranks (every rank returns
+the same row); the bandwidths follow from it; the result check finds nothing wrong; and the collectives are
+nccl-tests' (warm-up all-reduces, a barrier, the timed all-reduces of S/4 float32 elements, one check all-reduce,
+at most two small all-reduces).
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ LATE = 7  # ticks a barrier advances it: a clock started before the barrier coun
 TIME_REL = 1e-6  # the averaged time: a float32 tensor carries it to ~1e-7 (fine); a wrong method is off by >= 1/iters
 
 
+def _bandwidths(size: int, seconds: float, n: int) -> tuple[float, float]:
+    """nccl-tests' all-reduce columns: algbw = S/t and busbw = algbw · 2(N − 1)/N, GB/s."""
+    alg = size / seconds / 1e9
+    return alg, alg * 2 * (n - 1) / n
+
+
 def check_bus_bandwidth(mod) -> str:
     seen = []
     before = state_snapshot(mod)
@@ -51,8 +57,7 @@ def check_bus_bandwidth(mod) -> str:
         what = f"bus_bandwidth({size}, {sec}, {n})"
         (alg, bus), summary = watched(what, RULES, mod, mod.bus_bandwidth, size, sec, n)
         seen.append((what, summary))
-        want_alg = size / sec / 1e9
-        want_bus = want_alg * 2 * (n - 1) / n
+        want_alg, want_bus = _bandwidths(size, sec, n)
         if not math.isclose(alg, want_alg, rel_tol=REL, abs_tol=1e-300):
             raise CheckFailed(f"{what}: algbw {alg!r}, expected S/t = {want_alg!r} GB/s (1 GB = 1e9 bytes)")
         if not math.isclose(bus, want_bus, rel_tol=REL, abs_tol=1e-300):
@@ -236,7 +241,7 @@ def _expect_rows(what, rows, sizes, n, iters) -> None:
                 "(after the barrier; not the warm-up, not the check), divide by iters, average over the ranks, "
                 "× 1e6 for µs"
             )
-        alg, bus = size / t / 1e9, size / t / 1e9 * 2 * (n - 1) / n
+        alg, bus = _bandwidths(size, t, n)
         if not (math.isclose(row["algbw"], alg, rel_tol=REL) and math.isclose(row["busbw"], bus, rel_tol=REL)):
             raise CheckFailed(
                 f"{what}: S = {size}, t = {row['time_us']!r} µs: algbw {row['algbw']!r}, busbw {row['busbw']!r}; "

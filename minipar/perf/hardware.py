@@ -248,6 +248,17 @@ def with_fused_loss(dev: Device) -> Device:
     return replace(dev, loss_bytes=FUSED_LOSS_BYTES) if dev.loss_bytes else dev
 
 
+RATE_RANGE = (1e-3, 1e6)  # a custom device's or link's number, in its flag's unit: beyond it the model's sums overflow
+
+
+def check_rate(flag: str, value: float, unit: str) -> None:
+    """Raise :class:`ConfigError` unless ``value`` (of ``flag``, in ``unit``) is finite, within :data:`RATE_RANGE`."""
+    if not 0 < value < math.inf:
+        raise ConfigError(f"{flag} {value}: must be a finite number > 0 ({unit})")
+    if not RATE_RANGE[0] <= value <= RATE_RANGE[1]:
+        raise ConfigError(f"{flag} {value:g}: outside {RATE_RANGE[0]:g} … {RATE_RANGE[1]:g} ({unit}); a typo?")
+
+
 def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float | None = None, net: str | None = None):
     """``dev`` with other links: per-direction Gb/s inside a node / per GPU across nodes (datasheet rates,
     scaled by the assumed efficiencies), or a network preset ``net`` of :data:`minipar.comm.links.NETWORKS`.
@@ -258,10 +269,8 @@ def with_links(dev: Device, intra_gbps: float | None = None, inter_gbps: float |
     if net is not None and net not in NETWORKS:
         raise ConfigError(f"network {net!r}: use one of {sorted(NETWORKS)} or give --inter-node-gbps")
     for k, x in (("intra-node", intra_gbps), ("inter-node", inter_gbps)):
-        if x is not None and not 0 < x < math.inf:
-            raise ConfigError(f"--{k}-gbps {x}: must be a finite number > 0 (Gb/s per direction per GPU)")
-        if x is not None and not 1e-3 <= x <= 1e6:
-            raise ConfigError(f"--{k}-gbps {x:g}: outside 0.001 … 1e+06 (Gb/s per direction per GPU); a typo?")
+        if x is not None:
+            check_rate(f"--{k}-gbps", x, "Gb/s per direction per GPU")
     inter_gbps = inter_gbps or (NETWORKS[net][0] if net else None)
     intra = (dev.intra[0], NVLINK_EFF * intra_gbps / 8 * 1e9) if intra_gbps else dev.intra
     inter = (dev.inter[0], IB_EFF * inter_gbps / 8 * 1e9) if inter_gbps else dev.inter
