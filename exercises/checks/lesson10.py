@@ -2,11 +2,12 @@
 and on a sub-group.
 
 Real times depend on the machine, so ``time.perf_counter`` is the checker's clock while the exercise runs
-(:class:`_Clock`: it moves only when an all-reduce runs, by (i + 1) ms on group rank i, or a barrier), and the
-check grades the method: the time is the timed loop's alone, per call, averaged over the ranks (every rank returns
-the same row); the bandwidths follow from it; the result check finds nothing wrong; and the collectives are
-nccl-tests' (warm-up all-reduces, a barrier, the timed all-reduces of S/4 float32 elements, one check all-reduce,
-at most two small all-reduces).
+(:class:`_Clock`: it moves only when an all-reduce runs, by (i + 1) ms on group rank i, or a barrier), and
+the check grades the method: the time is the timed loop's alone, per call, averaged over the ranks (every rank returns
+the same row); the bandwidths follow from it; the result check counts what is wrong (the clock zeroes a few elements
+of the check all-reduce's result on one rank, and #wrong must be their number, summed over the ranks); and the
+collectives are nccl-tests' (warm-up all-reduces, a barrier, the timed all-reduces of S/4 float32 elements: S bytes,
+one check all-reduce, at most two small all-reduces).
 """
 
 from __future__ import annotations
@@ -91,11 +92,17 @@ class _Clock(TorchDispatchMode):
     """The checker's clock: ``time.perf_counter`` while the exercise runs. It stands still except that every
     all-reduce advances it by ``tick`` seconds and a barrier by ``LATE`` ticks (the wait for a late rank), so a
     rank that times exactly its ``iters`` timed all-reduces measures ``tick`` per call, whatever the machine;
-    warm-ups, the barrier or the check inside the timed region show."""
+    warm-ups, the barrier or the check inside the timed region show.
 
-    def __init__(self, tick: float):
+    It also notes each all-reduce's (elements, dtype) in ``log``, and where ``faults`` maps a buffer's element
+    count to k, zeroes k elements of the result of the call's ``check``-th all-reduce (0-based) of that count — the
+    check that follows the warm-ups and the timed loop — as a faulty link would."""
+
+    def __init__(self, tick: float, check: int = 0, faults: dict | None = None):
         super().__init__()
-        self.now, self.tick = 1000.0, tick
+        self.now, self.tick, self.check, self.faults = 1000.0, tick, check, faults or {}
+        self.log: list = []
+        self.calls: dict = {}
 
     def __call__(self) -> float:
         return self.now
@@ -104,15 +111,22 @@ class _Clock(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func.name() == "c10d::allreduce_":
             self.now += self.tick
+            t = args[0][0]
+            self.log.append((t.numel(), t.dtype))
+            k = self.calls[t.numel()] = self.calls.get(t.numel(), -1) + 1
+            if k == self.check and self.faults.get(t.numel()):
+                out[1].wait()  # the result is in place once the work is done
+                t.view(-1)[: self.faults[t.numel()]] = 0  # never N(N + 1)/2 >= 1: wrong elements
         elif func.name() == "c10d::barrier":  # the wait for the last rank to arrive: never part of a call's time
             self.now += LATE * self.tick
         return out
 
 
 def perf_worker(module, runs, members):
-    """Every rank (of ``members``, None: all): ``all_reduce_perf`` for each ``(sizes, warmup, iters)`` of
-    ``runs``, one after the other in this process, on :class:`_Clock` (group rank i: a tick of (i + 1) ms);
-    per run: rows, watch summary, changed state."""
+    """Every rank (of ``members``, None: all): ``all_reduce_perf`` for each ``(sizes, warmup, iters, faults)`` of
+    ``runs`` (faults: ``{group rank: {size: elements the clock zeroes in its check}}``), one after the other in this
+    process, on :class:`_Clock` (group rank i: a tick of (i + 1) ms); per run: rows, watch summary, changed state,
+    the all-reduces' (elements, dtype)."""
     import minipar.runtime.dist
 
     mod = importlib.import_module(module)
@@ -121,9 +135,10 @@ def perf_worker(module, runs, members):
         return None
     i = members.index(minipar.runtime.dist.rank()) if members is not None else minipar.runtime.dist.rank()
     out = []
-    for sizes, warmup, iters in runs:
+    for sizes, warmup, iters, faults in runs:
         before = state_snapshot(mod)
-        clock, real = _Clock((i + 1) * TICK), time.perf_counter
+        bad = {size // 4: k for size, k in faults.get(i, {}).items()}
+        clock, real = _Clock((i + 1) * TICK, warmup + iters, bad), time.perf_counter
         own = getattr(mod, "perf_counter", None) is real  # `from time import perf_counter` in the file
         time.perf_counter = clock
         if own:
@@ -135,8 +150,21 @@ def perf_worker(module, runs, members):
             time.perf_counter = real
             if own:
                 mod.perf_counter = real
-        out.append((rows, w.summary(), state_changed(before, state_snapshot(mod))))
+        out.append((rows, w.summary(), state_changed(before, state_snapshot(mod)), clock.log))
     return out
+
+
+def expect_bytes(what: str, log: list, sizes) -> None:
+    """Each size's all-reduces move S bytes: S/4 float32 elements (nccl-tests' default ``-d float``)."""
+    import torch
+
+    for numel, dtype in log:
+        size = next((s for s in sizes if s // 4 == numel and numel > 2), None)
+        if size is not None and dtype != torch.float32:
+            raise CheckFailed(
+                f"{what}: the buffer of S = {size} B was {numel} elements of {dtype}: "
+                f"{numel * dtype.itemsize} bytes, not S; all_reduce_perf's row for S is S/4 float32 elements"
+            )
 
 
 def expect_pattern(what: str, comm: list, sizes, warmup: int, iters: int) -> None:
@@ -179,28 +207,29 @@ def _runs(ops) -> str:
 
 def check_all_reduce_perf(mod) -> str:
     seen = []
-    cases = [  # (world, group members or None, runs: (sizes, warmup, iters))
-        (1, None, [((64, 4096), 1, 3)]),
-        (2, None, [((64, 65536), 2, 5), ((1024,), 0, 2)]),
-        (3, None, [((4096, 16), 3, 4)]),
-        (3, [0, 2], [((256, 8192), 1, 3)]),
+    cases = [  # (world, group members or None, runs: (sizes, warmup, iters, {group rank: {size: elements zeroed}}))
+        (1, None, [((64, 4096), 1, 3, {})]),
+        (2, None, [((64, 65536), 2, 5, {}), ((1024,), 0, 2, {0: {1024: 3}})]),
+        (3, None, [((4096, 16), 3, 4, {2: {4096: 1, 16: 4}})]),
+        (3, [0, 2], [((256, 8192), 1, 3, {1: {8192: 5}, 0: {8192: 2}})]),
     ]
     for world, members, runs in cases:
         where = f"{world} rank(s)" + (f", group {members}" if members else "")
         got = run_ranks(perf_worker, world, (mod.__name__, runs, members), f"all_reduce_perf on {where}")
         ranks = [(r, v) for r, v in enumerate(got) if v is not None]
         n = len(ranks)
-        for k, (sizes, warmup, iters) in enumerate(runs):
+        for k, (sizes, warmup, iters, faults) in enumerate(runs):
             what = f"all_reduce_perf({list(sizes)}, warmup={warmup}, iters={iters}) on {where}"
             for r, v in ranks:
-                rows, summary, changed = v[k]
+                rows, summary, changed, log = v[k]
                 judge(f"{what}: rank {r}", summary)
                 seen.append((f"{what}: rank {r}", summary))
                 if changed:
                     raise CheckFailed(kept_state_message(f"{what}: rank {r}", changed, "each call measures anew"))
                 expect_pattern(f"{what}: rank {r}", summary["comm"], sizes, warmup, iters)
+                expect_bytes(f"{what}: rank {r}", log, sizes)
             rows0 = ranks[0][1][k][0]
-            _expect_rows(what, rows0, sizes, n, iters)
+            _expect_rows(what, rows0, sizes, n, iters, faults)
             for r, v in ranks[1:]:
                 if v[k][0] != rows0:
                     raise CheckFailed(
@@ -210,8 +239,9 @@ def check_all_reduce_perf(mod) -> str:
                     )
     finally_own(mod, ["all_reduce_perf"], seen)
     return (
-        "1, 2, 3 ranks and a sub-group: warm-up, barrier, timed loop, check; one row per size, the same on every "
-        "rank, bandwidths from the averaged time, #wrong 0"
+        "1, 2, 3 ranks and a sub-group: warm-up, barrier, timed loop of S/4 float32 elements, check; one row per size, "
+        "the same on every rank, bandwidths from the averaged time, #wrong 0, and the elements the checker corrupted "
+        "counted over the ranks"
     )
 
 
@@ -219,7 +249,7 @@ def _short(rows) -> str:
     return repr([{k: r.get(k) for k in ("size", "time_us", "wrong")} for r in rows] if isinstance(rows, list) else rows)
 
 
-def _expect_rows(what, rows, sizes, n, iters) -> None:
+def _expect_rows(what, rows, sizes, n, iters, faults) -> None:
     if not isinstance(rows, list) or len(rows) != len(sizes) or not all(isinstance(r, dict) for r in rows):
         raise CheckFailed(f"{what}: returned {_short(rows)}, expected a list of {len(sizes)} dicts, one per size")
     for size, row in zip(sizes, rows):
@@ -227,10 +257,14 @@ def _expect_rows(what, rows, sizes, n, iters) -> None:
             raise CheckFailed(f"{what}: the row of S = {size} has keys {sorted(row)}, expected {list(KEYS)}")
         if row["size"] != size or row["count"] != size // 4:
             raise CheckFailed(f"{what}: size {row['size']}, count {row['count']}; expected {size} and {size // 4}")
-        if row["wrong"] != 0:
+        bad = {r: f[size] for r, f in faults.items() if f.get(size)}
+        if row["wrong"] != sum(bad.values()):
+            zeroed = ", ".join(f"{k} on group rank {r}" for r, k in sorted(bad.items()))
             raise CheckFailed(
-                f"{what}: S = {size}: wrong = {row['wrong']}; refill the buffer with rank + 1 (the rank in the group) "
-                f"before the check: after one all-reduce every element is N(N + 1)/2 = {n * (n + 1) // 2}"
+                f"{what}: S = {size}: wrong = {row['wrong']!r}, expected {sum(bad.values())}"
+                + (f" (the checker zeroed elements of the check all-reduce's result: {zeroed})" if bad else "")
+                + f"; refill the buffer with rank + 1 (the rank in the group) before the check, count the elements "
+                f"that are not N(N + 1)/2 = {n * (n + 1) // 2} after it, and sum the count over the ranks"
             )
         t, want = row["time_us"] * 1e-6, (n + 1) / 2 * TICK  # the ranks' ticks (i + 1)·TICK, averaged
         if not math.isclose(t, want, rel_tol=TIME_REL):
