@@ -152,6 +152,7 @@ MUTANTS = [  # (lesson, mutant module, the exercise that must fail, words its me
     ("10", "ex10_wrong_local", "all_reduce_perf", "sum the wrong counts"),
     ("10", "ex10_no_refill", "all_reduce_perf", "wrong = 32, expected 0"),
     ("10", "ex10_float64_buffer", "all_reduce_perf", "S/4 float32 elements"),
+    ("10", "ex10_clock_per_call", "all_reduce_perf", "between timed all-reduces"),
     ("11", "ex11_merge_naive_exp", "merge", "logaddexp"),
     ("11", "ex11_merge_average", "merge", "share of the mass"),
     ("11", "ex11_merge_minipar", "merge", "your code called minipar.cp."),

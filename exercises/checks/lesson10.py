@@ -3,11 +3,11 @@ and on a sub-group.
 
 Real times depend on the machine, so ``time.perf_counter`` is the checker's clock while the exercise runs
 (:class:`_Clock`: it moves only when an all-reduce runs, by (i + 1) ms on group rank i, or a barrier), and
-the check grades the method: the time is the timed loop's alone, per call, averaged over the ranks (every rank returns
-the same row); the bandwidths follow from it; the result check counts what is wrong (the clock zeroes a few elements
-of the check all-reduce's result on one rank, and #wrong must be their number, summed over the ranks); and the
-collectives are nccl-tests' (warm-up all-reduces, a barrier, the timed all-reduces of S/4 float32 elements: S bytes,
-one check all-reduce, at most two small all-reduces).
+the check grades the method: the time is the timed loop's alone (one clock around it, none read between its calls),
+per call, averaged over the ranks (every rank returns the same row); the bandwidths follow from it; the result check
+counts what is wrong (the clock zeroes a few elements of the check all-reduce's result on one rank, and #wrong must
+be their number, summed over the ranks); and the collectives are nccl-tests' (warm-up all-reduces, a barrier, the
+timed all-reduces of S/4 float32 elements: S bytes, one check all-reduce, at most two small all-reduces).
 """
 
 from __future__ import annotations
@@ -96,15 +96,21 @@ class _Clock(TorchDispatchMode):
 
     It also notes each all-reduce's (elements, dtype) in ``log``, and where ``faults`` maps a buffer's element
     count to k, zeroes k elements of the result of the call's ``check``-th all-reduce (0-based) of that count — the
-    check that follows the warm-ups and the timed loop — as a faulty link would."""
+    check that follows the warm-ups and the timed loop — as a faulty link would. ``inside`` lists the reads of the
+    clock between two timed all-reduces (the ``warmup``-th to the ``check - 1``-th): (elements, timed calls before)."""
 
-    def __init__(self, tick: float, check: int = 0, faults: dict | None = None):
+    def __init__(self, tick: float, warmup: int = 0, check: int = 0, faults: dict | None = None):
         super().__init__()
-        self.now, self.tick, self.check, self.faults = 1000.0, tick, check, faults or {}
+        self.now, self.tick, self.warmup, self.check, self.faults = 1000.0, tick, warmup, check, faults or {}
         self.log: list = []
         self.calls: dict = {}
+        self.inside: list = []
 
     def __call__(self) -> float:
+        if self.log and self.log[-1][0] > 2:  # after a big all-reduce: a timed one with another timed one to come?
+            numel = self.log[-1][0]
+            if self.warmup <= self.calls[numel] < self.check - 1:
+                self.inside.append((numel, self.calls[numel] - self.warmup + 1))
         return self.now
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -138,7 +144,7 @@ def perf_worker(module, runs, members):
     for sizes, warmup, iters, faults in runs:
         before = state_snapshot(mod)
         bad = {size // 4: k for size, k in faults.get(i, {}).items()}
-        clock, real = _Clock((i + 1) * TICK, warmup + iters, bad), time.perf_counter
+        clock, real = _Clock((i + 1) * TICK, warmup, warmup + iters, bad), time.perf_counter
         own = getattr(mod, "perf_counter", None) is real  # `from time import perf_counter` in the file
         time.perf_counter = clock
         if own:
@@ -150,7 +156,7 @@ def perf_worker(module, runs, members):
             time.perf_counter = real
             if own:
                 mod.perf_counter = real
-        out.append((rows, w.summary(), state_changed(before, state_snapshot(mod)), clock.log))
+        out.append((rows, w.summary(), state_changed(before, state_snapshot(mod)), clock.log, clock.inside))
     return out
 
 
@@ -221,13 +227,20 @@ def check_all_reduce_perf(mod) -> str:
         for k, (sizes, warmup, iters, faults) in enumerate(runs):
             what = f"all_reduce_perf({list(sizes)}, warmup={warmup}, iters={iters}) on {where}"
             for r, v in ranks:
-                rows, summary, changed, log = v[k]
+                rows, summary, changed, log, inside = v[k]
                 judge(f"{what}: rank {r}", summary)
                 seen.append((f"{what}: rank {r}", summary))
                 if changed:
                     raise CheckFailed(kept_state_message(f"{what}: rank {r}", changed, "each call measures anew"))
                 expect_pattern(f"{what}: rank {r}", summary["comm"], sizes, warmup, iters)
                 expect_bytes(f"{what}: rank {r}", log, sizes)
+                if inside:
+                    numel, done = inside[0]
+                    raise CheckFailed(
+                        f"{what}: rank {r} read time.perf_counter between timed all-reduces (after {done} of the "
+                        f"{iters} of S = {numel * 4} B): put one clock around the whole loop and divide by iters, as "
+                        "nccl-tests does; a clock per call on a GPU times the launch, not the transfer"
+                    )
             rows0 = ranks[0][1][k][0]
             _expect_rows(what, rows0, sizes, n, iters, faults)
             for r, v in ranks[1:]:
