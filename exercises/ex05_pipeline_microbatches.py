@@ -35,7 +35,7 @@ def bubble_fraction(p: int, m: int) -> float:
 
     Invariant: 0 for p = 1; falls towards 0 as m grows; (p − 1)/p for m = 1.
 
-    Hint: lesson 05, "Measure it: bubble against m" (Narayanan et al. 2021, arXiv:2104.04473 §2.2:
-    the bubble is (p − 1)/m of the ideal compute time; as a fraction of the whole step, b/(1 + b)).
+    Hint: lesson 05, "The idea" and "Back-of-envelope rule" (Narayanan et al. 2021, arXiv:2104.04473 §2.2.1:
+    the bubble is β = (p − 1)/m of the ideal compute time; as a fraction of the whole step, β/(1 + β)).
     """
     raise NotImplementedError("not implemented yet: bubble_fraction")

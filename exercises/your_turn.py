@@ -103,8 +103,9 @@ LESSONS = {
         "`bubble_fraction(p, m)`. The checker simulates your schedule for p = 1, 3, 4 and m = 1 to 8.",
         predict="With p = 4 stages, m = 8 micro-batches and a backward twice as long as a forward, what "
         "fraction of the step is bubble? Predict, then `simulate(gpipe(4, 8)).bubble`.",
-        answer="(p − 1)/(m + p − 1) = 3/11 ≈ 0.273. The paper's (p − 1)/m = 0.375 is relative to the ideal "
-        "compute time; as a fraction of the whole step it is b/(1 + b).",
+        answer="(p − 1)/(m + p − 1) = 3/11 ≈ 0.273. Narayanan et al. 2021 (arXiv:2104.04473, §2.2.1) state the "
+        "bubble relative to the ideal compute time, β = (p − 1)/m = 0.375; as a fraction of the whole step that is "
+        "β/(1 + β) = 3/11.",
     ),
     "06": dict(
         title="the 1F1B schedule (and, as a stretch, interleaved)",

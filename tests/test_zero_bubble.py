@@ -1,4 +1,4 @@
-"""Zero-bubble pipelining (ZB-H1, Qi et al. 2023, arXiv:2401.10241 §2.1): the backward split into I
+"""Zero-bubble pipelining (ZB-H1, Qi et al. 2024, arXiv:2401.10241 §2.1): the backward split into I
 (input gradient) and W (weight gradient). The schedule is valid and NCCL-safe, its simulated bubble
 is the paper's (p−1)(T_F+T_B−T_W), the split linear computes the same gradients as autograd, and
 ZB-H1 on 2-4 real ranks (strict p2p order on, see tests/conftest.py) equals one device in float64.

@@ -2,13 +2,13 @@
 
 Exercises (run ``make check LESSON=06``):
 
-1. :func:`one_f_one_b` — PipeDream-Flush / 1F1B (Narayanan et al. 2019, PipeDream, SOSP; and
+1. :func:`one_f_one_b` — PipeDream-Flush / 1F1B (Narayanan et al. 2021, arXiv:2006.09503; and
    arXiv:2104.04473 §2.2.1) as a list of actions per rank.
 2. :func:`interleaved_1f1b` — stretch goal: Megatron-LM's interleaved schedule with ``v`` model
    chunks per rank (arXiv:2104.04473 §2.2.2).
 3. :func:`linear_backward_input` and :func:`linear_backward_weight` — stretch goal: the backward of a
    linear layer split into I (input gradient, now) and W (weight gradient, later), the split that
-   zero-bubble schedules move around (Qi et al. 2023, arXiv:2401.10241 §2).
+   zero-bubble schedules move around (Qi et al. 2024, arXiv:2401.10241 §2).
 
 Same :class:`~minipar.pp.schedules.Action` format as ``minipar.pp.schedules``. The checker
 simulates every schedule (deadlock, missing or misplaced actions), checks the memory bound (at
@@ -32,7 +32,7 @@ def one_f_one_b(p: int, m: int) -> list[list[Action]]:
 
     Invariant: rank r never holds more than ``p − r`` micro-batches' activations (GPipe: m).
 
-    Hint: lesson 06, "Build it: the schedules are a few lines of data". With m < p the warm-up
+    Hint: lesson 06, "The idea" (warm-up p − r − 1, then 1F1B, then cool-down) and "Predict". With m < p the warm-up
     already covers every micro-batch (``min``!).
     """
     out = []
@@ -55,7 +55,7 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> list[list[Action]]:
     ``w = min((p − r − 1)·2 + (v − 1)·p, m·v)`` warm-up forwards, then one forward / one backward,
     then the cool-down backwards. Stage of chunk c on rank r: ``c·p + r``.
 
-    Hint: lesson 06, "Build it" (Megatron-LM's ``forward_backward_pipelining_with_interleaving``).
+    Hint: lesson 06, "The idea" and the formula above (Megatron-LM's ``forward_backward_pipelining_with_interleaving``).
     """
     total = m * v
 

@@ -30,7 +30,7 @@ class Checkpoint(torch.autograd.Function):
         Invariant: nothing but ``inputs`` is saved for backward (``ctx.save_for_backward``), so a
         block of L operators keeps 1 tensor instead of L.
 
-        Hint: lesson 08, "Build it: recomputation by hand": keep on ``ctx`` what backward needs to
+        Hint: lesson 08, "What you need to build it": keep on ``ctx`` what backward needs to
         run ``fn`` again and draw the same random numbers (``torch.get_rng_state``).
         """
         ctx.fn = fn
@@ -48,10 +48,10 @@ class Checkpoint(torch.autograd.Function):
         Invariant: dropout inside ``fn`` draws the *same* masks as in forward, and the caller's
         RNG stream is left as it was (``torch.random.fork_rng``).
 
-        Hint: lesson 08, "Build it": backward runs with grad disabled, and the saved inputs are not
-        part of a graph yet; the tools are ``torch.random.fork_rng``, ``torch.set_rng_state``,
-        ``torch.enable_grad`` and ``torch.autograd.backward``. Parameters used in ``fn`` get their
-        ``.grad`` on the way.
+        Hint: lesson 08, "What you need to build it" (the second toy cell): backward runs with grad disabled, and the
+        saved inputs are not part of a graph yet; the tools are ``torch.random.fork_rng``,
+        ``torch.set_rng_state``, ``torch.enable_grad`` and ``torch.autograd.backward``. Parameters used in
+        ``fn`` get their ``.grad`` on the way.
         """
         inputs = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
         with torch.random.fork_rng():
@@ -88,7 +88,7 @@ def loss_scale_step(
 
     Invariant: the same scales as ``torch.amp.GradScaler`` / ``minipar.optim.amp.DynamicLossScaler``.
 
-    Hint: lesson 08, "fp16 and dynamic loss scaling". ``torch.isfinite(g).all()`` for every g
+    Hint: lesson 08, "Dynamic loss scaling" (under "What you need to build it"). ``torch.isfinite(g).all()`` for every g
     first; only then unscale (never unscale a skipped step: the caller zeroes those gradients).
     """
     if not all(bool(torch.isfinite(g).all()) for g in grads):

@@ -35,7 +35,7 @@ def topk_with_error_feedback(grad: torch.Tensor, error: torch.Tensor, k: int):
         to 0. Invariant: ``new_error + scatter(values, indices) == grad + error`` exactly — nothing
         is lost, only delayed.
 
-    Hint: lesson 09, "Compression: top-k with error feedback". ``Tensor.topk`` on ``a.abs()``.
+    Hint: lesson 09, "Compress: send fewer bytes" (top-k with error feedback). ``Tensor.topk`` on ``a.abs()``.
     """
     a = grad + error
     idx = a.abs().topk(k).indices
@@ -57,7 +57,7 @@ def powersgd_round(m: torch.Tensor, q: torch.Tensor, group=None):
     Invariant: P and Q are linear in m, so averaging them over the ranks gives one device's round on
     the mean matrix (what the checker tests) — as long as every rank orthogonalizes the same P.
 
-    Hint: lesson 09, "PowerSGD" (Vogels et al. 2019, arXiv:1905.13727, Algorithm 1).
+    Hint: lesson 09, "Compress: send fewer bytes" (PowerSGD; Vogels et al. 2019, arXiv:1905.13727, Algorithm 1).
     """
     n_ranks = dist.get_world_size(group)
     p = m @ q

@@ -4,7 +4,7 @@ Read in this order:
 
 - :mod:`minipar.pp.schedules`  GPipe, 1F1B, interleaved 1F1B and ZB-H1 as data (actions per rank)
 - :mod:`minipar.pp.stages`     the GPT cut into consecutive stages (one stage class, also for the 3D job)
-- :mod:`minipar.pp.zero_bubble` ZB-H1 (Qi et al. 2023, arXiv:2401.10241): the backward split into I and W
+- :mod:`minipar.pp.zero_bubble` ZB-H1 (Qi et al. 2024, arXiv:2401.10241): the backward split into I and W
 - :mod:`minipar.pp.simulation` the vocabulary (Action, Overlap) and the simulator: timelines, bubble, peak in-flight
 - :mod:`minipar.pp.dualpipe`   DeepSeek-V3's bidirectional DualPipe (arXiv:2412.19437 §3.2.1), simulated
 - :mod:`minipar.pp.executor`   an executor that runs any schedule over a rank's stages on real ranks

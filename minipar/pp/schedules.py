@@ -168,8 +168,8 @@ def make_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Action]]:
 def bubble_formula(p: int, m: int, v: int = 1) -> float:
     """Idle fraction of the total time: ``(p−1)/(v·m + p−1)`` (arXiv:2104.04473 §2.2).
 
-    The paper states the bubble relative to the ideal compute time: ``(p−1)/m`` (GPipe, 1F1B) and
-    ``(p−1)/(v·m)`` (interleaved); as a fraction of the whole step that is ``b/(1+b)``.
+    The paper states the bubble relative to the ideal compute time: β = ``(p−1)/m`` (GPipe, 1F1B) and
+    ``(p−1)/(v·m)`` (interleaved); as a fraction of the whole step that is ``β/(1+β)``.
     """
-    b = (p - 1) / (v * m)
-    return b / (1 + b)
+    beta = (p - 1) / (v * m)
+    return beta / (1 + beta)

@@ -1,6 +1,6 @@
 """Lesson 06 / zero bubble: ZB-H1's bubble against 1F1B's, on the cluster clock and in the simulator.
 
-- Simulator: ZB-H1 (Qi et al. 2023, arXiv:2401.10241 §2.1) at T_F = T_I = T_W against the paper's
+- Simulator: ZB-H1 (Qi et al. 2024, arXiv:2401.10241 §2.1) at T_F = T_I = T_W against the paper's
   (p−1)(T_F+T_B−T_W) (exact: sums of small integers), p = 4, m = 8.
 - Cluster clock: one real 4-rank step each of 1F1B and ZB-H1 (p = 4, m = 8, the fastest of the timed
   steps), compute = each rank's CPU time (:mod:`minipar.clock`): ZB-H1's bubble over what 1F1B would
