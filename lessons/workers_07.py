@@ -154,3 +154,21 @@ def plot_clock_vs_model(layouts, clock_t: dict, est: dict):
         a.legend(fontsize=7)
     plt.tight_layout()
     plt.show()
+
+
+def groups_toy() -> str:
+    """Every rank of 3 creates the groups [0, 1], [2] and [0, 1, 2], in that order, keeps those it is in, and sums
+    its global rank over each: the collective rule of ``new_group``, a one-rank group, and ``group=None``."""
+    me, mine = md.rank(), {}
+    for ranks in ([0, 1], [2], [0, 1, 2]):  # every rank, every group, the same order
+        g = md.new_group(ranks)
+        if me in ranks:
+            mine[tuple(ranks)] = g
+    sums = []
+    for ranks, g in mine.items():
+        t = torch.tensor([float(me)])
+        dist.all_reduce(t, group=g)
+        sums.append(f"{list(ranks)}: {t.item():g}")
+    t = torch.tensor([float(me)])
+    dist.all_reduce(t)  # group=None: the whole world
+    return f"rank {me} keeps {len(mine)} groups, sums of ranks " + ", ".join(sums) + f"; group=None: {t.item():g}"
