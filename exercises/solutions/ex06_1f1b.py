@@ -33,7 +33,7 @@ def one_f_one_b(p: int, m: int) -> list[list[Action]]:
     Invariant: rank r never holds more than ``p − r`` micro-batches' activations (GPipe: m).
 
     Hint: lesson 06, "The idea" (warm-up p − r − 1, then 1F1B, then cool-down) and "Predict". With m < p the warm-up
-    already covers every micro-batch (``min``!).
+    covers every micro-batch on the first ranks (``min``!).
     """
     out = []
     for r in range(p):

@@ -24,7 +24,8 @@ The rates, per direction as ONE GPU sees it, and where they come from:
 - **PCIe Gen5 x16** (:data:`PCIE5_GBPS`, GPUs without NVLink, or GPU to host): 64 GB/s (32 GT/s × 16
   lanes, 128b/130b; the H100 PCIe datasheet's "128 GB/s" counts both ways).
 - **α** of the presets (:data:`NCCL_RING_LATENCY`): NCCL's per-ring-step latency with the Simple
-  protocol, ``hwLat[NVLINK|NET|PCI][Ring][Simple]`` in ``src/graph/tuning.cc``: 3.4, 9.6, 5.7 µs.
+  protocol, ``hwLat[NVLINK|NET|PCI][Ring][Simple]`` in ``src/graph/tuning.cc``: 3.4, 9.6, 5.7 µs as the table was
+  before NCCL added NVLSTree; its current releases charge 14.0 µs per network ring step (NVLink and PCI unchanged).
 
 These are link (datasheet) rates; NCCL's rings reach ~75–85 % of them (the planner's fractions).
 

@@ -1,6 +1,6 @@
 """Zero-bubble pipelining: the backward split into I (input gradient) and W (weight gradient).
 
-Qi, Wan, Huang & Lin 2023, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241 (ICLR 2024). The
+Qi, Wan, Huang & Lin 2024, "Zero Bubble Pipeline Parallelism", arXiv:2401.10241 (ICLR 2024). The
 paper calls the two halves B (gradient of the stage input, which the previous stage waits for) and
 W (gradient of the weights, which nobody waits for); minipar writes them as PyTorch's
 ``torch.distributed.pipelining`` does: ``"1I3"`` (BACKWARD_INPUT) and ``"1W3"`` (BACKWARD_WEIGHT),
