@@ -42,6 +42,7 @@ KEYS = ("size", "count", "time_us", "algbw", "busbw", "wrong")
 REL = 1e-9  # the bandwidths are one division and one product of the time: equal to rounding
 TICK = 1e-3  # seconds the checker's clock advances per all-reduce on group rank 0 (rank i: (i + 1) ticks)
 LATE = 7  # ticks a barrier advances it: a clock started before the barrier counts the wait for the last rank
+SMALL = 2  # elements at most of the bookkeeping all-reduces (the time to average, the wrong count); larger: a buffer
 TIME_REL = 1e-6  # the averaged time: a float32 tensor carries it to ~1e-7 (fine); a wrong method is off by >= 1/iters
 
 
@@ -103,14 +104,18 @@ class _Clock(TorchDispatchMode):
         super().__init__()
         self.now, self.tick, self.warmup, self.check, self.faults = 1000.0, tick, warmup, check, faults or {}
         self.log: list = []
-        self.calls: dict = {}
         self.inside: list = []
 
+    def _index(self, numel: int) -> int:
+        """0-based index, among this call's all-reduces of ``numel`` elements, of the last one logged."""
+        return sum(n == numel for n, _ in self.log) - 1
+
     def __call__(self) -> float:
-        if self.log and self.log[-1][0] > 2:  # after a big all-reduce: a timed one with another timed one to come?
+        if self.log and self.log[-1][0] > SMALL:  # after a big all-reduce: a timed one with another timed one to come?
             numel = self.log[-1][0]
-            if self.warmup <= self.calls[numel] < self.check - 1:
-                self.inside.append((numel, self.calls[numel] - self.warmup + 1))
+            k = self._index(numel)
+            if self.warmup <= k < self.check - 1:
+                self.inside.append((numel, k - self.warmup + 1))
         return self.now
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -119,8 +124,7 @@ class _Clock(TorchDispatchMode):
             self.now += self.tick
             t = args[0][0]
             self.log.append((t.numel(), t.dtype))
-            k = self.calls[t.numel()] = self.calls.get(t.numel(), -1) + 1
-            if k == self.check and self.faults.get(t.numel()):
+            if self._index(t.numel()) == self.check and self.faults.get(t.numel()):
                 out[1].wait()  # the result is in place once the work is done
                 t.view(-1)[: self.faults[t.numel()]] = 0  # never N(N + 1)/2 >= 1: wrong elements
         elif func.name() == "c10d::barrier":  # the wait for the last rank to arrive: never part of a call's time
@@ -143,8 +147,8 @@ def perf_worker(module, runs, members):
     out = []
     for sizes, warmup, iters, faults in runs:
         before = state_snapshot(mod)
-        bad = {size // 4: k for size, k in faults.get(i, {}).items()}
-        clock, real = _Clock((i + 1) * TICK, warmup, warmup + iters, bad), time.perf_counter
+        zeroed = {size // 4: k for size, k in faults.get(i, {}).items()}  # by the buffer's elements
+        clock, real = _Clock((i + 1) * TICK, warmup, warmup + iters, zeroed), time.perf_counter
         own = getattr(mod, "perf_counter", None) is real  # `from time import perf_counter` in the file
         time.perf_counter = clock
         if own:
@@ -164,8 +168,9 @@ def expect_bytes(what: str, log: list, sizes) -> None:
     """Each size's all-reduces move S bytes: S/4 float32 elements (nccl-tests' default ``-d float``)."""
     import torch
 
+    by_numel = {s // 4: s for s in sizes if s // 4 > SMALL}
     for numel, dtype in log:
-        size = next((s for s in sizes if s // 4 == numel and numel > 2), None)
+        size = by_numel.get(numel)
         if size is not None and dtype != torch.float32:
             raise CheckFailed(
                 f"{what}: the buffer of S = {size} B was {numel} elements of {dtype}: "
@@ -184,7 +189,7 @@ def expect_pattern(what: str, comm: list, sizes, warmup: int, iters: int) -> Non
         got = ops[i : i + len(want)]
         tail = []
         j = i + len(want)
-        while j < len(ops) and (ops[j] == ("allreduce", c) or (ops[j][0] == "allreduce" and ops[j][1] <= 2)):
+        while j < len(ops) and (ops[j] == ("allreduce", c) or (ops[j][0] == "allreduce" and ops[j][1] <= SMALL)):
             tail.append(ops[j])
             j += 1
         small = [x for x in tail if x != ("allreduce", c)]
