@@ -9,9 +9,10 @@ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, mic
 recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line
 per reason the others were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v
 --micro-batch --zero --recompute --sp --flash-attention --first-stage-layers --last-stage-layers --recompute-layers
---hsdp --hpz``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk recomputed; ``--hsdp
-N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward all-gather over N ranks, ZeRO++'s
-hpZ; :mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the
+--hsdp --hpz --stage-split``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk
+recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward all-gather
+over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1, as the run split them;
+:mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the
 blocks' GEMMs at the FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given).
 ``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
 > 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
@@ -252,6 +253,7 @@ def main(argv=None) -> int:
                 recompute_layers=a.recompute_layers,
                 hsdp=a.hsdp,
                 hpz=a.hpz,
+                stage_split=a.stage_split,
                 fp8=a.precision == "fp8",
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]

@@ -122,6 +122,15 @@ CASES = [
     (["--model", "70b", "--hsdp", "8"], "--hsdp 8 modifies a fixed layout"),
     (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 searches the layouts itself"),
     ([*LLAMA70B, *FIXED, "--fsdp2"], "--fsdp2 with --zero 1: FSDP2's fully_shard is ZeRO-3"),
+    ([*LLAMA70B, *FIXED, "--stage-split", "10,10,x"], "--stage-split 10,10,x: give the blocks of each pipeline stage"),
+    ([*LLAMA70B, *FIXED, "--stage-split", "10,10"], "--stage-split has 2 counts for --pp 8: give one per stage"),
+    ([*LLAMA70B, *FIXED, "--stage-split", "11,9,10,10,10,10,10,11"], "stage_split=11,9,10,10,10,10,10,11 holds 81"),
+    ([*LLAMA70B, *FIXED, "--stage-split", "10,10,10,10,10,10,10,10", "--v", "2"], "stage_split=10,10,10,10,10,10,10"),
+    (["--model", "70b", "--stage-split", "40,40"], "--stage-split 40,40 splits a fixed dense layout's stages"),
+    (
+        [*LLAMA70B, *FIXED, "--stage-split", "11,9,10,10,10,10,10,10", "--first-stage-layers", "11"],
+        "--stage-split with --first/last-stage-layers",
+    ),
 ]
 
 
@@ -140,6 +149,31 @@ def test_the_library_refuses_the_same():
         estimate(model, dev, Layout(16, 8, 1, hsdp=4), 256)
     with pytest.raises(ConfigError, match="needs recompute='full'"):
         estimate(model, dev, Layout(16, 8, 1, recompute="selective", recompute_layers=2), 256)
+    for split, message in (((40, 41), "holds 81 blocks"), ((40,), "give pp=2 block counts"), ((80, -0), None)):
+        if message is None:
+            assert estimate(model, dev, Layout(16, 8, 2, stage_split=split), 256).fits is not None  # a stage of none
+            continue
+        with pytest.raises(ConfigError, match=message):
+            estimate(model, dev, Layout(16, 8, 2, stage_split=split), 256)
+
+
+def test_stage_split_is_each_stages_blocks(capsys):
+    """``--stage-split`` (``Layout.stage_split``): the run's own split, in --help and --json; a split into a first
+    and a last stage is the same layout as --first/last-stage-layers; the last stage also runs the logit layer and
+    the loss (Llama 3 8B: about two blocks' time), so moving blocks onto it slows the step, and a split that leaves
+    it two fewer (nanotron's, 18/14) runs within 1 % of the even one; each stage's blocks set its memory."""
+    assert "--stage-split" in parser().format_help()
+    pp2 = ["--tp", "1", "--pp", "2", "--dp", "32", "--zero", "1", "--flash-attention", "--json"]
+    even = _run([*LLAMA8B, *pp2], capsys)
+    split = _run([*LLAMA8B, *pp2, "--stage-split", "18,14"], capsys)
+    ends = _run([*LLAMA8B, *pp2, "--first-stage-layers", "18", "--last-stage-layers", "14"], capsys)
+    heavy = _run([*LLAMA8B, *pp2, "--stage-split", "14,18"], capsys)
+    assert split["stage_split"] == [18, 14] and "stage_split" not in even and "·split18/14·" in split["layout"]
+    assert (split["step_s"], split["mem_gb"]) == (ends["step_s"], ends["mem_gb"])
+    assert heavy["step_s"] > 1.05 * even["step_s"] and split["step_s"] == pytest.approx(even["step_s"], rel=0.01)
+    assert split["mem_gb"] > even["mem_gb"] > heavy["mem_gb"]  # stage 0 keeps pp micro-batches' activations
+    lay = Layout(64, 8, 4, stage_split=(30, 20, 20, 10))
+    assert lay.stage_layers(80) == [30, 20, 20, 10] and lay.chunk_layers(80) == [30, 20, 20, 10]
 
 
 def test_op_recompute_is_torchtitans_every_second_matmul(capsys):

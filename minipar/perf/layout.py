@@ -107,7 +107,8 @@ class Layout:
     group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`); ``hpz`` N:
     ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the backward gathers inside one
     (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
-    :func:`~minipar.perf.sharding.secondary_gather`);
+    :func:`~minipar.perf.sharding.secondary_gather`); ``stage_split``: the blocks of each pipeline stage 0 .. pp−1 as
+    the run split them (v = 1; :meth:`chunk_layers`);
     ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
     parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
     divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
@@ -135,6 +136,7 @@ class Layout:
     recompute_layers: int | None = None
     hsdp: int | None = None
     hpz: int | None = None
+    stage_split: tuple | None = None
     fp8: bool = False
     ep: int = 1
     etp: int | None = None
@@ -180,13 +182,19 @@ class Layout:
         arXiv:2407.21783, §3.3.2); 0 is allowed (a chunk with only the embedding or the loss). The
         other chunks share the rest evenly. (Megatron-LM under v > 1 spreads its first/last count
         over all v chunks of rank 0 / pp−1 instead, each count divisible by v; that layout is not
-        expressible here.)
+        expressible here.) ``stage_split``: stage r holds ``stage_split[r]`` blocks (v = 1), a split the run chose,
+        as nanotron's cost-balanced one (``nanotron/models/base.py``: blocks placed in order, a stage closed once its
+        cumulative cost passes its share, the logit layer weighing V·h), Megatron-Core's
+        ``--pipeline-model-parallel-layout`` or DeepSpeed's ``partition_method``; a stage may hold none.
 
         Raises:
             ConfigError: a negative count, first/last with pp·v = 1, or counts that leave the other
-                chunks an uneven share or none.
+                chunks an uneven share or none; a ``stage_split`` that is not pp counts >= 0 summing to
+                ``layers`` with v = 1, or given with first/last.
         """
         S, first, last = self.pp * self.v, self.first_stage_layers, self.last_stage_layers
+        if self.stage_split is not None:
+            return self._split(layers)
         if first is None and last is None:
             return [layers // S] * S
         if S == 1:
@@ -205,6 +213,19 @@ class Layout:
         out[-1] = last if last is not None else mid
         return out
 
+    def _split(self, layers: int) -> list[int]:
+        """``stage_split`` checked: v = 1, one count >= 0 per stage, summing to ``layers``, without first/last."""
+        split, text = self.stage_split, ",".join(map(str, self.stage_split))
+        if not all(isinstance(n, int) and n >= 0 for n in split) or len(split) != self.pp:
+            raise ConfigError(f"stage_split={text}: give pp={self.pp} block counts, integers >= 0, one per stage")
+        if sum(split) != layers:
+            raise ConfigError(f"stage_split={text} holds {sum(split)} blocks, not the model's {layers}: make them sum")
+        if self.v != 1:
+            raise ConfigError(f"stage_split={text} with v={self.v}: a split of whole stages needs v=1")
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            raise ConfigError("stage_split with first/last_stage_layers: give the whole split, or only first/last")
+        return list(split)
+
     def stage_layers(self, layers: int) -> list[int]:
         """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`).
 
@@ -219,6 +240,7 @@ class Layout:
         s += f"·v{self.v}" if self.v > 1 else ""
         s += f"·first{self.first_stage_layers}" if self.first_stage_layers is not None else ""
         s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
+        s += f"·split{'/'.join(map(str, self.stage_split))}" if self.stage_split is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·hpz{self.hpz}" if self.hpz is not None else ""

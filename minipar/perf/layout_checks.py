@@ -52,7 +52,8 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
         raise ConfigError(
             f"cp={c}: the sequence ({model.seq}) must split into 2·cp load-balanced chunks (GPU counts only)"
         )
-    uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
+    ends = (layout.first_stage_layers, layout.last_stage_layers, layout.stage_split)
+    uneven = any(x is not None for x in ends)
     if counts != "megatron":
         if p * v > model.layers or uneven:
             raise ConfigError(

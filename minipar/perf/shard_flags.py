@@ -1,5 +1,6 @@
-"""The command line's flags that modify a fixed layout's sharding or recomputation (``python -m minipar.plan --tp T
---pp P --dp D ... --recompute-layers N``, ``--hsdp N``, ``--hpz N``), checked before any work: one line each, naming
+"""The command line's flags that modify a fixed layout's sharding, recomputation or pipeline split (``python -m
+minipar.plan --tp T --pp P --dp D ... --recompute-layers N``, ``--hsdp N``, ``--hpz N``, ``--stage-split 9,9,8,6``),
+checked before any work: one line each, naming
 the value and the fix (:class:`minipar.errors.ConfigError`); :func:`minipar.perf.layout_checks.check_layout` checks the
 layout they make."""
 
@@ -10,7 +11,7 @@ import argparse
 from minipar.errors import ConfigError
 from minipar.runtime.mesh import divisors
 
-SHARD_FLAGS = ("recompute_layers", "hsdp", "hpz")  # Layout fields of the same names, in --json when given
+SHARD_FLAGS = ("recompute_layers", "hsdp", "hpz", "stage_split")  # Layout fields of these names, in --json if given
 
 
 def add_shard_flags(p) -> None:
@@ -36,10 +37,38 @@ def add_shard_flags(p) -> None:
         "all-gather stays inside them, for 2/N bytes more per parameter (ZeRO++'s hpZ, DeepSpeed's "
         "zero_hpz_partition_size; FSDP2's fully_shard(reshard_after_forward=N))",
     )
+    p.add_argument(
+        "--stage-split",
+        default=None,
+        help="the blocks of each pipeline stage, comma-separated (v 1; nanotron's cost-balanced split, Megatron-Core's "
+        "--pipeline-model-parallel-layout): 9,9,8,6 for 32 layers on --pp 4",
+    )
+
+
+def stage_split(text: str | None) -> tuple | None:
+    """``--stage-split 9,9,8,6`` as a tuple of block counts (None: not given).
+
+    Raises:
+        ConfigError: a count that is not an integer >= 0.
+    """
+    if text is None:
+        return None
+    parts = [x.strip() for x in text.split(",")]
+    if not all(x.isdigit() for x in parts):
+        raise ConfigError(f"--stage-split {text}: give the blocks of each pipeline stage, integers >= 0: 9,9,8,6")
+    return tuple(int(x) for x in parts)
 
 
 def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
-    """``--recompute-layers``, ``--hsdp`` and ``--hpz`` modify a fixed layout: each needs it and what it modifies."""
+    """``--recompute-layers``, ``--hsdp``, ``--hpz`` and ``--stage-split`` modify a fixed layout: each needs it and
+    what it modifies (``a.stage_split`` becomes a tuple here)."""
+    text, a.stage_split = a.stage_split, stage_split(a.stage_split)
+    if a.stage_split is not None and (not fixed or a.moe_experts is not None):
+        raise ConfigError(f"--stage-split {text} splits a fixed dense layout's stages: add --tp --pp --dp")
+    if a.stage_split is not None and (a.first_stage_layers is not None or a.last_stage_layers is not None):
+        raise ConfigError("--stage-split with --first/last-stage-layers: give the whole split, or only first/last")
+    if a.stage_split is not None and len(a.stage_split) != a.pp:
+        raise ConfigError(f"--stage-split has {len(a.stage_split)} counts for --pp {a.pp}: give one per stage")
     for flag, v in (("--recompute-layers", a.recompute_layers), ("--hsdp", a.hsdp), ("--hpz", a.hpz)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
