@@ -35,6 +35,9 @@ a row the model misses stays in, with its error.
   Nemotron-4 15B and 340B on 8-2,304 H100s, NeMo 24.09 and 24.11, bf16 and FP8, every layout given (added 2026-11-27).
 - AI2's OLMo-core training scripts (:mod:`minipar.perf.olmo`): OLMo 2 1B, 7B, 13B and Llama 3 8B on one node of 8
   H100s, FSDP2 with ``torch.compile``, bf16 and Float8 (added 2026-11-27).
+- Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook (:mod:`minipar.perf.nanotron`): the best layout
+  found for Llama-like 1.34B-80B models on 1-64 nodes of 8 H100s, dp·tp·pp with ZeRO 0/1, nanotron's own pipeline
+  split (``Layout.stage_split``; added 2026-11-28).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
@@ -50,7 +53,8 @@ three llm-foundry long-sequence rows labelled after their errors were seen (``MI
 :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table (:mod:`minipar.perf.megatron_lm`) and three
 of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
-:mod:`minipar.perf.olmo`), and the rows of
+:mod:`minipar.perf.olmo`), ten of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
+:mod:`minipar.perf.nanotron`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """
 
