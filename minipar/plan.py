@@ -9,28 +9,28 @@ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, mic
 recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line
 per reason the others were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v
 --micro-batch --zero --recompute --sp --flash-attention --first-stage-layers --last-stage-layers --recompute-layers
---hsdp --hpz --stage-split``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk
-recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward all-gather
-over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1, as the run split them;
-:mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the
-blocks' GEMMs at the FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given).
-``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
-> 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
-:meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks (Llama). ``--json``:
-one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and
-PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3),
-``tokens_per_s_per_gpu`` (also a column of the table: no FLOP count in it, so it compares with any run's published
-tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time terms and ``dp_collectives`` (per DP/ZeRO pass,
-each paying the ring's latency: :func:`minipar.perf.sharding.collectives`). ``--gpus``: 64 by default, or the fixed
-layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts'
-counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide
-``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides,
-Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``;
-:mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``: torchtitan's per-op
-checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
-(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
-``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
-"""
+--hsdp --hpz --stage-split --ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers N``: N blocks per
+model chunk recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward
+all-gather over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1, as the run split
+them; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its latency;
+:mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks' GEMMs at the
+FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``: the
+blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers: ``--pp
+16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
+``--no-dropout``: a block without dropout masks (Llama). ``--json``: one JSON object per layout per line, with ``mfu``
+(0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per
+GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column of the table: no FLOP
+count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the
+time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
+:func:`minipar.perf.sharding.collectives`). ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus``
+that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search with expert
+parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
+``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
+``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
+with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU
+under ``--framework pytorch``, dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``,
+``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``,
+``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`. """
 
 from __future__ import annotations
 
@@ -254,6 +254,7 @@ def main(argv=None) -> int:
                 hsdp=a.hsdp,
                 hpz=a.hpz,
                 stage_split=a.stage_split,
+                bucket_mb=a.bucket_mb,
                 fp8=a.precision == "fp8",
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]

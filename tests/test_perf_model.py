@@ -116,11 +116,11 @@ def test_the_h100s_three_constants_are_chosen_together():
 MISS_BANDS = {
     "zero3": (0.30, 3.40),
     # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -25 %; BLOOM prequel +20 … +27 %;
-    # nanotron -16 %, +21 … +27 %
+    # nanotron -16 %, +18 … +27 %
     "MISS:seen": (-0.27, 0.30),
     "MISS:compile": (-0.20, 0.15),  # torchtitan -11 … -7 %, fms-fsdp -3 %, OLMo-core -9 … +6 %
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
-    "MISS:step": (0.50, 2.40),  # minipar.perf.nanotron: 64 nodes, 80B on 4 nodes (+56 … +231 %)
+    "MISS:step": (0.60, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+71 … +168 %)
 }
 
 

@@ -127,6 +127,9 @@ CASES = [
     ([*LLAMA70B, *FIXED, "--stage-split", "11,9,10,10,10,10,10,11"], "stage_split=11,9,10,10,10,10,10,11 holds 81"),
     ([*LLAMA70B, *FIXED, "--stage-split", "10,10,10,10,10,10,10,10", "--v", "2"], "stage_split=10,10,10,10,10,10,10"),
     (["--model", "70b", "--stage-split", "40,40"], "--stage-split 40,40 splits a fixed dense layout's stages"),
+    ([*LLAMA70B, *FIXED, "--ddp-bucket-mb", "0"], "--ddp-bucket-mb 0: a finite number of MiB > 0"),
+    ([*LLAMA8B, *FSDP64, "--ddp-bucket-mb", "25"], "--ddp-bucket-mb 25 with --zero 3: DDP's buckets are ZeRO 0/1's"),
+    (["--model", "70b", "--ddp-bucket-mb", "25"], "--ddp-bucket-mb 25 modifies a fixed dense layout"),
     (
         [*LLAMA70B, *FIXED, "--stage-split", "11,9,10,10,10,10,10,10", "--first-stage-layers", "11"],
         "--stage-split with --first/last-stage-layers",
@@ -174,6 +177,29 @@ def test_stage_split_is_each_stages_blocks(capsys):
     assert split["mem_gb"] > even["mem_gb"] > heavy["mem_gb"]  # stage 0 keeps pp micro-batches' activations
     lay = Layout(64, 8, 4, stage_split=(30, 20, 20, 10))
     assert lay.stage_layers(80) == [30, 20, 20, 10] and lay.chunk_layers(80) == [30, 20, 20, 10]
+
+
+def test_ddp_buckets_each_pay_their_latency(capsys):
+    """``--ddp-bucket-mb N`` (``Layout.bucket_mb``): ZeRO 0/1's reduction in PyTorch DDP's buckets of N MiB of 16-bit
+    gradients, each its own collective (``dp_collectives`` in --json: ⌈psi · 2 / N MiB⌉, with or without overlap);
+    smaller buckets pay more latencies; across 64 nodes that is what a 25 MiB bucket costs against Megatron-Core's."""
+    assert "--ddp-bucket-mb" in parser().format_help()
+    dp512 = ["--tp", "1", "--pp", "1", "--dp", "512", "--zero", "1", "--flash-attention", "--overlap", "dp", "--json"]
+    mcore = _run([*LLAMA8B, *dp512], capsys)
+    ddp25 = _run([*LLAMA8B, *dp512, "--ddp-bucket-mb", "25"], capsys)
+    ddp5 = _run([*LLAMA8B, *dp512, "--ddp-bucket-mb", "5"], capsys)
+    params = _shape(parser().parse_args(LLAMA8B))[1].params
+    assert "bucket_mb" not in mcore and ddp25["bucket_mb"] == 25 and "·ddp25MB" in ddp25["layout"]
+    assert mcore["dp_collectives"] == -(-params // 512e6)  # max(40M, 1M·dp) parameters a bucket
+    assert ddp25["dp_collectives"] == -(-params * 2 // (25 * 2**20))
+    assert ddp5["dp_collectives"] > ddp25["dp_collectives"] > mcore["dp_collectives"]
+    assert ddp5["time_s"]["dp"] > ddp25["time_s"]["dp"] > mcore["time_s"]["dp"]
+    model, dev = MODELS["70b"], GPUS["h100"]
+    for bad, message in ((-1, "bucket_mb=-1: DDP's bucket size"), (float("nan"), "bucket_mb=nan")):
+        with pytest.raises(ConfigError, match=message):
+            estimate(model, dev, Layout(16, 8, 1, zero=1, bucket_mb=bad), 256)
+    with pytest.raises(ConfigError, match="bucket_mb=25 with zero=3"):
+        estimate(model, dev, Layout(16, 8, 1, zero=3, bucket_mb=25), 256)
 
 
 def test_op_recompute_is_torchtitans_every_second_matmul(capsys):

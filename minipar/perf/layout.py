@@ -108,7 +108,9 @@ class Layout:
     ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the backward gathers inside one
     (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
     :func:`~minipar.perf.sharding.secondary_gather`); ``stage_split``: the blocks of each pipeline stage 0 .. pp−1 as
-    the run split them (v = 1; :meth:`chunk_layers`);
+    the run split them (v = 1; :meth:`chunk_layers`); ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
+    many MiB of 16-bit gradients, each its own collective, as PyTorch DDP's ``bucket_cap_mb`` (default 25; None:
+    Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`);
     ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
     parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
     divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
@@ -137,6 +139,7 @@ class Layout:
     hsdp: int | None = None
     hpz: int | None = None
     stage_split: tuple | None = None
+    bucket_mb: float | None = None
     fp8: bool = False
     ep: int = 1
     etp: int | None = None
@@ -244,6 +247,7 @@ class Layout:
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·hpz{self.hpz}" if self.hpz is not None else ""
+        s += f"·ddp{self.bucket_mb:g}MB" if self.bucket_mb is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
         s += f"·etp{self.etp}" if self.expert_tp != self.tp else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]

@@ -1,7 +1,7 @@
 """Which layouts are valid, and why not: :func:`check_layout` (a shape, a layout and a global batch), with the checks it
 runs on expert parallelism (:func:`check_ep`) and on what modifies a layout's sharding or recomputation
-(:func:`check_hybrid`: ``hsdp``, ``hpz``, ``recompute_layers``). Each raises one :class:`~minipar.errors.ConfigError`
-line naming the value and the fix."""
+(:func:`check_hybrid`: ``hsdp``, ``hpz``, ``recompute_layers``, ``bucket_mb``). Each raises one
+:class:`~minipar.errors.ConfigError` line naming the value and the fix."""
 
 from __future__ import annotations
 
@@ -123,9 +123,16 @@ def check_hpz(layout: Layout) -> None:
 
 
 def check_hybrid(model: ModelShape, layout: Layout, counts: str) -> None:
-    """The ``hsdp``, ``hpz`` (:func:`check_hpz`) and ``recompute_layers`` of a layout
+    """The ``hsdp``, ``hpz`` (:func:`check_hpz`), ``bucket_mb`` and ``recompute_layers`` of a layout
     (:func:`check_layout`). Raises ConfigError."""
-    H, N, d = layout.hsdp, layout.recompute_layers, layout.dp
+    H, N, d, mb = layout.hsdp, layout.recompute_layers, layout.dp, layout.bucket_mb
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or not 0 < mb < math.inf):
+        raise ConfigError(f"bucket_mb={mb!r}: DDP's bucket size in MiB, a finite number > 0 (PyTorch's default: 25)")
+    if mb is not None and layout.zero >= 2:
+        raise ConfigError(
+            f"bucket_mb={mb:g} with zero={layout.zero}: DDP's buckets are ZeRO 0/1's; ZeRO 2/3 (FSDP) reduce per "
+            "unit, a block: drop bucket_mb"
+        )
     if H is not None and (not isinstance(H, int) or H < 1 or d % H):
         ok = ", ".join(str(x) for x in divisors(d))
         raise ConfigError(f"hsdp={H!r} must divide dp={d} (shard groups of hsdp ranks, dp/hsdp replicas); use {ok}")

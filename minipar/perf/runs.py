@@ -53,7 +53,7 @@ three llm-foundry long-sequence rows labelled after their errors were seen (``MI
 :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table (:mod:`minipar.perf.megatron_lm`) and three
 of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
-:mod:`minipar.perf.olmo`), ten of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
+:mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
 :mod:`minipar.perf.nanotron`), and the rows of
 :mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
 """

@@ -11,7 +11,8 @@ import argparse
 from minipar.errors import ConfigError
 from minipar.runtime.mesh import divisors
 
-SHARD_FLAGS = ("recompute_layers", "hsdp", "hpz", "stage_split")  # Layout fields of these names, in --json if given
+# Layout fields of these names, in --json when given
+SHARD_FLAGS = ("recompute_layers", "hsdp", "hpz", "stage_split", "bucket_mb")
 
 
 def add_shard_flags(p) -> None:
@@ -38,6 +39,14 @@ def add_shard_flags(p) -> None:
         "zero_hpz_partition_size; FSDP2's fully_shard(reshard_after_forward=N))",
     )
     p.add_argument(
+        "--ddp-bucket-mb",
+        dest="bucket_mb",
+        type=float,
+        default=None,
+        help="with --zero 0/1: reduce the gradients in buckets of N MiB of 16-bit gradients, each its own collective "
+        "(PyTorch DDP's bucket_cap_mb, default 25; without it Megatron-Core's buckets)",
+    )
+    p.add_argument(
         "--stage-split",
         default=None,
         help="the blocks of each pipeline stage, comma-separated (v 1; nanotron's cost-balanced split, Megatron-Core's "
@@ -62,6 +71,15 @@ def stage_split(text: str | None) -> tuple | None:
 def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
     """``--recompute-layers``, ``--hsdp``, ``--hpz`` and ``--stage-split`` modify a fixed layout: each needs it and
     what it modifies (``a.stage_split`` becomes a tuple here)."""
+    if a.bucket_mb is not None and not (0 < a.bucket_mb < float("inf")):
+        raise ConfigError(f"--ddp-bucket-mb {a.bucket_mb:g}: a finite number of MiB > 0 (PyTorch DDP's default: 25)")
+    if a.bucket_mb is not None and (not fixed or a.moe_experts is not None):
+        raise ConfigError(f"--ddp-bucket-mb {a.bucket_mb:g} modifies a fixed dense layout: add --tp --pp --dp")
+    if a.bucket_mb is not None and (a.zero or 0) >= 2:
+        raise ConfigError(
+            f"--ddp-bucket-mb {a.bucket_mb:g} with --zero {a.zero}: DDP's buckets are ZeRO 0/1's; FSDP reduces per "
+            "unit: drop --ddp-bucket-mb"
+        )
     text, a.stage_split = a.stage_split, stage_split(a.stage_split)
     if a.stage_split is not None and (not fixed or a.moe_experts is not None):
         raise ConfigError(f"--stage-split {text} splits a fixed dense layout's stages: add --tp --pp --dp")

@@ -164,11 +164,19 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
       latency-bound" (megatron/core/distributed/distributed_data_parallel.py, core_v0.8.0). It turns
       bucketing off on pipeline stages after the first ("data-parallel communication on these stages is not on
       the critical path"); the model times the busiest stage with the first stage's buckets. ASSUMED for every
-      ZeRO 0 layout: PyTorch DDP's own buckets (25 MB) are not modelled.
-    - ZeRO 0/1 without overlap: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off."""
+      ZeRO 0 layout without ``bucket_mb``: PyTorch DDP's own buckets are not modelled.
+    - ZeRO 0/1 without overlap: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off.
+    - ZeRO 0/1 with ``bucket_mb`` (PyTorch DDP, ``bucket_cap_mb``): ⌈psi · 2 bytes / bucket_mb MiB⌉, overlapped or
+      not. DDP's reducer fills each bucket with the parameters' gradients as autograd produces them (16-bit under
+      bf16 training, ``dev.bytes_per_value``) and reduces it as one collective (``torch/nn/parallel/distributed.py``:
+      ``bucket_cap_mb * 1024 * 1024`` bytes; its first bucket, 1 MiB, not modelled); a communication hook may
+      reduce other buffers per bucket (nanotron's fp32 accumulators: :mod:`minipar.perf.nanotron`). The fit set's
+      rows with PyTorch DDP (Narayanan Table 1, pp = 1) move by at most 0.2 points with 25 MiB buckets: not set there."""
     if layout.zero >= 2:
         layers = stage_layers_of(model, layout, dev)
         return (max(layers) if layers else -(-model.layers // layout.pp)) + 1
+    if layout.bucket_mb is not None:
+        return max(1, math.ceil(psi * dev.bytes_per_value / (layout.bucket_mb * 2**20)))
     if "dp" not in layout.overlap:
         return 1
     return max(1, math.ceil(psi / max(BUCKET_PARAMS, 1e6 * layout.dp)))
