@@ -171,7 +171,8 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
       bf16 training, ``dev.bytes_per_value``) and reduces it as one collective (``torch/nn/parallel/distributed.py``:
       ``bucket_cap_mb * 1024 * 1024`` bytes; its first bucket, 1 MiB, not modelled); a communication hook may
       reduce other buffers per bucket (nanotron's fp32 accumulators: :mod:`minipar.perf.nanotron`). The fit set's
-      rows with PyTorch DDP (Narayanan Table 1, pp = 1) move by at most 0.2 points with 25 MiB buckets: not set there."""
+      rows with PyTorch DDP (Narayanan Table 1, pp = 1) move by at most 0.2 points with 25 MiB buckets: not set
+      there."""
     if layout.zero >= 2:
         layers = stage_layers_of(model, layout, dev)
         return (max(layers) if layers else -(-model.layers // layout.pp)) + 1
