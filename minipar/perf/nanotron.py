@@ -6,14 +6,17 @@ README's "Benchmarks": "the best configurations we discovered for each model siz
 highlighting optimal MFU ... and memory usage"; the runs are in the dataset nanotron/ultrascale-playbook-data). The
 figure is matplotlib's SVG, which keeps every label's text as a comment: per cell the MFU (%), the memory (GB), DP, TP,
 PP, the gradient-accumulation steps (GAS), the micro-batch (MBS) and the ZeRO stage (0 or 1). GIVEN by
-``scripts/scaling_benchmarks.py`` at that commit: the shapes (layers, hidden, heads, FFN) 1B (16, 2,048, 32, 8,192), 3B
-(28, 3,072, 32, 8,192), 8B (32, 4,096, 32, 14,336) and 70B (80, 8,192, 64, 28,672), whose parameter counts at its
-vocabulary of 131,072 are the figure's 1.34, 3.57, 8.86 and 80.0B (a test checks them); no GQA (``NUM_KEY_VALUE_HEADS =
-None``), the embedding tied below an FFN of 10,000 (1B, 3B), a sequence of 4,096, SwiGLU, no biases; ``tp_mode``
-REDUCE_SCATTER (sequence parallelism), gradients accumulated and reduced in fp32. Every cell's dp·GAS·MBS is 256
-sequences (1M tokens). GIVEN by the benchmark's base config (``examples/config_tiny_llama_bench.yaml``, branch
-nouamane/bench2, 67c5ebb6): the 1F1B engine, no recomputation, DDP buckets of 25 MB, synthetic data. GIVEN by nanotron
-at c252843: FlashAttention-2 (``flash_attn_varlen_func``), a Triton RMSNorm and flash-attn's rotary kernel (fused), the
+``scripts/scaling_benchmarks.py`` at that commit (its ``model_configs``, where only 3B is left uncommented: the others
+are the commented lines above it): the shapes (layers, hidden, heads, FFN) 1B (16, 2,048, 32, 8,192), 3B (28, 3,072, 32,
+8,192), 8B (32, 4,096, 32, 14,336) and 70B (80, 8,192, 64, 28,672), whose parameter counts at its vocabulary of 131,072
+are the figure's 1.34, 3.57, 8.86 and 80.0B (a test checks them); no GQA (``NUM_KEY_VALUE_HEADS = None``), the embedding
+tied below an FFN of 10,000 (1B, 3B), a sequence of 4,096; ``tp_mode`` REDUCE_SCATTER (sequence parallelism). GIVEN by
+nanotron's Llama (``models/llama.py``): SwiGLU (``GLUActivation`` of the config's ``silu``), no biases. Every cell's
+dp·GAS·MBS is 256 sequences (1M tokens). GIVEN by the benchmark's base config
+(``examples/config_tiny_llama_bench.yaml``, branch nouamane/bench2, 67c5ebb6): the 1F1B engine, no recomputation, DDP
+buckets of 25 MiB, synthetic data, ``accumulate_grad_in_fp32`` (the gradients accumulated and reduced in fp32),
+``tp_recompute_allgather`` at its default (the backward gathers a column linear's input again). GIVEN by nanotron at
+c252843: FlashAttention-2 (``flash_attn_varlen_func``), a Triton RMSNorm and flash-attn's rotary kernel (fused), the
 SwiGLU's product in eager PyTorch, the loss in fp32 (a ``cast_to_fp32`` block, then ``sharded_cross_entropy``); the DP
 reduction per DDP bucket (``ddp_bucket_cap_mb`` 25, ``bucket_mb``) during the last micro-batch's backward (a hook that
 reduces the fp32 accumulators of the bucket's parameters; ZeRO-1: a reduce-scatter), the ZeRO-1 weights all-gathered
@@ -23,16 +26,17 @@ own count (``get_flops``: 3 × the forward's matmuls, the attention's s² uncaus
 step (``NANOTRON_BENCHMARK``, ``trainer.py``).
 
 ASSUMED: the dense bf16 peak the figure divides by, 989.5 TFLOP/s (the H100 SXM datasheet's); the H100 preset's links
-(the figure names no network); the block's memory-bound operators as the fit set's fused ones (``Device.compiled``:
-its norm and rotary are fused kernels; its eager SwiGLU product is of the kind of the fit set's eager GELU); TP's
-collectives exposed (nanotron's asynchronous column linear overlaps its all-gather with only the local 1/t of the
-GEMM, and the row linear's reduce-scatter waits); the DP reduction hidden as the model hides it, and the ZeRO-1
-all-gather with it (nanotron's is exposed: optimistic by its time). The published MFU becomes tokens/s per GPU by
-nanotron's count, then an MFU of this model's count (:func:`minipar.perf.flops.published_mfu`). The two settings that
-move the rows most were computed both ways before the choice, which follows the code, not the errors: read as eager
-PyTorch (torchtitan's measured block, 3.8 passes more) the 13 cells up to 8 nodes (80B on 4 aside) read -34 … +16 %,
-12 of them low, and the 8 cells on 16 and 32 nodes -16 … +9 %; with TP hidden the cells with TP read up to 73 points
-higher.
+(the figure names no network); the block's memory-bound operators as the fit set's fused ones (``Device.compiled``: its
+norm and rotary are fused kernels; its eager SwiGLU product is of the kind of the fit set's eager GELU); TP's
+collectives exposed (the model hides them all or none; in nanotron's forward the asynchronous column linear overlaps its
+all-gather with only the local 1/t of the GEMM and the row linear's reduce-scatter waits, while in the backward the
+column linear's gather and reduce-scatter run beside its gradient GEMMs: ``parallel/tensor_parallel/functional.py``);
+the DP reduction hidden as the model hides it, and the ZeRO-1 all-gather with it (nanotron's is exposed: optimistic by
+its time). The published MFU becomes tokens/s per GPU by nanotron's count, then an MFU of this model's count
+(:func:`minipar.perf.flops.published_mfu`). The two settings that move the rows most were computed both ways before the
+choice, which follows the code, not the errors: read as eager PyTorch (torchtitan's measured block, 3.8 passes more) the
+13 cells up to 8 nodes (80B on 4 aside) read -34 … +16 %, 12 of them low, and the 8 cells on 16 and 32 nodes -16 … +8 %;
+with TP hidden the cells with TP read up to 71 points higher.
 
 What the rows show (printed by ``tests/test_perf_model.py``), labelled after their errors were seen: 17 of the 26 within
 15 % (-12 … +11 %); five more within 30 % (``MISS:seen``: 1.34B on one node -16 %, 1.34B and 3.57B on 32 nodes and 1.34B
