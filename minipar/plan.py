@@ -30,7 +30,8 @@ parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``
 with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU
 under ``--framework pytorch``, dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``,
 ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``,
-``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`. """
+``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+"""
 
 from __future__ import annotations
 

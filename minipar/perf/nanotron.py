@@ -68,32 +68,28 @@ SHAPES = {  # the figure's size: (layers, hidden, heads, FFN); tied embedding be
     "8.86B": (32, 4096, 32, 14336),
     "80.0B": (80, 8192, 64, 28672),
 }
-# nodes: per size in SHAPES' order, (dp, tp, pp, GAS, MBS, ZeRO, MFU %) as the figure prints them
+# nodes: per size in SHAPES' order, (dp, tp, pp, GAS, MBS, ZeRO, MFU %, memory GiB per GPU) as the figure prints them
 FIGURE = {
-    64: [(128, 2, 2, 1, 2, 1, 5.25), (128, 4, 1, 1, 2, 1, 10.49), (128, 4, 1, 1, 2, 0, 18.69),
-         (32, 16, 1, 4, 2, 1, 17.79)],
-    32: [(64, 4, 1, 1, 4, 0, 23.20), (64, 4, 1, 1, 4, 0, 26.77), (32, 8, 1, 1, 8, 0, 32.71),
-         (4, 4, 16, 64, 1, 1, 30.75)],
-    16: [(64, 2, 1, 1, 4, 0, 29.46), (32, 4, 1, 1, 8, 0, 34.59), (16, 8, 1, 2, 8, 0, 36.33),
-         (1, 4, 32, 256, 1, 0, 34.29)],
-    8: [(32, 1, 2, 8, 1, 1, 32.47), (32, 1, 2, 8, 1, 1, 35.53), (32, 1, 2, 8, 1, 1, 39.50),
-        (1, 4, 16, 256, 1, 0, 30.65)],
-    4: [(16, 1, 2, 16, 1, 1, 38.38), (16, 1, 2, 8, 2, 1, 40.39), (16, 1, 2, 16, 1, 1, 43.31),
-        (1, 8, 4, 256, 1, 0, 14.76)],
-    2: [(8, 1, 2, 32, 1, 1, 41.59), (8, 1, 2, 16, 2, 1, 43.77), (4, 4, 1, 16, 4, 1, 43.94)],
-    1: [(4, 1, 2, 16, 4, 1, 44.32), (4, 1, 2, 32, 2, 1, 46.68), (2, 1, 4, 128, 1, 1, 45.22)],
+    64: [(128, 2, 2, 1, 2, 1, 5.25, 8.40), (128, 4, 1, 1, 2, 1, 10.49, 16.42),
+        (128, 4, 1, 1, 2, 0, 18.69, 57.76), (32, 16, 1, 4, 2, 1, 17.79, 53.46)],
+    32: [(64, 4, 1, 1, 4, 0, 23.20, 19.57), (64, 4, 1, 1, 4, 0, 26.77, 38.98),
+        (32, 8, 1, 1, 8, 0, 32.71, 63.39), (4, 4, 16, 64, 1, 1, 30.75, 64.21)],
+    16: [(64, 2, 1, 1, 4, 0, 29.46, 38.84), (32, 4, 1, 1, 8, 0, 34.59, 66.20),
+        (16, 8, 1, 2, 8, 0, 36.33, 66.88), (1, 4, 32, 256, 1, 0, 34.29, 61.18)],
+    8: [(32, 1, 2, 8, 1, 1, 32.47, 16.27), (32, 1, 2, 8, 1, 1, 35.53, 36.73),
+        (32, 1, 2, 8, 1, 1, 39.50, 59.09), (1, 4, 16, 256, 1, 0, 30.65, 63.07)],
+    4: [(16, 1, 2, 16, 1, 1, 38.38, 16.39), (16, 1, 2, 8, 2, 1, 40.39, 53.33),
+        (16, 1, 2, 16, 1, 1, 43.31, 61.10), (1, 8, 4, 256, 1, 0, 14.76, 65.97)],
+    2: [(8, 1, 2, 32, 1, 1, 41.59, 19.45), (8, 1, 2, 16, 2, 1, 43.77, 54.31),
+        (4, 4, 1, 16, 4, 1, 43.94, 58.34)],
+    1: [(4, 1, 2, 16, 4, 1, 44.32, 41.76), (4, 1, 2, 32, 2, 1, 46.68, 56.87),
+        (2, 1, 4, 128, 1, 1, 45.22, 63.07)],
 }  # fmt: skip
-MEMORY_GB = {  # nodes: per size, the figure's memory per GPU (GiB), as FIGURE
-    64: [8.40, 16.42, 57.76, 53.46],
-    32: [19.57, 38.98, 63.39, 64.21],
-    16: [38.84, 66.20, 66.88, 61.18],
-    8: [16.27, 36.73, 59.09, 63.07],
-    4: [16.39, 53.33, 61.10, 65.97],
-    2: [19.45, 54.31, 58.34],
-    1: [41.76, 56.87, 63.07],
+MEMORY_GB = {n: [cell[7] for cell in cells] for n, cells in FIGURE.items()}  # the figure's memory, GiB
+MISS = {  # (nodes, size): the label's reason, given after the error was seen (module doc)
+    **dict.fromkeys([(32, "1.34B"), (32, "3.57B"), (16, "1.34B"), (8, "80.0B"), (1, "1.34B")], "seen"),
+    **dict.fromkeys([(64, "1.34B"), (64, "3.57B"), (64, "80.0B"), (4, "80.0B")], "step"),
 }
-SEEN = {(32, "1.34B"), (32, "3.57B"), (16, "1.34B"), (8, "80.0B"), (1, "1.34B")}  # (nodes, size): MISS:seen
-STEP = {(64, "1.34B"), (64, "3.57B"), (64, "80.0B"), (4, "80.0B")}  # MISS:step (module doc)
 
 
 def shape(size: str) -> ModelShape:
@@ -132,7 +128,7 @@ def nanotron_flops_per_token(size: str) -> float:
 
 def nanotron_layout(size: str, cell: tuple) -> Layout:
     """A cell's layout: the figure's dp, tp, pp, MBS and ZeRO; the rest GIVEN or ASSUMED (module doc)."""
-    dp, tp, pp, _, mbs, zero, _ = cell
+    dp, tp, pp, _, mbs, zero, *_ = cell
     return Layout(
         dp=dp, tp=tp, pp=pp, micro_batch=mbs, zero=zero, recompute="none", seq_parallel=tp > 1,
         overlap=frozenset({"dp"}), grad_bytes=4, flash_attention=True, bucket_mb=25,
@@ -152,12 +148,12 @@ def nanotron_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     out = []
     for nodes, cells in FIGURE.items():
         for size, cell in zip(SHAPES, cells):
-            model, (dp, tp, pp, gas, mbs, zero, mfu) = shape(size), cell
+            model, (dp, tp, pp, gas, mbs, zero, mfu, _) = shape(size), cell
             batch = dp * gas * mbs
             e = estimate(model, dev, nanotron_layout(size, cell), batch)
             tokens_per_s = mfu / 100 * PEAK / nanotron_flops_per_token(size)
             pub = published_mfu(model, batch, tokens_per_s, dev.peak_flops)
-            seen = " MISS:seen" if (nodes, size) in SEEN else " MISS:step" if (nodes, size) in STEP else ""
-            lab = f"nanotron {size:>5s} {nodes * 8:3d} H100 dp{dp}·tp{tp}·pp{pp}·b{mbs}·z{zero} bf16{seen}"
+            miss = f" MISS:{MISS[nodes, size]}" if (nodes, size) in MISS else ""
+            lab = f"nanotron {size:>5s} {nodes * 8:3d} H100 dp{dp}·tp{tp}·pp{pp}·b{mbs}·z{zero} bf16{miss}"
             out.append((lab, e, "mfu", pub))
     return out
