@@ -22,9 +22,12 @@ blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk 
 GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column of the table: no FLOP
 count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the
 time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
-:func:`minipar.perf.sharding.collectives`). ``--gpus``: 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus``
-that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts' counts, then the search with expert
-parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
+:func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
+and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
+only, as DeepSpeed and nanotron, which all-gather ZeRO-1/2's weights after the optimizer step). ``--gpus``: 64 by
+default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k
+k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and
+must divide ``--moe-experts`` and ``--gpus``;
 ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
 ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
 with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU
@@ -55,7 +58,7 @@ from minipar.perf.hardware import (
     with_fused_loss,
     with_links,
 )
-from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
@@ -65,7 +68,6 @@ from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_f
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
-OVERLAP = ("dp", "pp", "tp")  # the communication minipar.perf.model can hide behind compute
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64
@@ -163,6 +165,7 @@ def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
     return {
         "layout": str(e.layout),
+        "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,
@@ -209,7 +212,11 @@ def parser() -> argparse.ArgumentParser:
     add_stack_flags(p)
     p.add_argument("--global-batch", type=int, default=1024, help="sequences per optimizer step")
     p.add_argument("--top", type=int, default=5)
-    p.add_argument("--overlap", default="", help=f"communication hidden behind compute, of {','.join(OVERLAP)}")
+    p.add_argument(
+        "--overlap",
+        default="",
+        help=f"communication hidden behind compute, of {','.join(OVERLAP)} (dp: grad_reduce and ZeRO's all-gather)",
+    )
     for f in FIXED:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"fixed layout: {f}")
     p.add_argument("--zero", type=int, default=None, choices=(0, 1, 2, 3))

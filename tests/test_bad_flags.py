@@ -75,7 +75,7 @@ PLAN_CASES = [
     (["--gpus-per-node", "0"], "--gpus-per-node 0: must be an integer >= 1"),
     (["--global-batch", "0"], "--global-batch 0: must be an integer >= 1"),
     (["--top", "-3"], "--top -3: must be an integer >= 1"),
-    (["--overlap", "foo"], "--overlap foo: foo is not one of dp, pp, tp"),
+    (["--overlap", "foo"], "--overlap foo: foo is not one of dp, grad_reduce, pp, tp"),
 ]
 
 

@@ -16,7 +16,7 @@ from minipar.perf.layout import Layout
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
-from minipar.perf.sharding import FSDP2_COPY_SLOWDOWN, fsdp2_copy_time, links
+from minipar.perf.sharding import FSDP2_COPY_SLOWDOWN, dp_collectives, fsdp2_copy_time, links
 from minipar.plan import _shape, main, parser
 
 LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
@@ -309,3 +309,32 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
     for k, key in enumerate(("copy_out", "copy_in", "copy_in_bf16")):
         ratios = [r[f"{key}_s"] / r[f"model_{key}_s"] for r in rows if f"{key}_s" in r]
         assert round(statistics.median(ratios), 2) == FSDP2_COPY_SLOWDOWN[k], (key, ratios)
+
+
+def test_grad_reduce_hides_the_reduction_and_leaves_zeros_gather_exposed(capsys):
+    """``--overlap grad_reduce`` (Megatron-LM's ``--overlap-grad-reduce`` alone; DeepSpeed's ``overlap_comm``;
+    nanotron): under ZeRO-1 the reduction hides behind the last micro-batch's backward, in the same buckets as with
+    ``dp``, while the weights' all-gather after the optimizer step stays exposed: on a device where hiding is free,
+    exactly the all-gather's ring time more than ``dp`` (which hides it behind the first forward). ZeRO-0 has no
+    all-gather: there ``grad_reduce`` is ``dp``."""
+    dp = [*LLAMA70B, *FIXED, "--recompute", "selective"]
+    runs = {o: _run([*dp, "--overlap", o] if o else dp, capsys) for o in ("", "dp", "grad_reduce")}
+    t = {o: r["time_s"]["dp"] for o, r in runs.items()}
+    assert runs["grad_reduce"]["overlap"] == ["grad_reduce"] and runs[""]["overlap"] == []
+    assert t["dp"] < t["grad_reduce"] < t[""]
+    assert runs["grad_reduce"]["dp_collectives"] == runs["dp"]["dp_collectives"] > 1 == runs[""]["dp_collectives"]
+    model, dev = MODELS["70b"], GPUS["a100"]  # overlap_cost 0: what hides is free
+    lay = Layout(16, 8, 1, zero=1, recompute="selective", seq_parallel=True, overlap=frozenset({"dp"}))
+    full = estimate(model, dev, lay, 256).time["dp"]
+    part = estimate(model, dev, replace(lay, overlap=frozenset({"grad_reduce"})), 256).time["dp"]
+    k = dp_collectives(model, dev, lay)
+    gather = k * ring_time(16, dev.bytes_per_value * stage_params(model, 8, 1)[0] / k, links(dev, lay)["dp"])
+    hidden = gather - (part - full)  # what "dp" hid of the all-gather behind the first forward
+    assert 0 < hidden < gather
+    z0 = {
+        o: estimate(model, dev, replace(lay, zero=0, overlap=frozenset({o})), 256).time["dp"]
+        for o in ("dp", "grad_reduce")
+    }
+    assert z0["grad_reduce"] == pytest.approx(z0["dp"], rel=1e-12)
+    with pytest.raises(ConfigError, match="overlap=\\['dp', 'grads'\\]: grads not one of dp, grad_reduce, pp, tp"):
+        estimate(model, dev, replace(lay, overlap=frozenset({"dp", "grads"})), 256)

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from minipar.errors import ConfigError
 
 RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layout.recompute, --recompute)
+# What Layout.overlap may hide behind compute (--overlap): "dp" the DP/ZeRO gradient reduction and weight all-gather,
+# "grad_reduce" only the reduction; PP's sends; TP's collectives. (Ring attention's K/V steps always hide behind the
+# attention: minipar.perf.model.)
+OVERLAP = ("dp", "grad_reduce", "pp", "tp")
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,8 @@ class Layout:
     """How the job is cut: dp·tp·pp·cp devices, micro-batch size b, interleaving v, ZeRO stage,
     recompute ``"none" | "selective" | "op" | "full"`` (``"op"``: torchtitan's per-op checkpointing,
     :func:`~minipar.perf.flops.op_recomputed_matmuls`), sequence parallelism, optimizer offload, which
-    communication is hidden behind compute (``overlap``: subset of {"dp", "pp", "tp", "cp"}), the
+    communication is hidden behind compute (``overlap``: a subset of :data:`OVERLAP`; ``"dp"``: the gradients'
+    reduction and ZeRO's weight all-gather, ``"grad_reduce"``: the reduction only; :attr:`hides`), the
     gradient reduction's bytes per value, the pipeline ``schedule`` ("1f1b" or "gpipe"; interleaved
     when v > 1); ``cp`` context parallelism (ring attention over cp ranks, Liu et al. 2023,
     arXiv:2310.01889; Megatron's order tp, cp, dp, pp); ``flash_attention`` (Dao et al. 2022,
@@ -153,6 +158,15 @@ class Layout:
         """Ranks ZeRO divides the model states over: dp·cp (every rank holding the same weights), or hsdp·cp
         with hybrid sharding (PyTorch FSDP2's HSDP: shard within a group, replicate across groups)."""
         return (self.hsdp or self.dp) * self.cp
+
+    @property
+    def hides(self) -> tuple[bool, bool]:
+        """(the gradients' reduction hidden, ZeRO's weight all-gather hidden). ``"dp"`` in ``overlap``: both
+        (Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``: "Must use --overlap-param-gather with
+        --overlap-grad-reduce", megatron/training/arguments.py; FSDP's prefetch); ``"grad_reduce"``: the reduction only
+        (Megatron-LM's first flag alone; DeepSpeed's ``overlap_comm`` and nanotron, whose ZeRO-1/2 weights are
+        all-gathered after the optimizer step). :func:`minipar.perf.sharding.dp_time`."""
+        return bool({"dp", "grad_reduce"} & self.overlap), "dp" in self.overlap
 
     @property
     def expert_tp(self) -> int:  # the experts' TP degree: etp, or tp when it is None (Megatron-Core's default)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout, ModelShape
 from minipar.runtime.mesh import divisors
 
 
@@ -16,7 +16,7 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     """Micro-batches per pipeline m = B/(d·b) of a valid layout.
 
     Raises:
-        ConfigError: an unknown recompute, ZeRO stage or schedule; a degree below 1; tp not dividing
+        ConfigError: an unknown recompute, overlap, ZeRO stage or schedule; a degree below 1; tp not dividing
             heads and hidden, or kv_heads not a multiple or divisor of tp; cp not dividing the
             sequence (or cp with minipar counts); layers not split by pp·v (megatron counts: pp·v
             dividing them, or uneven first/last stages or chunks, :meth:`Layout.chunk_layers`;
@@ -33,6 +33,11 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
     if layout.recompute not in RECOMPUTE:
         raise ConfigError(f"recompute={layout.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+    if not set(layout.overlap) <= set(OVERLAP):
+        bad = sorted(set(map(str, layout.overlap)) - set(OVERLAP))
+        raise ConfigError(
+            f"overlap={sorted(map(str, layout.overlap))}: {', '.join(bad)} not one of {', '.join(OVERLAP)}"
+        )
     if layout.recompute == "op" and (model.experts or layout.recompute_layers is not None):
         raise ConfigError("recompute='op' (torchtitan's per-op checkpointing) is modelled for dense models without "
                           "recompute_layers; use 'selective' or 'full'")  # fmt: skip

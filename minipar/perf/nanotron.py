@@ -1,5 +1,5 @@
-"""Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook: the best layout found for four Llama-like
-models on 1 to 64 nodes of 8 H100s, and its MFU (TEST rows, added 2026-11-28).
+"""Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook: the best layout found for four Llama-like models
+on 1 to 64 nodes of 8 H100s, and its MFU (TEST rows, added 2026-11-28).
 
 Source: github.com/huggingface/nanotron, ``docs/benchmark_summary.svg`` (commit c252843, 2025-03-10, "add benchs"; the
 README's "Benchmarks": "the best configurations we discovered for each model size and node count in nanotron v0.5,
@@ -20,10 +20,11 @@ c252843: FlashAttention-2 (``flash_attn_varlen_func``), a Triton RMSNorm and fla
 SwiGLU's product in eager PyTorch, the loss in fp32 (a ``cast_to_fp32`` block, then ``sharded_cross_entropy``); the DP
 reduction per DDP bucket (``ddp_bucket_cap_mb`` 25, ``bucket_mb``) during the last micro-batch's backward (a hook that
 reduces the fp32 accumulators of the bucket's parameters; ZeRO-1: a reduce-scatter), the ZeRO-1 weights all-gathered
-after the optimizer step; the pipeline split by compute cost (``models/base.py``: blocks in order, a stage closed once
-its cumulative cost passes its share, a block 4h² + 3fh, the logit layer V·h; :func:`nanotron_split`); its MFU by its
-own count (``get_flops``: 3 × the forward's matmuls, the attention's s² uncausal, the logit layer), timed at the third
-step (``NANOTRON_BENCHMARK``, ``trainer.py``).
+after the optimizer step, exposed (``overlap`` ``"grad_reduce"``, :attr:`~minipar.perf.layout.Layout.hides`); the
+pipeline split by compute cost (``models/base.py``: blocks in order, a stage closed once its cumulative cost passes its
+share, a block 4h² + 3fh, the logit layer V·h; :func:`nanotron_split`); its MFU by its own count (``get_flops``: 3 × the
+forward's matmuls, the attention's s² uncausal, the logit layer), timed at the third step (``NANOTRON_BENCHMARK``,
+``trainer.py``).
 
 ASSUMED: the dense bf16 peak the figure divides by, 989.5 TFLOP/s (the H100 SXM datasheet's); the H100 preset's links
 (the figure names no network); the block's memory-bound operators as the fit set's fused ones (``Device.compiled``: its
@@ -31,24 +32,26 @@ norm and rotary are fused kernels; its eager SwiGLU product is of the kind of th
 collectives exposed (the model hides them all or none; in nanotron's forward the asynchronous column linear overlaps its
 all-gather with only the local 1/t of the GEMM and the row linear's reduce-scatter waits, while in the backward the
 column linear's gather and reduce-scatter run beside its gradient GEMMs: ``parallel/tensor_parallel/functional.py``);
-the DP reduction hidden as the model hides it, and the ZeRO-1 all-gather with it (nanotron's is exposed: optimistic by
-its time). The published MFU becomes tokens/s per GPU by nanotron's count, then an MFU of this model's count
-(:func:`minipar.perf.flops.published_mfu`). The two settings that move the rows most were computed both ways before the
-choice, which follows the code, not the errors: read as eager PyTorch (torchtitan's measured block, 3.8 passes more) the
-13 cells up to 8 nodes (80B on 4 aside) read -34 … +16 %, 12 of them low, and the 8 cells on 16 and 32 nodes -16 … +8 %;
-with TP hidden the cells with TP read up to 71 points higher.
+the DP reduction hidden as the model hides it. The published MFU becomes tokens/s per GPU by nanotron's count, then an
+MFU of this model's count (:func:`minipar.perf.flops.published_mfu`). The two settings that move the rows most were
+computed both ways before the choice, which follows the code, not the errors: read as eager PyTorch (torchtitan's
+measured block, 3.8 passes more) the 13 cells up to 8 nodes (80B on 4 aside) read -34 … +16 %, 12 of them low, and the 8
+cells on 16 and 32 nodes -16 … +8 %; with TP hidden the cells with TP read up to 71 points higher.
 
 What the rows show (printed by ``tests/test_perf_model.py``), labelled after their errors were seen: 17 of the 26 within
-15 % (-12 … +11 %); five more within 30 % (``MISS:seen``: 1.34B on one node -16 %, 1.34B and 3.57B on 32 nodes and 1.34B
-on 16, +18 … +25 %, 80B with pp 16 on 8 nodes +27 %); four far above (``MISS:step``, +71 … +168 %): three 64-node rows,
-whose published step outgrows every term here (1.34B: 0.38 s published, 0.14 s modelled), and 80B on 4 nodes (dp 1, tp
+15 % (-13 … +10 %); five more within 30 % (``MISS:seen``: 1.34B on one node -16 %, 1.34B and 3.57B on 32 nodes and 1.34B
+on 16, +18 … +25 %, 80B with pp 16 on 8 nodes +27 %); four far above (``MISS:step``, +60 … +168 %): three 64-node rows,
+whose published step outgrows every term here (1.34B: 0.38 s published, 0.16 s modelled), and 80B on 4 nodes (dp 1, tp
 8, pp 4), 14.8 % MFU with 66 of 80 GB in use. Until the model charged DDP's buckets (``bucket_mb``, added with these
 rows: on 64 nodes 1.34B's busiest stage reduces its gradients in 40 collectives over 128 ranks, not Megatron-Core's 4)
-the 64-node rows read +56 … +231 % and 8.86B's among them was a miss; now -7 %. The figure's memory per GPU
-(:data:`MEMORY_GB`; nanotron logs ``max_memory_allocated`` and ``max_memory_reserved`` over 1024³, the figure does not
-say which) is above the model's in every cell, by 10 to 75 %: the model counts the model states and Korthikanti's
-activations, not nanotron's fp32 gradient-accumulation buffers beside DDP's bf16 buckets, the fp32 logits, or temporary
-buffers.
+the 64-node rows read +56 … +231 % and 8.86B's among them was a miss; now -7 %. Charging the ZeRO-1 all-gather after the
+step (``"grad_reduce"``, added after these rows: until then the model hid it behind the first forward, as Megatron-LM's
+``--overlap-param-gather``) lowered the ZeRO-1 rows by 0.1 to 32 points: the 64-node ones most (1.34B +167 → +142 %,
+3.57B +117 → +84 %, 80B +71 → +60 %), the rest by at most 3 points; no label changed. The alternatives above were
+computed with it hidden. The figure's memory per GPU (:data:`MEMORY_GB`; nanotron logs ``max_memory_allocated`` and
+``max_memory_reserved`` over 1024³, the figure does not say which) is above the model's in every cell, by 10 to 75 %:
+the model counts the model states and Korthikanti's activations, not nanotron's fp32 gradient-accumulation buffers
+beside DDP's bf16 buckets, the fp32 logits, or temporary buffers.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def nanotron_layout(size: str, cell: tuple) -> Layout:
     dp, tp, pp, _, mbs, zero, *_ = cell
     return Layout(
         dp=dp, tp=tp, pp=pp, micro_batch=mbs, zero=zero, recompute="none", seq_parallel=tp > 1,
-        overlap=frozenset({"dp"}), grad_bytes=4, flash_attention=True, bucket_mb=25,
+        overlap=frozenset({"grad_reduce"}), grad_bytes=4, flash_attention=True, bucket_mb=25,
         stage_split=nanotron_split(size, pp) if pp > 1 else None,
     )  # fmt: skip
 

@@ -178,7 +178,7 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
         return (max(layers) if layers else -(-model.layers // layout.pp)) + 1
     if layout.bucket_mb is not None:
         return max(1, math.ceil(psi * dev.bytes_per_value / (layout.bucket_mb * 2**20)))
-    if "dp" not in layout.overlap:
+    if not layout.hides[0]:
         return 1
     return max(1, math.ceil(psi / max(BUCKET_PARAMS, 1e6 * layout.dp)))
 
@@ -216,19 +216,19 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
         g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e))
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
-    hide = "dp" in layout.overlap
+    hide_r, hide_g = layout.hides  # (the reduction, the all-gather) hidden: Layout.hides
     if z == 3 and layout.pp == 1:
         passes = (2 * m, m)  # (weight all-gathers, gradient reductions) per step
         again = secondary_gather(dev, layout, psi, k) if layout.hpz else gather  # the backward's all-gather
         full = m * (gather + again + grads)
-        shown = m * (_exposed(gather, fwd1, k) + _exposed(again + grads, bwd1, k))
+        hidden = (again if hide_g else 0.0) + (grads if hide_r else 0.0)  # the backward's, hidden together
+        left = (0.0 if hide_g else again) + (0.0 if hide_r else grads)  # the backward's, not hidden
+        shown = m * ((_exposed(gather, fwd1, k) if hide_g else gather) + _exposed(hidden, bwd1, k) + left)
     else:
         passes = (1, 1)
         full = grads + gather
-        shown = _exposed(grads, bwd1, k) + (_exposed(gather, fwd1, k) if z else 0.0)
+        shown = (_exposed(grads, bwd1, k) if hide_r else grads) + (_exposed(gather, fwd1, k) if hide_g else gather)
     copies = fsdp2_copy_time(dev, layout, psi, *passes)  # psi: dense and expert parameters here
-    if not hide:
-        return full + copies
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
 
 
