@@ -17,23 +17,24 @@ them; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, eac
 FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``: the
 blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers: ``--pp
 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
-``--no-dropout``: a block without dropout masks (Llama). ``--json``: one JSON object per layout per line, with ``mfu``
-(0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per
-GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column of the table: no FLOP
-count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the
-time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
+``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
+its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
+parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's). ``--json``: one JSON object per layout per
+line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu``
+(executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column
+of the table: no FLOP count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9
+bytes), ``fits``, the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
 :func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
 and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
 only, as DeepSpeed and nanotron, which all-gather ZeRO-1/2's weights after the optimizer step). ``--gpus``: 64 by
 default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k
 k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and
-must divide ``--moe-experts`` and ``--gpus``;
-``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
-``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag
-with it is refused, not dropped. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU
-under ``--framework pytorch``, dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``,
-``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``,
-``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it
+divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``;
+:mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``: torchtitan's per-op
+checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
+(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
+``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_f
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
+POSITIONS = ("learned_absolute", "rope", "none")  # Megatron-LM's --position-embedding-type; none: ALiBi, NoPE
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64
@@ -126,10 +128,17 @@ def _shape(a) -> tuple[str, ModelShape]:
             gated=a.swiglu,
             dropout=not a.no_dropout,
         )
-        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape
+        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", _embeddings(shape, a)
     base = MODELS[a.model]
     over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn") if getattr(a, k) is not None}
-    return a.model, replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
+    shape = replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
+    return a.model, _embeddings(shape, a)
+
+
+def _embeddings(shape: ModelShape, a) -> ModelShape:  # the shape's or, when given, the flags' embeddings
+    pos, untie = a.position_embedding_type, a.untie_embeddings_and_output_weights
+    learned = shape.learned_positions if pos is None else pos == "learned_absolute"
+    return replace(shape, tied_embeddings=shape.tied_embeddings and not untie, learned_positions=learned)
 
 
 def _device(a):
@@ -166,6 +175,7 @@ def _row(e, dev, model) -> dict:
     return {
         "layout": str(e.layout),
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
+        **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,
@@ -201,6 +211,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {f}")
     p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
     p.add_argument("--no-dropout", action="store_true", help="no dropout masks kept (Llama): activation memory")
+    p.add_argument(
+        "--untie-embeddings-and-output-weights", action="store_true", help="an output layer of its own (Llama)"
+    )
+    p.add_argument("--position-embedding-type", choices=POSITIONS, help="learned_absolute: an s×h table (GPT; default)")
     p.add_argument("--gpus", type=int, default=None, help=f"default: {DEFAULT_GPUS}, or the fixed layout's count")
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU's (8)")

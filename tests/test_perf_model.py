@@ -118,9 +118,9 @@ MISS_BANDS = {
     # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -25 %; BLOOM prequel +20 … +27 %;
     # nanotron -16 %, +18 … +27 %
     "MISS:seen": (-0.27, 0.30),
-    "MISS:compile": (-0.20, 0.15),  # torchtitan -11 … -7 %, fms-fsdp -3 %, OLMo-core -9 … +6 %
+    "MISS:compile": (-0.20, 0.15),  # torchtitan -11 … -7 %, fms-fsdp -3 %, OLMo-core -10 … +6 %
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
-    "MISS:step": (0.60, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+71 … +168 %)
+    "MISS:step": (0.50, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+60 … +168 %)
 }
 
 
@@ -530,7 +530,7 @@ def test_tinyllama_row_uses_the_runs_own_settings():
     from minipar.perf.tinyllama import GLOBAL_BATCH, TINYLLAMA, TOKENS_PER_S, tinyllama_layout, tinyllama_rows
 
     m, lay = TINYLLAMA, tinyllama_layout()
-    assert 1.0e9 < m.params < 1.1e9 and m.gated and m.kv == 4 and not m.dropout
+    assert 0 < m.params - 1_100_048_384 < 1e-3 * m.params and m.gated and m.kv == 4 and not m.dropout  # its 1.1B
     assert (lay.gpus, lay.micro_batch, lay.zero, lay.recompute) == (16, 8, 3, "none")
     assert lay.micro_batch * m.seq == 16384 and GLOBAL_BATCH * m.seq == 2048 * 1024  # "16k tokens", "2048 * 1024"
     assert abs(300e9 / (3456 * 3600) / TOKENS_PER_S - 1) < 0.01  # the GPU-hour table: 24,113 tokens/s/GPU
@@ -572,7 +572,7 @@ def test_olmo_core_rows_use_the_scripts_settings():
 
     size = {"OLMo2-1B": 1.34e9, "OLMo2-7B": 7.32e9, "Llama3-8B": 7.82e9, "OLMo2-13B": 13.74e9}  # untied output layer
     for name, (m, mb, _) in OLMO_CORE.items():
-        assert abs((m.params + m.vocab * m.hidden) / size[name] - 1) < 0.01, (name, m.params)
+        assert abs(m.params / size[name] - 1) < 0.01, (name, m.params)
         assert m.gated and not m.bias and not m.dropout
         lay = olmo_layout(name, False)
         assert (lay.gpus, lay.zero, lay.grad_bytes, lay.recompute, lay.micro_batch) == (8, 3, 4, "none", mb)

@@ -338,3 +338,45 @@ def test_grad_reduce_hides_the_reduction_and_leaves_zeros_gather_exposed(capsys)
     assert z0["grad_reduce"] == pytest.approx(z0["dp"], rel=1e-12)
     with pytest.raises(ConfigError, match="overlap=\\['dp', 'grads'\\]: grads not one of dp, grad_reduce, pp, tp"):
         estimate(model, dev, replace(lay, overlap=frozenset({"dp", "grads"})), 256)
+
+
+def test_untied_output_layer_and_rotary_positions_count_as_llama_does(capsys):
+    """``ModelShape.tied_embeddings`` / ``learned_positions`` (``--untie-embeddings-and-output-weights``,
+    ``--position-embedding-type``, Megatron-LM's flags): Llama's parameter counts come out as Meta publishes them (its
+    own V×h output layer, rotary positions without a table); with pp = 1 the untied head is on the one stage beside the
+    embedding, with pp > 1 every stage holds what it did (Megatron-LM keeps a tied head's copy on the last stage); a
+    token's FLOPs leave out the lookups (6·N, N without the position table or an untied embedding)."""
+    from minipar.perf.flops import moe_flops_per_token
+    from minipar.perf.torchtitan import LLAMA31
+
+    published = {  # Hugging Face's safetensors parameter counts; the model adds biases and LayerNorm's 2h more a block
+        LLAMA31["8B"]: 8_030_261_248,
+        LLAMA31["70B"]: 70_553_706_496,
+        MODELS["7b"]: 6_738_415_616,  # Llama 2
+        MODELS["13b"]: 13_015_864_320,
+        MODELS["70b"]: 68_976_648_192,
+    }
+    for m, n in published.items():
+        assert 0 < m.params - n < 1e-3 * n, (m, m.params)
+    llama = LLAMA31["8B"]
+    gpt = replace(llama, tied_embeddings=True, learned_positions=True)
+    vh, sh = llama.vocab * llama.hidden, llama.seq * llama.hidden
+    assert llama.params - gpt.params == vh - sh and llama.lookup_params == vh and gpt.lookup_params == sh
+    assert stage_params(llama, 1, 1)[0] - stage_params(gpt, 1, 1)[0] == vh - sh
+    two = [a - b for a, b in zip(stage_params(llama, 2, 1), stage_params(gpt, 2, 1))]
+    assert two == [-sh, 0]
+    dense = replace(llama, experts=1, top_k=1)  # one expert: the dense model plus a router of h per block
+    assert (
+        moe_flops_per_token(dense, 1, 1)
+        == 6 * (llama.params - vh + llama.layers * llama.hidden) + 12 * 32 * 4096**2 * 2
+    )
+    shape = ["--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--swiglu"]
+    shape += ["--vocab", "128256", "--seq", "8192", "--tp", "1", "--pp", "1", "--dp", "8", "--zero", "3", "--json"]
+    gpt_row = _run(shape, capsys)
+    row = _run([*shape, "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope"], capsys)
+    assert (gpt_row["tied_embeddings"], gpt_row["learned_positions"]) == (True, True)
+    assert (row["tied_embeddings"], row["learned_positions"]) == (False, False)
+    assert row["mem_gb"] > gpt_row["mem_gb"] and row["time_s"]["dp"] > gpt_row["time_s"]["dp"]
+    assert row["time_s"]["compute"] == gpt_row["time_s"]["compute"]  # the same matmuls: the logit layer either way
+    preset = _run(["--model", "70b", "--tp", "8", "--pp", "1", "--dp", "8", "--json"], capsys)
+    assert (preset["tied_embeddings"], preset["learned_positions"]) == (False, False)  # Llama 2 70B

@@ -40,7 +40,9 @@ from minipar.perf.hardware import GPUS, with_links
 from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
-BLOOM_176B = ModelShape(70, 14336, 112, 2048, 250880, True, None, 4 * 14336, False, True)
+BLOOM_176B = ModelShape(
+    70, 14336, 112, 2048, 250880, True, None, 4 * 14336, False, True, learned_positions=False
+)  # ALiBi
 STEP_S, GLOBAL_BATCH, GPUS_USED = 104.70, 2048, 384  # README "Important checkpoints": iteration 85376
 
 

@@ -157,17 +157,20 @@ def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", 
     """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1.
 
     megatron (Narayanan §5.1): ``stage_layers[i]`` blocks (default l/p each) of
-    :attr:`~minipar.perf.layout.ModelShape.layer_params` (12h² + 13h for a GPT) and the word embedding
-    ÷ t, plus the position embedding on stage 0 and the tied head's copy of the embedding on the last
-    stage. minipar: blocks (12h²+7h)/t + 6h (matrices and split biases; replicated vectors), stage 0
-    adds ⌈V/t⌉·h + s·h (embeddings), the last stage ⌈V/t⌉·h + 2h (head, final LayerNorm).
+    :attr:`~minipar.perf.layout.ModelShape.layer_params` (12h² + 13h for a GPT), the word embedding ÷ t and the learned
+    position table (``learned_positions``) on stage 0, the output layer ÷ t on the last stage (a tied head:
+    Megatron-LM's copy of the embedding there when pp > 1, the embedding itself when pp = 1). minipar: blocks
+    (12h²+7h)/t + 6h (matrices and split biases; replicated vectors), stage 0 adds ⌈V/t⌉·h + s·h (embeddings), the last
+    stage ⌈V/t⌉·h + 2h (head, final LayerNorm).
     """
     h, V = model.hidden, model.vocab
     if counts == "megatron":
         layers = stage_layers or [model.layers // pp] * pp
         out = [n * model.layer_params / tp for n in layers]
-        out[-1] += V * h / tp
-        out[0] += (V * h / tp if pp > 1 else 0) + model.seq * h
+        out[-1] += V * h / tp  # the output layer
+        if pp > 1 or not model.tied_embeddings:
+            out[0] += V * h / tp  # the word embedding
+        out[0] += model.seq * h if model.learned_positions else 0
         return out
     from minipar.pp.stages import partition_layers  # imports torch: only the minipar counts need it
 
@@ -211,10 +214,11 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
 
 
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
-    """Training FLOPs per token with experts: 6·(active parameters without the position table) + 12·l·h·s,
-    as ``GPT.flops_per_token`` counts it (Kaplan et al. 2020, Table 1; PaLM App. B): k, not E, sets it."""
+    """Training FLOPs per token with experts: 6·(active parameters without those a token only looks up,
+    :attr:`~minipar.perf.layout.ModelShape.lookup_params`) + 12·l·h·s, as ``GPT.flops_per_token`` counts it (Kaplan
+    et al. 2020, Table 1; PaLM App. B): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
-    return 6 * (active - model.seq * model.hidden) + 12 * model.layers * model.hidden * model.seq
+    return 6 * (active - model.lookup_params) + 12 * model.layers * model.hidden * model.seq
 
 
 def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:

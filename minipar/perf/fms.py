@@ -26,10 +26,10 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_links
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
-LLAMA2_7B = ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False)
+LLAMA2_7B = ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False, **UNTIED_ROPE)
 # (device, GPUs, GPUs per shard group, sequences per GPU, network Gb/s per node, tokens/s/GPU)
 FMS = [("a100", 128, 8, 2, 400, 4550), ("h100", 96, 8, 2, 800, 9600)]
 

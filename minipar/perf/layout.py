@@ -16,6 +16,8 @@ RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layo
 # "grad_reduce" only the reduction; PP's sends; TP's collectives. (Ring attention's K/V steps always hide behind the
 # attention: minipar.perf.model.)
 OVERLAP = ("dp", "grad_reduce", "pp", "tp")
+# A Llama-like shape's embeddings (ModelShape): its own output layer, rotary positions (no table).
+UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,12 @@ class ModelShape:
     Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama; ``dropout``:
     the block keeps two dropout masks for backward (GPT-style; Llama has no dropout: False); ``experts`` E
     and ``top_k`` k: a mixture of experts, every block's MLP one of E MLPs of this shape, k per token
-    (None: dense; :mod:`minipar.perf.moe`). Its counts here (:attr:`params` ...) are the DENSE block's."""
+    (None: dense; :mod:`minipar.perf.moe`); ``tied_embeddings``: the output layer is the word embedding's
+    transpose (GPT-2, MPT, BLOOM; Megatron-LM's default) or, False, its own V×h matrix (Llama: Megatron-LM's
+    ``--untie-embeddings-and-output-weights``, Hugging Face's ``tie_word_embeddings=False``); ``learned_positions``: a
+    learned s×h position table (GPT) or, False, positions without weights (rotary, Su et al. 2021, arXiv:2104.09864, or
+    ALiBi; Megatron-LM's ``--position-embedding-type rope``). Its counts here (:attr:`params` ...) are the DENSE
+    block's."""
 
     layers: int
     hidden: int
@@ -41,6 +48,8 @@ class ModelShape:
     dropout: bool = True
     experts: int | None = None
     top_k: int = 1
+    tied_embeddings: bool = True
+    learned_positions: bool = True
 
     def __post_init__(self):
         for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn"):
@@ -81,9 +90,23 @@ class ModelShape:
 
     @property
     def params(self) -> float:
-        """l·(block) + (V + s)·h (embeddings; head tied): 12·l·h² + 13·l·h + (V + s)·h for a GPT
-        (Narayanan et al. 2021 §5.1, eq. 2)."""
-        return self.layers * self.layer_params + (self.vocab + self.seq) * self.hidden
+        """l·(block) + the embeddings (:attr:`embedding_params`): 12·l·h² + 13·l·h + (V + s)·h for a GPT, its head tied
+        and its positions learned (Narayanan et al. 2021 §5.1, eq. 2)."""
+        return self.layers * self.layer_params + self.embedding_params
+
+    @property
+    def embedding_params(self) -> int:
+        """The word embedding V·h, the output layer's own V·h when untied, the position table s·h when learned."""
+        v = self.vocab * (1 if self.tied_embeddings else 2) + (self.seq if self.learned_positions else 0)
+        return v * self.hidden
+
+    @property
+    def lookup_params(self) -> int:
+        """Parameters a token only looks up, no FLOPs (6·N's N leaves them out): the position table when learned and the
+        word embedding when untied (tied, it is the logit layer's matrix)."""
+        return (self.seq if self.learned_positions else 0) * self.hidden + (
+            0 if self.tied_embeddings else self.vocab * self.hidden
+        )
 
 
 def shape_of(cfg) -> ModelShape:

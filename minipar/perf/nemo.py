@@ -67,29 +67,31 @@ at the FA3 paper's 35 %; with the attention core at its measured rate for Megatr
 from __future__ import annotations
 
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
 
 # Shapes: (layers, hidden, heads, seq, vocab, bias, kv heads, FFN, gated, dropout); module doc for the sources.
 SHAPES = {
-    "Mixtral-8x22B": ModelShape(56, 6144, 48, 4096, 32000, False, 8, 16384, True, False, experts=8, top_k=2),
-    "Llama3-8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False),
-    "Llama3-70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False),
-    "Llama3.1-405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False),
+    "Mixtral-8x22B": ModelShape(
+        56, 6144, 48, 4096, 32000, False, 8, 16384, True, False, experts=8, top_k=2, **UNTIED_ROPE
+    ),
+    "Llama3-8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False, **UNTIED_ROPE),
+    "Llama3-70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False, **UNTIED_ROPE),
+    "Llama3.1-405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False, **UNTIED_ROPE),
     "GPT3-5B": ModelShape(24, 4096, 32, 2048, 51200, True, None, 16384, False, False),
     "GPT3-20B": ModelShape(44, 6144, 48, 2048, 51200, True, None, 24576, False, False),
     "GPT3-175B": ModelShape(96, 12288, 96, 2048, 51200, True, None, 49152, False, False),
-    "Llama2-7B": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False),
-    "Llama2-13B": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True, False),
-    "Llama2-70B": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True, False),
-    "Nemotron-8B": ModelShape(32, 4096, 32, 4096, 256000, False, None, 16384, False, False),
-    "Nemotron-22B": ModelShape(40, 6144, 48, 4096, 256000, False, None, 24576, False, False),
-    "Nemotron-340B": ModelShape(96, 18432, 96, 4096, 256000, False, 8, 73728, False, False),
+    "Llama2-7B": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False, **UNTIED_ROPE),
+    "Llama2-13B": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True, False, **UNTIED_ROPE),
+    "Llama2-70B": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True, False, **UNTIED_ROPE),
+    "Nemotron-8B": ModelShape(32, 4096, 32, 4096, 256000, False, None, 16384, False, False, **UNTIED_ROPE),
+    "Nemotron-22B": ModelShape(40, 6144, 48, 4096, 256000, False, None, 24576, False, False, **UNTIED_ROPE),
+    "Nemotron-340B": ModelShape(96, 18432, 96, 4096, 256000, False, 8, 73728, False, False, **UNTIED_ROPE),
     # minipar.perf.dgxc's rows: Nemotron-4 15B (Parmar et al. 2024, arXiv:2402.16819, Table 1; squared ReLU, FFN 4h);
     # Llama 3.1 405B on GPT-2's tokenizer, 50,257 padded to a multiple of 128 × TP 8 (ASSUMED; minipar.perf.dgxc)
-    "Nemotron4-15B": ModelShape(32, 6144, 48, 4096, 256000, False, 8, 24576, False, False),
-    "Llama3.1-405B-gpt2v": ModelShape(126, 16384, 128, 8192, 51200, False, 8, 53248, True, False),
+    "Nemotron4-15B": ModelShape(32, 6144, 48, 4096, 256000, False, 8, 24576, False, False, **UNTIED_ROPE),
+    "Llama3.1-405B-gpt2v": ModelShape(126, 16384, 128, 8192, 51200, False, 8, 53248, True, False, **UNTIED_ROPE),
 }
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);

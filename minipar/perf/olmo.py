@@ -32,19 +32,20 @@ all_gather``, on by default) not modelled: the model gathers bf16 weights, what 
 is not in them.
 
 Known misses, by the rule of :mod:`minipar.perf.torchtitan` set before these rows were added (``MISS:compile``: every
-run with ``torch.compile``): all eight rows, which read -9 … +7 %. 13B is the row whose FSDP traffic weighs most
-against its compute: one sequence per micro-batch carries a 13.7B-parameter all-gather twice and an fp32
-reduce-scatter (0.27 s of NVLink per 0.71 s of compute, where 7B has 0.14 s per 0.78 s), and FP8 shortens the compute
-that hides it: +1 % (bf16) and +7 % (FP8). Before the model charged FSDP2's copies (added 2026-11-27, after these rows
-were first read: 14 bytes of HBM traffic per parameter per micro-batch, from PyTorch's code, at the rates measured on
-an H100, :data:`minipar.perf.sharding.FSDP2_COPY_SLOWDOWN`; 0.10 s on 13B against 0.79 s for the rest of its
-micro-batch) the rows read -6 … +24 %, the 13B row +13 % and +24 %. The model hides the collectives at
-:data:`minipar.perf.hardware.OVERLAP_COST` (0.25 on the H100: a quarter of the hidden time stays on the step); Lee,
-Oh, Kim, Go, Park and Mahajan 2025 (arXiv:2507.03114, abstract) measured an average compute slowdown of 18.9 % and at
-most 40 % under overlapped communication on A100, H100, MI250 and MI210. Looked at after the rows' errors were seen
-and NOT adopted: the H100 fit's second-best triple, (3 passes, overlap cost 0.75, GEMM efficiency 0.70), fit median
-2.2 % (the chosen 2.1 %), read the rows without the copies -7 … +6 %: the fit set, 8-GPU rows with little FSDP traffic
-per micro-batch, hardly separates the overlap costs 0.25 to 0.75.
+run with ``torch.compile``): all eight rows, which read -10 … +6 % (-9 … +7 % before the model gave them OLMo-core's own
+output layer, untied, on 2026-11-28). 13B is the row whose FSDP traffic weighs most against its compute: one sequence
+per micro-batch carries a 13.7B-parameter all-gather twice and an fp32 reduce-scatter (0.27 s of NVLink per 0.71 s of
+compute, where 7B has 0.14 s per 0.78 s), and FP8 shortens the compute that hides it: +0.3 % (bf16) and +6 % (FP8).
+Before the model charged FSDP2's copies (added 2026-11-27, after these rows were first read: 14 bytes of HBM traffic per
+parameter per micro-batch, from PyTorch's code, at the rates measured on an H100,
+:data:`minipar.perf.sharding.FSDP2_COPY_SLOWDOWN`; 0.10 s on 13B against 0.79 s for the rest of its micro-batch) the
+rows read -6 … +24 %, the 13B row +13 % and +24 %. The model hides the collectives at
+:data:`minipar.perf.hardware.OVERLAP_COST` (0.25 on the H100: a quarter of the hidden time stays on the step); Lee, Oh,
+Kim, Go, Park and Mahajan 2025 (arXiv:2507.03114, abstract) measured an average compute slowdown of 18.9 % and at most
+40 % under overlapped communication on A100, H100, MI250 and MI210. Looked at after the rows' errors were seen and NOT
+adopted: the H100 fit's second-best triple, (3 passes, overlap cost 0.75, GEMM efficiency 0.70), fit median 2.2 % (the
+chosen 2.1 %), read the rows without the copies -7 … +6 %: the fit set, 8-GPU rows with little FSDP traffic per
+micro-batch, hardly separates the overlap costs 0.25 to 0.75.
 """
 
 from __future__ import annotations
@@ -53,15 +54,15 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_fused_loss
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
 VOCAB, SEQ, GPUS_USED = 100352, 4096, 8  # dolma2's 100,278 padded to a multiple of 128; the scripts' 4,096; one node
 OLMO_CORE = {  # name -> (shape, sequences per micro-batch, global batch in sequences)
-    "OLMo2-1B": (ModelShape(18, 2048, 16, SEQ, VOCAB, False, None, 5632, True, False), 8, 1024),
-    "OLMo2-7B": (ModelShape(32, 4096, 32, SEQ, VOCAB, False, None, 11008, True, False), 2, 1024),
-    "Llama3-8B": (ModelShape(32, 4096, 32, SEQ, VOCAB, False, 8, 14336, True, False), 2, 1024),
-    "OLMo2-13B": (ModelShape(40, 5120, 40, SEQ, VOCAB, False, None, 13824, True, False), 1, 2048),
+    "OLMo2-1B": (ModelShape(18, 2048, 16, SEQ, VOCAB, False, None, 5632, True, False, **UNTIED_ROPE), 8, 1024),
+    "OLMo2-7B": (ModelShape(32, 4096, 32, SEQ, VOCAB, False, None, 11008, True, False, **UNTIED_ROPE), 2, 1024),
+    "Llama3-8B": (ModelShape(32, 4096, 32, SEQ, VOCAB, False, 8, 14336, True, False, **UNTIED_ROPE), 2, 1024),
+    "OLMo2-13B": (ModelShape(40, 5120, 40, SEQ, VOCAB, False, None, 13824, True, False, **UNTIED_ROPE), 1, 2048),
 }
 # (script, Float8, TPS per device): the README's table at 3a40345, row by row
 TABLE = [

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
 MODELS = {  # Narayanan et al. 2021 Table 1 shapes; 175B = GPT-3; 7b/13b/70b: Llama-2's (GQA 8 kv heads on 70b, SwiGLU)
@@ -42,9 +42,9 @@ MODELS = {  # Narayanan et al. 2021 Table 1 shapes; 175B = GPT-3; 7b/13b/70b: Ll
     "310b": ModelShape(96, 16384, 128),
     "530b": ModelShape(105, 20480, 128),
     "1t": ModelShape(128, 25600, 160),
-    "7b": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True),
-    "13b": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True),
-    "70b": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True),
+    "7b": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, **UNTIED_ROPE),
+    "13b": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True, **UNTIED_ROPE),
+    "70b": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True, **UNTIED_ROPE),
 }
 
 # Narayanan et al. 2021, arXiv:2104.04473, Table 1 (weak scaling on Selene, A100-80GB, s = 2048,

@@ -46,13 +46,13 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, HBM_EFF, Device
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
 
 LLAMA31 = {  # layers, hidden, heads; 8 KV heads, FFN, vocabulary 128,256, sequence 8,192, SwiGLU, no bias/dropout
-    "8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False),
-    "70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False),
-    "405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False),
+    "8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False, **UNTIED_ROPE),
+    "70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False, **UNTIED_ROPE),
+    "405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False, **UNTIED_ROPE),
 }
 PEAK_TFLOPS = 835.0  # ASSUMED (module doc): the H100 NVL's dense bf16 peak
 
