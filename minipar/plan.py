@@ -21,20 +21,21 @@ blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk 
 its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
 parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's). ``--json``: one JSON object per layout per
 line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu``
-(executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (also a column
-of the table: no FLOP count in it, so it compares with any run's published tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9
-bytes), ``fits``, the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
+(executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the
+table too: no FLOP count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``,
+the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
 :func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
 and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
-only, as DeepSpeed and nanotron, which all-gather ZeRO-1/2's weights after the optimizer step). ``--gpus``: 64 by
-default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k
-k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep`` fixes it and
-must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it
-divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``;
-:mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``: torchtitan's per-op
-checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
-(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
-``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``:
+64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
+--moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep``
+fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout
+whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``,
+``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``:
+torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The
+software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``,
+``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model:
+:mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", *SHARD_FLAGS)
 
 
 def _shape(a) -> tuple[str, ModelShape]:
+    emb = (a.untie_embeddings_and_output_weights, a.position_embedding_type)  # Megatron-LM's flags, when given
     if a.layers is not None:
         shape = ModelShape(
             a.layers,
@@ -128,17 +130,11 @@ def _shape(a) -> tuple[str, ModelShape]:
             gated=a.swiglu,
             dropout=not a.no_dropout,
         )
-        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", _embeddings(shape, a)
+        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape.with_embeddings(*emb)
     base = MODELS[a.model]
     over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn") if getattr(a, k) is not None}
     shape = replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
-    return a.model, _embeddings(shape, a)
-
-
-def _embeddings(shape: ModelShape, a) -> ModelShape:  # the shape's or, when given, the flags' embeddings
-    pos, untie = a.position_embedding_type, a.untie_embeddings_and_output_weights
-    learned = shape.learned_positions if pos is None else pos == "learned_absolute"
-    return replace(shape, tied_embeddings=shape.tied_embeddings and not untie, learned_positions=learned)
+    return a.model, shape.with_embeddings(*emb)
 
 
 def _device(a):

@@ -378,5 +378,8 @@ def test_untied_output_layer_and_rotary_positions_count_as_llama_does(capsys):
     assert (row["tied_embeddings"], row["learned_positions"]) == (False, False)
     assert row["mem_gb"] > gpt_row["mem_gb"] and row["time_s"]["dp"] > gpt_row["time_s"]["dp"]
     assert row["time_s"]["compute"] == gpt_row["time_s"]["compute"]  # the same matmuls: the logit layer either way
+    with pytest.raises(ConfigError, match="position_type='alibi': use learned_absolute, rope or none"):
+        gpt.with_embeddings(position_type="alibi")
+    assert gpt.with_embeddings(True, "rope") == llama and llama.with_embeddings() == llama
     preset = _run(["--model", "70b", "--tp", "8", "--pp", "1", "--dp", "8", "--json"], capsys)
     assert (preset["tied_embeddings"], preset["learned_positions"]) == (False, False)  # Llama 2 70B

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from minipar.errors import ConfigError
 
@@ -100,6 +100,15 @@ class ModelShape:
         v = self.vocab * (1 if self.tied_embeddings else 2) + (self.seq if self.learned_positions else 0)
         return v * self.hidden
 
+    def with_embeddings(self, untie: bool = False, position_type: str | None = None) -> ModelShape:
+        """This shape under Megatron-LM's ``--untie-embeddings-and-output-weights`` (``untie``) and
+        ``--position-embedding-type`` (``learned_absolute``, ``rope`` or ``none``; None: as it is). Raises
+        ConfigError for another position type."""
+        if position_type not in (None, "learned_absolute", "rope", "none"):
+            raise ConfigError(f"position_type={position_type!r}: use learned_absolute, rope or none (ALiBi, NoPE)")
+        learned = self.learned_positions if position_type is None else position_type == "learned_absolute"
+        return replace(self, tied_embeddings=self.tied_embeddings and not untie, learned_positions=learned)
+
     @property
     def lookup_params(self) -> int:
         """Parameters a token only looks up, no FLOPs (6·N's N leaves them out): the position table when learned and the
@@ -187,8 +196,9 @@ class Layout:
         """(the gradients' reduction hidden, ZeRO's weight all-gather hidden). ``"dp"`` in ``overlap``: both
         (Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``: "Must use --overlap-param-gather with
         --overlap-grad-reduce", megatron/training/arguments.py; FSDP's prefetch); ``"grad_reduce"``: the reduction only
-        (Megatron-LM's first flag alone; DeepSpeed's ``overlap_comm`` and nanotron, whose ZeRO-1/2 weights are
-        all-gathered after the optimizer step). :func:`minipar.perf.sharding.dp_time`."""
+        (Megatron-LM's first flag alone; DeepSpeed's ZeRO-1/2 with ``overlap_comm`` and nanotron's ZeRO-1, which
+        all-gather the updated weights at the end of the optimizer step: ``stage_1_and_2.py``, ``optim/zero.py``).
+        :func:`minipar.perf.sharding.dp_time`."""
         return bool({"dp", "grad_reduce"} & self.overlap), "dp" in self.overlap
 
     @property

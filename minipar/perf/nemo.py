@@ -12,11 +12,13 @@ Sources (read in the repositories, commit named):
   (GPT3 5B / 20B / 175B ×2, Llama 2 7B / 13B / 70B, Nemotron 8B / 22B / 340B, Llama 3 8B / 70B): #GPUs, GBS,
   MBS, sequence, TP, PP, CP, VP and tokens/s/GPU as published; chosen as the fit set before any error was seen
   (the largest single table of one release, ten models). Shapes as NeMo's own configs state them
-  (``nemo/collections/llm/gpt/model/*.py``: GPT3, Llama 2 / 3, Nemotron-3 8B / 22B (squared ReLU, MHA) and
-  Nemotron-4 340B); vocabularies of the perf scripts (GPT3 51,200, Nemotron 256,000, Llama 3 128,256; Llama 2
-  32,000). ASSUMED: the table's "Nemotron-8B/22B/340B" are Nemotron-3 8B / 22B and Nemotron-4 340B; no
-  recomputation, no dropout; the distributed optimizer (ZeRO-1); TP communication overlapped for TP > 1 (NeMo's
-  H100 recipes set ``tp_comm_overlap``; the table does not say); FP8 with delayed scaling as ``Layout.fp8``.
+  (``nemo/collections/llm/gpt/model/*.py``: GPT3, Llama 2 / 3, Nemotron-3 8B / 22B (squared ReLU, MHA) and Nemotron-4
+  340B; GPT3 with a learned position table and a tied output layer, the others rotary and untied, as
+  NeMo-Framework-Launcher's ``conf/training`` YAMLs of that era set them too); vocabularies of the perf scripts (GPT3
+  51,200, Nemotron 256,000, Llama 3 128,256; Llama 2 32,000). ASSUMED: the table's "Nemotron-8B/22B/340B" are Nemotron-3
+  8B / 22B and Nemotron-4 340B; no recomputation, no dropout; the distributed optimizer (ZeRO-1); TP communication
+  overlapped for TP > 1 (NeMo's H100 recipes set ``tp_comm_overlap``; the table does not say); FP8 with delayed scaling
+  as ``Layout.fp8``.
 - **TEST: Megatron-Bridge** (github.com/NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary-archive.md`` as at
   067f987): the DGX-H100 dense rows of releases 25.09 to 26.06, Llama 3 70B (64 GPUs, TP 4, PP 8, VP 5) and
   Llama 3.1 405B (1,024 GPUs, TP 8, PP 8, CP 2, VP 8), FP8; the 25.11 recipe (tag v0.2.0,
