@@ -15,15 +15,17 @@ The parameter counts (1.75B for "1.7B" ...) say the embedding and the output lay
 
 ASSUMED (the README does not say): micro-batch 1 (each batch is 4·PP·DP sequences: 4·PP micro-batches of one per
 pipeline), no interleaving (v = 1, Megatron-LM's default), no recomputation, sequence parallelism with TP > 1,
-Transformer Engine's fused attention (``--framework megatron``'s cuDNN kernel), the H100 preset's NDR links; the
-untied output layer's weights not counted in memory (at most 9 % of a rank's bytes, the 1.7B row's at TP 1).
+Transformer Engine's fused attention (``--framework megatron``'s cuDNN kernel), the H100 preset's NDR links. (The
+untied output layer, which the sizes give, is in the model's memory and DP traffic since 2026-11-28,
+``ModelShape.tied_embeddings``: the 16B row moved from -8 to -9 %, the 32B row from -25 to -26 %, the others not.)
 
-Known miss, labelled after its error was seen (``MISS:seen``): the 32B row (TP 8, PP 1) reads -20 %: with micro-batch
-1 its fp32 gradient reduce-scatter over 48 nodes (one GPU of each) hides only behind the last micro-batch's backward
-(Megatron-LM reduces once, in the last one); with micro-batch 2 it reads -2 % (the other TP < 8 rows +8 to +11 %).
+Known miss, labelled after its error was seen (``MISS:seen``): the 32B row (TP 8, PP 1) reads -26 % (-20 % when it was
+labelled): with micro-batch 1 its fp32 gradient reduce-scatter over 48 nodes (one GPU of each) hides only behind the
+last micro-batch's backward (Megatron-LM reduces once, in the last one); with micro-batch 2 it reads -11 % (the TP < 8
+rows +7 to +11 %).
 The model's loss term (:data:`minipar.perf.hardware.LOSS_BYTES`) was added after the 1.7B row (TP 1, a 131,072-token
-vocabulary) was seen at +18 %: +7 % with it; the H100's fitted constants did not move. The pipeline rows read -5 to
--12 % with v = 1, -4 to +8 % with v = 2 to 6 (a smaller bubble).
+vocabulary) was seen at +18 %: +7 % with it; the H100's fitted constants did not move. The pipeline rows read -6 to
+-13 % with v = 1, -7 to +6 % with v = 2 to 6 where it divides their layers (a smaller bubble; computed 2026-11-28).
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ SEEN = {"32B"}  # MISS:seen (module doc)
 
 
 def gpt_shape(row) -> ModelShape:
-    """A row's GPT: the table's layers, hidden size and heads; V 131,072, s 4,096; GELU 4h, biases, dropout."""
+    """A row's GPT: the table's layers, hidden size and heads; V 131,072, s 4,096; GELU 4h, biases, dropout; the output
+    layer untied, the positions a learned table (the table's sizes, module doc)."""
     _, heads, hidden, layers, *_ = row
-    return ModelShape(layers, hidden, heads, SEQ, VOCAB, True, None, None, False, True)
+    return ModelShape(layers, hidden, heads, SEQ, VOCAB, True, None, None, False, True, tied_embeddings=False)
 
 
 def megatron_lm_layout(row) -> Layout:
