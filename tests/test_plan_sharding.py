@@ -338,6 +338,9 @@ def test_grad_reduce_hides_the_reduction_and_leaves_zeros_gather_exposed(capsys)
     assert z0["grad_reduce"] == pytest.approx(z0["dp"], rel=1e-12)
     with pytest.raises(ConfigError, match="overlap=\\['dp', 'grads'\\]: grads not one of dp, grad_reduce, pp, tp"):
         estimate(model, dev, replace(lay, overlap=frozenset({"dp", "grads"})), 256)
+    with pytest.raises(ConfigError, match="overlap='dp': a set of names"):
+        estimate(model, dev, replace(lay, overlap="dp"), 256)
+    assert estimate(model, dev, replace(lay, overlap=["grad_reduce"]), 256).time["dp"] == pytest.approx(part)
 
 
 def test_untied_output_layer_and_rotary_positions_count_as_llama_does(capsys):
@@ -378,6 +381,8 @@ def test_untied_output_layer_and_rotary_positions_count_as_llama_does(capsys):
     assert (row["tied_embeddings"], row["learned_positions"]) == (False, False)
     assert row["mem_gb"] > gpt_row["mem_gb"] and row["time_s"]["dp"] > gpt_row["time_s"]["dp"]
     assert row["time_s"]["compute"] == gpt_row["time_s"]["compute"]  # the same matmuls: the logit layer either way
+    with pytest.raises(ConfigError, match="ModelShape.tied_embeddings='no': must be True or False"):
+        replace(llama, tied_embeddings="no")
     with pytest.raises(ConfigError, match="position_type='alibi': use learned_absolute, rope or none"):
         gpt.with_embeddings(position_type="alibi")
     assert gpt.with_embeddings(True, "rope") == llama and llama.with_embeddings() == llama

@@ -56,6 +56,9 @@ class ModelShape:
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
+        for k in ("bias", "gated", "dropout", "tied_embeddings", "learned_positions"):
+            if not isinstance(getattr(self, k), bool):
+                raise ConfigError(f"ModelShape.{k}={getattr(self, k)!r}: must be True or False")
         if self.hidden % self.heads:
             raise ConfigError(f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it")
         if self.heads % self.kv:
@@ -199,7 +202,8 @@ class Layout:
         (Megatron-LM's first flag alone; DeepSpeed's ZeRO-1/2 with ``overlap_comm`` and nanotron's ZeRO-1, which
         all-gather the updated weights at the end of the optimizer step: ``stage_1_and_2.py``, ``optim/zero.py``).
         :func:`minipar.perf.sharding.dp_time`."""
-        return bool({"dp", "grad_reduce"} & self.overlap), "dp" in self.overlap
+        o = set(self.overlap)  # a frozenset, or any collection of the names
+        return bool({"dp", "grad_reduce"} & o), "dp" in o
 
     @property
     def expert_tp(self) -> int:  # the experts' TP degree: etp, or tp when it is None (Megatron-Core's default)

@@ -33,6 +33,8 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             raise ConfigError(f"{k}={getattr(layout, k)!r}: must be an integer >= 1")
     if layout.recompute not in RECOMPUTE:
         raise ConfigError(f"recompute={layout.recompute!r}: use one of {', '.join(RECOMPUTE)}")
+    if isinstance(layout.overlap, str):
+        raise ConfigError(f"overlap={layout.overlap!r}: a set of names, e.g. frozenset({{'dp', 'tp'}}), not a string")
     if not set(layout.overlap) <= set(OVERLAP):
         bad = sorted(set(map(str, layout.overlap)) - set(OVERLAP))
         raise ConfigError(
