@@ -158,14 +158,14 @@ def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> i
     - ZeRO ≥ 2 (FSDP's units): the busiest stage's blocks + 1. PyTorch FSDP and FSDP2 issue one all-gather
       and one reduce-scatter per wrapped unit; llm-foundry wraps each block, torchtitan calls ``fully_shard``
       on each block and then on the root, which holds the embedding, final norm and output layer.
-    - ZeRO 0/1 with ``"dp"`` in ``overlap`` (Megatron-Core's buckets): ⌈psi / max(40M, 1M·dp)⌉. Megatron-Core
-      ``DistributedDataParallel`` sets ``bucket_size = max(40000000, 1000000 * dp)`` "to ensure that chunks
-      used in NCCL ring-reduce implementations are large enough to remain bandwidth-bound rather than
-      latency-bound" (megatron/core/distributed/distributed_data_parallel.py, core_v0.8.0). It turns
-      bucketing off on pipeline stages after the first ("data-parallel communication on these stages is not on
-      the critical path"); the model times the busiest stage with the first stage's buckets. ASSUMED for every
-      ZeRO 0 layout without ``bucket_mb``: PyTorch DDP's own buckets are not modelled.
-    - ZeRO 0/1 without overlap: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off.
+    - ZeRO 0/1 with the reduction hidden (``"dp"`` or ``"grad_reduce"`` in ``overlap``; Megatron-Core's buckets): ⌈psi /
+      max(40M, 1M·dp)⌉. Megatron-Core ``DistributedDataParallel`` sets ``bucket_size = max(40000000, 1000000 * dp)`` "to
+      ensure that chunks used in NCCL ring-reduce implementations are large enough to remain bandwidth-bound rather than
+      latency-bound" (megatron/core/distributed/distributed_data_parallel.py, core_v0.8.0). It turns bucketing off on
+      pipeline stages after the first ("data-parallel communication on these stages is not on the critical path"); the
+      model times the busiest stage with the first stage's buckets. ASSUMED for every ZeRO 0 layout without
+      ``bucket_mb``: PyTorch DDP's own buckets are not modelled.
+    - ZeRO 0/1 with the reduction not hidden: 1. Megatron-Core uses one bucket when ``overlap_grad_reduce`` is off.
     - ZeRO 0/1 with ``bucket_mb`` (PyTorch DDP, ``bucket_cap_mb``): ⌈psi · 2 bytes / bucket_mb MiB⌉, overlapped or
       not. DDP's reducer fills each bucket with the parameters' gradients as autograd produces them (16-bit under
       bf16 training, ``dev.bytes_per_value``) and reduces it as one collective (``torch/nn/parallel/distributed.py``:
@@ -199,16 +199,16 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     ``apply_fsdp`` sets ``reshard_after_forward = not pp_enabled`` ("to avoid per-microbatch all-gathers";
     torchtitan/models/llama3/infra/parallelize.py) and PyTorch's ``PipelineStage`` turns
     ``set_reshard_after_backward`` and ``set_requires_gradient_sync`` off for every micro-batch, reducing once in
-    ``perform_reduce_grad`` (torch/distributed/pipelining/stage.py). With ``"dp"`` in ``overlap`` only what can
-    really hide is hidden: under gradient accumulation the gradients are final only in the LAST micro-batch's
-    backward (``bwd1`` seconds), which hides the reduction collective by collective (:func:`collectives`: Megatron's
-    buckets, FSDP's units; the last one is always exposed); the weights' all-gather hides behind the first
-    micro-batch's forward (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per micro-batch behind its
-    own passes (under ``hpz``, the backward's all-gather over its secondary group: :func:`secondary_gather`); hiding
-    is not free: ``dev.overlap_cost`` of the hidden time stays on the step
-    (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100 and under Megatron-Core). With experts
-    (:mod:`minipar.perf.moe`) the expert gradients are reduced (and their weights gathered) over the
-    expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
+    ``perform_reduce_grad`` (torch/distributed/pipelining/stage.py). With ``"dp"`` in ``overlap`` (``"grad_reduce"``:
+    the reduction only, the weights' all-gather exposed; :attr:`~minipar.perf.layout.Layout.hides`) only what can really
+    hide is hidden: under gradient accumulation the gradients are final only in the LAST micro-batch's backward
+    (``bwd1`` seconds), which hides the reduction collective by collective (:func:`collectives`: Megatron's buckets,
+    FSDP's units; the last one is always exposed); the weights' all-gather hides behind the first micro-batch's forward
+    (``fwd1``; MegaScale, arXiv:2402.15627, §3.2); ZeRO-3 (pp = 1) per micro-batch behind its own passes (under ``hpz``,
+    the backward's all-gather over its secondary group: :func:`secondary_gather`); hiding is not free:
+    ``dev.overlap_cost`` of the hidden time stays on the step (:data:`minipar.perf.hardware.OVERLAP_COST`; 0 on the A100
+    and under Megatron-Core). With experts (:mod:`minipar.perf.moe`) the expert gradients are reduced (and their weights
+    gathered) over the expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
     z = layout.zero
     psi, psi_e = stage_psi(model, dev, layout)
     k = collectives(model, dev, layout, psi)
