@@ -81,6 +81,7 @@ def main() -> None:
     if rank == 0 and args.out:
         params = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
         torch.save({"losses": losses, "params": params}, args.out)
+    dist.barrier()  # every rank done (rank 0's save too) before any closes its connections
     dist.destroy_process_group()  # leave cleanly (NCCL warns otherwise)
 
 

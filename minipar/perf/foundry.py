@@ -198,9 +198,9 @@ SEEN = {("30b", 8192), ("13b", 8192)}  # the rows labelled MISS:seen (miss_reaso
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row, or None. ``"seen"``: a label written AFTER the row's error was seen
     (2026-11-27, when the long rows were added; :data:`SEEN`): 30b at s = 8192 reads +21 % on both devices, where
-    30b at s <= 4096 reads -1 … -12 %: its published MFU falls 17 % (H100) and 23 % (A100) from s = 4096 to 8192, the
+    30b at s <= 4096 reads -13 … +2 %: its published MFU falls 17 % (H100) and 23 % (A100) from s = 4096 to 8192, the
     model's 1 %, and no term of the model (memory: 79 % of the device) says why; the A100's 13b at s = 8192 reads
-    -16 %, the low end of the A100's checkpointed long rows (-5 … -16 %). No rule on the layout marks them.
+    -16 %, the low end of the A100's checkpointed long rows (-4 … -16 %). No rule on the layout marks them.
     Until 2026-11-27 ``"attn"``: s/(6h) > 0.5, the attention core a third of the FLOPs or more, +10 … +33 % while the
     rows were modelled with FlashAttention-2's rate; they ran FlashAttention in Triton (module doc). Also until then
     ``"ckpt"``, activation checkpointing (-8 … -25 %, the published HFU of those rows, 55-58 %, above every other
@@ -210,7 +210,8 @@ def miss_reason(row) -> str | None:
     their collectives on H100s; the model charges that (:data:`minipar.perf.hardware.OVERLAP_COST`, chosen with the
     memory passes and efficiency on the fit set). (Until 2026-11-26 also ``"comm"``: FULL_SHARD across nodes with
     <= 2 sequences per micro-batch read 36-63 % low while the model ran a group's inter-node collectives on one
-    NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows read -10 … +6 %.)"""
+    NIC; with every rail of the node, :func:`minipar.perf.sharding.group_link`, those rows read -10 … +6 %; 0 … +15 %
+    now.)"""
     return "seen" if tuple(row[:2]) in SEEN else None
 
 

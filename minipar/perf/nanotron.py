@@ -47,10 +47,11 @@ rows: on 64 nodes 1.34B's busiest stage reduces its gradients in 40 collectives 
 the 64-node rows read +56 … +231 % and 8.86B's among them was a miss; now -10 % (-7 % before the model gave it the
 script's own output layer, untied). Charging the ZeRO-1 all-gather after the step (``"grad_reduce"``, added after these
 rows: until then the model hid it behind the first forward, as Megatron-LM's ``--overlap-param-gather``) lowered the
-ZeRO-1 rows by 0.1 to 32 points: the 64-node ones most (1.34B +167 → +142 %, 3.57B +117 → +84 %, 80B +71 → +60 %), the
-rest by at most 3 points; no label changed. The alternatives above were computed with it hidden. The figure's memory per
-GPU (:data:`MEMORY_GB`; nanotron logs ``max_memory_allocated`` and ``max_memory_reserved`` over 1024³, the figure does
-not say which) is above the model's in every cell, by 11 to 71 %: the model counts the model states and Korthikanti's
+ZeRO-1 rows by 0.1 to 32 points: the 64-node ones most (1.34B +167 → +142 %, 3.57B +117 → +84 %, 80B +71 → +60 %; with
+the embeddings as the script builds them, tied below an FFN of 10,000 and rotary: +145, +86, +60 %), the rest by at most
+3 points; no label changed. The alternatives above were computed with it hidden. The figure's memory per GPU
+(:data:`MEMORY_GB`; nanotron logs ``max_memory_allocated`` and ``max_memory_reserved`` over 1024³, the figure does not
+say which) is above the model's in every cell, by 11 to 71 %: the model counts the model states and Korthikanti's
 activations, not nanotron's fp32 gradient-accumulation buffers beside DDP's bf16 buckets, the fp32 logits, or temporary
 buffers.
 """

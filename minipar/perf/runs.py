@@ -40,7 +40,7 @@ a row the model misses stays in, with its error.
   split (``Layout.stage_split``; added 2026-11-28).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
-rows (+35 … +333 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
+rows (+35 … +331 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
 they add grows with the GPU count. DeepSpeed as it was then (v0.3.13 … v0.4.5, March–August 2021,
 ``deepspeed/runtime/zero/partition_parameters.py``) gathers each parameter in its own all-gather after a
 ``torch.cuda.synchronize()`` and reduce-scatters each gradient on its own from a list of world-size views: nothing
