@@ -60,7 +60,7 @@ from minipar.perf.hardware import (
     with_fused_loss,
     with_links,
 )
-from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import OVERLAP, POSITIONS, RECOMPUTE, Layout, ModelShape
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
@@ -70,7 +70,6 @@ from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_f
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
-POSITIONS = ("learned_absolute", "rope", "none")  # Megatron-LM's --position-embedding-type; none: ALiBi, NoPE
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64

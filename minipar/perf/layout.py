@@ -16,6 +16,8 @@ RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layo
 # "grad_reduce" only the reduction; PP's sends; TP's collectives. (Ring attention's K/V steps always hide behind the
 # attention: minipar.perf.model.)
 OVERLAP = ("dp", "grad_reduce", "pp", "tp")
+# Megatron-LM's --position-embedding-type (ModelShape.with_embeddings, --position-embedding-type); none: ALiBi, NoPE
+POSITIONS = ("learned_absolute", "rope", "none")
 # A Llama-like shape's embeddings (ModelShape): its own output layer, rotary positions (no table).
 UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}
 
@@ -107,7 +109,7 @@ class ModelShape:
         """This shape under Megatron-LM's ``--untie-embeddings-and-output-weights`` (``untie``) and
         ``--position-embedding-type`` (``learned_absolute``, ``rope`` or ``none``; None: as it is). Raises
         ConfigError for another position type."""
-        if position_type not in (None, "learned_absolute", "rope", "none"):
+        if position_type is not None and position_type not in POSITIONS:
             raise ConfigError(f"position_type={position_type!r}: use learned_absolute, rope or none (ALiBi, NoPE)")
         learned = self.learned_positions if position_type is None else position_type == "learned_absolute"
         return replace(self, tied_embeddings=self.tied_embeddings and not untie, learned_positions=learned)
@@ -116,9 +118,7 @@ class ModelShape:
     def lookup_params(self) -> int:
         """Parameters a token only looks up, no FLOPs (6·N's N leaves them out): the position table when learned and the
         word embedding when untied (tied, it is the logit layer's matrix)."""
-        return (self.seq if self.learned_positions else 0) * self.hidden + (
-            0 if self.tied_embeddings else self.vocab * self.hidden
-        )
+        return self.embedding_params - self.vocab * self.hidden  # all but the logit layer's V·h
 
 
 def shape_of(cfg) -> ModelShape:
