@@ -314,9 +314,9 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
 def test_grad_reduce_hides_the_reduction_and_leaves_zeros_gather_exposed(capsys):
     """``--overlap grad_reduce`` (Megatron-LM's ``--overlap-grad-reduce`` alone; DeepSpeed's ``overlap_comm``;
     nanotron): under ZeRO-1 the reduction hides behind the last micro-batch's backward, in the same buckets as with
-    ``dp``, while the weights' all-gather after the optimizer step stays exposed: on a device where hiding is free,
-    exactly the all-gather's ring time more than ``dp`` (which hides it behind the first forward). ZeRO-0 has no
-    all-gather: there ``grad_reduce`` is ``dp``."""
+    ``dp``, while the weights' all-gather after the optimizer step stays exposed: on a device where hiding is free it
+    costs more than ``dp`` by what ``dp`` hid of the all-gather behind the first forward, a part of its ring time.
+    ZeRO-0 has no all-gather: there ``grad_reduce`` is ``dp``."""
     dp = [*LLAMA70B, *FIXED, "--recompute", "selective"]
     runs = {o: _run([*dp, "--overlap", o] if o else dp, capsys) for o in ("", "dp", "grad_reduce")}
     t = {o: r["time_s"]["dp"] for o, r in runs.items()}
