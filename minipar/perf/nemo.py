@@ -68,6 +68,8 @@ at the FA3 paper's 35 %; with the attention core at its measured rate for Megatr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
 from minipar.perf.model import estimate
@@ -127,6 +129,13 @@ NEMO = [  # TEST rows (module doc)
 ]
 
 
+def shape(name: str) -> ModelShape:
+    """A row's model: ``SHAPES[name]``, or ``"<name> s=<tokens>"``: that shape at another sequence length
+    (:mod:`minipar.perf.nemo_long`)."""
+    base, _, seq = name.partition(" s=")
+    return replace(SHAPES[base], seq=int(seq)) if seq else SHAPES[base]
+
+
 def megatron_flops_per_token(model: ModelShape) -> float:
     """Megatron-LM's training FLOPs per token (``num_floating_point_operations`` ÷ tokens, at ff45bd4): 12·l·h·(1.5·f·k)
     (SwiGLU MLPs, k routed experts) + 12·l·h²·(1 + g/a + s/(2h)) (attention, the causal half of the s² core)
@@ -140,7 +149,7 @@ def nemo_layout(row) -> Layout:
     """The row's layout (module doc: given and ASSUMED)."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
     overlap = {"dp", "pp"} if pp > 1 else {"dp"}
-    layers, chunks = SHAPES[name].layers, pp * v
+    layers, chunks = shape(name).layers, pp * v
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
@@ -194,7 +203,7 @@ def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate,
     dev = dev or for_framework(GPUS["h100"], "megatron")
     out = []
     for row in NEMO if rows is None else rows:
-        model, gb, metric, pub = SHAPES[row[1]], row[5], row[-2], row[-1]
+        model, gb, metric, pub = shape(row[1]), row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
         run_dev = with_fused_loss(dev) if row[0].startswith("MB") else dev  # Megatron-Bridge: TE's fused loss

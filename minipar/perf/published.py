@@ -13,7 +13,8 @@
   Table 4 (405B, GQA, SwiGLU, uneven pipeline chunks, context parallelism at 128K); torchtitan's
   ``docs/performance.md`` (Llama 3.1 8B-405B on 8-512 power-capped 96 GB H100s: FSDP, TP, PP, Float8, a
   custom device: :mod:`minipar.perf.torchtitan`); Mixtral 8x22B with ep 8 and Llama 3 8B with
-  ``recompute_layers`` 5 (:mod:`minipar.perf.nemo`); fms-fsdp 7B with HSDP, A100s and H100s (:mod:`minipar.perf.fms`).
+  ``recompute_layers`` 5 (:mod:`minipar.perf.nemo`); fms-fsdp 7B with HSDP, A100s and H100s (:mod:`minipar.perf.fms`);
+  the rest :mod:`minipar.perf.runs` lists (NeMo's long-sequence table among them: :mod:`minipar.perf.nemo_long`).
 
 Everything else the GEMM and attention terms use is sourced or ASSUMED, not fitted (:mod:`minipar.perf.gemm`).
 Each row states its layout and where each setting comes from (the paper, the authors' scripts, or

@@ -38,6 +38,8 @@ a row the model misses stays in, with its error.
 - Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook (:mod:`minipar.perf.nanotron`): the best layout
   found for Llama-like 1.34B-80B models on 1-64 nodes of 8 H100s, dp·tp·pp with ZeRO 0/1, nanotron's own pipeline
   split (``Layout.stage_split``; added 2026-11-28).
+- NeMo's long-sequence table (:mod:`minipar.perf.nemo_long`): Llama 2 7B in FP8 on 4-1,024 H100s at 4K-1M tokens,
+  TP, PP, DP and context parallelism up to 32 given (added 2026-11-28).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +331 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
@@ -54,8 +56,10 @@ three llm-foundry long-sequence rows labelled after their errors were seen (``MI
 of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
-:mod:`minipar.perf.nanotron`), and the rows of
-:mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``).
+:mod:`minipar.perf.nanotron`), the rows of
+:mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``), and seven of NeMo's
+long-sequence rows, 16K-1M tokens, labelled after their errors were seen (``MISS:attn``, +22 … +72 %:
+:mod:`minipar.perf.nemo_long`).
 """
 
 from __future__ import annotations
@@ -268,8 +272,9 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
     from minipar.perf.nanotron import nanotron_rows  # the Ultra-Scale Playbook's best layouts (minipar.perf.nanotron)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
+    from minipar.perf.nemo_long import nemo_long_rows  # 4K-1M tokens, context parallelism (minipar.perf.nemo_long)
     from minipar.perf.olmo import olmo_rows  # AI2's FSDP2 scripts on one H100 node (minipar.perf.olmo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
     rows = torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
-    return out + rows + dgxc_rows() + olmo_rows() + nanotron_rows()
+    return out + rows + dgxc_rows() + olmo_rows() + nanotron_rows() + nemo_long_rows()
