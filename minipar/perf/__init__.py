@@ -12,7 +12,9 @@ A MODEL (arithmetic with sources), not a measurement. Import from the submodules
 - :mod:`minipar.perf.search`     every layout (cp included) estimated, rejected or ranked; rank correlation
 - :mod:`minipar.perf.published`  the FIT set (Megatron-LM Table 1) and preset shapes
 - :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2; Llama 3
-                                 Table 4 on H100s), not tuned on
+                                 Table 4 on H100s), not tuned on, and the sources it gathers, a module each:
+                                 ``foundry``, ``torchtitan``, ``nemo``, ``nemo_long``, ``dgxc``, ``megatron_lm``,
+                                 ``fms``, ``bloom``, ``tinyllama``, ``olmo``, ``nanotron``
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 
 ``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`.
