@@ -7,18 +7,18 @@ TFLOP/s per GPU of the run "with CP" (its CP is 1 up to 16K). The "without CP" c
 not published ("the most performant model- and data-parallel configurations without CP"). The shape: Llama 2 7B
 (:data:`minipar.perf.nemo.SHAPES`). Added 2026-11-28, after every fit was chosen.
 
-ASSUMED: the TFLOP/s are NeMo's own count, :func:`nemo_flops_per_token` (NeMo's ``llama2`` formula,
-``nemo/utils/flops_formulas.py``, and NeMo-Framework-Launcher's ``calculate_tflops``: attention as the full s²
-square, the count of every NVIDIA table of that time). Checked on the 4K row: its 768 TFLOP/s are 16,665 tokens/s
-per GPU under this count, 1.6 % below NeMo 24.07's Llama 2 7B FP8 row (16,934 on 8 GPUs,
+ASSUMED: the TFLOP/s are NeMo's own count, :func:`nemo_flops_per_token` (the ``llama2`` formula of NeMo's
+``nemo/utils/flops_formulas.py``, added 2025-01; NeMo's auto-configurator counts a GPT block's attention the same way,
+``calculate_tflops``: 4·B·s²·h per block forward, the full s² square). Checked on the 4K row: its 768 TFLOP/s are 16,665
+tokens/s per GPU under this count, 1.6 % below NeMo 24.07's Llama 2 7B FP8 row (16,934 on 8 GPUs,
 :data:`minipar.perf.nemo.NEMO_FIT`); under the causal half of the square (Megatron-LM's count today) they would be
 17,917, 5.8 % above a container four months newer. The attention kernel: Transformer Engine picks its FusedAttention
-(cuDNN) over flash-attn on an H100 when both can run, context parallelism included (TE v1.4,
-``DotProductAttention.forward``: "Select FusedAttention on sm90 and FlashAttention on others for performance"),
-so the rows run at Megatron-Core's kernel ("cudnn", :data:`minipar.perf.gemm.ATTN_EFF_H100`). As for NeMo 24.07
-(:mod:`minipar.perf.nemo`): micro-batch 1, no recomputation, the distributed optimizer (ZeRO-1), bf16 gradient
-reduction, TP communication overlapped with sequence parallelism, no interleaving (the PP 2 row), the unfused loss,
-the H100 preset's links.
+(cuDNN) over flash-attn on an H100 when both can run, context parallelism included (TE v1.4 of 2024-03-07, ASSUMED the
+container's; v1.3 and v1.5 choose the same; ``DotProductAttention.forward``: "Select FusedAttention on sm90 and
+FlashAttention on others for performance"), so the rows run at Megatron-Core's kernel ("cudnn",
+:data:`minipar.perf.gemm.ATTN_EFF_H100`). As for NeMo 24.07 (:mod:`minipar.perf.nemo`): micro-batch 1, no recomputation,
+the distributed optimizer (ZeRO-1), bf16 gradient reduction, TP communication overlapped with sequence parallelism, no
+interleaving (the PP 2 row), the unfused loss, the H100 preset's links.
 
 Known misses, labelled AFTER their errors were seen (``MISS:attn``): from 16K tokens up the model reads +22 to +72 %,
 optimistic, the more the larger the attention core's share (39 % of the FLOPs at 16K, 98 % at 1M). The 4K and 8K
