@@ -49,7 +49,7 @@ from dataclasses import replace
 
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError
-from minipar.perf.flops import moe_params
+from minipar.perf.flops import attention_share, moe_params
 from minipar.perf.gemm import attention_kernel
 from minipar.perf.hardware import (
     GPUS,
@@ -73,6 +73,8 @@ from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_fl
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64
+# NeMo's long-sequence H100 rows (minipar.perf.nemo_long; tests/test_plan_framework.py recomputes both figures)
+LONG_SEQ_MISS = "+22 to +72 % optimistic from 16K tokens up, within 4 % at FlashAttention-2's rate"
 # A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
 # memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
 CUSTOM_DEVICE = (
@@ -314,6 +316,9 @@ def main(argv=None) -> int:
             f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
             + ("" if e.fits else "  (does not fit)")
         )
+    if kept and kept[0].layout.flash_attention and attention_kernel(dev) == "cudnn" and attention_share(model) >= 0.3:
+        print(f"  (attention is {100 * attention_share(model):.0f} % of a block's FLOPs: at the cuDNN rate measured "
+              f"in 2026 NeMo's long-sequence runs read {LONG_SEQ_MISS}; run --attention-kernel flash too)")  # fmt: skip
     if a.tp is not None:  # a fixed layout models only what its flags say: name what was left out
         given = {"--flash-attention": a.flash_attention, "--sp": a.sp or a.tp == 1, "--zero": a.zero is not None}
         left = " ".join(k for k, v in {**given, "--overlap": a.overlap}.items() if not v)

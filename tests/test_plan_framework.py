@@ -2,6 +2,7 @@
 chosen on its own declared fit set (:mod:`minipar.perf.hardware`,
 :func:`minipar.perf.published.fit_gemm_efficiency`)."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -92,6 +93,33 @@ def test_attention_kernel_is_in_help_and_json(capsys):
         )
         assert attention_rate(a100, True, ba, s) == a100.peak_flops * TRITON_VS_FA2 * ATTN_EFF["A100"]
     assert abs(TRITON_VS_FA2 - 3.5 / 6.4) < 1e-12  # FA2 1.4x forward, 2x backward; backward 2.5 forwards of work
+
+
+def test_a_long_sequence_on_megatron_names_the_kernels_test_rows(capsys):
+    """Where attention holds 30 % or more of a block's FLOPs and the kernel is Megatron-Core's cuDNN, the plan says
+    what NeMo's long-sequence rows read (minipar.perf.nemo_long): the printed range is the labelled rows', the
+    bound FlashAttention-2's reading's; not at 4K tokens, not with the flash kernel."""
+    from minipar.perf.flops import attention_share
+    from minipar.perf.nemo import shape
+    from minipar.perf.nemo_long import nemo_long_rows, what_if
+    from minipar.plan import LONG_SEQ_MISS
+
+    miss = [e.mfu / p - 1 for lab, e, _, p in nemo_long_rows() if "MISS:attn" in lab]
+    flash = what_if()["flash"][len(nemo_long_rows()) - len(miss) :]
+    lo, hi, bound = round(100 * min(miss)), round(100 * max(miss)), math.ceil(100 * max(map(abs, flash)))
+    assert (
+        LONG_SEQ_MISS == f"+{lo} to +{hi} % optimistic from 16K tokens up, within {bound} % at FlashAttention-2's rate"
+    )
+    assert round(attention_share(shape("Llama2-7B s=16384")), 2) == 0.40
+    cmd = ["--model", "7b", "--gpus", "128", "--tp", "4", "--pp", "1", "--dp", "8", "--cp", "4", "--sp", "--zero", "1"]
+    cmd += ["--gpu", "h100", "--flash-attention", "--framework", "megatron", "--global-batch", "32", "--seq"]
+    for seq, kernel, says in (
+        ("131072", [], True),
+        ("4096", [], False),
+        ("131072", ["--attention-kernel", "flash"], False),
+    ):
+        assert main([*cmd, seq, *kernel]) == 0
+        assert ("NeMo's long-sequence runs read " + LONG_SEQ_MISS in capsys.readouterr().out) == says, (seq, kernel)
 
 
 def test_unknown_attention_kernel_is_one_line(capsys):
