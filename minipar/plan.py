@@ -70,7 +70,7 @@ from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_f
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
-SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 DEFAULT_GPUS = 64
 # NeMo's long-sequence H100 rows (minipar.perf.nemo_long; tests/test_plan_framework.py recomputes both figures)
@@ -120,20 +120,11 @@ LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", *SHARD_FLAGS)
 def _shape(a) -> tuple[str, ModelShape]:
     emb = (a.untie_embeddings_and_output_weights, a.position_embedding_type)  # Megatron-LM's flags, when given
     if a.layers is not None:
-        shape = ModelShape(
-            a.layers,
-            a.hidden,
-            a.heads,
-            a.seq or 2048,
-            a.vocab or 51200,
-            kv_heads=a.kv_heads,
-            ffn=a.ffn,
-            gated=a.swiglu,
-            dropout=not a.no_dropout,
-        )
+        shape = ModelShape(a.layers, a.hidden, a.heads, a.seq or 2048, a.vocab or 51200, kv_heads=a.kv_heads, ffn=a.ffn,
+                           gated=a.swiglu, dropout=not a.no_dropout, kv_channels=a.kv_channels)  # fmt: skip
         return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape.with_embeddings(*emb)
     base = MODELS[a.model]
-    over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn") if getattr(a, k) is not None}
+    over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn", "kv_channels") if getattr(a, k) is not None}
     shape = replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
     return a.model, shape.with_embeddings(*emb)
 
@@ -173,6 +164,7 @@ def _row(e, dev, model) -> dict:
         "layout": str(e.layout),
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
+        "kv_channels": model.head_dim,  # one attention head's width (hidden/heads unless --kv-channels)
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,
@@ -205,7 +197,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minipar.plan", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="70b", choices=sorted(MODELS), help="a preset shape (unless --layers ...)")
     for f in SHAPE:
-        p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {f}")
+        hd = "one attention head's width (Megatron-LM's; default hidden/heads)" if f == "kv_channels" else f
+        p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {hd}")
     p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
     p.add_argument("--no-dropout", action="store_true", help="no dropout masks kept (Llama): activation memory")
     p.add_argument(

@@ -122,6 +122,7 @@ MISS_BANDS = {
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
     "MISS:step": (0.50, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+60 … +168 %)
     "MISS:attn": (0.15, 0.80),  # minipar.perf.nemo_long: Llama 2 7B, 16K-1M tokens (+22 … +72 %)
+    "MISS:finemoe": (-0.45, 1.85),  # minipar.perf.nemo: Qwen3 30B-A3B, EP 16 -41 … -40 %, EP 8 +57 %, +178 %
 }
 
 
@@ -135,7 +136,7 @@ def test_fit_and_test_sets_per_device():
     within 15 %, the misses inside their band; medians per device over the rows that are not known misses
     within 7 %; the Megatron-LM and MegaScale rows within 10 %; the H100 rows that are not known misses no longer
     optimistic as a set (signed median within ±7 %; all H100 rows: +23 % with one A100-chosen efficiency for every
-    device, -0.5 % now)."""
+    device, -0.6 % now)."""
     for kind, sets in (("FIT", fit_sets()), ("TEST", held_out_sets())):
         for device, rows in sets.items():
             errs, hit = [], []

@@ -2,8 +2,8 @@
 
 Pure arithmetic on a :class:`~minipar.perf.layout.ModelShape` (no devices, no time): the counts
 :mod:`minipar.perf.model` turns into seconds and bytes. Sources per function. Units: FLOPs, bytes,
-parameters. b micro-batch, s sequence, h hidden, a heads, h_kv = kv_heads·h/a, f the MLP width,
-l layers, V vocabulary, t tensor-parallel degree.
+parameters. b micro-batch, s sequence, h hidden, a heads, q = a·head_dim the queries' width (h unless
+``kv_channels``), h_kv = kv_heads·head_dim, f the MLP width, l layers, V vocabulary, t tensor-parallel degree.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ def layer_gemm_flops(model: ModelShape, b: float, s: int | None = None) -> float
 
 def attention_core_flops(model: ModelShape, b: float, s_q: int | None = None, s_k: int | None = None) -> float:
     """Forward FLOPs of QKᵀ and attention·V for b sequences, s_q queries against s_k keys (default s, s):
-    4·b·s_q·s_k·h, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h)."""
+    4·b·s_q·s_k·q, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h; q = h unless ``kv_channels``)."""
     s = model.seq
-    return 4 * b * (s_q or s) * (s_k or s) * model.hidden
+    return 4 * b * (s_q or s) * (s_k or s) * model.q_width
 
 
 def attention_share(model: ModelShape) -> float:
@@ -85,8 +85,7 @@ def op_recomputed_matmuls(model: ModelShape) -> list[tuple[int, int, bool]]:
     K, O and W3 (gated) or down. The memory-bound operators (norms, activations, residual adds) are not on the
     save list: they run again as well."""
     h, f = model.hidden, model.f
-    hk = model.kv * (h // model.heads)
-    return [(h, hk, True), (h, h, False), (h, f, True) if model.gated else (f, h, False)]
+    return [(h, model.kv_width, True), (model.q_width, h, False), (h, f, True) if model.gated else (f, h, False)]
 
 
 def op_saved_values(model: ModelShape, t: int, seq_parallel: bool) -> float:
@@ -98,10 +97,9 @@ def op_saved_values(model: ModelShape, t: int, seq_parallel: bool) -> float:
     the attention kernel's output (h/t) and its fp32 log-sum-exp (2·a/t value-equivalents), and with sequence
     parallelism the two reduce-scatters' outputs (2h/t). Norms, RoPE, activations and residual adds: none kept.
     Counted to the byte at t = 1 by PyTorch's selective checkpointing under that policy (tests/test_op_ac_memory.py)."""
-    h, a, f = model.hidden, model.heads, model.f
-    hk = model.kv * (h // a)
+    h, a, f, q = model.hidden, model.heads, model.f, model.q_width
     x = h / t if seq_parallel else h
-    kept = x + (h + hk + h + 2 * a + f) / t + (h if model.gated else 0)
+    kept = x + (q + model.kv_width + q + 2 * a + f) / t + (h if model.gated else 0)
     return kept + (2 * h / t if seq_parallel and t > 1 else 0)
 
 
@@ -119,7 +117,7 @@ def activation_bytes_per_layer(
     arXiv:2205.05198): for a GPT none s·b·h·(10 + 24/t + 5·a·s/(h·t)) (eq. 2), with sequence parallelism
     s·b·h·(34/t + 5·a·s/(h·t)) (§4.2.2); selective and FlashAttention drop the 5·a·s/(h·t) scores (§5);
     full keeps the layer's input, 2·s·b·h (÷t with sequence parallelism, §4.3). The 24 generalised from
-    the paper's terms: Q 2, K and V 2·h_kv/h each, the output projection's input 2, the MLP's 2·f/h per
+    the paper's terms: Q 2·q/h, K and V 2·h_kv/h each, the output projection's input 2·q/h, the MLP's 2·f/h per
     kept (b, s, f) tensor (2 for GELU: its input and output; 3 gated: gate, up, product). cp divides s.
     The 10 replicated: two LayerNorm inputs 4, the QKV and MLP inputs 2 each, two dropout masks 1 each
     (8 without dropout, ``model.dropout`` False).
@@ -135,8 +133,7 @@ def activation_bytes_per_layer(
         x = 2 * op_saved_values(model, t, seq_parallel) * s * b
     else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
         # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
-        hk, f = model.kv * (h // a), model.f
-        split = (4 * h + 4 * hk + 2 * f * (3 if model.gated else 2)) * s * b
+        split = (4 * model.q_width + 4 * model.kv_width + 2 * model.f * (3 if model.gated else 2)) * s * b
         core = 0 if recompute in ("selective", "op") or flash_attention else 5 * a * s * model.seq * b
         rep = (10 if model.dropout else 8) * sbh
         x = (rep + split + core) / t if seq_parallel else rep + (split + core) / t
@@ -150,13 +147,13 @@ def fp8_saved_bytes(
     weight gradient in FP8 (1 byte, not bf16's 2), as Transformer Engine's ``Linear`` does (NVIDIA/TransformerEngine,
     ``transformer_engine/pytorch/module/linear.py``, ``_Linear.forward``: "Cached input tensor", the quantized
     input): the QKV and the MLP-up inputs, s·b·h each (replicated unless sequence parallelism), the output
-    projection's, s·b·h, and the MLP-down's, s·b·f (÷t); 0 with full recomputation (only the block's bf16 input is
+    projection's, s·b·q, and the MLP-down's, s·b·f (÷t); 0 with full recomputation (only the block's bf16 input is
     kept). torchao's ``Float8Linear`` keeps its inputs in high precision (``matmul_with_hp_or_float8_args.forward``:
     ``ctx.save_for_backward(input_hp, ...)``): no saving there."""
     if recompute == "full":
         return 0.0
     s, h, t = model.seq // cp, model.hidden, tp
-    rep, split = 2 * s * b * h, (h + model.f) * s * b
+    rep, split = 2 * s * b * h, (model.q_width + model.f) * s * b
     return (rep + split) / t if seq_parallel else rep + split / t
 
 
@@ -222,10 +219,10 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
 
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
     """Training FLOPs per token with experts: 6·(active parameters without those a token only looks up,
-    :attr:`~minipar.perf.layout.ModelShape.lookup_params`) + 12·l·h·s, as ``GPT.flops_per_token`` counts it (Kaplan
+    :attr:`~minipar.perf.layout.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
     et al. 2020, Table 1; PaLM App. B): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
-    return 6 * (active - model.lookup_params) + 12 * model.layers * model.hidden * model.seq
+    return 6 * (active - model.lookup_params) + 12 * model.layers * model.q_width * model.seq
 
 
 def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:

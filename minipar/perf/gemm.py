@@ -121,13 +121,12 @@ def gemm_rate_shape(peak: float, eff: float, hbm_bw: float | None, sms: int, m, 
 
 def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
     """The (m, n, k) of one block's forward weight GEMMs on one TP rank for ``tokens`` = b·s rows:
-    QKV (n = (h + 2·h_kv)/t), output projection (k = h/t), MLP up (n = f/t, ×2 gated: gate and up)
-    and down (k = f/t) (Megatron-LM's column/row split, Shoeybi et al. 2019, §3). Their FLOPs sum to
-    :func:`~minipar.perf.flops.layer_gemm_flops` / t."""
-    h, f = model.hidden, model.f
-    hk = model.kv * (h // model.heads)
+    QKV (n = (q + 2·h_kv)/t, q the queries' width, h unless ``kv_channels``), output projection (k = q/t), MLP up
+    (n = f/t, ×2 gated: gate and up) and down (k = f/t) (Megatron-LM's column/row split, Shoeybi et al. 2019, §3).
+    Their FLOPs sum to :func:`~minipar.perf.flops.layer_gemm_flops` / t."""
+    h, f, q = model.hidden, model.f, model.q_width
     up = (2 if model.gated else 1) * f
-    return [(tokens, (h + 2 * hk) / t, h), (tokens, h, h / t), (tokens, up / t, h), (tokens, h, f / t)]
+    return [(tokens, (q + 2 * model.kv_width) / t, h), (tokens, h, q / t), (tokens, up / t, h), (tokens, h, f / t)]
 
 
 def op_recompute_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:

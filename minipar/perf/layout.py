@@ -35,8 +35,10 @@ class ModelShape:
     transpose (GPT-2, MPT, BLOOM; Megatron-LM's default) or, False, its own V×h matrix (Llama: Megatron-LM's
     ``--untie-embeddings-and-output-weights``, Hugging Face's ``tie_word_embeddings=False``); ``learned_positions``: a
     learned s×h position table (GPT) or, False, positions without weights (rotary, Su et al. 2021, arXiv:2104.09864, or
-    ALiBi; Megatron-LM's ``--position-embedding-type rope``). Its counts here (:attr:`params` ...) are the DENSE
-    block's."""
+    ALiBi; Megatron-LM's ``--position-embedding-type rope``); ``kv_channels`` the width of one attention head
+    (Megatron-LM's ``--kv-channels``; None: hidden/heads, :attr:`head_dim`), so that the queries span heads·kv_channels
+    (:attr:`q_width`), which need not be the hidden size (Qwen3 30B-A3B: 32 × 128 on h = 2,048). Its counts here
+    (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
     hidden: int
@@ -52,17 +54,21 @@ class ModelShape:
     top_k: int = 1
     tied_embeddings: bool = True
     learned_positions: bool = True
+    kv_channels: int | None = None
 
     def __post_init__(self):
-        for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn"):
+        for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
         for k in ("bias", "gated", "dropout", "tied_embeddings", "learned_positions"):
             if not isinstance(getattr(self, k), bool):
                 raise ConfigError(f"ModelShape.{k}={getattr(self, k)!r}: must be True or False")
-        if self.hidden % self.heads:
-            raise ConfigError(f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it")
+        if self.hidden % self.heads and self.kv_channels is None:
+            raise ConfigError(
+                f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it, or give "
+                "kv_channels (--kv-channels), the width of one head"
+            )
         if self.heads % self.kv:
             raise ConfigError(f"kv_heads={self.kv} must divide heads={self.heads} (each kv head serves a whole group)")
         if self.experts is not None and not (isinstance(self.experts, int) and self.experts >= 0):
@@ -76,22 +82,38 @@ class ModelShape:
         return self.kv_heads or self.heads
 
     @property
+    def head_dim(self) -> int:
+        """One attention head's width: ``kv_channels``, or hidden/heads."""
+        return self.kv_channels or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """The queries' (and the attention output's) width, heads·head_dim (= hidden unless ``kv_channels``)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The keys' (and the values') width, h_kv = kv heads·head_dim."""
+        return self.kv * self.head_dim
+
+    @property
     def f(self) -> int:
         """The MLP's inner width (4·hidden unless given)."""
         return self.ffn or 4 * self.hidden
 
     @property
     def layer_matrix_params(self) -> int:
-        """Weights of one block's matrices: h·(h + 2·h_kv) (QKV) + h² (output) + (3 if gated else 2)·h·f
-        (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1, eq. 2)."""
-        h, hk = self.hidden, self.kv * (self.hidden // self.heads)
-        return h * (h + 2 * hk) + h * h + (3 if self.gated else 2) * h * self.f
+        """Weights of one block's matrices: h·(q + 2·h_kv) (QKV; q = :attr:`q_width`, h unless ``kv_channels``) +
+        q·h (output) + (3 if gated else 2)·h·f (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1,
+        eq. 2)."""
+        h, q, hk = self.hidden, self.q_width, self.kv_width
+        return h * (q + 2 * hk) + q * h + (3 if self.gated else 2) * h * self.f
 
     @property
     def layer_params(self) -> int:
-        """One block: its matrices, biases (h + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
-        h, hk, f = self.hidden, self.kv * (self.hidden // self.heads), self.f
-        return self.layer_matrix_params + (h + 2 * hk) + h + (2 * f if self.gated else f) + h + 4 * h
+        """One block: its matrices, biases (q + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
+        h, f = self.hidden, self.f
+        return self.layer_matrix_params + (self.q_width + 2 * self.kv_width) + h + (2 * f if self.gated else f) + 5 * h
 
     @property
     def params(self) -> float:

@@ -62,6 +62,10 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     ends = (layout.first_stage_layers, layout.last_stage_layers, layout.stage_split)
     uneven = any(x is not None for x in ends)
     if counts != "megatron":
+        if model.q_width != model.hidden:
+            raise ConfigError(
+                f"kv_channels={model.kv_channels}: minipar's GPT has heads of hidden/heads; GPU counts only"
+            )
         if p * v > model.layers or uneven:
             raise ConfigError(
                 f"pp·v = {p}·{v} stages for {model.layers} layers (minipar counts: even stages, pp·v <= layers)"

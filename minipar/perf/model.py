@@ -147,7 +147,7 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
     """Bytes of one ring-attention message of a rank holding ``s`` tokens: its K and V, 2·b·s·(kv heads
     on this TP rank)·d_head·bpv. Ring attention sends c − 1 of them forward and 2c − 1 backward (the dK/dV
     accumulators make one more hop home): :func:`minipar.cp.ring.ring_attention_bytes`, lesson 11."""
-    return 2 * b * s * model.kv * (model.hidden // model.heads) / min(t, model.kv) * bpv
+    return 2 * b * s * model.kv_width / min(t, model.kv) * bpv
 
 
 def gemm_rate(dev: Device, layout: Layout) -> float:

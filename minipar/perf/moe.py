@@ -169,7 +169,7 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
     total, active = moe_params(model, E, k)
     tokens = global_batch * model.seq / gpus  # per GPU per step, data and expert parallel ranks alike
     a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
-    dense = 6 * (model.params - model.lookup_params) + 12 * model.layers * model.hidden * model.seq
+    dense = 6 * (model.params - model.lookup_params) + 12 * model.layers * model.q_width * model.seq
     return "\n".join(
         (
             f"{name} with {E} experts, top-{k}: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B active per token",
