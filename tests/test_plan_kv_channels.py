@@ -1,7 +1,7 @@
 """Issue #38 item 2 ("every knob a real run sets"): ``--kv-channels``, one attention head's width, Megatron-LM's flag.
 
 Qwen3's attention is wider than its hidden size (30B-A3B: 32 heads × 128 on h = 2,048), so a shape that derives the
-head from hidden/heads counts a third of its active FLOPs wrong. ``ModelShape.kv_channels`` (None: hidden/heads)
+head from hidden/heads misses about a quarter of its training FLOPs. ``ModelShape.kv_channels`` (None: hidden/heads)
 sets the queries' width q = heads·kv_channels and the keys' kv_heads·kv_channels wherever a block's weights, FLOPs,
 GEMM shapes, activations and context-parallel messages are counted; nothing moves without it."""
 
@@ -11,7 +11,13 @@ from dataclasses import replace
 import pytest
 
 from minipar.errors import ConfigError
-from minipar.perf.flops import activation_bytes_per_layer, attention_core_flops, layer_gemm_flops, moe_params
+from minipar.perf.flops import (
+    activation_bytes_per_layer,
+    attention_core_flops,
+    layer_gemm_flops,
+    moe_flops_per_token,
+    moe_params,
+)
 from minipar.perf.gemm import block_gemms
 from minipar.perf.layout import UNTIED_ROPE, ModelShape
 from minipar.perf.model import cp_block_bytes
@@ -32,8 +38,11 @@ def test_qwen3_counts_match_the_model_cards():
         t, a = moe_params(shape, shape.experts, shape.top_k)
         assert abs(t / total - 1) < 0.005 and abs(a / active - 1) < 0.02, (t, a)
         assert (shape.head_dim, shape.q_width) == (128, 128 * shape.heads)
-    t, a = moe_params(replace(QWEN3_30B, kv_channels=None), 128, 8)
+    narrow = replace(QWEN3_30B, kv_channels=None)
+    t, a = moe_params(narrow, 128, 8)
     assert 2.85e9 < a < 2.95e9 and t < 30.2e9
+    for count in (lambda m: moe_flops_per_token(m, 128, 8), megatron_flops_per_token):  # "about a quarter" missed
+        assert 0.2 < 1 - count(narrow) / count(QWEN3_30B) < 0.3
 
 
 def test_without_it_nothing_moves_and_with_it_every_count_follows():

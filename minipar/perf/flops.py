@@ -29,7 +29,7 @@ def attention_core_flops(model: ModelShape, b: float, s_q: int | None = None, s_
 
 def attention_share(model: ModelShape) -> float:
     """The attention core's share of one block's forward FLOPs (:func:`attention_core_flops` over it plus
-    :func:`layer_gemm_flops`): 4·s·h / (2·weights + 4·s·h), 1/(1 + 6h/s) for a GPT; it grows with the sequence."""
+    :func:`layer_gemm_flops`): 4·s·q / (2·weights + 4·s·q), 1/(1 + 6h/s) for a GPT; it grows with the sequence."""
     core = attention_core_flops(model, 1)
     return core / (core + layer_gemm_flops(model, 1))
 
