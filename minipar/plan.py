@@ -309,8 +309,9 @@ def main(argv=None) -> int:
             f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
             + ("" if e.fits else "  (does not fit)")
         )
-    if kept and kept[0].layout.flash_attention and attention_kernel(dev) == "cudnn" and attention_share(model) >= 0.3:
-        print(f"  (attention is {100 * attention_share(model):.0f} % of a block's FLOPs: at the cuDNN rate measured "
+    share = attention_share(model)
+    if kept and kept[0].layout.flash_attention and attention_kernel(dev) == "cudnn" and share >= 0.3:
+        print(f"  (attention is {100 * share:.0f} % of a block's FLOPs: at the cuDNN rate measured "
               f"in 2026 NeMo's long-sequence runs read {LONG_SEQ_MISS}; run --attention-kernel flash too)")  # fmt: skip
     if a.tp is not None:  # a fixed layout models only what its flags say: name what was left out
         given = {"--flash-attention": a.flash_attention, "--sp": a.sp or a.tp == 1, "--zero": a.zero is not None}
