@@ -15,6 +15,7 @@ save the per-step losses and the final parameters there (``torch.save``).
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -81,8 +82,14 @@ def main() -> None:
     if rank == 0 and args.out:
         params = {k: v.detach().cpu() for k, v in model.module.state_dict().items()}
         torch.save({"losses": losses, "params": params}, args.out)
-    dist.barrier()  # every rank done (rank 0's save too) before any closes its connections
     dist.destroy_process_group()  # leave cleanly (NCCL warns otherwise)
+    if backend == "gloo":
+        # gloo's worker threads outlive destroy_process_group and may still be freeing the last gradient
+        # all-reduce, which needs Python: if Python's shutdown has begun by then, the rank aborts (lesson 10,
+        # appendix). os._exit skips that shutdown; the file is saved and the output flushed first.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

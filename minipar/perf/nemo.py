@@ -204,11 +204,19 @@ def nemo_layout(row) -> Layout:
     )
 
 
+LONG_SEQ_SEEN = 16 * 1024  # tokens: NeMo's long-sequence rows labelled MISS:attn from here up (nemo_long's doc)
+
+
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
-    table and the release's recipe disagree), ``"finemoe"`` (Qwen3's 128 fine-grained experts, labelled after seen)."""
+    table and the release's recipe disagree), ``"finemoe"`` (Qwen3's 128 fine-grained experts, labelled after seen),
+    ``"attn"`` (a shape at ``s=`` :data:`LONG_SEQ_SEEN` tokens or more, :mod:`minipar.perf.nemo_long`, after seen)."""
     *_, recompute_layers, _, _, _ = row
-    return "provenance" if recompute_layers else "finemoe" if row[1].startswith("Qwen3") else None
+    if recompute_layers:
+        return "provenance"
+    if row[1].startswith("Qwen3"):
+        return "finemoe"
+    return "attn" if shape(row[1]).seq >= LONG_SEQ_SEEN and " s=" in row[1] else None
 
 
 def label(row) -> str:

@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework
 from minipar.perf.layout import Estimate, ModelShape
-from minipar.perf.nemo import megatron_flops_per_token, nemo_rows, shape
+from minipar.perf.nemo import LONG_SEQ_SEEN, megatron_flops_per_token, nemo_rows, shape
 
 # (sequence in K tokens, GPUs, batch, TP, PP, DP, CP, TFLOP/s per GPU with CP): "LLAMA2-7B (FP8) - H100"
 LONG = [
@@ -49,7 +49,7 @@ LONG = [
     (512, 512, 8, 8, 1, 4, 16, 549),
     (1024, 1024, 4, 8, 1, 4, 32, 536),
 ]
-SEEN = 16  # MISS:attn from this many K tokens up (module doc)
+SEEN = LONG_SEQ_SEEN // 1024  # MISS:attn from this many K tokens up (module doc; nemo.miss_reason labels them)
 
 
 def nemo_flops_per_token(model: ModelShape, causal_half: bool = False) -> float:
@@ -75,12 +75,8 @@ def _rows(causal_half: bool = False) -> list[tuple]:
 def nemo_long_rows(dev: Device | None = None, causal_half: bool = False) -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)`` per row on ``dev`` (default the H100 preset with Megatron-Core's
     efficiency and kernel), read by :func:`minipar.perf.nemo.nemo_rows` as NVIDIA's other Megatron-Core rows; rows
-    from :data:`SEEN` K tokens up labelled ``MISS:attn`` (module doc)."""
-    got = nemo_rows(dev or for_framework(GPUS["h100"], "megatron"), _rows(causal_half))
-    return [
-        (lab + (" MISS:attn" if row[0] >= SEEN else ""), e, metric, pub)
-        for row, (lab, e, metric, pub) in zip(LONG, got)
-    ]
+    from :data:`SEEN` K tokens up labelled ``MISS:attn`` (module doc) by :func:`minipar.perf.nemo.miss_reason`."""
+    return nemo_rows(dev or for_framework(GPUS["h100"], "megatron"), _rows(causal_half))
 
 
 def what_if() -> dict[str, list[float]]:
