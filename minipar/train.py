@@ -331,4 +331,7 @@ def report_failure(exc: Exception, out: str | None, rank: int | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "RANK" in os.environ:  # a torchrun rank: it joined (and left) the group itself; gloo needs this exit
+        mdist.exit_process(code)
+    sys.exit(code)

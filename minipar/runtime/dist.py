@@ -16,7 +16,9 @@ hour. Use :func:`new_group` (not ``torch.distributed.new_group``) so sub-groups 
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -218,6 +220,19 @@ def barrier(group=None) -> None:
     """Wait for every rank of ``group``; a no-op without a process group."""
     if dist.is_initialized():
         dist.barrier(group=group)
+
+
+def exit_process(code: int = 0) -> NoReturn:
+    """End this process now with exit code ``code``: flush stdout and stderr, then ``os._exit`` (no Python shutdown:
+    no ``atexit`` handler, no finaliser runs). For the last line of a script whose process joined a gloo group, after
+    :func:`destroy`: gloo's worker threads outlive ``destroy_process_group`` and may still be freeing a finished
+    collective, which takes the GIL (its thread state or tensors hold Python objects); a thread that asks for the GIL
+    once Python's shutdown has begun is stopped inside a C++ destructor and the process aborts (SIGABRT, "terminate
+    called without an active exception"; reproduced and explained in lesson 10's appendix). ``minipar.launch``'s
+    ranks end the same way. Never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def destroy() -> None:
