@@ -29,4 +29,4 @@ def inject(rank: int, step: int) -> None:
 if __name__ == "__main__":
     r, s = (int(v) for v in sys.argv[1].split(":"))
     inject(r, s)
-    sys.exit(job.main(sys.argv[2:]))
+    mdist.exit_process(job.main(sys.argv[2:]))  # a torchrun rank on gloo: as python -m minipar.train ends one
