@@ -80,3 +80,20 @@ print(out.tolist(), mine.tolist())
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split("\n")[0] == "[0.0, 1.0, 2.0] [0.0, 1.0, 2.0]"
+
+
+def test_exit_process_flushes_and_skips_the_shutdown(tmp_path):
+    """``exit_process(code)``: what was printed (unflushed, to a pipe) arrives, the exit code is ``code``, and no
+    ``atexit`` handler runs: Python's shutdown, where gloo's threads can abort a rank (lesson 10), is skipped."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, sys, minipar.runtime.dist as md\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "print('result', end=''); sys.stderr.write('err')\n"
+        "md.exit_process(3)\n"
+        "print('after')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout, run.stderr[-3:]) == (3, "result", "err"), run  # stderr: warnings may lead
