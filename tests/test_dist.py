@@ -82,7 +82,7 @@ print(out.tolist(), mine.tolist())
     assert p.stdout.split("\n")[0] == "[0.0, 1.0, 2.0] [0.0, 1.0, 2.0]"
 
 
-def test_exit_process_flushes_and_skips_the_shutdown(tmp_path):
+def test_exit_process_flushes_and_skips_the_shutdown():
     """``exit_process(code)``: what was printed (unflushed, to a pipe) arrives, the exit code is ``code``, and no
     ``atexit`` handler runs: Python's shutdown, where gloo's threads can abort a rank (lesson 10), is skipped."""
     import subprocess

@@ -216,7 +216,7 @@ def miss_reason(row) -> str | None:
         return "provenance"
     if row[1].startswith("Qwen3"):
         return "finemoe"
-    return "attn" if shape(row[1]).seq >= LONG_SEQ_SEEN and " s=" in row[1] else None
+    return "attn" if " s=" in row[1] and shape(row[1]).seq >= LONG_SEQ_SEEN else None
 
 
 def label(row) -> str:
