@@ -30,12 +30,13 @@ only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weight
 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
 --moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep``
 fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout
-whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--json`` adds ``ep``, ``etp``, ``experts``,
-``top_k``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped. ``--recompute op``:
-torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The
-software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``,
-``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model:
-:mod:`minipar.perf.model`.
+whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the
+all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides it; ``--json`` adds ``ep``, ``etp``, ``experts``,
+``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped.
+``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework pytorch``,
+dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``,
+``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in
+``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def tokens_per_s_per_gpu(e, model) -> float:
 
 def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
+    moe["dispatcher"] = e.layout.dispatcher
     return {
         "layout": str(e.layout),
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
@@ -282,6 +284,7 @@ def main(argv=None) -> int:
                 fp8=a.precision == "fp8",
                 eps=None if a.ep is None else (a.ep,),
                 etp=a.expert_tp,
+                dispatcher=a.moe_dispatcher,
             )
         kept = [e for e, why in rows if not why]
         if model.experts and not a.json:  # the counts, at the best layout's ep (or the given one)

@@ -122,7 +122,7 @@ MISS_BANDS = {
     "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
     "MISS:step": (0.50, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+60 … +168 %)
     "MISS:attn": (0.15, 0.80),  # minipar.perf.nemo_long: Llama 2 7B, 16K-1M tokens (+22 … +72 %)
-    "MISS:finemoe": (-0.45, 1.85),  # minipar.perf.nemo: Qwen3 30B-A3B, EP 16 -41 … -40 %, EP 8 +57 %, +178 %
+    "MISS:release": (0.55, 0.85),  # minipar.perf.nemo: Qwen3 30B-A3B in 26.02, +70 % (26.02.01: -3.9 %)
 }
 
 

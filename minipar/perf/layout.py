@@ -1,8 +1,7 @@
 """What the performance model (:mod:`minipar.perf.model`) is asked about: a model's shape, a layout, and its answer.
 
-:class:`ModelShape` (a GPT's sizes), :class:`Layout` (how the job is cut over devices),
-:class:`Estimate` (step time in seconds and memory in bytes by term); which layouts are valid, and why not:
-:func:`minipar.perf.layout_checks.check_layout`.
+:class:`ModelShape` (a GPT's sizes), :class:`Layout` (how the job is cut over devices), :class:`Estimate` (step time
+in seconds and memory in bytes by term); which layouts are valid, and why not: :func:`~.layout_checks.check_layout`.
 """
 
 from __future__ import annotations
@@ -13,9 +12,10 @@ from minipar.errors import ConfigError
 
 RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layout.recompute, --recompute)
 # What Layout.overlap may hide behind compute (--overlap): "dp" the DP/ZeRO gradient reduction and weight all-gather,
-# "grad_reduce" only the reduction; PP's sends; TP's collectives. (Ring attention's K/V steps always hide behind the
-# attention: minipar.perf.model.)
-OVERLAP = ("dp", "grad_reduce", "pp", "tp")
+# "grad_reduce" only the reduction; PP's sends; TP's collectives; EP's all-to-alls (Megatron-Core's
+# --overlap-moe-expert-parallel-comm). (Ring attention's K/V steps always hide behind the attention.)
+OVERLAP = ("dp", "grad_reduce", "pp", "tp", "ep")
+DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (Layout.dispatcher, minipar.perf.moe)
 # Megatron-LM's --position-embedding-type (ModelShape.with_embeddings, --position-embedding-type); none: ALiBi, NoPE
 POSITIONS = ("learned_absolute", "rope", "none")
 # A Llama-like shape's embeddings (ModelShape): its own output layer, rotary positions (no table).
@@ -177,7 +177,9 @@ class Layout:
     parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
     divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
     experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None: tp), a divisor of tp; below tp the
-    experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`, :attr:`expert_shard`)."""
+    experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`, :attr:`expert_shard`);
+    ``dispatcher``: the experts' all-to-all, NCCL's ("alltoall") or DeepEP / HybridEP's ("flex", one copy of a token
+    per node; :func:`minipar.perf.moe.a2a_seconds`)."""
 
     dp: int
     tp: int
@@ -205,6 +207,7 @@ class Layout:
     fp8: bool = False
     ep: int = 1
     etp: int | None = None
+    dispatcher: str = "alltoall"
 
     @property
     def gpus(self) -> int:
@@ -323,6 +326,7 @@ class Layout:
         s += f"·ddp{self.bucket_mb:g}MB" if self.bucket_mb is not None else ""
         s += f"·ep{self.ep}" if self.ep > 1 else ""
         s += f"·etp{self.etp}" if self.expert_tp != self.tp else ""
+        s += f"·{self.dispatcher}" if self.dispatcher != "alltoall" and self.ep > 1 else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""

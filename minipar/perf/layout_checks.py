@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import DISPATCHERS, OVERLAP, RECOMPUTE, Layout, ModelShape
 from minipar.runtime.mesh import divisors
 
 
@@ -105,6 +105,8 @@ def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
     if E and layout.hpz is not None:
         raise ConfigError(f"hpz={layout.hpz} with experts={E}: hpZ for the experts' weights is not modelled; drop hpz")
+    if layout.dispatcher not in DISPATCHERS:
+        raise ConfigError(f"dispatcher={layout.dispatcher!r}: not one of {', '.join(DISPATCHERS)}")
     e, t = layout.etp, layout.tp
     if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
         use = ", ".join(str(x) for x in divisors(t))

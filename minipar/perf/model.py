@@ -109,7 +109,7 @@ from minipar.perf.layout import Estimate, Layout, ModelShape
 from minipar.perf.layout_checks import check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
-from minipar.perf.moe import moe_activation_bytes, moe_block_times, training_flops
+from minipar.perf.moe import MOE_HOST_S, moe_activation_bytes, moe_block_times, training_flops
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
@@ -206,10 +206,16 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     ar2 = ar + moe["tp_mlp"] if moe else 2 * ar  # experts: the MLP's all-reduce carries k·b·s·h values
     tp_f, tp_b = ar2, ar2 + (ar2 if full else 0.0)
     b_0, tp_b0 = (b_l - extra, ar2) if full else (b_l, tp_b)  # a block not recomputed
-    a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors; not overlapped
+    a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors
     ep_f, ep_b0, ep_b = a2a, a2a, a2a + (a2a if full else 0.0)
     if "tp" in layout.overlap:
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
+    if "ep" in layout.overlap:  # hidden behind another micro-batch's block, as TP's behind this one's
+        ep_f, ep_b, ep_b0 = max(0.0, ep_f - f_l), max(0.0, ep_b - b_l), max(0.0, ep_b0 - b_0)
+    # the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S): the GPU waits for the CPU's launches
+    gpu = f_l + b_0 + tp_f + tp_b0 + ep_f + ep_b0
+    pad = max(0.0, MOE_HOST_S.get(dev.framework, 0.0) - gpu) if moe else 0.0
+    pad_f, pad_b = pad * f_l / (f_l + b_0), pad * b_0 / (f_l + b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
     if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
         cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
@@ -226,8 +232,11 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     loss = dev.loss_bytes * b * s * model.vocab / t / dev.hbm_bw if dev.hbm_bw else 0.0  # Device.loss_bytes
     layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
     rc = layout.recomputed_layers(model.layers)  # of them, recomputed (all under "full" unless recompute_layers)
-    lf = [n * (f_l + tp_f + cp_f + ep_f) + p2p for n in layers]
-    lb = [(n - r) * (b_0 + tp_b0 + cp_b + ep_b0) + r * (b_l + tp_b + cp_b + ep_b) + p2p for n, r in zip(layers, rc)]
+    lf = [n * (f_l + tp_f + cp_f + ep_f + pad_f) + p2p for n in layers]
+    lb = [
+        (n - r) * (b_0 + tp_b0 + cp_b + ep_b0) + r * (b_l + tp_b + cp_b + ep_b) + n * pad_b + p2p
+        for n, r in zip(layers, rc)
+    ]
     lf[-1], lb[-1] = lf[-1] + logit + loss, lb[-1] + 2 * logit  # the logit layer and the loss: the last stage
     if p == 1:
         pipe = m * (lf[0] + lb[0])
@@ -240,7 +249,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     n_r = sum(rc[k] for k in mine)
     n_0 = sum(layers[k] for k in mine) - n_r
     busy = m * sum(lf[k] + lb[k] for k in mine)
-    ep = {"ep": m * n_0 * (ep_f + ep_b0) + m * n_r * (ep_f + ep_b)} if moe else {}
+    ep = {"ep": m * n_0 * (ep_f + ep_b0) + m * n_r * (ep_f + ep_b), "host": m * (n_0 + n_r) * pad} if moe else {}
     return {
         "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit + loss if rank == p - 1 else 0.0)),
         "tp": m * n_0 * (tp_f + tp_b0) + m * n_r * (tp_f + tp_b),

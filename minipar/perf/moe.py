@@ -32,11 +32,13 @@ ASSUMED, each a choice a source run would pin:
 - **all-to-all** (dispatch and combine, Lepikhin et al. §2.2; DeepSeek-V3 §3.2.2): 2 per MoE layer in the
   forward, 2 in the backward, 2 more in a fully recomputed forward; each moves this TP rank's T/t tokens'
   k rows of h values (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: tokens split over the TP ranks, the
-  received rows all-gathered over TP after): :func:`minipar.perf.flops.all_to_all_bytes` over the EP
-  group's link (:func:`minipar.perf.sharding.links` ``"ep"``) at the α–β cost of
-  :func:`minipar.comm.cost.all_to_all_time`; NOT overlapped (Megatron-Core's overlap of the EP all-to-all
-  with another micro-batch's compute, ``--overlap-moe-expert-parallel-comm``, and DeepSeek-V3's DualPipe,
-  §3.2.1, hide it; no source run here measures that).
+  received rows all-gathered over TP after), :func:`minipar.perf.flops.all_to_all_bytes`: inside a node over
+  NVLink at the α–β cost of :func:`minipar.comm.cost.all_to_all_time`; across nodes (:func:`a2a_seconds`) the
+  intra-node and inter-node bytes at once, NCCL's ``"alltoall"`` or DeepEP / HybridEP's ``"flex"`` (one copy of a
+  token per node: ``Layout.dispatcher``). Overlapped only with ``"ep"`` in ``Layout.overlap`` (Megatron-Core's
+  ``--overlap-moe-expert-parallel-comm``: another micro-batch's compute hides it; the excess over the block stays).
+- **the host's floor** (:data:`MOE_HOST_S`, Megatron-Core only): a block and its exposed all-to-alls take at least
+  that long per micro-batch, the CPU's launches the GPU waits for; CHOSEN on one published row (below).
 - **TP collectives** of the MoE MLP carry its k·T rows: one all-reduce of b·s·h (attention) and one of
   k·b·s·h (the experts' input gathered, their output reduce-scattered) per layer forward, instead of two of
   b·s·h (Shoeybi et al. 2019's count, :mod:`minipar.perf.model`).
@@ -54,6 +56,8 @@ Units: seconds, bytes, FLOPs, parameters.
 
 from __future__ import annotations
 
+import math
+
 from minipar.comm.cost import all_reduce_time, all_to_all_time
 from minipar.model.moe.capacity import check_moe
 from minipar.perf.flops import (
@@ -67,6 +71,17 @@ from minipar.perf.flops import (
 )
 from minipar.perf.gemm import block_gemms, gemms_time
 from minipar.perf.layout import Layout, ModelShape
+
+# Seconds of host (CPU) work under one MoE block of one micro-batch, forward + backward, that its GPU work cannot hide,
+# per framework (Device.framework): a block runs for max(its GPU time and exposed communication, this). Megatron-Core's
+# dispatchers wait on the GPU for the received tokens' counts (DeepEP's README: "an implicit CPU wait for GPU received
+# count signal"; the alltoall dispatcher's split sizes), so the CPU cannot run ahead and a fine-grained MoE block's
+# launches (router, permutation, grouped GEMMs, FP8 casts) set its time: the "compute wall"'s host-boundedness
+# (Megatron Core MoE report, arXiv:2603.07685, §1). CHOSEN on one row, Megatron-Bridge 26.04.01's Qwen3 30B-A3B on 16
+# H100s (:data:`minipar.perf.nemo.MOE_HOST_FIT`), after the errors of its five H100 rows were seen; 0 elsewhere (not
+# modelled): its error there +0.2 %. Checked on a B200 row (25.11: 8 GPUs, micro-batch 1, 9,299 tokens/s, about an
+# H100's): -1.7 %.
+MOE_HOST_S = {"megatron": 9.2e-3}
 
 
 def expert_params(model: ModelShape) -> int:
@@ -114,17 +129,44 @@ def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links
     f = gemms_time(dev, dense, layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
     b = gemms_time(dev, dense, layout.fp8, True) + local * gemms_time(dev, expert, layout.fp8, True)
     bpv = dev.bytes_per_value
-    a2a = a2a_seconds(model, tokens, layout, links["ep"], bpv) if ep > 1 else 0.0
+    a2a = a2a_seconds(model, tokens, layout, dev, bpv) if ep > 1 else 0.0
     tp_mlp = all_reduce_time(e, k * tokens * e / t * model.hidden * bpv, links["tp"])
     return {"f": f, "b": b, "a2a": a2a, "tp_mlp": tp_mlp}
 
 
-def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, link, bytes_per_value: int = 2) -> float:
-    """Seconds of one all-to-all (dispatch or combine) over the EP group's ``link``: this TP rank's tokens/t
-    tokens' k rows of h values, at :func:`minipar.comm.cost.all_to_all_time`'s (ep − 1)·α + (ep − 1)/ep·S/β, whose
-    bytes are :func:`~minipar.perf.flops.all_to_all_bytes`."""
-    ep = layout.ep
-    return all_to_all_time(ep, tokens / layout.tp * model.top_k * model.hidden * bytes_per_value, link)
+def ep_nodes(dev, layout: Layout) -> tuple[int, int]:
+    """(g, n): the ranks one EP group has on each node it touches and the nodes it spans, in Megatron's rank order
+    (an EP group is ep ranks tp·cp apart, or etp apart when the experts' mesh folds; :mod:`minipar.perf.sharding`)."""
+    from minipar.perf.sharding import across_nodes, members_per_node  # sharding imports this module
+
+    ep, stride = layout.ep, (layout.tp * layout.cp if layout.expert_tp == layout.tp else layout.expert_tp)
+    g = members_per_node(ep, stride, dev.gpus_per_node) if across_nodes(dev, ep, stride) else ep
+    return g, -(-ep // g)
+
+
+def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per_value: int = 2) -> float:
+    """Seconds of one all-to-all (dispatch or combine) of this TP rank's tokens/t tokens' k rows of h values, S bytes
+    (:func:`~minipar.perf.flops.all_to_all_bytes`), over an EP group with g ranks on each of its n nodes
+    (:func:`ep_nodes`). Inside one node: :func:`minipar.comm.cost.all_to_all_time` over NVLink. Across nodes the
+    intra-node and the inter-node bytes move at once, on NVLink and on this GPU's own NIC (``dev.inter``, a rail):
+    ``"alltoall"`` (NCCL, Megatron-Core's ``MoEAlltoAllTokenDispatcher``): S/ep to each peer, (ep − g)·S/ep through the
+    NIC; ``"flex"`` (DeepEP / HybridEP, ``--moe-token-dispatcher-type flex``): a token crosses the network once per
+    node that holds one of its experts, then fans out over NVLink (DeepSeek-V3, arXiv:2412.19437, §3.2.2), so the NIC
+    carries (n − 1)·P·S/k, P = 1 − C(E − E/n, k)/C(E, k) the chance that a given other node holds one of its k of E
+    experts (uniform routing, ASSUMED); DeepEP measures 43-58 GB/s per 50 GB/s NIC at EP 16-64 (its README, V1
+    "normal kernels"), this model's NIC rate. Latency: one α per peer, as NCCL's n − 1 send/recv pairs."""
+    ep, k, E = layout.ep, model.top_k, model.experts
+    S = tokens / layout.tp * k * model.hidden * bytes_per_value
+    g, n = ep_nodes(dev, layout)
+    if n == 1:
+        return all_to_all_time(ep, S, dev.intra)
+    (a_in, b_in), (a_out, b_out) = dev.intra, dev.inter
+    if layout.dispatcher == "flex":
+        hit = 1 - math.comb(E - E // n, k) / math.comb(E, k)
+        net = (n - 1) * hit * S / k
+    else:
+        net = (ep - g) / ep * S
+    return (g - 1) * a_in + (ep - g) * a_out + max(net / b_out, (g - 1) / g * S / b_in)
 
 
 def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int):

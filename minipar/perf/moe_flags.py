@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from minipar.errors import ConfigError
+from minipar.perf.layout import DISPATCHERS
 from minipar.runtime.mesh import divisors
 
 
@@ -15,7 +16,8 @@ def _fit(n: int) -> str:
 
 
 def add_moe_flags(p) -> None:
-    """``--moe-experts``, ``--moe-top-k``, ``--ep`` and ``--expert-tp`` on the argparse parser ``p``."""
+    """``--moe-experts``, ``--moe-top-k``, ``--ep``, ``--expert-tp`` and ``--moe-dispatcher`` on the argparse parser
+    ``p``."""
     p.add_argument(
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
@@ -28,11 +30,19 @@ def add_moe_flags(p) -> None:
         help="the experts' TP degree in the layouts whose tp it divides (Megatron-Core's --expert-tensor-parallel-"
         "size; default: tp): below tp the experts' mesh folds, an EP group of ep ranks etp apart (1: inside a node)",
     )
+    p.add_argument(
+        "--moe-dispatcher",
+        choices=DISPATCHERS,
+        default="alltoall",
+        help="the experts' all-to-all (Megatron-Core's --moe-token-dispatcher-type): alltoall, NCCL's; flex, DeepEP / "
+        "HybridEP's, one copy of a token per node across the network (with --moe-experts)",
+    )
 
 
 def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
-    """``--ep`` and ``--expert-tp`` need ``--moe-experts``; with it: no fixed-layout flag (the search tries the
-    layouts and ep; a flag is refused, not dropped), k <= E, ep dividing E and the GPUs. Raises ConfigError."""
+    """``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and ``--overlap ep`` need ``--moe-experts``; with it: no
+    fixed-layout flag (the search tries the layouts and ep; a flag is refused, not dropped), k <= E, ep dividing E and
+    the GPUs. Raises ConfigError."""
     if a.moe_experts is None:
         if a.ep is not None:
             raise ConfigError(
@@ -40,6 +50,10 @@ def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
             )
         if a.expert_tp is not None:
             raise ConfigError(f"--expert-tp {a.expert_tp} is the experts' TP degree: add --moe-experts E, or drop it")
+        if a.moe_dispatcher != "alltoall":
+            raise ConfigError(f"--moe-dispatcher {a.moe_dispatcher} moves tokens to experts: add --moe-experts E")
+        if "ep" in a.overlap.split(","):
+            raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
     given = [f"--{f.replace('_', '-')}" for f in layout_flags if getattr(a, f) not in (None, False)]
     given += ["--precision fp8"] if a.precision == "fp8" else []

@@ -49,11 +49,14 @@ Sources (read in the repositories, commit named):
   26.02.01), tokens/s per GPU, all given; each row's "Model TFLOP / sec / GPU" is its tokens/s in Megatron-LM's
   count with Qwen3's heads (:func:`megatron_flops_per_token`; a test checks all five). The shape: Qwen3 30B-A3B's
   Hugging Face config (48 layers, h 2,048, 32 query heads of 128 on it: ``kv_channels``; 4 kv heads, 128 experts of
-  FFN 768, top-8, V 151,936, untied, rotary), whose model card's 30.5B / 3.3B parameters it reproduces. The 26.06
-  recipe (``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py`` at 067f987, FP8 current scaling): HybridEP's
-  flex dispatcher, ``moe_a2a_overlap`` off, forced load balancing, Transformer Engine's CUDA graphs of the attention
-  and the router; the earlier releases' recipes were not read. Qwen3 235B-A22B's rows (EP 32 over dp 16 × tp 2,
-  expert TP 1) are left out: the model carves EP out of dp only.
+  FFN 768, top-8, V 151,936, untied, rotary), whose model card's 30.5B / 3.3B parameters it reproduces. The recipes
+  (FP8 current scaling, forced load balancing; 26.02 and 26.02.01: ``scripts/performance/configs/qwen/`` at tags v0.3.0
+  and v0.3.1, DeepEP's flex dispatcher, ``moe_a2a_overlap=True``; 26.04 to 26.06: v0.4.0, v0.5.0 and
+  ``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py`` at 067f987, HybridEP's flex dispatcher,
+  ``moe_a2a_overlap=False``): ``Layout.dispatcher`` "flex" and "ep" in ``Layout.overlap`` as given (:data:`FLEX`).
+  **FIT**: the 26.04.01 row (:data:`MOE_HOST_FIT`) chose the host's floor under a MoE block,
+  :data:`minipar.perf.moe.MOE_HOST_S`, after the five rows' errors were seen (below); the other four are its test.
+  Qwen3 235B-A22B's rows (EP 32 over dp 16 × tp 2, expert TP 1) are left out: the model carves EP out of dp only.
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -63,16 +66,19 @@ error is the throughput error. ASSUMED for all: the H100 preset's links (NDR, 40
 reduction in fp32 for Megatron-LM (MoE-Zoo: its default under bf16), in bf16 for NeMo and Megatron-Bridge (the
 25.11 recipe sets ``grad_reduce_in_fp32=False``; NeMo 24.07 the same); the interleaved schedule's sends overlapped
 (Megatron's default with VP); the Mixtral run's expert tensor parallelism 1 (given: ``Layout.etp``, the experts'
-mesh folded, its EP groups inside a node); balanced routing (forced balancing: given); the all-to-all not overlapped (no
-``A2A_OVERLAP``: given).
+mesh folded, its EP groups inside a node); balanced routing (forced balancing: given); Mixtral's all-to-all not
+overlapped (no ``A2A_OVERLAP``: given).
 
 Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
-``MISS:finemoe``, the Qwen3 rows, labelled after their errors were seen: EP 16 over two nodes -40 to -41 %, EP 8 in one
-node +57 % (26.02.01) and +178 % (26.02, which 26.02.01 runs 1.8x faster on the same layout). The published throughput
-hardly moves between the two layouts (8,826-9,058 tokens/s), the model's 2.7x: it charges EP 16's all-to-all as NCCL's
-over InfiniBand (37 of its 50 s; HybridEP moves tokens over NVLink, then RDMA), and the 128 small expert GEMMs, the
-router and the permutations at a fraction of their cost (13 s of compute against a published step of 30 s). The MoE
-terms were built on Mixtral's 8 large experts; fine-grained experts are their next work. Two labels were written AFTER
+``MISS:release``, Qwen3 in 26.02 (+70 %, labelled after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
+The Qwen3 rows read -41 % (EP 16) and +57 % / +178 % (EP 8) until 2026-11-28, when three things came in, each from a
+source: EP 16's all-to-all moves its intra-node bytes on NVLink while the rest crosses the NIC, and HybridEP / DeepEP
+send a token across the network once per node (:func:`minipar.perf.moe.a2a_seconds`), which left the rows +56 % and
++109 % optimistic; 26.02.x overlap the all-to-all (their recipes). What was left is one gap, the same on both layouts
+and on a B200: the published throughput hardly moves between EP 16 over two nodes and EP 8 in one (8,826-9,058 tokens/s
+per GPU) nor from an H100 to a B200 at micro-batch 1 (25.11: 9,299), about 9.2 ms per block and micro-batch whatever
+the GPU does: the host's floor (:data:`minipar.perf.moe.MOE_HOST_S`, chosen on 26.04.01): then 26.04, 26.06 and 26.02.01
++0.9 %, +1.7 % and -3.9 %, the B200 row -1.7 % (``tests/test_plan_moe.py``). Two labels were written AFTER
 their errors were seen and are gone. ``MISS:moe``, the Mixtral rows: -20 % bf16 and -13 % FP8 while the model ASSUMED
 expert TP = TP (2), whose EP group of 8 ranks 2 apart spans two nodes, so every all-to-all crossed InfiniBand; the run's
 expert TP is 1 (given), and Megatron-Core then folds the experts' mesh (an EP group is 8 consecutive ranks, one node's
@@ -147,11 +153,15 @@ NEMO = [  # TEST rows (module doc)
     ("MoE-Zoo", "Mixtral-8x22B", 128, (2, 8, 1, 7, 8), 1, 256, None, False, "tflops", 465),
     ("MoE-Zoo", "Mixtral-8x22B", 128, (2, 8, 1, 7, 8), 1, 256, None, True, "tflops", 560),
     ("MB 26.06", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8826),
-    ("MB 26.04.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8960),
     ("MB 26.04", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8901),
     ("MB 26.02.01", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 9058),
     ("MB 26.02", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 5113),
 ]
+
+# FIT of the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S), chosen after the Qwen3 rows' errors were seen
+MOE_HOST_FIT = [("MB 26.04.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8960)]
+# Megatron-Bridge releases whose Qwen3 recipes run the flex dispatcher (DeepEP in 26.02.x, HybridEP after): given
+FLEX = ("MB 26.02", "MB 26.02.01", "MB 26.04", "MB 26.04.01", "MB 26.06")
 
 
 def shape(name: str) -> ModelShape:
@@ -182,6 +192,8 @@ def nemo_layout(row) -> Layout:
     edge = (layers + 2) // chunks - 1 if layers % chunks and (layers + 2) % chunks == 0 else None
     if tp > 1 and src != "MoE-Zoo":  # tp_comm_overlap (userbuffers): given for Megatron-Bridge, ASSUMED for NeMo
         overlap.add("tp")
+    if src in ("MB 26.02", "MB 26.02.01") and ep > 1:  # Qwen3's moe_a2a_overlap=True in those releases' recipes: given
+        overlap.add("ep")
     return Layout(
         dp=n // (tp * pp * cp),
         tp=tp,
@@ -198,6 +210,7 @@ def nemo_layout(row) -> Layout:
         fp8=fp8,
         ep=ep,
         etp=1 if src == "MoE-Zoo" else None,  # the Mixtral run's expert TP 1: given (module doc)
+        dispatcher="flex" if src in FLEX and ep > 1 else "alltoall",  # DeepEP / HybridEP: given (module doc)
         cp=cp,
         first_stage_layers=edge,
         last_stage_layers=edge,
@@ -209,13 +222,13 @@ LONG_SEQ_SEEN = 16 * 1024  # tokens: NeMo's long-sequence rows labelled MISS:att
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
-    table and the release's recipe disagree), ``"finemoe"`` (Qwen3's 128 fine-grained experts, labelled after seen),
+    table and the release's recipe disagree), ``"release"`` (Qwen3 in 26.02: 26.02.01's recipe, 1.8x slower; seen),
     ``"attn"`` (a shape at ``s=`` :data:`LONG_SEQ_SEEN` tokens or more, :mod:`minipar.perf.nemo_long`, after seen)."""
     *_, recompute_layers, _, _, _ = row
     if recompute_layers:
         return "provenance"
-    if row[1].startswith("Qwen3"):
-        return "finemoe"
+    if row[1].startswith("Qwen3") and row[0] == "MB 26.02":
+        return "release"
     return "attn" if " s=" in row[1] and shape(row[1]).seq >= LONG_SEQ_SEEN else None
 
 
@@ -225,6 +238,7 @@ def label(row) -> str:
     given = nemo_layout(row)
     lay = f"dp{given.dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
     lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·etp{given.etp}" if given.etp else "")
+    lay += "·flex" if given.dispatcher == "flex" else ""
     lay += f"·rc{rl}" if rl else ""
     why = miss_reason(row)
     return f"{src} {name} {n:4d} H100 {lay} {'fp8' if fp8 else 'bf16'}" + (f" MISS:{why}" if why else "")

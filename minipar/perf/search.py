@@ -70,6 +70,7 @@ def plan(
     fp8: bool = False,
     eps=None,
     etp: int | None = None,
+    dispatcher: str = "alltoall",
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -92,7 +93,8 @@ def plan(
             divides dp and the experts; None: every divisor of dp that divides the experts (ep = 1 included;
             :func:`ep_degrees`). A dense model: ep = 1 only.
         etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
-            does not divide is invalid, so skipped. None: tp (Megatron-Core's default).
+            does not divide is invalid, so skipped. None: tp (Megatron-Core's default). ``dispatcher``: their
+            all-to-all (``Layout.dispatcher``), fixed.
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
@@ -145,6 +147,7 @@ def plan(
                                 fp8=fp8,
                                 ep=ep,
                                 etp=etp if model.experts else None,
+                                dispatcher=dispatcher if model.experts else "alltoall",
                             )
                             out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
