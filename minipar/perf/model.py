@@ -212,15 +212,15 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     if "ep" in layout.overlap:  # hidden behind another micro-batch's block, as TP's behind this one's
         ep_f, ep_b, ep_b0 = max(0.0, ep_f - f_l), max(0.0, ep_b - b_l), max(0.0, ep_b0 - b_0)
-    # the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S): the GPU waits for the CPU's launches
-    gpu = f_l + b_0 + tp_f + tp_b0 + ep_f + ep_b0
-    pad = max(0.0, MOE_HOST_S.get(dev.framework, 0.0) - gpu) if moe else 0.0
-    pad_f, pad_b = pad * f_l / (f_l + b_0), pad * b_0 / (f_l + b_0)
     step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
     if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
         cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
     else:  # ring attention: each step's transfer hides behind one chunk's attention
         cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
+    # the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S): the GPU waits for the CPU's launches
+    gpu = f_l + b_0 + tp_f + tp_b0 + cp_f + cp_b + ep_f + ep_b0
+    pad = max(0.0, MOE_HOST_S.get(dev.framework, 0.0) - gpu) if moe else 0.0
+    pad_f, pad_b = pad * f_l / (f_l + b_0), pad * b_0 / (f_l + b_0)
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
