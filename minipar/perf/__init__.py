@@ -7,8 +7,9 @@ A MODEL (arithmetic with sources), not a measurement. Import from the submodules
 - :mod:`minipar.perf.flops`      FLOPs, activation bytes and parameters per stage, from the shape
 - :mod:`minipar.perf.model`      seconds and bytes per layout, α–β links: :func:`~minipar.perf.model.estimate`
 - :mod:`minipar.perf.memory`     bytes per device: ZeRO's states, activations held along the real schedule
+- :mod:`minipar.perf.placement`  whether a group's ranks straddle nodes, and how many share one
 - :mod:`minipar.perf.sharding`   which link each group runs on; DP / ZeRO / HSDP communication per step
-- :mod:`minipar.perf.moe`        the counts a mixture of experts needs (parameters, FLOPs, all-to-all bytes)
+- :mod:`minipar.perf.moe`        a mixture of experts: counts, expert GEMMs, the all-to-all's links, the host's floor
 - :mod:`minipar.perf.search`     every layout (cp included) estimated, rejected or ranked; rank correlation
 - :mod:`minipar.perf.published`  the FIT set (Megatron-LM Table 1) and preset shapes
 - :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2; Llama 3

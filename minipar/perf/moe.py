@@ -71,6 +71,7 @@ from minipar.perf.flops import (
 )
 from minipar.perf.gemm import block_gemms, gemms_time
 from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.placement import across_nodes, members_per_node
 
 # Seconds of host (CPU) work under one MoE block of one micro-batch, forward + backward, that its GPU work cannot hide,
 # per framework (Device.framework): a block runs for max(its GPU time and exposed communication, this). Megatron-Core's
@@ -136,9 +137,7 @@ def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links
 
 def ep_nodes(dev, layout: Layout) -> tuple[int, int]:
     """(g, n): the ranks one EP group has on each node it touches and the nodes it spans, in Megatron's rank order
-    (an EP group is ep ranks tp·cp apart, or etp apart when the experts' mesh folds; :mod:`minipar.perf.sharding`)."""
-    from minipar.perf.sharding import across_nodes, members_per_node  # sharding imports this module
-
+    (an EP group is ep ranks tp·cp apart, or etp apart when the experts' mesh folds; :mod:`minipar.perf.placement`)."""
     ep, stride = layout.ep, (layout.tp * layout.cp if layout.expert_tp == layout.tp else layout.expert_tp)
     g = members_per_node(ep, stride, dev.gpus_per_node) if across_nodes(dev, ep, stride) else ep
     return g, -(-ep // g)

@@ -16,6 +16,7 @@ from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.memory import stage_layers_of
 from minipar.perf.moe import moe_stage_params
+from minipar.perf.placement import across_nodes, members_per_node  # noqa: F401  (read here and by perf.model)
 from minipar.perf.timeline import overlap_formula
 
 BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))
@@ -42,31 +43,6 @@ def group_link(dev: Device, size: int, stride: int, collective: bool = True) -> 
     k = members_per_node(size, stride, dev.gpus_per_node) if collective else 1
     alpha = ((k - 1) * dev.intra[0] + dev.inter[0]) / k  # k - 1 NVLink steps per network step
     return (alpha, min(k * dev.inter[1], max(dev.inter[1], dev.intra[1])))
-
-
-def members_per_node(size: int, stride: int, g: int) -> int:
-    """The fewest ranks that any one group of ``size`` ranks ``stride`` apart (blocks of size·stride
-    consecutive ranks, Megatron's order) has on a node of ``g`` GPUs that it touches (>= 1)."""
-    if stride >= g:
-        return 1
-    span = size * stride
-    if span % g == 0 and g % stride == 0:  # the group covers whole nodes, g/stride ranks on each
-        return g // stride
-    fewest = size
-    for block in range(math.lcm(span, g) // span):  # the pattern of blocks over nodes repeats after lcm ranks
-        for offset in range(stride):
-            nodes: dict[int, int] = {}
-            for i in range(size):
-                node = (block * span + offset + i * stride) // g
-                nodes[node] = nodes.get(node, 0) + 1
-            fewest = min(fewest, *nodes.values())
-    return fewest
-
-
-def across_nodes(dev: Device, size: int, stride: int) -> bool:
-    """True if groups of ``size`` ranks ``stride`` apart straddle nodes (:func:`group_link` off NVLink)."""
-    span, g = size * stride, dev.gpus_per_node
-    return not (size <= 1 or (span <= g and g % span == 0))
 
 
 def links(dev: Device, lay: Layout) -> dict:
