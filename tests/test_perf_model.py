@@ -123,6 +123,7 @@ MISS_BANDS = {
     "MISS:step": (0.50, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+60 … +168 %)
     "MISS:attn": (0.15, 0.80),  # minipar.perf.nemo_long: Llama 2 7B, 16K-1M tokens (+22 … +72 %)
     "MISS:release": (0.55, 0.85),  # minipar.perf.nemo: Qwen3 30B-A3B in 26.02, +70 % (26.02.01: -3.9 %)
+    "MISS:a2a": (0.10, 0.30),  # minipar.perf.nemo: Qwen3 235B-A22B, EP 32 over 4 nodes, +16 … +23 %
 }
 
 

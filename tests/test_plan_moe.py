@@ -196,6 +196,11 @@ def test_contradictions_are_one_line(argv, message, capsys):
 def test_layout_errors_name_the_value_and_the_fix():
     with pytest.raises(ConfigError, match=r"^ep=4 must divide dp=2 \(expert parallelism is carved out of dp\); use ep"):
         estimate(MOE, H100, Layout(2, 1, 4, 1, ep=4), 64)
+    # folded (etp < tp): the experts' mesh spans tp·cp·dp/etp ranks, so ep may exceed dp (Qwen3 235B: dp 16, ep 32)
+    folded = Layout(2, 4, 1, 1, zero=1, recompute="selective", seq_parallel=True, ep=8, etp=1)
+    assert estimate(MOE, H100, folded, 64).layout.ep == 8 > folded.dp
+    with pytest.raises(ConfigError, match=r"^ep=8 must divide tp·cp·dp/etp=4 \(expert parallelism is carved out of "):
+        estimate(MOE, H100, Layout(2, 4, 1, 1, ep=8, etp=2), 64)
     with pytest.raises(ConfigError, match=r"^ep=3 must divide experts=8 \(whole experts per rank\); use ep 1, 2$"):
         estimate(MOE, H100, Layout(6, 1, 1, 1, ep=3), 60)
     with pytest.raises(ConfigError, match=r"^ep=2 without experts"):

@@ -88,8 +88,8 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
 
 
 def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
-    """``ep`` of a layout (:func:`check_layout`): it divides dp and the experts; experts need the
-    GPU counts."""
+    """``ep`` of a layout (:func:`check_layout`): it divides the experts and dp (with the experts' mesh folded,
+    ``etp`` < tp: tp·cp·dp/etp); experts need the GPU counts."""
     ep, d, E = layout.ep, layout.dp, model.experts
     if not isinstance(ep, int) or ep < 1:
         raise ConfigError(f"ep={ep!r}: must be an integer >= 1")
@@ -97,9 +97,19 @@ def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"ep={ep} without experts: expert parallelism needs a model with experts (or ep=1)")
     if E and counts != "megatron":
         raise ConfigError(f"experts={E}: mixture-of-experts layouts are modelled with the GPU counts only")
-    if E and (E % ep or d % ep):
-        ok = ", ".join(str(x) for x in divisors(math.gcd(d, E)))
-        why = f"experts={E} (whole experts per rank)" if E % ep else f"dp={d} (expert parallelism is carved out of dp)"
+    e, t = layout.etp, layout.tp
+    if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
+        use = ", ".join(str(x) for x in divisors(t))
+        raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
+    # folded (etp < tp): the experts' mesh spans the tp·cp·dp ranks, etp·ep·edp of them (Megatron-Core)
+    pool, of = (d, "dp") if layout.expert_tp == layout.tp else (layout.tp * layout.cp * d // e, "tp·cp·dp/etp")
+    if E and (E % ep or pool % ep):
+        ok = ", ".join(str(x) for x in divisors(math.gcd(pool, E)))
+        why = (
+            f"experts={E} (whole experts per rank)"
+            if E % ep
+            else f"{of}={pool} (expert parallelism is carved out of {of})"
+        )
         raise ConfigError(f"ep={ep} must divide {why}; use ep {ok}")
     if E and layout.hsdp is not None:
         raise ConfigError(f"hsdp={layout.hsdp} with experts={E}: hybrid sharding of experts is not modelled; drop hsdp")
@@ -107,10 +117,6 @@ def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"hpz={layout.hpz} with experts={E}: hpZ for the experts' weights is not modelled; drop hpz")
     if layout.dispatcher not in DISPATCHERS:
         raise ConfigError(f"dispatcher={layout.dispatcher!r}: not one of {', '.join(DISPATCHERS)}")
-    e, t = layout.etp, layout.tp
-    if e is not None and (not E or not isinstance(e, int) or e < 1 or t % e):
-        use = ", ".join(str(x) for x in divisors(t))
-        raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
 
 
 def check_hpz(layout: Layout) -> None:

@@ -56,7 +56,13 @@ Sources (read in the repositories, commit named):
   ``moe_a2a_overlap=False``): ``Layout.dispatcher`` "flex" and "ep" in ``Layout.overlap`` as given (:data:`FLEX`).
   **FIT**: the 26.04.01 row (:data:`MOE_HOST_FIT`) chose the host's floor under a MoE block,
   :data:`minipar.perf.moe.MOE_HOST_S`, after the five rows' errors were seen (below); the other four are its test.
-  Qwen3 235B-A22B's rows (EP 32 over dp 16 × tp 2, expert TP 1) are left out: the model carves EP out of dp only.
+- **TEST: Megatron-Bridge's Qwen3 235B-A22B rows** (the same archive, DGX-H100, FP8, 26.02.01, 26.04, 26.04.01; added
+  2026-11-28, once the model carved EP out of tp·dp with the experts' mesh folded): 256 GPUs, GBS 8,192, MBS 1, s 4,096,
+  TP 2, PP 8, VP 4, EP 32, all given; the recipe (``qwen3_235b_a22b_pretrain_config_h100`` at v0.3.1, v0.4.0-v0.4.2,
+  v0.5.0): expert TP 1, NCCL's ``alltoall`` dispatcher, ``moe_a2a_overlap=True``, ``tp_comm_overlap=False``. The
+  shape: its Hugging Face config (94 blocks, h 4,096, 64 heads of 128, 4 kv heads, 128 experts of FFN 1,536, top-8),
+  235.2B / 22.2B parameters as its model card; 94 blocks on 32 chunks as 405B's (the embedding and the loss count as
+  a block each, ASSUMED the recipe's default here too).
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -70,7 +76,10 @@ mesh folded, its EP groups inside a node); balanced routing (forced balancing: g
 overlapped (no ``A2A_OVERLAP``: given).
 
 Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
-``MISS:release``, Qwen3 in 26.02 (+70 %, labelled after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
+``MISS:a2a``, Qwen3 235B-A22B (+16 to +23 %, labelled after seen): its EP 32 all-to-all spans 4 nodes over NCCL
+(27 s of the model's 66 s step even with the overlap), the only rows that test NCCL's all-to-all across nodes; if it ran
+a quarter below the NIC's rate the rows would fit; not sourced. ``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
+after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
 The Qwen3 rows read -41 % (EP 16) and +57 % / +178 % (EP 8) until 2026-11-28, when three things came in, each from a
 source: EP 16's all-to-all moves its intra-node bytes on NVLink while the rest crosses the NIC, and HybridEP / DeepEP
 send a token across the network once per node (:func:`minipar.perf.moe.a2a_seconds`), which left the rows +56 % and
@@ -122,6 +131,10 @@ SHAPES = {
     "Qwen3-30B-A3B": ModelShape(
         48, 2048, 32, 4096, 151936, False, 4, 768, True, False, experts=128, top_k=8, kv_channels=128, **UNTIED_ROPE
     ),
+    # Qwen3 235B-A22B (its Hugging Face config): 94 blocks, h 4,096, 64 heads of 128, 4 kv heads, 128 experts of 1,536
+    "Qwen3-235B-A22B": ModelShape(
+        94, 4096, 64, 4096, 151936, False, 4, 1536, True, False, experts=128, top_k=8, kv_channels=128, **UNTIED_ROPE
+    ),
 }
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);
@@ -156,11 +169,14 @@ NEMO = [  # TEST rows (module doc)
     ("MB 26.04", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8901),
     ("MB 26.02.01", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 9058),
     ("MB 26.02", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 5113),
+    ("MB 26.04.01", "Qwen3-235B-A22B", 256, (2, 8, 1, 4, 32), 1, 8192, None, True, "tps", 1712),
+    ("MB 26.04", "Qwen3-235B-A22B", 256, (2, 8, 1, 4, 32), 1, 8192, None, True, "tps", 1686),
+    ("MB 26.02.01", "Qwen3-235B-A22B", 256, (2, 8, 1, 4, 32), 1, 8192, None, True, "tps", 1611),
 ]
 
 # FIT of the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S), chosen after the Qwen3 rows' errors were seen
 MOE_HOST_FIT = [("MB 26.04.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8960)]
-# Megatron-Bridge releases whose Qwen3 recipes run the flex dispatcher (DeepEP in 26.02.x, HybridEP after): given
+# Megatron-Bridge releases whose Qwen3 30B recipes run the flex dispatcher (DeepEP in 26.02.x, HybridEP after): given
 FLEX = ("MB 26.02", "MB 26.02.01", "MB 26.04", "MB 26.04.01", "MB 26.06")
 
 
@@ -190,9 +206,10 @@ def nemo_layout(row) -> Layout:
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
     edge = (layers + 2) // chunks - 1 if layers % chunks and (layers + 2) % chunks == 0 else None
-    if tp > 1 and src != "MoE-Zoo":  # tp_comm_overlap (userbuffers): given for Megatron-Bridge, ASSUMED for NeMo
+    big = name == "Qwen3-235B-A22B"  # its recipe: tp_comm_overlap=False, moe_a2a_overlap=True, expert TP 1 (given)
+    if tp > 1 and src != "MoE-Zoo" and not big:  # tp_comm_overlap (userbuffers): given for MB, ASSUMED for NeMo
         overlap.add("tp")
-    if src in ("MB 26.02", "MB 26.02.01") and ep > 1:  # Qwen3's moe_a2a_overlap=True in those releases' recipes: given
+    if (src in ("MB 26.02", "MB 26.02.01") or big) and ep > 1:  # Qwen3's moe_a2a_overlap=True in those recipes
         overlap.add("ep")
     return Layout(
         dp=n // (tp * pp * cp),
@@ -209,8 +226,8 @@ def nemo_layout(row) -> Layout:
         flash_attention=True,
         fp8=fp8,
         ep=ep,
-        etp=1 if src == "MoE-Zoo" else None,  # the Mixtral run's expert TP 1: given (module doc)
-        dispatcher="flex" if src in FLEX and ep > 1 else "alltoall",  # DeepEP / HybridEP: given (module doc)
+        etp=1 if src == "MoE-Zoo" or big else None,  # the Mixtral and Qwen3 235B runs' expert TP 1: given (module doc)
+        dispatcher="flex" if src in FLEX and ep > 1 and not big else "alltoall",  # DeepEP / HybridEP: given
         cp=cp,
         first_stage_layers=edge,
         last_stage_layers=edge,
@@ -223,12 +240,15 @@ LONG_SEQ_SEEN = 16 * 1024  # tokens: NeMo's long-sequence rows labelled MISS:att
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
     table and the release's recipe disagree), ``"release"`` (Qwen3 in 26.02: 26.02.01's recipe, 1.8x slower; seen),
+    ``"a2a"`` (Qwen3 235B-A22B: NCCL's all-to-all over 4 nodes, after seen),
     ``"attn"`` (a shape at ``s=`` :data:`LONG_SEQ_SEEN` tokens or more, :mod:`minipar.perf.nemo_long`, after seen)."""
     *_, recompute_layers, _, _, _ = row
     if recompute_layers:
         return "provenance"
-    if row[1].startswith("Qwen3") and row[0] == "MB 26.02":
+    if row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02":
         return "release"
+    if row[1] == "Qwen3-235B-A22B":
+        return "a2a"
     return "attn" if " s=" in row[1] and shape(row[1]).seq >= LONG_SEQ_SEEN else None
 
 
