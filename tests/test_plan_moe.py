@@ -108,7 +108,7 @@ def test_a_fine_grained_block_waits_for_the_host_under_megatron_core(monkeypatch
     assert estimate(MOE, meg, Layout(8, 1, 1, 1, zero=1, recompute="none", ep=8), 64).time["host"] == 0.0
 
 
-def test_the_host_floor_is_chosen_on_its_fit_row_and_checked_on_a_b200():
+def test_the_host_floor_is_chosen_on_its_fit_row_and_checked_on_a_b200(monkeypatch):
     """The floor (9.2 ms) is the 0.1-ms grid point that puts Megatron-Bridge 26.04.01's Qwen3 row (its FIT,
     :data:`minipar.perf.nemo.MOE_HOST_FIT`) nearest its published 8,960 tokens/s; the same floor puts 25.11's Qwen3 row
     on 8 B200s at micro-batch 1 (9,299 tokens/s, about an H100's: the GPU is not what sets it) within 5 %."""
@@ -118,15 +118,11 @@ def test_the_host_floor_is_chosen_on_its_fit_row_and_checked_on_a_b200():
     from minipar.perf.nemo import MOE_HOST_FIT, nemo_rows
 
     def err(floor, dev=None, rows=MOE_HOST_FIT):
-        old = perf_model.MOE_HOST_S["megatron"]
-        perf_model.MOE_HOST_S["megatron"] = floor
-        try:
-            ((_, e, _, pub),) = nemo_rows(dev, rows)
-        finally:
-            perf_model.MOE_HOST_S["megatron"] = old
+        monkeypatch.setitem(perf_model.MOE_HOST_S, "megatron", floor)
+        ((_, e, _, pub),) = nemo_rows(dev, rows)
         return e.mfu / pub - 1
 
-    chosen = MOE_HOST_S["megatron"]
+    chosen = MOE_HOST_S["megatron"]  # read before err() patches it
     grid = [round(chosen + d * 1e-4, 6) for d in range(-5, 6)]
     assert min(grid, key=lambda f: abs(err(f))) == chosen
     b200 = ("MB 25.11", "Qwen3-30B-A3B", 8, (1, 1, 1, 1, 8), 1, 512, None, True, "tps", 9299)
