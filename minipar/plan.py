@@ -28,11 +28,12 @@ the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's 
 and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
 only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``:
 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
---moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E; ``--ep``
-fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout
-whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the
-all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides it; ``--json`` adds ``ep``, ``etp``, ``experts``,
-``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`); a fixed-layout flag with it is refused, not dropped.
+--moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E, or
+tp·cp·dp/etp where ``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and
+``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert
+mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep``
+hides it; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with
+``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8`` included.
 ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework pytorch``,
 dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``,
 ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in
@@ -105,17 +106,14 @@ def check_args(a: argparse.Namespace) -> None:
     if fixed and len(fixed) < 3:
         raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
     check_shard_flags(a, fixed)
-    check_moe_flags(a, LAYOUT_FLAGS, DEFAULT_GPUS)
+    check_moe_flags(a, DEFAULT_GPUS)
     check_stack_flags(a)
-    if a.moe_experts is None and fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
+    if fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
         n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
         raise ConfigError(
             f"--tp {a.tp} --pp {a.pp} --dp {a.dp}{cp} is a layout of {n} GPUs, not --gpus {a.gpus}; "
             f"use --gpus {n} (or leave it out), or a layout whose tp·pp·dp·cp is {a.gpus}"
         )
-
-
-LAYOUT_FLAGS = (*FIXED, "zero", "recompute", "sp", "cp_allgather", *SHARD_FLAGS)  # dense layouts only
 
 
 def _shape(a) -> tuple[str, ModelShape]:
@@ -248,6 +246,7 @@ def main(argv=None) -> int:
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:
+            moe = {"ep": a.ep or 1, "etp": a.expert_tp, "dispatcher": a.moe_dispatcher} if model.experts else {}
             lay = Layout(
                 a.dp,
                 a.tp,
@@ -270,6 +269,7 @@ def main(argv=None) -> int:
                 stage_split=a.stage_split,
                 bucket_mb=a.bucket_mb,
                 fp8=a.precision == "fp8",
+                **moe,
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
         else:

@@ -146,11 +146,17 @@ def test_llama3_layout_uneven_chunks_from_the_command_line(capsys):
         (["--moe-experts", "4", "--moe-top-k", "5"], "--moe-top-k 5: at most --moe-experts 4"),
         (["--moe-experts", "0"], "--moe-experts 0: must be an integer >= 1"),
         (
-            ["--moe-experts", "8", "--tp", "2", "--pp", "2", "--dp", "2"],
-            "--moe-experts 8 searches the layouts itself (every dp, tp, pp, ... and ep; --ep N fixes ep); a fixed MoE "
-            "layout or FP8 experts are not modelled from the command line: drop --tp --pp --dp, or drop --moe-experts",
+            ["--moe-experts", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--ep", "4"],
+            "ep=4 must divide dp=2 (expert parallelism is carved out of dp); use ep 1, 2",
         ),
-        (["--moe-experts", "8", "--zero", "1"], "--moe-experts 8 searches the layouts itself"),
+        (
+            ["--moe-experts", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--ep", "2", "--zero", "3", "--hsdp", "2"],
+            "hsdp=2 with experts=8: hybrid sharding of experts is not modelled; drop hsdp",
+        ),
+        (
+            ["--moe-experts", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--gpus", "16"],
+            "--tp 2 --pp 1 --dp 4 is a layout of 8 GPUs, not --gpus 16",
+        ),
     ],
 )
 def test_contradictions_are_one_line(argv, message, capsys):

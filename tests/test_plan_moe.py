@@ -295,3 +295,69 @@ def test_the_fast_makespan_is_simulate_to_the_last_bit(name, vs):
                 b = tuple(round(rng.uniform(1, 4), 4) for _ in range(p * v))
                 sim = simulate(make_schedule(name, p, m, v), t_f=lambda a: f[a.stage], t_b=lambda a: b[a.stage])
                 assert makespan(schedule_order(name, p, m, v), p, f, b) == sim.makespan, (name, p, m, v)
+
+
+QWEN235 = (
+    "--layers 94 --hidden 4096 --heads 64 --kv-heads 4 --kv-channels 128 --ffn 1536 --swiglu --vocab 151936 --seq 4096 "
+    "--untie-embeddings-and-output-weights --position-embedding-type rope --no-dropout --moe-experts 128 --moe-top-k 8"
+).split()
+# Megatron-Bridge's H100 FP8 recipe for it (module doc of minipar.perf.nemo: tp 2, pp 8, vp 4, ep 32, expert TP 1,
+# NCCL's all-to-all overlapped, no TP overlap, no recomputation, bf16 gradient reduction, TE's fused loss)
+RECIPE = (
+    "--gpu h100 --framework megatron --fused-loss --global-batch 8192 --tp 2 --pp 8 --dp 16 --v 4 --micro-batch 1 "
+    "--first-stage-layers 2 --last-stage-layers 2 --zero 1 --recompute none --sp --overlap dp,pp,ep "
+    "--grad-reduce-dtype bf16 --flash-attention --precision fp8 --ep 32 --expert-tp 1"
+).split()
+
+
+def test_the_command_line_evaluates_a_published_moe_layout_as_the_test_set_does(capsys):
+    """A fixed MoE layout in FP8 from the command line (``--moe-experts`` with ``--tp/--pp/--dp``, ``--ep``,
+    ``--expert-tp``, ``--precision fp8``) is the estimate the test set makes of Megatron-Bridge's published Qwen3
+    235B-A22B row, to the last bit; and it fits in the H100's memory, as the published run did."""
+    from minipar.perf import nemo
+
+    row = next(r for r in nemo.NEMO if r[1] == "Qwen3-235B-A22B")
+    ((_, ours, _, _),) = nemo.nemo_rows(rows=[row])
+    assert main([*QWEN235, *RECIPE, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["layout"] == "dp16·tp2·pp8·b1·v4·first2·last2·zero1·ep32·etp1·flash·fp8·sp"
+    assert (r["ep"], r["etp"], r["experts"], r["top_k"], r["precision"]) == (32, 1, 128, 8, "fp8")
+    assert r["step_s"] == pytest.approx(ours.time["total"], abs=1e-4) and r["fits"]
+    assert r["mem_gb"] == pytest.approx(ours.mem["total"] / 1e9, abs=0.01)
+    assert (r["tokens_per_s_per_gpu"], round(r["mem_gb"])) == (1983, 58)  # as the README's example says
+
+
+def test_fp8_experts_keep_their_gemm_inputs_in_one_byte():
+    """Transformer Engine's GroupedLinear saves its quantized inputs (``moe_fp8_saved_bytes``): per MoE block and
+    micro-batch the attention's inputs as a dense block's, the k·s·b·h dispatched rows and k·s·b·f/t fc2 inputs at
+    1 byte, the router's input still bf16; none under full recomputation. Only under Megatron-Core."""
+    from minipar.perf.flops import fp8_saved_bytes
+    from minipar.perf.hardware import for_framework
+    from minipar.perf.moe import moe_fp8_saved_bytes
+
+    s, h, f, k, t = 4096, 4096, 14336, 2, 2
+    dense = fp8_saved_bytes(MOE, 1, t, "none", True)
+    assert moe_fp8_saved_bytes(MOE, 1, t, "none", True, 1) == dense - s * h / t + k * s * h + (k - 1) * f * s / t
+    assert moe_fp8_saved_bytes(MOE, 1, t, "full", True, 1) == 0
+    lay = Layout(4, 2, 1, 1, zero=1, recompute="selective", seq_parallel=True, ep=4, flash_attention=True)
+    mega = for_framework(H100, "megatron")
+    bf16, fp8 = (estimate(MOE, mega, replace(lay, fp8=x), 64).mem["activations"] for x in (False, True))
+    assert fp8 < bf16
+    pt = [estimate(MOE, H100, replace(lay, fp8=x), 64).mem["activations"] for x in (False, True)]
+    assert pt[0] == pt[1]  # torchao's Float8Linear keeps high-precision inputs: no saving modelled
+
+
+def test_the_search_tries_a_folded_ep_larger_than_dp():
+    """With the experts' mesh folded (etp < tp) the search tries every ep dividing tp·cp·dp/etp and the experts
+    (Megatron-Core's expert RankGenerator, as ``check_ep`` allows): EP 32 at dp 16, tp 2, etp 1, as the Qwen3
+    235B-A22B recipe runs; with etp = tp only ep dividing dp."""
+    from minipar.perf.search import ep_degrees
+
+    big = replace(MOE, experts=128, top_k=8)
+    assert ep_degrees(big, 16, None, tp=2, cp=1, etp=1)[-1] == 32
+    assert ep_degrees(big, 16, None, tp=2, cp=1, etp=2)[-1] == 16
+    assert ep_degrees(big, 16, (32,), tp=2, cp=1, etp=None) == []
+    assert ep_degrees(MOE, 16, None, tp=2, cp=1, etp=1) == [1, 2, 4, 8]
+    rows = plan(big, H100, 32, 64, micro_batches=(1,), recomputes=("full",), zeros=(1,), vs=(1,), eps=(32,), etp=1)
+    assert {e.layout.ep for e, _ in rows} == {32}
+    assert {(e.layout.dp, e.layout.tp) for e, _ in rows} >= {(16, 2), (32, 1)}

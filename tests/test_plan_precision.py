@@ -71,7 +71,7 @@ CASES = [
     ),
     (["--gpu", "a100-40gb", "--precision", "fp8"], "--precision fp8: A100-SXM4-40GB has no FP8 tensor cores"),
     (["--device-fp8-tflops", "0"], "--device-fp8-tflops 0.0: must be a finite number > 0 (dense FP8 TFLOP/s per GPU"),
-    (["--moe-experts", "8", "--precision", "fp8"], "--moe-experts 8 searches the layouts itself"),
+    (["--moe-experts", "8", "--precision", "fp8", "--gpu", "a100"], "--precision fp8: A100-SXM4-80GB has no FP8"),
 ]
 
 

@@ -29,9 +29,20 @@ def attention_core_flops(model: ModelShape, b: float, s_q: int | None = None, s_
 
 def attention_share(model: ModelShape) -> float:
     """The attention core's share of one block's forward FLOPs (:func:`attention_core_flops` over it plus
-    :func:`layer_gemm_flops`): 4·s·q / (2·weights + 4·s·q), 1/(1 + 6h/s) for a GPT; it grows with the sequence."""
+    :func:`layer_gemm_flops` and, with experts, :func:`expert_extra_flops`): 4·s·q / (2·weights + 4·s·q), 1/(1 + 6h/s)
+    for a GPT; it grows with the sequence."""
     core = attention_core_flops(model, 1)
-    return core / (core + layer_gemm_flops(model, 1))
+    return core / (core + layer_gemm_flops(model, 1) + expert_extra_flops(model, 1))
+
+
+def expert_extra_flops(model: ModelShape, b: float) -> float:
+    """Forward FLOPs of one block for b sequences that a mixture of experts adds to the dense block's
+    (:func:`layer_gemm_flops`, one MLP): k − 1 more MLPs per token and the router, 2·b·s·((k − 1)·(3 if gated else
+    2)·h·f + E·h); 0 for a dense model."""
+    if not model.experts:
+        return 0.0
+    mlp = (3 if model.gated else 2) * model.hidden * model.f
+    return 2 * b * model.seq * ((model.top_k - 1) * mlp + model.experts * model.hidden)
 
 
 def logit_flops(model: ModelShape, b: float) -> float:

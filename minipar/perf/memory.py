@@ -12,7 +12,7 @@ import functools
 from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
-from minipar.perf.moe import moe_activation_bytes, moe_stage_params
+from minipar.perf.moe import moe_activation_bytes, moe_fp8_saved_bytes, moe_stage_params
 from minipar.pp.schedules import make_schedule
 from minipar.zero.formula import zero_bytes_formula
 
@@ -87,7 +87,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     secondary partition, bytes_per_value·psi/(N·cp) (:func:`minipar.perf.sharding.secondary_gather`). With experts
     (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
     :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
-    each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; dense models).
+    each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; with experts
+    :func:`~minipar.perf.moe.moe_fp8_saved_bytes`).
     Raises ConfigError for an invalid layout."""
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -98,10 +99,11 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     if model.experts:
         params, experts = zip(*moe_stage_params(model, layout, layers))
     kept = moe_activation_bytes if model.experts else activation_bytes_per_layer
-    fp8_inputs = layout.fp8 and dev.framework == "megatron" and not model.experts  # TE keeps GEMM inputs in FP8
+    fp8_inputs = layout.fp8 and dev.framework == "megatron"  # TE keeps GEMM inputs in FP8
+    saved = moe_fp8_saved_bytes if model.experts else fp8_saved_bytes
 
     def act_bytes(model, b, t, rc, sp, bpv, flash, c):
-        return kept(model, b, t, rc, sp, bpv, flash, c) - (fp8_saved_bytes(model, b, t, rc, sp, c) if fp8_inputs else 0)
+        return kept(model, b, t, rc, sp, bpv, flash, c) - (saved(model, b, t, rc, sp, c) if fp8_inputs else 0)
 
     if dev.counts == "megatron":
         chunks = tuple(layout.chunk_layers(model.layers))

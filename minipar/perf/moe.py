@@ -63,7 +63,8 @@ from minipar.model.moe.capacity import check_moe
 from minipar.perf.flops import (
     activation_bytes_per_layer,
     all_to_all_bytes,
-    layer_gemm_flops,
+    expert_extra_flops,
+    fp8_saved_bytes,
     model_flops,
     moe_flops_per_token,
     moe_params,
@@ -181,16 +182,30 @@ def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, s
     return dense + ((k - 1) * mlp + 2 * k * s * b * model.hidden) * bpv / 2
 
 
+def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, cp: int) -> float:
+    """Bytes per MoE block and micro-batch that FP8 training saves (:func:`moe_activation_bytes` less): the
+    attention's GEMM inputs as in :func:`~minipar.perf.flops.fp8_saved_bytes`, the k·s·b·h dispatched rows (the
+    experts' fc1 input) and the k·s·b·f/t fc2 inputs in 1 byte, not 2, while the router's input (s·b·h, ÷t with
+    sequence parallelism) stays bf16. Transformer Engine's ``GroupedLinear`` saves its quantized inputs for the
+    weight gradient (``module/grouped_linear.py`` at v2.10, ``_GroupedLinear.forward``: ``inputmats`` from
+    ``tex.split_quantize``, column-wise usage, into ``save_for_backward``) unless ``save_original_input``, which
+    Megatron-Core sets on the experts only under ``moe_act`` recomputation (fc2) or fc1 offloading
+    (``transformer/moe/experts.py``). 0 with full recomputation."""
+    if recompute == "full":
+        return 0.0
+    s, h, k = model.seq // cp, model.hidden, model.top_k
+    dense = fp8_saved_bytes(model, b, tp, recompute, sp, cp)
+    return dense - s * b * h / (tp if sp else 1) + k * s * b * h + (k - 1) * model.f * s * b / tp
+
+
 def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:
     """FLOPs of one step with experts: :func:`~minipar.perf.flops.model_flops` of the dense shape plus, per block
     pass (3 per block, one more per recomputed block), the forward FLOPs of k − 1 more MLPs and the router:
     2·B·s·((k − 1)·(3 if gated else 2)·h·f + E·h). The MFU counts the active parameters (k, not E)."""
     base = model_flops(model, global_batch, recompute, flash, recomputed)
-    h, f, l = model.hidden, model.f, model.layers
-    extra = layer_gemm_flops(model, global_batch) / model.layer_matrix_params  # 2·B·s
-    extra *= (model.top_k - 1) * (3 if model.gated else 2) * h * f + model.experts * h
+    l = model.layers
     passes = 3 * l + ((l if recomputed is None else recomputed) if recompute == "full" else 0)
-    return base + passes * extra
+    return base + passes * expert_extra_flops(model, global_batch)
 
 
 def training_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:

@@ -22,7 +22,12 @@ def add_moe_flags(p) -> None:
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
     p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
-    p.add_argument("--ep", type=int, default=None, help="fix the expert-parallel degree (default: the search tries it)")
+    p.add_argument(
+        "--ep",
+        type=int,
+        default=None,
+        help="fix the expert-parallel degree (default: the search tries it; a fixed layout: 1)",
+    )
     p.add_argument(
         "--expert-tp",
         type=int,
@@ -39,10 +44,10 @@ def add_moe_flags(p) -> None:
     )
 
 
-def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
-    """``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and ``--overlap ep`` need ``--moe-experts``; with it: no
-    fixed-layout flag (the search tries the layouts and ep; a flag is refused, not dropped), k <= E, ep dividing E and
-    the GPUs. Raises ConfigError."""
+def check_moe_flags(a, default_gpus: int) -> None:
+    """``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and ``--overlap ep`` need ``--moe-experts``; with it: k <= E, ep
+    dividing E and the GPUs (a fixed layout's ep is checked against its dp, tp and etp by
+    :func:`minipar.perf.layout_checks.check_ep`). Raises ConfigError."""
     if a.moe_experts is None:
         if a.ep is not None:
             raise ConfigError(
@@ -55,14 +60,6 @@ def check_moe_flags(a, layout_flags: tuple, default_gpus: int) -> None:
         if "ep" in a.overlap.split(","):
             raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
-    given = [f"--{f.replace('_', '-')}" for f in layout_flags if getattr(a, f) not in (None, False)]
-    given += ["--precision fp8"] if a.precision == "fp8" else []
-    if given:
-        raise ConfigError(
-            f"--moe-experts {a.moe_experts} searches the layouts itself (every dp, tp, pp, ... and ep; --ep N fixes "
-            f"ep); a fixed MoE layout or FP8 experts are not modelled from the command line: drop {' '.join(given)}, "
-            "or drop --moe-experts to evaluate the dense layout"
-        )
     n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or default_gpus
     for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp)):
         if v is not None and v < 1:

@@ -32,13 +32,15 @@ def cp_degrees(model: ModelShape, dev: Device, gpus: int) -> list[int]:
     return [c for c in divisors(gpus) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= CP_MIN_TOKENS)]
 
 
-def ep_degrees(model: ModelShape, dp: int, eps=None) -> list[int]:
+def ep_degrees(model: ModelShape, dp: int, eps=None, tp: int = 1, cp: int = 1, etp: int | None = None) -> list[int]:
     """Expert-parallel degrees the search tries at data-parallel degree ``dp``: those of ``eps`` (None: every
-    divisor of dp) that divide dp and ``model.experts`` (Megatron-Core: EP inside DP, whole experts per rank);
-    [1] for a dense model."""
+    divisor of the pool) that divide the pool and ``model.experts`` (whole experts per rank); the pool is dp
+    (Megatron-Core: EP inside DP) or, with the experts' mesh folded (``etp`` < ``tp``), tp·cp·dp/etp (its expert
+    ``RankGenerator``, as :func:`minipar.perf.layout_checks.check_ep` allows); [1] for a dense model."""
     if not model.experts:
         return [1]
-    return [e for e in (divisors(dp) if eps is None else eps) if dp % e == 0 and model.experts % e == 0]
+    pool = dp if etp is None or etp >= tp or tp % etp else tp * cp * dp // etp
+    return [e for e in (divisors(pool) if eps is None else eps) if pool % e == 0 and model.experts % e == 0]
 
 
 def recompute_modes(model: ModelShape, dev: Device) -> tuple[str, ...]:
@@ -90,8 +92,8 @@ def plan(
             only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).
         eps: expert-parallel degrees to try for a model with experts (``model.experts``), each where it
-            divides dp and the experts; None: every divisor of dp that divides the experts (ep = 1 included;
-            :func:`ep_degrees`). A dense model: ep = 1 only.
+            divides dp (tp·cp·dp/etp when ``etp`` < tp folds the experts' mesh) and the experts; None: every such
+            divisor (ep = 1 included; :func:`ep_degrees`). A dense model: ep = 1 only.
         etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
             does not divide is invalid, so skipped. None: tp (Megatron-Core's default). ``dispatcher``: their
             all-to-all (``Layout.dispatcher``), fixed.
@@ -126,7 +128,7 @@ def plan(
                         for z, ep in (
                             (z, ep)
                             for z in ((z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,))
-                            for ep in ep_degrees(model, dp, eps)
+                            for ep in ep_degrees(model, dp, eps, tp, cp, etp)
                         ):
                             sp = seq_parallel and tp > 1
                             lay = Layout(
