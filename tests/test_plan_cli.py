@@ -139,6 +139,10 @@ def test_llama3_layout_uneven_chunks_from_the_command_line(capsys):
             "--tp 2 --pp 2 --dp 2 --cp 2 is a layout of 16 GPUs, not --gpus 8",
         ),
         (["--moe-experts", "16", "--ep", "16", "--gpus", "8"], "--ep 16 must divide --gpus 8"),
+        (["--zero", "1", "--sp"], "--zero 1 --sp sets a fixed layout (the search tries its own): add --tp --pp --dp"),
+        (["--recompute", "full"], "--recompute full sets a fixed layout (the search tries its own)"),
+        (["--v", "2", "--cp-allgather"], "--v 2 --cp-allgather sets a fixed layout"),
+        (["--moe-experts", "8", "--micro-batch", "2"], "--micro-batch 2 sets a fixed layout"),
         (
             ["--moe-experts", "6", "--ep", "4"],
             "--ep 4 must divide --moe-experts 6 (whole experts per GPU); use --ep 1, 2, 3, 6",

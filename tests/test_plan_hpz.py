@@ -88,7 +88,7 @@ CASES = [
     ([*LLAMA8B, *FSDP64, "--hpz", "0"], "--hpz 0: must be an integer >= 1"),
     (["--model", "7b", "--hpz", "8"], "--hpz 8 modifies a fixed layout"),
     (["--model", "7b", "--tp", "1", "--pp", "2", "--dp", "32", "--zero", "3", "--hpz", "8"], "hpz=8 with pp=2"),
-    (["--moe-experts", "8", "--hpz", "2"], "--moe-experts 8 searches the layouts itself"),
+    (["--moe-experts", "8", "--hpz", "2"], "--hpz 2 modifies a fixed layout (the search does not try it)"),
 ]
 
 

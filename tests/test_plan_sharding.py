@@ -120,7 +120,7 @@ CASES = [
     ([*LLAMA8B, *FSDP64, "--hsdp", "3"], "--hsdp 3 must divide --dp 64 (shard groups inside dp); use --hsdp 1, 2, 4"),
     ([*LLAMA8B, *FSDP64[:7], "0", *FSDP64[8:], "--hsdp", "8"], "--hsdp 8 shards ZeRO's model states over 8 ranks"),
     (["--model", "70b", "--hsdp", "8"], "--hsdp 8 modifies a fixed layout"),
-    (["--moe-experts", "8", "--hsdp", "2"], "--moe-experts 8 searches the layouts itself"),
+    (["--moe-experts", "8", "--hsdp", "2"], "--hsdp 2 modifies a fixed layout (the search does not try it)"),
     ([*LLAMA70B, *FIXED, "--fsdp2"], "--fsdp2 with --zero 1: FSDP2's fully_shard is ZeRO-3"),
     ([*LLAMA70B, *FIXED, "--stage-split", "10,10,x"], "--stage-split 10,10,x: give the blocks of each pipeline stage"),
     ([*LLAMA70B, *FIXED, "--stage-split", "10,10"], "--stage-split has 2 counts for --pp 8: give one per stage"),

@@ -234,22 +234,17 @@ def nemo_layout(row) -> Layout:
     )
 
 
-LONG_SEQ_SEEN = 16 * 1024  # tokens: NeMo's long-sequence rows labelled MISS:attn from here up (nemo_long's doc)
-
-
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
     table and the release's recipe disagree), ``"release"`` (Qwen3 in 26.02: 26.02.01's recipe, 1.8x slower; seen),
-    ``"a2a"`` (Qwen3 235B-A22B: NCCL's all-to-all over 4 nodes, after seen),
-    ``"attn"`` (a shape at ``s=`` :data:`LONG_SEQ_SEEN` tokens or more, :mod:`minipar.perf.nemo_long`, after seen)."""
+    ``"a2a"`` (Qwen3 235B-A22B: NCCL's all-to-all over 4 nodes, after seen). NeMo's long-sequence rows
+    (:mod:`minipar.perf.nemo_long`) were ``"attn"`` until their kernel was read (2026-11-29)."""
     *_, recompute_layers, _, _, _ = row
     if recompute_layers:
         return "provenance"
     if row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02":
         return "release"
-    if row[1] == "Qwen3-235B-A22B":
-        return "a2a"
-    return "attn" if " s=" in row[1] and shape(row[1]).seq >= LONG_SEQ_SEEN else None
+    return "a2a" if row[1] == "Qwen3-235B-A22B" else None
 
 
 def label(row) -> str:

@@ -12,21 +12,25 @@ ASSUMED: the TFLOP/s are NeMo's own count, :func:`nemo_flops_per_token` (the ``l
 ``calculate_tflops``: 4·B·s²·h per block forward, the full s² square). Checked on the 4K row: its 768 TFLOP/s are 16,665
 tokens/s per GPU under this count, 1.6 % below NeMo 24.07's Llama 2 7B FP8 row (16,934 on 8 GPUs,
 :data:`minipar.perf.nemo.NEMO_FIT`); under the causal half of the square (Megatron-LM's count today) they would be
-17,917, 5.8 % above a container four months newer. The attention kernel: Transformer Engine picks its FusedAttention
-(cuDNN) over flash-attn on an H100 when both can run, context parallelism included (TE v1.4 of 2024-03-07, ASSUMED the
-container's; v1.3 and v1.5 choose the same; ``DotProductAttention.forward``: "Select FusedAttention on sm90 and
-FlashAttention on others for performance"), so the rows run at Megatron-Core's kernel ("cudnn",
-:data:`minipar.perf.gemm.ATTN_EFF_H100`). As for NeMo 24.07 (:mod:`minipar.perf.nemo`): micro-batch 1, no recomputation,
-the distributed optimizer (ZeRO-1), bf16 gradient reduction, TP communication overlapped with sequence parallelism, no
-interleaving (the PP 2 row), the unfused loss, the H100 preset's links.
+17,917, 5.8 % above a container four months newer. As for NeMo 24.07 (:mod:`minipar.perf.nemo`): micro-batch 1, no
+recomputation, the distributed optimizer (ZeRO-1), bf16 gradient reduction, TP communication overlapped with sequence
+parallelism, no interleaving (the PP 2 row), the unfused loss, the H100 preset's links.
 
-Known misses, labelled AFTER their errors were seen (``MISS:attn``): from 16K tokens up the model reads +22 to +72 %,
-optimistic, the more the larger the attention core's share (39 % of the FLOPs at 16K, 98 % at 1M). The 4K and 8K
-rows read -4 and +3 %. Two readings fit every row within 15 %, and neither is sourced: (a) the attention core ran at
-FlashAttention-2's measured rate (``--attention-kernel flash``): 16K and up -3 to +3 %, 4K and 8K -14 and -13 %;
-(b) the count is the causal half, at cuDNN's rate: all nine -2 to -14 %. The "cudnn" rates are a 2026 measurement
-(PyTorch 2.11's cuDNN); a March 2024 container's kernel at 16K-1M tokens was not measured. :func:`what_if` computes
-both readings (``tests/test_perf_model.py`` checks the figures above).
+The attention kernel: FlashAttention-2 (flash-attn), GIVEN by NeMo-Framework-Launcher at tag 24.05 (2024-05-28), the
+first release whose default container is the table's (``launcher_scripts/conf/config.yaml``: ``container:
+nvcr.io/nvidia/nemo:24.03.01.framework`` and, under ``env_vars``, ``NVTE_FUSED_ATTN: 0 # Disable cudnn FA until we've
+tested it more``; the line came in 562dcb4, 2024-02-13, and went in 04b8d09, 2024-08-29, "enable fused attention": at
+tag 24.09, whose container is the fit set's NeMo 24.07, it is gone). With it Transformer Engine runs flash-attn,
+context parallelism included: its choice of cuDNN's FusedAttention on an H100 applies only when both backends are on
+(``transformer_engine/pytorch/attention.py`` at v1.4, ``DotProductAttention.forward``: ``NVTE_FUSED_ATTN`` read at lines
+2427-2430, "Select FusedAttention on sm90 and FlashAttention on others for performance" at 2834-2839; v1.3 and v1.5
+alike, the container's own version not published). The attention core stays bf16 (FP8 attention came in TE v1.6). So
+the rows run at the "flash" kernel's measured rate (:data:`minipar.perf.gemm.ATTN_EFF_H100`): -14 … +3 %, every row
+within 15 % (printed by ``tests/test_perf_model.py``). READ 2026-11-29, AFTER the errors were seen: until then the rows
+ran at Megatron-Core's kernel of today ("cudnn", a 2026 measurement) and read -4 and +3 % at 4K and 8K, +22 to +72 %
+from 16K up, the more the larger the attention core's share (39 % of the FLOPs at 16K, 98 % at 1M), labelled
+``MISS:attn``. :func:`what_if` computes that reading and the other one then considered, the count as the causal half
+at cuDNN's rate (-2 to -13 %).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework
 from minipar.perf.layout import Estimate, ModelShape
-from minipar.perf.nemo import LONG_SEQ_SEEN, megatron_flops_per_token, nemo_rows, shape
+from minipar.perf.nemo import megatron_flops_per_token, nemo_rows, shape
 
 # (sequence in K tokens, GPUs, batch, TP, PP, DP, CP, TFLOP/s per GPU with CP): "LLAMA2-7B (FP8) - H100"
 LONG = [
@@ -49,7 +53,6 @@ LONG = [
     (512, 512, 8, 8, 1, 4, 16, 549),
     (1024, 1024, 4, 8, 1, 4, 32, 536),
 ]
-SEEN = LONG_SEQ_SEEN // 1024  # MISS:attn from this many K tokens up (module doc; nemo.miss_reason labels them)
 
 
 def nemo_flops_per_token(model: ModelShape, causal_half: bool = False) -> float:
@@ -73,17 +76,21 @@ def _rows(causal_half: bool = False) -> list[tuple]:
 
 
 def nemo_long_rows(dev: Device | None = None, causal_half: bool = False) -> list[tuple[str, Estimate, str, float]]:
-    """``(label, estimate, "mfu", published)`` per row on ``dev`` (default the H100 preset with Megatron-Core's
-    efficiency and kernel), read by :func:`minipar.perf.nemo.nemo_rows` as NVIDIA's other Megatron-Core rows; rows
-    from :data:`SEEN` K tokens up labelled ``MISS:attn`` (module doc) by :func:`minipar.perf.nemo.miss_reason`."""
-    return nemo_rows(dev or for_framework(GPUS["h100"], "megatron"), _rows(causal_half))
+    """``(label, estimate, "mfu", published)`` per row on ``dev`` (default :func:`device`), read by
+    :func:`minipar.perf.nemo.nemo_rows` as NVIDIA's other Megatron-Core rows."""
+    return nemo_rows(dev or device(), _rows(causal_half))
+
+
+def device(kernel: str = "flash") -> Device:
+    """The H100 preset with Megatron-Core's efficiency and, as the runs had it, FlashAttention-2 (module doc)."""
+    return replace(for_framework(GPUS["h100"], "megatron"), attention=kernel)
 
 
 def what_if() -> dict[str, list[float]]:
-    """The module doc's two readings, errors per row (model / published − 1): ``"flash"``, the attention core at
-    FlashAttention-2's measured rate; ``"causal_half"``, the published TFLOP/s read as the causal-half count."""
-    flash = replace(for_framework(GPUS["h100"], "megatron"), attention="flash")
+    """The module doc's other readings, errors per row (model / published − 1): ``"cudnn"``, the attention core at
+    cuDNN's measured rate (Megatron-Core's kernel today; the model until 2026-11-29); ``"causal_half"``, the published
+    TFLOP/s read as the causal-half count, at cuDNN's rate."""
     return {
-        "flash": [e.mfu / pub - 1 for _, e, _, pub in nemo_long_rows(flash)],
-        "causal_half": [e.mfu / pub - 1 for _, e, _, pub in nemo_long_rows(causal_half=True)],
+        "cudnn": [e.mfu / pub - 1 for _, e, _, pub in nemo_long_rows(device("cudnn"))],
+        "causal_half": [e.mfu / pub - 1 for _, e, _, pub in nemo_long_rows(device("cudnn"), causal_half=True)],
     }

@@ -39,7 +39,7 @@ a row the model misses stays in, with its error.
   found for Llama-like 1.34B-80B models on 1-64 nodes of 8 H100s, dp·tp·pp with ZeRO 0/1, nanotron's own pipeline
   split (``Layout.stage_split``; added 2026-11-28).
 - NeMo's long-sequence table (:mod:`minipar.perf.nemo_long`): Llama 2 7B in FP8 on 4-1,024 H100s at 4K-1M tokens,
-  TP, PP, DP and context parallelism up to 32 given (added 2026-11-28).
+  TP, PP, DP and context parallelism up to 32 given (added 2026-11-28), FlashAttention-2 (the launcher's setting).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
 rows (+35 … +331 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
@@ -57,8 +57,8 @@ of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
 :mod:`minipar.perf.nanotron`), the rows of
-:mod:`minipar.perf.nemo` (``MISS:provenance``) and :mod:`minipar.perf.fms` (``MISS:compile``), and seven of NeMo's
-long-sequence rows, 16K-1M tokens, labelled after their errors were seen (``MISS:attn``, +22 … +72 %:
+:mod:`minipar.perf.nemo` (``MISS:provenance``, ``MISS:release``, ``MISS:a2a``) and :mod:`minipar.perf.fms`
+(``MISS:compile``). NeMo's long-sequence rows were ``MISS:attn`` until their kernel was read (FlashAttention-2:
 :mod:`minipar.perf.nemo_long`).
 """
 

@@ -90,7 +90,7 @@ def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
     for flag, v in (("--recompute-layers", a.recompute_layers), ("--hsdp", a.hsdp), ("--hpz", a.hpz)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
-        if v is not None and not fixed and a.moe_experts is None:
+        if v is not None and not fixed:
             raise ConfigError(f"{flag} {v} modifies a fixed layout (the search does not try it): add --tp --pp --dp")
     if a.recompute_layers is not None and a.recompute != "full":
         raise ConfigError(
