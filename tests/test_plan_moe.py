@@ -254,10 +254,12 @@ def test_json_has_ep_and_the_table_shows_it(capsys):
     [
         (["--moe-dispatcher", "flex"], "error: --moe-dispatcher flex moves tokens to experts: add --moe-experts E"),
         (["--overlap", "dp,ep"], "error: --overlap dp,ep: ep hides the all-to-all of experts: add --moe-experts E"),
+        (["--moe-top-k", "2"], "error: --moe-top-k 2 picks experts per token: add --moe-experts E, or drop it"),
     ],
 )
 def test_dispatcher_and_ep_overlap_need_experts(capsys, args, message):
-    """``--moe-dispatcher`` and ``--overlap ep`` on a dense model: one line naming the flag and the fix."""
+    """``--moe-dispatcher``, ``--overlap ep`` and ``--moe-top-k`` on a dense model: one line naming the flag and the
+    fix (refused, not dropped)."""
     assert main([*SHAPE, *args]) == 2
     assert capsys.readouterr().err.strip() == message
 

@@ -21,7 +21,7 @@ def add_moe_flags(p) -> None:
     p.add_argument(
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
-    p.add_argument("--moe-top-k", type=int, default=1, help="experts per token (with --moe-experts)")
+    p.add_argument("--moe-top-k", type=int, default=None, help="experts per token (with --moe-experts; default 1)")
     p.add_argument(
         "--ep",
         type=int,
@@ -49,6 +49,8 @@ def check_moe_flags(a, default_gpus: int) -> None:
     dividing E and the GPUs (a fixed layout's ep is checked against its dp, tp and etp by
     :func:`minipar.perf.layout_checks.check_ep`). Raises ConfigError."""
     if a.moe_experts is None:
+        if a.moe_top_k is not None:
+            raise ConfigError(f"--moe-top-k {a.moe_top_k} picks experts per token: add --moe-experts E, or drop it")
         if a.ep is not None:
             raise ConfigError(
                 f"--ep {a.ep} splits experts over ranks: add --moe-experts E (a multiple of {a.ep}), or drop --ep"
@@ -60,6 +62,7 @@ def check_moe_flags(a, default_gpus: int) -> None:
         if "ep" in a.overlap.split(","):
             raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
+    a.moe_top_k = 1 if a.moe_top_k is None else a.moe_top_k
     n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or default_gpus
     for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp)):
         if v is not None and v < 1:

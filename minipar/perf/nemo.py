@@ -78,7 +78,11 @@ overlapped (no ``A2A_OVERLAP``: given).
 Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
 ``MISS:a2a``, Qwen3 235B-A22B (+16 to +23 %, labelled after seen): its EP 32 all-to-all spans 4 nodes over NCCL
 (27 s of the model's 66 s step even with the overlap), the only rows that test NCCL's all-to-all across nodes; if it ran
-a quarter below the NIC's rate the rows would fit; not sourced. ``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
+a quarter below the NIC's rate the rows would fit. The sources found for that rate (2026-11-29) do not put it there:
+NCCL's maintainers expect "46-48GB/s per NIC" at NDR (NVIDIA/nccl-tests#290), the model charges 44 (``IB_EFF``), and
+DeepEP's README (H800, CX7 400 Gb/s: normal kernels 50-58 GB/s at EP 32-64, a "logical bandwidth" that counts a
+node's own share, 43-45 GB/s of it across the NIC) agrees; so the overlap may hide less than modelled. Not settled.
+``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
 after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
 The Qwen3 rows read -41 % (EP 16) and +57 % / +178 % (EP 8) until 2026-11-28, when three things came in, each from a
 source: EP 16's all-to-all moves its intra-node bytes on NVLink while the rest crosses the NIC, and HybridEP / DeepEP
