@@ -68,7 +68,7 @@ from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
-from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_shard_flags
+from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
@@ -103,22 +103,10 @@ def check_args(a: argparse.Namespace) -> None:
     if custom and len(custom) < 3:
         missing = sorted({"layers", "hidden", "heads"} - set(custom))
         raise ConfigError(f"a custom shape needs --layers, --hidden and --heads: add --{' --'.join(missing)}")
-    fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
-    if fixed and len(fixed) < 3:
-        raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
-    loose = [f"--{f.replace('_', '-')}" + ("" if v is True else f" {v}") for f in ONLY_FIXED
-             if (v := getattr(a, f)) not in (None, False)]  # fmt: skip
-    if loose and not fixed:  # the search tries these itself: refused, not dropped
-        raise ConfigError(f"{' '.join(loose)} sets a fixed layout (the search tries its own): add --tp --pp --dp")
+    fixed = check_fixed_flags(a, ONLY_FIXED)
     check_shard_flags(a, fixed)
     check_moe_flags(a, DEFAULT_GPUS)
     check_stack_flags(a)
-    if fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
-        n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
-        raise ConfigError(
-            f"--tp {a.tp} --pp {a.pp} --dp {a.dp}{cp} is a layout of {n} GPUs, not --gpus {a.gpus}; "
-            f"use --gpus {n} (or leave it out), or a layout whose tp·pp·dp·cp is {a.gpus}"
-        )
 
 
 def _shape(a) -> tuple[str, ModelShape]:

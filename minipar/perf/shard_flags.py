@@ -1,6 +1,6 @@
-"""The command line's flags that modify a fixed layout's sharding, recomputation or pipeline split (``python -m
-minipar.plan --tp T --pp P --dp D ... --recompute-layers N``, ``--hsdp N``, ``--hpz N``, ``--stage-split 9,9,8,6``),
-checked before any work: one line each, naming
+"""The command line's fixed layout (``python -m minipar.plan --tp T --pp P --dp D``, :func:`check_fixed_flags`) and the
+flags that modify its sharding, recomputation or pipeline split (``--recompute-layers N``, ``--hsdp N``, ``--hpz N``,
+``--stage-split 9,9,8,6``), checked before any work: one line each, naming
 the value and the fix (:class:`minipar.errors.ConfigError`); :func:`minipar.perf.layout_checks.check_layout` checks the
 layout they make."""
 
@@ -66,6 +66,26 @@ def stage_split(text: str | None) -> tuple | None:
     if not all(x.isdigit() for x in parts):
         raise ConfigError(f"--stage-split {text}: give the blocks of each pipeline stage, integers >= 0: 9,9,8,6")
     return tuple(int(x) for x in parts)
+
+
+def check_fixed_flags(a: argparse.Namespace, only_fixed: tuple) -> list:
+    """A fixed layout is ``--tp --pp --dp``, all three, of ``--gpus`` GPUs when given; the flags ``only_fixed`` set
+    (``--zero``, ``--sp``, ...) need it: the search tries its own, so they are refused, not dropped. Returns the given
+    ones of tp, pp, dp; raises ConfigError."""
+    fixed = [f for f in ("tp", "pp", "dp") if getattr(a, f) is not None]
+    if fixed and len(fixed) < 3:
+        raise ConfigError(f"a fixed layout needs --tp, --pp and --dp (got --{' --'.join(fixed)}): give all three")
+    loose = [f"--{f.replace('_', '-')}" + ("" if v is True else f" {v}") for f in only_fixed
+             if (v := getattr(a, f)) not in (None, False)]  # fmt: skip
+    if loose and not fixed:
+        raise ConfigError(f"{' '.join(loose)} sets a fixed layout (the search tries its own): add --tp --pp --dp")
+    if fixed and a.gpus is not None and a.tp * a.pp * a.dp * (a.cp or 1) != a.gpus:
+        n, cp = a.tp * a.pp * a.dp * (a.cp or 1), f" --cp {a.cp}" if a.cp else ""
+        raise ConfigError(
+            f"--tp {a.tp} --pp {a.pp} --dp {a.dp}{cp} is a layout of {n} GPUs, not --gpus {a.gpus}; "
+            f"use --gpus {n} (or leave it out), or a layout whose tp·pp·dp·cp is {a.gpus}"
+        )
+    return fixed
 
 
 def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
