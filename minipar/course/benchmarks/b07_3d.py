@@ -142,6 +142,10 @@ def plan_rows() -> list[Row]:
                    "--json"])  # fmt: skip
     r, dm = timed(["--model", "7b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024",
                    "--moe-experts", "8", "--moe-top-k", "2", "--json"])  # fmt: skip
+    f, df = timed(["--layers", "94", "--hidden", "4096", "--heads", "64", "--kv-heads", "4", "--kv-channels", "128",
+                   "--ffn", "1536", "--swiglu", "--vocab", "151936", "--moe-experts", "128", "--moe-top-k", "8",
+                   "--gpus", "256", "--gpu", "h100", "--framework", "megatron", "--global-batch", "8192",
+                   "--expert-tp", "1", "--precision", "fp8", "--json"])  # fmt: skip  # Qwen3 235B-A22B's shape
     h, dh = timed(["--gpus", "735134400", "--json"])  # 1,344 divisors: every tp·pp·dp split of it is a candidate
     test_set = out_of_sample()
     errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in test_set]
@@ -157,6 +161,9 @@ def plan_rows() -> list[Row]:
         Row("07", "python -m minipar.plan: search 7B with 8 experts, top-2, on 64 H100s (and ep; s)", dm,
             unit="s", target="<= 5", ok=r.returncode == 0 and dm <= 5,
             note="" if r.returncode == 0 else f"exit {r.returncode}: {r.stderr[-200:]}"),
+        Row("07", "python -m minipar.plan: search Qwen3 235B-A22B's shape, 128 experts, top-8, FP8, --expert-tp 1, on "
+            "256 H100s (ep up to tp·dp, folded; s)", df, unit="s", target="<= 5", ok=f.returncode == 0 and df <= 5,
+            note="" if f.returncode == 0 else f"exit {f.returncode}: {f.stderr[-200:]}"),
         Row("07", "python -m minipar.plan: search 70B on 735,134,400 GPUs (1,344 divisors; a hostile count, s)", dh,
             unit="s", target="<= 5", ok=h.returncode == 0 and dh <= 5,
             note="" if h.returncode == 0 else f"exit {h.returncode}: {h.stderr[-200:]}"),
@@ -165,5 +172,5 @@ def plan_rows() -> list[Row]:
             note=f"worst {max(hit):.0%}; all {len(errs)} rows: median {statistics.median(errs):.0%}, worst "
             f"{worst:.0%} (minipar.perf.runs; known misses: DeepSpeed ZeRO-3, llm-foundry, Megatron-LM, BLOOM and "
             "nanotron MISS:seen, nanotron MISS:step, torchtitan and OLMo-core MISS:compile, minipar.perf.nemo "
-            "MISS:provenance, fms-fsdp MISS:compile; issue #22 target 15 %)"),
+            "MISS:provenance, release and a2a, fms-fsdp MISS:compile; issue #22 target 15 %)"),
     ]  # fmt: skip
