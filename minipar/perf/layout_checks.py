@@ -87,6 +87,12 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     return m
 
 
+def ep_pool(dp: int, tp: int, cp: int, etp: int | None) -> int:
+    """The ranks expert parallelism is carved out of: dp (Megatron-Core: EP inside DP) or, with the experts' mesh
+    folded (``etp`` < tp, a divisor of it), tp·cp·dp/etp (its expert ``RankGenerator``); ep must divide it."""
+    return dp if etp is None or etp >= tp or tp % etp else tp * cp * dp // etp
+
+
 def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
     """``ep`` of a layout (:func:`check_layout`): it divides the experts and dp (with the experts' mesh folded,
     ``etp`` < tp: tp·cp·dp/etp); experts need the GPU counts."""
@@ -102,7 +108,8 @@ def check_ep(model: ModelShape, layout: Layout, counts: str) -> None:
         use = ", ".join(str(x) for x in divisors(t))
         raise ConfigError(f"etp={e!r}: the experts' TP degree needs experts and must divide tp={t}; use etp {use}")
     # folded (etp < tp): the experts' mesh spans the tp·cp·dp ranks, etp·ep·edp of them (Megatron-Core)
-    pool, of = (d, "dp") if layout.expert_tp == layout.tp else (layout.tp * layout.cp * d // e, "tp·cp·dp/etp")
+    pool = ep_pool(d, t, layout.cp, e)
+    of = "dp" if layout.expert_tp == t else "tp·cp·dp/etp"
     if E and (E % ep or pool % ep):
         ok = ", ".join(str(x) for x in divisors(math.gcd(pool, E)))
         why = (

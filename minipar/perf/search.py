@@ -13,7 +13,7 @@ import math
 from minipar.errors import ConfigError
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape
-from minipar.perf.layout_checks import check_layout
+from minipar.perf.layout_checks import check_layout, ep_pool
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
 from minipar.runtime.mesh import divisors
@@ -34,12 +34,11 @@ def cp_degrees(model: ModelShape, dev: Device, gpus: int) -> list[int]:
 
 def ep_degrees(model: ModelShape, dp: int, eps=None, tp: int = 1, cp: int = 1, etp: int | None = None) -> list[int]:
     """Expert-parallel degrees the search tries at data-parallel degree ``dp``: those of ``eps`` (None: every
-    divisor of the pool) that divide the pool and ``model.experts`` (whole experts per rank); the pool is dp
-    (Megatron-Core: EP inside DP) or, with the experts' mesh folded (``etp`` < ``tp``), tp·cp·dp/etp (its expert
-    ``RankGenerator``, as :func:`minipar.perf.layout_checks.check_ep` allows); [1] for a dense model."""
+    divisor of the pool) that divide the pool (:func:`minipar.perf.layout_checks.ep_pool`: dp, or tp·cp·dp/etp with the
+    experts' mesh folded) and ``model.experts`` (whole experts per rank); [1] for a dense model."""
     if not model.experts:
         return [1]
-    pool = dp if etp is None or etp >= tp or tp % etp else tp * cp * dp // etp
+    pool = ep_pool(dp, tp, cp, etp)
     return [e for e in (divisors(pool) if eps is None else eps) if pool % e == 0 and model.experts % e == 0]
 
 
