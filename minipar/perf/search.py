@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from minipar.errors import ConfigError
@@ -40,6 +41,38 @@ def ep_degrees(model: ModelShape, dp: int, eps=None, tp: int = 1, cp: int = 1, e
         return [1]
     pool = ep_pool(dp, tp, cp, etp)
     return [e for e in (divisors(pool) if eps is None else eps) if pool % e == 0 and model.experts % e == 0]
+
+
+def edge_splits(layers: int, pp: int, v: int, counts: str) -> list[tuple[int | None, int | None]]:
+    """(first, last) model-chunk block counts the search tries for ``layers`` blocks on pp·v chunks: (None, None)
+    where pp·v divides the layers (even chunks); otherwise, under Megatron counts (a GPU), Megatron-Core's
+    ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the embedding, the loss or
+    both count as a block in the split, so (layers + 1 or 2) blocks share pp·v chunks evenly and the first chunk
+    (rank 0's, with the embedding) or the last (rank pp−1's, with the loss) builds one block fewer
+    (``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``; Llama 3 405B's 126 blocks on 16
+    stages as 7 + 14·8 + 7, Grattafiori et al. 2024, arXiv:2407.21783, §3.3.2). Each valid one, [] if none is."""
+    S = pp * v
+    if layers % S == 0:
+        return [(None, None)]
+    if counts != "megatron" or S == 1:
+        return []
+    out = []
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):
+        if (layers + emb + loss) % S == 0 and (layers + emb + loss) // S >= 1:
+            per = (layers + emb + loss) // S
+            out.append((per - 1 if emb else None, per - 1 if loss else None))
+    return out
+
+
+def expert_tps(model: ModelShape, dev: Device, tp: int, etp: int | None) -> tuple[int | None, ...]:
+    """The experts' TP degrees (``Layout.etp``) the search tries at tensor-parallel degree ``tp``: ``etp`` where given
+    (one a layout's tp must be a multiple of); by default, for a model with experts on a GPU (Megatron counts), both
+    Megatron-Core's default (None: the experts split as the dense MLP, over tp) and expert TP 1 (the experts' mesh
+    folded over tp·cp·dp, :func:`minipar.perf.layout_checks.ep_pool`; what Megatron-Bridge's Qwen3 235B-A22B and the
+    Mixtral 8x22B recipes set); None only for a dense model, on the CPU or at tp = 1."""
+    if etp is not None or not model.experts:
+        return (etp,)
+    return (None, 1) if tp > 1 and dev.counts == "megatron" else (None,)
 
 
 def recompute_modes(model: ModelShape, dev: Device) -> tuple[str, ...]:
@@ -94,8 +127,12 @@ def plan(
             divides dp (tp·cp·dp/etp when ``etp`` < tp folds the experts' mesh) and the experts; None: every such
             divisor (ep = 1 included; :func:`ep_degrees`). A dense model: ep = 1 only.
         etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
-            does not divide is invalid, so skipped. None: tp (Megatron-Core's default). ``dispatcher``: their
-            all-to-all (``Layout.dispatcher``), fixed.
+            does not divide is invalid, so skipped. None: both tp (Megatron-Core's default) and 1 on a GPU
+            (:func:`expert_tps`). ``dispatcher``: their all-to-all (``Layout.dispatcher``), fixed.
+
+    Where pp·v does not divide the layers, a GPU layout's chunks are split as Megatron-Core splits them with the
+    embedding and / or the loss counted as a block (:func:`edge_splits`: ``first_stage_layers`` /
+    ``last_stage_layers``); minipar's CPU counts keep even stages only.
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
@@ -121,36 +158,37 @@ def plan(
                 sizes = micro_batches
             else:
                 sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
-            for b in sizes:
-                for v in vs if pp > 1 else (1,):
-                    for rc in recomputes:
-                        for z, ep in (
-                            (z, ep)
-                            for z in ((z for z in zeros if pp == 1 or z != 3) if dp > 1 else (0,))
-                            for ep in ep_degrees(model, dp, eps, tp, cp, etp)
-                        ):
-                            sp = seq_parallel and tp > 1
-                            lay = Layout(
-                                dp,
-                                tp,
-                                pp,
-                                b,
-                                v,
-                                z,
-                                rc,
-                                sp,
-                                offload,
-                                overlap,
-                                schedule=schedule,
-                                cp=cp,
-                                flash_attention=flash_attention,
-                                grad_bytes=grad_bytes,
-                                fp8=fp8,
-                                ep=ep,
-                                etp=etp if model.experts else None,
-                                dispatcher=dispatcher if model.experts else "alltoall",
-                            )
-                            out.append(_judge(model, dev, lay, global_batch, max_bubble))
+            zs = [z for z in zeros if pp == 1 or z != 3] if dp > 1 else [0]
+            shapes = [
+                (v, ends) for v in (vs if pp > 1 else (1,)) for ends in edge_splits(model.layers, pp, v, dev.counts)
+            ]
+            experts = [
+                (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)
+            ]
+            for b, (v, (first, last)), rc, z, (e_tp, ep) in itertools.product(sizes, shapes, recomputes, zs, experts):
+                lay = Layout(
+                    dp,
+                    tp,
+                    pp,
+                    b,
+                    v,
+                    z,
+                    rc,
+                    seq_parallel and tp > 1,
+                    offload,
+                    overlap,
+                    schedule=schedule,
+                    cp=cp,
+                    flash_attention=flash_attention,
+                    first_stage_layers=first,
+                    last_stage_layers=last,
+                    grad_bytes=grad_bytes,
+                    fp8=fp8,
+                    ep=ep,
+                    etp=e_tp if model.experts else None,
+                    dispatcher=dispatcher if model.experts else "alltoall",
+                )
+                out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
 
 

@@ -146,6 +146,9 @@ def plan_rows() -> list[Row]:
                    "--ffn", "1536", "--swiglu", "--vocab", "151936", "--moe-experts", "128", "--moe-top-k", "8",
                    "--gpus", "256", "--gpu", "h100", "--framework", "megatron", "--global-batch", "8192",
                    "--expert-tp", "1", "--precision", "fp8", "--json"])  # fmt: skip  # Qwen3 235B-A22B's shape
+    o, do = timed(["--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8", "--ffn", "53248",
+                   "--swiglu", "--vocab", "128256", "--seq", "8192", "--gpus", "1024", "--gpu", "h100",
+                   "--framework", "megatron", "--global-batch", "512", "--json"])  # fmt: skip  # Llama 3 405B's shape
     h, dh = timed(["--gpus", "735134400", "--json"])  # 1,344 divisors: every tp·pp·dp split of it is a candidate
     test_set = out_of_sample()
     errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in test_set]
@@ -164,6 +167,10 @@ def plan_rows() -> list[Row]:
         Row("07", "python -m minipar.plan: search Qwen3 235B-A22B's shape, 128 experts, top-8, FP8, --expert-tp 1, on "
             "256 H100s (ep up to tp·dp, folded; s)", df, unit="s", target="<= 5", ok=f.returncode == 0 and df <= 5,
             note="" if f.returncode == 0 else f"exit {f.returncode}: {f.stderr[-200:]}"),
+        Row("07", "python -m minipar.plan: search Llama 3 405B's shape (126 blocks: Megatron-Core's uneven first/last "
+            "chunks where pp·v does not divide them) on 1,024 H100s (s)", do, unit="s", target="<= 5",
+            ok=o.returncode == 0 and do <= 5 and "first" in o.stdout,
+            note="" if o.returncode == 0 else f"exit {o.returncode}: {o.stderr[-200:]}"),
         Row("07", "python -m minipar.plan: search 70B on 735,134,400 GPUs (1,344 divisors; a hostile count, s)", dh,
             unit="s", target="<= 5", ok=h.returncode == 0 and dh <= 5,
             note="" if h.returncode == 0 else f"exit {h.returncode}: {h.stderr[-200:]}"),
@@ -172,5 +179,6 @@ def plan_rows() -> list[Row]:
             note=f"worst {max(hit):.0%}; all {len(errs)} rows: median {statistics.median(errs):.0%}, worst "
             f"{worst:.0%} (minipar.perf.runs; known misses: DeepSpeed ZeRO-3, llm-foundry, Megatron-LM, BLOOM and "
             "nanotron MISS:seen, nanotron MISS:step, torchtitan and OLMo-core MISS:compile, minipar.perf.nemo "
-            "MISS:provenance, release and a2a, fms-fsdp MISS:compile; issue #22 target 15 %)"),
+            "MISS:provenance and release, minipar.perf.moe_zoo MISS:provenance, fms-fsdp MISS:compile; issue #22 "
+            "target 15 %)"),
     ]  # fmt: skip
