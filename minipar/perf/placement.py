@@ -21,12 +21,23 @@ def members_per_node(size: int, stride: int, g: int) -> int:
     fewest = size
     for block in range(math.lcm(span, g) // span):  # the pattern of blocks over nodes repeats after lcm ranks
         for offset in range(stride):
-            nodes: dict[int, int] = {}
-            for i in range(size):
-                node = (block * span + offset + i * stride) // g
-                nodes[node] = nodes.get(node, 0) + 1
-            fewest = min(fewest, *nodes.values())
+            fewest = min(fewest, _fewest_on_a_node(block * span + offset, size, stride, g))
     return fewest
+
+
+def _fewest_on_a_node(start: int, size: int, stride: int, g: int) -> int:
+    """The fewest ranks of the group ``start, start + stride, …`` (``size`` of them, stride < g) on any node of ``g``
+    GPUs it touches: its first and last node, and the nodes between, whose counts repeat every lcm(g, stride)/g nodes
+    (so a group of any size costs O(stride) steps, not O(size))."""
+    end = start + (size - 1) * stride
+    first, last = start // g, end // g
+
+    def on(node: int) -> int:  # ranks start + i·stride inside [node·g, (node + 1)·g)
+        lo, hi = max(node * g, start), min((node + 1) * g - 1, end)
+        return (hi - start) // stride - -(-(lo - start) // stride) + 1
+
+    between = range(first + 1, min(last, first + 1 + math.lcm(g, stride) // g))
+    return min(on(n) for n in (first, last, *between))
 
 
 def across_nodes(dev: Device, size: int, stride: int) -> bool:

@@ -149,7 +149,8 @@ def plan_rows() -> list[Row]:
     o, do = timed(["--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8", "--ffn", "53248",
                    "--swiglu", "--vocab", "128256", "--seq", "8192", "--gpus", "1024", "--gpu", "h100",
                    "--framework", "megatron", "--global-batch", "512", "--json"])  # fmt: skip  # Llama 3 405B's shape
-    h, dh = timed(["--gpus", "735134400", "--json"])  # 1,344 divisors: every tp·pp·dp split of it is a candidate
+    # 1,344 divisors: every tp·pp·dp split of it is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
+    h, dh = timed(["--gpus", "735134400", "--global-batch", "735134400", "--json"])
     test_set = out_of_sample()
     errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in test_set]
     worst = max(errs)
@@ -171,7 +172,8 @@ def plan_rows() -> list[Row]:
             "chunks where pp·v does not divide them) on 1,024 H100s (s)", do, unit="s", target="<= 5",
             ok=o.returncode == 0 and do <= 5 and "first" in o.stdout,
             note="" if o.returncode == 0 else f"exit {o.returncode}: {o.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search 70B on 735,134,400 GPUs (1,344 divisors; a hostile count, s)", dh,
+        Row("07", "python -m minipar.plan: search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; "
+            "hostile, s)", dh,
             unit="s", target="<= 5", ok=h.returncode == 0 and dh <= 5,
             note="" if h.returncode == 0 else f"exit {h.returncode}: {h.stderr[-200:]}"),
         Row("07", f"planner test set, A100 and H100 ({len(hit)} of {len(errs)} published runs, not known misses): "
