@@ -150,36 +150,34 @@ def shape_of(cfg) -> ModelShape:
 
 @dataclass(frozen=True)
 class Layout:
-    """How the job is cut: dp·tp·pp·cp devices, micro-batch size b, interleaving v, ZeRO stage,
-    recompute ``"none" | "selective" | "op" | "full"`` (``"op"``: torchtitan's per-op checkpointing,
-    :func:`~minipar.perf.flops.op_recomputed_matmuls`), sequence parallelism, optimizer offload, which
-    communication is hidden behind compute (``overlap``: a subset of :data:`OVERLAP`; ``"dp"``: the gradients'
-    reduction and ZeRO's weight all-gather, ``"grad_reduce"``: the reduction only; :attr:`hides`), the
-    gradient reduction's bytes per value, the pipeline ``schedule`` ("1f1b" or "gpipe"; interleaved
-    when v > 1); ``cp`` context parallelism (ring attention over cp ranks, Liu et al. 2023,
-    arXiv:2310.01889; Megatron's order tp, cp, dp, pp); ``flash_attention`` (Dao et al. 2022,
-    arXiv:2205.14135: no s² scores in memory, causal blocks skipped, one extra QKᵀ in backward);
-    ``scatter_gather`` (Narayanan et al. 2021 §4.1: a stage sends 1/t of its activation per TP rank
-    across nodes and all-gathers it over NVLink); ``first_stage_layers`` / ``last_stage_layers``:
-    uneven first/last pipeline stages (v = 1) or first/last model chunks (v > 1): :meth:`chunk_layers`
-    (None: even); ``cp_allgather``: context parallelism by all-gathering K and V before attention and
-    reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2) instead of the ring, not overlapped;
-    ``recompute_layers`` N (with recompute "full"): only the first N blocks of each model chunk are
-    recomputed (:meth:`recomputed_layers`); ``hsdp`` H: hybrid sharding, ZeRO's state sharded over a
-    group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`; :mod:`minipar.perf.sharding`); ``hpz`` N:
-    ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the backward gathers inside one
-    (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
+    """How the job is cut: dp·tp·pp·cp devices, micro-batch size b, interleaving v, ZeRO stage, recompute ``"none" |
+    "selective" | "op" | "full"`` (``"op"``: torchtitan's per-op checkpointing,
+    :func:`~minipar.perf.flops.op_recomputed_matmuls`), sequence parallelism, optimizer offload, which communication is
+    hidden behind compute (``overlap``: a subset of :data:`OVERLAP`; ``"dp"``: the gradients' reduction and ZeRO's
+    weight all-gather, ``"grad_reduce"``: the reduction only; :attr:`hides`), the gradient reduction's bytes per value,
+    the pipeline ``schedule`` ("1f1b" or "gpipe"; interleaved when v > 1); ``cp`` context parallelism (ring attention
+    over cp ranks, Liu et al. 2023, arXiv:2310.01889; Megatron's order tp, cp, dp, pp); ``flash_attention`` (Dao et al.
+    2022, arXiv:2205.14135: no s² scores in memory, causal blocks skipped, one extra QKᵀ in backward);
+    ``scatter_gather`` (Narayanan et al. 2021 §4.1: a stage sends 1/t of its activation per TP rank across nodes and
+    all-gathers it over NVLink); ``first_stage_layers`` / ``last_stage_layers``: uneven first/last pipeline stages (v =
+    1) or first/last model chunks (v > 1): :meth:`chunk_layers` (None: even); ``cp_allgather``: context parallelism by
+    all-gathering K and V before attention and reduce-scattering dK, dV after (Llama 3, arXiv:2407.21783, §3.3.2)
+    instead of the ring, not overlapped; ``recompute_layers`` N (with recompute "full"): only the first N blocks of each
+    model chunk are recomputed (:meth:`recomputed_layers`); ``recompute_modules`` (with "selective"; None:
+    ``("core_attn",)``): Megatron-Core's modules recomputed, :mod:`minipar.perf.recompute_modules`; ``hsdp`` H: hybrid
+    sharding, ZeRO's state sharded over a group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`;
+    :mod:`minipar.perf.sharding`); ``hpz`` N: ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the
+    backward gathers inside one (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
     :func:`~minipar.perf.sharding.secondary_gather`); ``stage_split``: the blocks of each pipeline stage 0 .. pp−1 as
     the run split them (v = 1; :meth:`chunk_layers`); ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
     many MiB of 16-bit gradients, each its own collective, as PyTorch DDP's ``bucket_cap_mb`` (default 25; None:
-    Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`);
-    ``fp8``: the blocks' weight GEMMs in FP8 (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert
-    parallelism for a model with experts, borrowed from dp as in :class:`minipar.runtime.mesh.Mesh` (ep
-    divides dp; an EP group is ep consecutive dp ranks, stride tp·cp; :mod:`minipar.perf.moe`); ``etp``: the
-    experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None: tp), a divisor of tp; below tp the
-    experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`, :attr:`expert_shard`);
-    ``dispatcher``: the experts' all-to-all, NCCL's ("alltoall") or DeepEP / HybridEP's ("flex", one copy of a token
-    per node; :func:`minipar.perf.moe.a2a_seconds`)."""
+    Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`); ``fp8``: the blocks' weight GEMMs in FP8
+    (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert parallelism for a model with experts, borrowed from dp as in
+    :class:`minipar.runtime.mesh.Mesh` (ep divides dp; an EP group is ep consecutive dp ranks, stride tp·cp;
+    :mod:`minipar.perf.moe`); ``etp``: the experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None:
+    tp), a divisor of tp; below tp the experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`,
+    :attr:`expert_shard`); ``dispatcher``: the experts' all-to-all, NCCL's ("alltoall") or DeepEP / HybridEP's ("flex",
+    one copy of a token per node; :func:`minipar.perf.moe.a2a_seconds`)."""
 
     dp: int
     tp: int
@@ -200,6 +198,7 @@ class Layout:
     last_stage_layers: int | None = None
     cp_allgather: bool = False
     recompute_layers: int | None = None
+    recompute_modules: tuple | None = None
     hsdp: int | None = None
     hpz: int | None = None
     stage_split: tuple | None = None
@@ -306,11 +305,7 @@ class Layout:
         return list(split)
 
     def stage_layers(self, layers: int) -> list[int]:
-        """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`).
-
-        Raises:
-            ConfigError: as :meth:`chunk_layers`.
-        """
+        """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`, whose ConfigError)."""
         chunks = self.chunk_layers(layers)
         return [sum(chunks[r :: self.pp]) for r in range(self.pp)]
 
@@ -329,6 +324,7 @@ class Layout:
         s += f"·{self.dispatcher}" if self.dispatcher != "alltoall" and self.ep > 1 else ""
         s += {"none": "", "selective": "·sel-rc", "op": "·op-rc", "full": "·full-rc"}[self.recompute]
         s += f"{self.recompute_layers}" if self.recompute_layers is not None else ""
+        s += f"({'+'.join(self.recompute_modules)})" if self.recompute_modules is not None else ""
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""

@@ -9,6 +9,7 @@ import math
 
 from minipar.errors import ConfigError
 from minipar.perf.layout import DISPATCHERS, OVERLAP, RECOMPUTE, Layout, ModelShape
+from minipar.perf.recompute_modules import check_modules
 from minipar.runtime.mesh import divisors
 
 
@@ -78,6 +79,7 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             "or uneven first/last stages (--first-stage-layers/--last-stage-layers)"
         )
     check_hybrid(model, layout, counts)
+    check_modules(model, layout, counts)
     check_ep(model, layout, counts)
     if global_batch % (d * b):
         raise ConfigError(f"global batch {global_batch} is not divisible by dp·micro_batch = {d}·{b}")

@@ -13,6 +13,7 @@ from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, stag
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout, ModelShape
 from minipar.perf.moe import moe_activation_bytes, moe_fp8_saved_bytes, moe_stage_params
+from minipar.perf.recompute_modules import base_recompute, freed_bytes, modules
 from minipar.pp.schedules import make_schedule
 from minipar.zero.formula import zero_bytes_formula
 
@@ -88,7 +89,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
     :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
     each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; with experts
-    :func:`~minipar.perf.moe.moe_fp8_saved_bytes`).
+    :func:`~minipar.perf.moe.moe_fp8_saved_bytes`). Megatron-Core's recomputed modules free what
+    :func:`~minipar.perf.recompute_modules.freed_bytes` says in every held block but the one being recomputed.
     Raises ConfigError for an invalid layout."""
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -110,7 +112,9 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage
         chunks = (-(-model.layers // p) / v,) * (p * v)
     held = held_layers(p, m, v, layout.schedule, chunks)
-    per_layer = act_bytes(model, b, t, layout.recompute, sp, bpv, flash, c)
+    mods = modules(layout)  # Megatron-Core's selective modules (minipar.perf.recompute_modules): what they free
+    freed = freed_bytes(model, b, t, sp, bpv, c, fp8_inputs, mods)
+    per_layer = act_bytes(model, b, t, base_recompute(layout), sp, bpv, flash, c) - freed
     if layout.recompute_layers is not None:  # per chunk: recomputed blocks keep their input, the others all
         none = act_bytes(model, b, t, "none", sp, bpv, flash, c)
         rc = layout.recomputed_layers(model.layers)
@@ -129,6 +133,7 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations
             acts += act_bytes(model, b, t, "none", sp, bpv, flash, c)
+        acts += freed  # the block whose modules are being recomputed holds what they freed again
         if i == p - 1:  # the loss: one micro-batch's logits (logit_bytes)
             acts += logit_bytes(model, b, t, c)
         mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}

@@ -31,7 +31,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
   H100, chosen on its fit set; 3.8 more for a gated model in eager PyTorch, measured: ``hardware.block_passes``) at
   ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
   backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
-  model chunk only, Megatron-LM's block method), selective the attention core (§5), ``"op"`` (torchtitan's
+  model chunk only, Megatron-LM's block method), selective the attention core (§5) or Megatron-Core's modules
+  (``Layout.recompute_modules``: :mod:`minipar.perf.recompute_modules`), ``"op"`` (torchtitan's
   per-op checkpointing) every second weight matmul of a block and its memory-bound operators. FP8
   (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`); under Megatron-Core
   (``Device.framework``) their saved inputs take 1 byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`).
@@ -111,6 +112,7 @@ from minipar.perf.layout_checks import check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
 from minipar.perf.moe import EP_OVERLAP_HIDES, MOE_HOST_S, moe_activation_bytes, moe_block_times, training_flops
+from minipar.perf.recompute_modules import base_recompute, extra_flops, extra_seconds, modules
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate
@@ -195,12 +197,14 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         gemm_b = 2 * gemm_t
     rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
     f_l = gemm_t + rest
+    mod_s, mod_a2a = extra_seconds(model, dev, layout, b * s)  # Megatron-Core's modules (0 unless selective)
     if layout.recompute == "op":  # every second weight matmul, the memory-bound operators: flops.op_recomputed_matmuls
         extra = (
             gemms_time(dev, op_recompute_gemms(model, b * s, t), layout.fp8) + (mem_t + dev.layer_overhead / 3) / share
         )
-    else:
-        extra = {"none": 0.0, "full": f_l, "selective": 0.0 if flash else core}[layout.recompute]
+    else:  # selective: the attention core (unless flash) if core_attn is a module, and the other modules' re-runs
+        sel = (0.0 if flash or "core_attn" not in modules(layout) else core) + mod_s
+        extra = {"none": 0.0, "full": f_l, "selective": sel}[layout.recompute]
     b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"
@@ -209,6 +213,8 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     b_0, tp_b0 = (b_l - extra, ar2) if full else (b_l, tp_b)  # a block not recomputed
     a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors
     ep_f, ep_b0, ep_b = a2a, a2a, a2a + (a2a if full else 0.0)
+    if mod_a2a:  # the moe module re-runs dispatch and combine in every block's backward
+        ep_b0 = ep_b = ep_b + a2a
     if "tp" in layout.overlap:
         tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
     if "ep" in layout.overlap:  # hidden behind another micro-batch's block, as TP's behind this one's
@@ -320,7 +326,8 @@ def estimate(model: ModelShape, dev: Device, layout: Layout, global_batch: int) 
     mem = memory_per_gpu(model, dev, layout, m)
     n, total = layout.gpus, time["total"]
     rc = None if layout.recompute_layers is None else sum(layout.recomputed_layers(model.layers))
-    executed = training_flops(model, global_batch, layout.recompute, layout.flash_attention, rc)
+    executed = training_flops(model, global_batch, base_recompute(layout), layout.flash_attention, rc)
+    executed += extra_flops(model, global_batch, layout)  # Megatron-Core's moe module: the experts' forward again
     return Estimate(
         layout,
         m,

@@ -44,6 +44,11 @@ def add_moe_flags(p) -> None:
     )
 
 
+def moe_top_k(a) -> int:
+    """Experts per token from ``--moe-top-k`` (default 1), read without changing the parsed arguments."""
+    return 1 if a.moe_top_k is None else a.moe_top_k
+
+
 def check_moe_flags(a, default_gpus: int) -> None:
     """``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and ``--overlap ep`` need ``--moe-experts``; with it: k <= E, ep
     dividing E and the GPUs (a fixed layout's ep is checked against its dp, tp and etp by
@@ -62,8 +67,7 @@ def check_moe_flags(a, default_gpus: int) -> None:
         if "ep" in a.overlap.split(","):
             raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
-    a.moe_top_k = 1 if a.moe_top_k is None else a.moe_top_k
-    n, k, ep, gpus = a.moe_experts, a.moe_top_k, a.ep, a.gpus or default_gpus
+    n, k, ep, gpus = a.moe_experts, moe_top_k(a), a.ep, a.gpus or default_gpus
     for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")

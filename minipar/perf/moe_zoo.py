@@ -1,16 +1,20 @@
-"""Megatron-MoE-ModelZoo's Qwen3 235B-A22B table on 256 H100s (May 2025): five MoE layouts of one model, TEST rows.
+"""Megatron-MoE-ModelZoo's Qwen3 235B-A22B tables on 256 H100s (2025): nine runs of one MoE model, TEST rows.
 
-Source: github.com/yanring/Megatron-MoE-ModelZoo (NVIDIA's Megatron-Core MoE team), ``examples/qwen3/readme.md`` at
-8017e11 (2025-05-27; now ``best_practice/qwen3/readme.md``, the rows unchanged), with the launch lines of the same
-commit (``examples/qwen3/run_235b.sh``), its model config (``model_configs/benchmarking/Qwen3-235B-A22B.yaml``) and
-``sbatch_benchmarking.sh``. Added 2026-11-29; every setting below was written down before any row's error was computed.
+Source: github.com/yanring/Megatron-MoE-ModelZoo (NVIDIA's Megatron-Core MoE team). The layout table:
+``examples/qwen3/readme.md`` at 8017e11 (2025-05-27; now ``best_practice/qwen3/readme.md``, the rows unchanged), with
+the launch lines of the same commit (``examples/qwen3/run_235b.sh``), its model config
+(``model_configs/benchmarking/Qwen3-235B-A22B.yaml``) and ``sbatch_benchmarking.sh``. The long-context table: the
+readme's "Long Context" section at b0b92ff (2025-11-04, ``best_practice/Qwen3/readme.md``) with its command and that
+commit's config. Added 2026-11-29; every setting below was written down before any row's error was computed.
 
-GIVEN by the table: 256 H100s ("NVLink 4th Generation", "InfiniBand 8x50 GB/s": the H100 preset's links), BF16,
+GIVEN by the layout table: 256 H100s ("NVLink 4th Generation", "InfiniBand 8x50 GB/s": the H100 preset's links), BF16,
 sequence 4,096, global batch 2,048; per row the dispatcher (DeepEP, Megatron-Core's ``flex``; or "A2A", NCCL's
 ``alltoall``), TP, EP, PP, VPP, DP, expert TP 1, FSDP, micro-batch, recomputation, the step time (s) and TFLOP/s per
 GPU in Megatron-LM's count (the two agree: 2,048·4,096 tokens / 19.7 s / 256 GPUs · 148.1 GFLOP per token, 245; the
 step time is the one used). "+1f1b overlap" is ``--combined-1f1b --combined-1f1b-recipe ep_a2a`` in the launch lines
-(the all-to-all hidden behind another micro-batch's compute: ``"ep"`` in ``Layout.overlap``, :mod:`minipar.perf.moe`).
+(the all-to-all hidden behind another micro-batch's compute: ``"ep"`` in ``Layout.overlap``, :mod:`minipar.perf.moe`);
+"norm, act" is ``--recompute-granularity selective --recompute-modules moe_act layernorm``
+(``Layout.recompute_modules``, :mod:`minipar.perf.recompute_modules`).
 GIVEN by the config: Qwen3 235B-A22B's shape (:data:`minipar.perf.nemo.SHAPES`; V 151,936 = 1,187·128, its
 ``--make-vocab-size-divisible-by``), expert TP 1 (the experts' mesh folded, ``Layout.etp``), the distributed optimizer
 with ``--overlap-grad-reduce --overlap-param-gather``, sequence parallelism, ``--account-for-embedding-in-pipeline-
@@ -19,14 +23,24 @@ edge_splits`: 2 + 30·3 + 2 on 8 · 4, 0 + 94·1 + 0 on 32 · 3), flash attentio
 (``--framework megatron``'s kernel), forced load balancing (balanced routing, as the model assumes), no loss fusion
 and no ``--tp-comm-overlap`` (neither flag is set: the loss unfused, TP not overlapped). The FSDP row:
 ``--use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params`` (ZeRO-3, its gathers prefetched: ``"dp"``
-overlapped) with full recomputation of every block. ASSUMED: the gradients reduced in fp32 (Megatron-LM's default
-under bf16, as the Mixtral rows of the same repository, :mod:`minipar.perf.nemo`); "norm, act"
-(``--recompute-modules moe_act layernorm``) as no recomputation, the re-run norms and activations (memory-bound) not
-charged; the host's floor under a MoE block (:data:`minipar.perf.moe.MOE_HOST_S`) as for Megatron-Core's later rows.
+overlapped) with full recomputation of every block.
+
+GIVEN by the long-context table and command: the same 256 H100s, bf16, DeepEP, global batch 256, sequence 16K, 32K, 64K,
+128K with CP 1, 2, 4, 8 (ring attention: Transformer Engine's default p2p), TP 4, PP 8, VPP 4, EP 8, micro-batch 1 (the
+config's), DP the rest, no all-to-all overlap (``A2A_OVERLAP=0``), ``--recompute-modules layernorm moe``; TFLOP/s per
+GPU in Megatron-LM's count (its causal half of the attention core, :func:`minipar.perf.nemo.megatron_flops_per_token`),
+the "forced balance" figure; the config of b0b92ff adds Transformer Engine's fused loss
+(``--cross-entropy-loss-fusion``). These are the only rows with attention at 16K-128K under Megatron-Core's cuDNN kernel
+(:data:`minipar.perf.gemm.ATTN_EFF_H100`), whose rate no published row had checked before (they read -2 to +2 %).
+
+ASSUMED: the gradients reduced in fp32 (Megatron-LM's default under bf16, as the Mixtral rows of the same repository,
+:mod:`minipar.perf.nemo`); the host's floor under a MoE block (:data:`minipar.perf.moe.MOE_HOST_S`) as for
+Megatron-Core's later rows.
 
 **FIT**: the "+1f1b overlap" row (:data:`EP_OVERLAP_FIT`) chose how much of the all-to-all Megatron-Core's overlap
 hides (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`, 0.4), after its error was seen: +13.4 % with an ideal overlap, while
-the same run without the overlap (a TEST row) read -3.7 %; so it is not a test row. The other four are (:data:`ZOO`).
+the same run without the overlap (a TEST row) read -3.7 % (both before their norm and activation recomputation was
+modelled); so it is not a test row. The other eight are (:data:`ZOO`, :data:`LONG`).
 
 Known misses by a rule set before the errors were computed (``MISS:provenance``, as :mod:`minipar.perf.nemo`'s): a row
 whose launch line at the same commit differs from the table in a setting the model uses. The FSDP row (the table: TP
@@ -37,22 +51,28 @@ and DeepEP, the launch line overrides neither); both are evaluated as the table 
 
 from __future__ import annotations
 
-from minipar.perf.hardware import GPUS, Device, for_framework
+from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
-from minipar.perf.nemo import shape
+from minipar.perf.nemo import megatron_flops_per_token, shape
 from minipar.perf.search import edge_splits
 
 MODEL, GPUS_N, SEQ, BATCH = "Qwen3-235B-A22B", 256, 4096, 2048
-# (dispatcher, TP, EP, PP, VPP, DP, FSDP, micro-batch, recompute, 1F1B all-to-all overlap, step s): the table
+NORM_ACT, NORM_MOE = ("moe_act", "layernorm"), ("layernorm", "moe")  # --recompute-modules of the runs
+# (dispatcher, TP, EP, PP, VPP, DP, FSDP, micro-batch, recompute: "none", "full" or the modules, 1F1B all-to-all
+# overlap, step s): the layout table
 TABLE = [
-    ("flex", 2, 32, 8, 4, 16, False, 1, "none", False, 19.7),
-    ("flex", 2, 32, 8, 4, 16, False, 1, "none", True, 17.6),
+    ("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, False, 19.7),
+    ("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, True, 17.6),
     ("flex", 2, 8, 1, 1, 128, True, 4, "full", False, 17.6),
-    ("alltoall", 2, 8, 32, 3, 4, False, 1, "none", False, 24.2),
+    ("alltoall", 2, 8, 32, 3, 4, False, 1, NORM_ACT, False, 24.2),
     ("flex", 4, 8, 8, 4, 8, False, 1, "none", False, 29.0),
 ]
+# (sequence, CP, TFLOP/s per GPU in Megatron-LM's count, forced balance): the long-context table; TP 4, PP 8, VPP 4,
+# EP 8, DeepEP, global batch 256, layernorm and moe recomputed (module doc)
+LONG = [(16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389)]
+LONG_BATCH = 256
 EP_OVERLAP_FIT = [TABLE[1]]  # FIT: chose minipar.perf.moe.EP_OVERLAP_HIDES (module doc); not a test row
 ZOO = [r for r in TABLE if r not in EP_OVERLAP_FIT]  # TEST rows
 PROVENANCE = [TABLE[2], TABLE[3]]  # MISS:provenance: the rows whose launch line differs from the table (module doc)
@@ -60,9 +80,10 @@ PROVENANCE = [TABLE[2], TABLE[3]]  # MISS:provenance: the rows whose launch line
 
 def zoo_layout(row) -> Layout:
     """The row's layout (module doc: given and ASSUMED)."""
-    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, _ = row
+    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, *_ = row
     overlap = {"dp"} | ({"pp"} if pp > 1 else set()) | ({"ep"} if a2a_overlap else set())
     (first, last), *_ = edge_splits(shape(MODEL).layers, pp, v, "megatron")
+    mods = recompute if isinstance(recompute, tuple) else None  # Megatron-Core's selective modules
     return Layout(
         dp=dp,
         tp=tp,
@@ -70,7 +91,9 @@ def zoo_layout(row) -> Layout:
         micro_batch=mb,
         v=v,
         zero=3 if fsdp else 1,
-        recompute=recompute,
+        recompute="selective" if mods else recompute,
+        recompute_modules=mods,
+        cp=row[11] if len(row) > 11 else 1,
         seq_parallel=tp > 1,
         overlap=frozenset(overlap),
         grad_bytes=4,
@@ -85,23 +108,39 @@ def zoo_layout(row) -> Layout:
 
 def label(row) -> str:
     """``MoE-Zoo Qwen3-235B-A22B 256 H100 <layout> bf16`` [``MISS:provenance``]."""
-    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, _ = row
-    lay = (f"fsdp{dp}" if fsdp else f"dp{dp}") + f"·tp{tp}" + (f"·pp{pp}·v{v}" if pp > 1 else "") + f"·ep{ep}·etp1"
-    lay += f"·b{mb}" + ("·flex" if dispatcher == "flex" else "") + ("·a2a-overlap" if a2a_overlap else "")
-    lay += "·full-rc" if recompute == "full" else ""
-    return f"MoE-Zoo {MODEL} {GPUS_N} H100 {lay} bf16" + (" MISS:provenance" if row in PROVENANCE else "")
+    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, *_ = row
+    cp = f"·cp{row[11]}" if len(row) > 11 else ""
+    lay = (f"fsdp{dp}" if fsdp else f"dp{dp}") + f"·tp{tp}" + (f"·pp{pp}·v{v}" if pp > 1 else "") + cp
+    lay += f"·ep{ep}·etp1·b{mb}" + ("·flex" if dispatcher == "flex" else "") + ("·a2a-overlap" if a2a_overlap else "")
+    lay += "·full-rc" if recompute == "full" else (f"·rc:{'+'.join(recompute)}" if isinstance(recompute, tuple) else "")
+    name = f"{MODEL} s={row[12]}" if len(row) > 12 else MODEL
+    return f"MoE-Zoo {name} {GPUS_N} H100 {lay} bf16" + (" MISS:provenance" if row in PROVENANCE else "")
+
+
+def long_row(seq: int, cp: int) -> tuple:
+    """A long-context run as a layout-table row (module doc), with its CP and sequence appended."""
+    return ("flex", 4, 8, 8, 4, 8 // cp, False, 1, NORM_MOE, False, None, cp, seq)
 
 
 def zoo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate, str, float]]:
-    """``(label, estimate, "mfu", published)`` per row of ``rows`` (default the TEST rows, :data:`ZOO`) on ``dev``
-    (default the H100 preset under Megatron-Core, :func:`~minipar.perf.hardware.for_framework`): the published step time
-    as tokens/s per GPU, then as an MFU in this model's own FLOP count over the same peak (the error is the throughput
-    error)."""
+    """``(label, estimate, "mfu", published)`` per row of ``rows`` (default the TEST rows, :data:`ZOO`, then
+    :data:`LONG`'s at their own sequence and batch) on ``dev`` (default the H100 preset under Megatron-Core,
+    :func:`~minipar.perf.hardware.for_framework`): the published step time as tokens/s per GPU, then as an MFU in this
+    model's own FLOP count over the same peak (the error is the throughput error)."""
     dev = dev or for_framework(GPUS["h100"], "megatron")
     model = shape(MODEL)
     ours = training_flops(model, BATCH) / (BATCH * model.seq)
     out = []
     for row in ZOO if rows is None else rows:
-        tps = BATCH * SEQ / row[-1] / GPUS_N
+        tps = BATCH * SEQ / row[10] / GPUS_N
         out.append((label(row), estimate(model, dev, zoo_layout(row), BATCH), "mfu", tps * ours / dev.peak_flops))
+    if rows is not None:
+        return out
+    fused = with_fused_loss(dev)  # the long-context config's --cross-entropy-loss-fusion
+    for seq, cp, tflops in LONG:
+        row, model = long_row(seq, cp), shape(f"{MODEL} s={seq}")
+        tps = tflops * 1e12 / megatron_flops_per_token(model)
+        ours = training_flops(model, LONG_BATCH) / (LONG_BATCH * seq)
+        e = estimate(model, fused, zoo_layout(row), LONG_BATCH)
+        out.append((label(row), e, "mfu", tps * ours / dev.peak_flops))
     return out

@@ -38,9 +38,9 @@ a row the model misses stays in, with its error.
 - Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook (:mod:`minipar.perf.nanotron`): the best layout
   found for Llama-like 1.34B-80B models on 1-64 nodes of 8 H100s, dp·tp·pp with ZeRO 0/1, nanotron's own pipeline
   split (``Layout.stage_split``; added 2026-11-28).
-- Megatron-MoE-ModelZoo's Qwen3 235B-A22B table (:mod:`minipar.perf.moe_zoo`, May 2025): 256 H100s, bf16, DeepEP or
-  NCCL's all-to-all, EP 32 across nodes and EP 8 inside one, PP with VPP, Megatron-FSDP; four rows (added
-  2026-11-29), the fifth the fit of the all-to-all overlap's share.
+- Megatron-MoE-ModelZoo's Qwen3 235B-A22B tables (:mod:`minipar.perf.moe_zoo`, 2025): 256 H100s, bf16, DeepEP or
+  NCCL's all-to-all, EP 32 across nodes and EP 8 inside one, PP with VPP, Megatron-FSDP, four rows, the fifth the fit
+  of the all-to-all overlap's share; and 16K-128K tokens with CP 1-8 at cuDNN's attention, four rows (added 2026-11-29).
 - NeMo's long-sequence table (:mod:`minipar.perf.nemo_long`): Llama 2 7B in FP8 on 4-1,024 H100s at 4K-1M tokens,
   TP, PP, DP and context parallelism up to 32 given (added 2026-11-28), FlashAttention-2 (the launcher's setting).
 
@@ -275,7 +275,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.dgxc import dgxc_rows  # NVIDIA's DGX Cloud recipes, bf16 and FP8 (minipar.perf.dgxc)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
     from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
-    from minipar.perf.moe_zoo import zoo_rows  # five MoE layouts of Qwen3 235B-A22B (minipar.perf.moe_zoo)
+    from minipar.perf.moe_zoo import zoo_rows  # eight runs of Qwen3 235B-A22B, 4K-128K (minipar.perf.moe_zoo)
     from minipar.perf.nanotron import nanotron_rows  # the Ultra-Scale Playbook's best layouts (minipar.perf.nanotron)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.nemo_long import nemo_long_rows  # 4K-1M tokens, context parallelism (minipar.perf.nemo_long)

@@ -1,6 +1,6 @@
 """The command line's fixed layout (``python -m minipar.plan --tp T --pp P --dp D``, :func:`check_fixed_flags`) and the
-flags that modify its sharding, recomputation or pipeline split (``--recompute-layers N``, ``--hsdp N``, ``--hpz N``,
-``--stage-split 9,9,8,6``), checked before any work: one line each, naming
+flags that modify its sharding, recomputation or pipeline split (``--recompute-layers N``, ``--recompute-modules
+layernorm,moe``, ``--hsdp N``, ``--hpz N``, ``--stage-split 9,9,8,6``), checked before any work: one line each, naming
 the value and the fix (:class:`minipar.errors.ConfigError`); :func:`minipar.perf.layout_checks.check_layout` checks the
 layout they make."""
 
@@ -12,7 +12,7 @@ from minipar.errors import ConfigError
 from minipar.runtime.mesh import divisors
 
 # Layout fields of these names, in --json when given
-SHARD_FLAGS = ("recompute_layers", "hsdp", "hpz", "stage_split", "bucket_mb")
+SHARD_FLAGS = ("recompute_layers", "recompute_modules", "hsdp", "hpz", "stage_split", "bucket_mb")
 
 
 def add_shard_flags(p) -> None:
@@ -23,6 +23,12 @@ def add_shard_flags(p) -> None:
         default=None,
         help="with --recompute full: recompute only N blocks of each model chunk (Megatron-LM's "
         "--recompute-num-layers, --recompute-method block)",
+    )
+    p.add_argument(
+        "--recompute-modules",
+        default=None,
+        help="with --recompute selective: Megatron-Core's modules recomputed, comma-separated, of core_attn (the "
+        "default), layernorm, moe_act, moe (--recompute-modules; minipar.perf.recompute_modules): layernorm,moe",
     )
     p.add_argument(
         "--hsdp",
@@ -100,6 +106,14 @@ def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
             f"--ddp-bucket-mb {a.bucket_mb:g} with --zero {a.zero}: DDP's buckets are ZeRO 0/1's; FSDP reduces per "
             "unit: drop --ddp-bucket-mb"
         )
+    if a.recompute_modules is not None:  # a tuple of names here; check_layout checks them against the model
+        mods, a.recompute_modules = a.recompute_modules, tuple(x.strip() for x in a.recompute_modules.split(","))
+        if not fixed:
+            raise ConfigError(f"--recompute-modules {mods} modifies a fixed layout (the search does not try it): add "
+                              "--tp --pp --dp")  # fmt: skip
+        if (a.recompute or "selective") != "selective":
+            raise ConfigError(f"--recompute-modules {mods} is selective recomputation: use --recompute selective, not "
+                              f"--recompute {a.recompute}")  # fmt: skip
     text, a.stage_split = a.stage_split, stage_split(a.stage_split)
     if a.stage_split is not None and (not fixed or a.moe_experts is not None):
         raise ConfigError(f"--stage-split {text} splits a fixed dense layout's stages: add --tp --pp --dp")

@@ -1,0 +1,135 @@
+"""Megatron-Core's selective recomputation by module (``--recompute-modules``, ``Layout.recompute_modules``,
+minipar.perf.recompute_modules): what each module frees and re-runs, by hand; the command line's one-line errors;
+the published runs that set it (Megatron-MoE-ModelZoo's Qwen3 235B-A22B, minipar.perf.moe_zoo)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from minipar.errors import ConfigError
+from minipar.perf.hardware import GPUS, for_framework
+from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.memory import memory_per_gpu
+from minipar.perf.model import estimate
+from minipar.perf.moe import a2a_seconds, training_flops
+from minipar.perf.recompute_modules import extra_flops, extra_seconds, freed_bytes
+from minipar.plan import main
+
+MEG = for_framework(GPUS["h100"], "megatron")
+MOE = ModelShape(8, 4096, 32, 4096, 32000, kv_heads=8, ffn=1536, gated=True, dropout=False, experts=64, top_k=8)
+DENSE = replace(MOE, experts=0, top_k=1, ffn=14336)
+LAY = Layout(dp=8, tp=2, pp=1, zero=1, recompute="selective", seq_parallel=True, flash_attention=True, ep=8, etp=1)
+SHAPE = ["--layers", "8", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "1536", "--swiglu",
+         "--vocab", "32000", "--seq", "4096", "--no-dropout", "--gpu", "h100", "--framework", "megatron",
+         "--global-batch", "64"]  # fmt: skip
+FIXED = ["--moe-experts", "64", "--moe-top-k", "8", "--tp", "2", "--pp", "1", "--dp", "8", "--ep", "8", "--sp"]
+
+
+def test_freed_bytes_by_hand():
+    """Per block and micro-batch of 1 × 4,096 tokens at tp 2 with sequence parallelism, bf16: layernorm frees the two
+    norm outputs (2·s·h/2 values of 2 bytes), moe_act the activation's output (k·s·f/2), moe the k copies of the MLP's
+    tensors and the k dispatched rows; under FP8 the GEMM inputs it frees are the 1-byte copies."""
+    s, h, f, k = 4096, 4096, 1536, 8
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, False, ("layernorm",)) == 2 * (s * h / 2) * 2
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, False, ("moe_act",)) == k * s * f / 2 * 2
+    mlp = 2 * f * 3 * s / 2
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, False, ("moe",)) == k * mlp + 2 * k * s * h
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, False, ("moe", "moe_act")) == k * mlp + 2 * k * s * h  # moe covers it
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, True, ("moe_act",)) == k * s * f / 2  # FP8: a 1-byte input
+    assert freed_bytes(MOE, 1, 2, True, 2, 1, True, ("layernorm",)) == (s * h / 2) * (1 + 2)  # the router's in bf16
+    assert freed_bytes(DENSE, 1, 2, True, 2, 1, False, ("core_attn",)) == 0
+
+
+def test_what_each_module_runs_again():
+    """layernorm: two norms read and write s·b·h/t at HBM bandwidth; moe: the router and experts' forward GEMMs, the
+    activation and both all-to-alls again: the estimate's ep term grows by one dispatch and one combine per block and
+    micro-batch, the executed FLOPs (TFLOP/s count) by the experts' and router's forward, the MFU's count not."""
+    sec, n = extra_seconds(MOE, MEG, replace(LAY, recompute_modules=("layernorm",)), 4096)
+    assert (n, sec) == (0, pytest.approx(2 * 2 * 4096 * 4096 / 2 * 2 / MEG.hbm_bw, rel=1e-12))
+    assert extra_seconds(MOE, MEG, LAY, 4096) == (0.0, 0)  # core_attn only: the model's "selective"
+    moe = replace(LAY, recompute_modules=("moe",))
+    assert extra_seconds(MOE, MEG, moe, 4096)[1] == 2
+    base, more = estimate(MOE, MEG, replace(LAY, recompute_modules=("core_attn",)), 64), estimate(MOE, MEG, moe, 64)
+    a2a = 2 * a2a_seconds(MOE, 4096, moe, MEG, MEG.bytes_per_value)
+    assert more.time["ep"] - base.time["ep"] == pytest.approx(more.m * MOE.layers * a2a, rel=1e-9)
+    assert more.time["compute"] > base.time["compute"] and more.mfu < base.mfu
+    assert base.time == estimate(MOE, MEG, LAY, 64).time  # ("core_attn",) is the default
+    flops = extra_flops(MOE, 64, moe)
+    assert flops == MOE.layers * 2 * 64 * 4096 * (8 * 3 * 4096 * 1536 + 64 * 4096)
+    assert more.tflops_per_gpu * more.time["total"] == pytest.approx(
+        (training_flops(MOE, 64, "selective", True) + flops) / 1e12 / 16, rel=1e-9
+    )
+
+
+def test_memory_frees_all_blocks_but_the_one_recomputed():
+    """Every held block frees what its modules free; the one being recomputed holds it again (as full recomputation's
+    block does); without core_attn and without FlashAttention the s² scores stay."""
+    m = 64 // 8
+    for mods in (("layernorm",), ("moe_act",), ("moe",), ("layernorm", "moe")):
+        lay = replace(LAY, recompute_modules=mods)
+        freed = freed_bytes(MOE, 1, 2, True, 2, 1, False, mods)
+        got = memory_per_gpu(MOE, MEG, lay, m)["activations"]
+        base = memory_per_gpu(MOE, MEG, LAY, m)["activations"]
+        assert base - got == pytest.approx((MOE.layers - 1) * freed, rel=1e-12), mods
+    eager = replace(LAY, flash_attention=False)
+    kept = memory_per_gpu(DENSE, MEG, replace(eager, ep=1, etp=None, recompute_modules=("layernorm",)), m)
+    assert kept["activations"] > memory_per_gpu(DENSE, MEG, replace(eager, ep=1, etp=None), m)["activations"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--recompute", "full", "--recompute-modules", "moe"], "use --recompute selective, not --recompute full"),
+        (["--recompute-modules", "attn"], "recompute_modules=attn: use one or more of core_attn, layernorm"),
+        (["--recompute-modules", ""], "use one or more of core_attn"),
+    ],
+)
+def test_contradictions_are_one_line(extra, message, capsys):
+    assert main([*SHAPE, *FIXED, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_modules_need_a_fixed_layout_and_experts(capsys):
+    assert main([*SHAPE, "--moe-experts", "64", "--moe-top-k", "8", "--gpus", "16", "--recompute-modules", "moe"]) == 2
+    assert "modifies a fixed layout" in capsys.readouterr().err
+    dense = ["--tp", "2", "--pp", "1", "--dp", "8", "--sp", "--recompute-modules", "layernorm,moe_act"]
+    assert main([*SHAPE, *dense]) == 2
+    assert "moe and moe_act recompute experts; the model has none" in capsys.readouterr().err
+    assert main(["--model", "7b", "--gpu", "a100", "--tp", "1", "--pp", "1", "--dp", "1", "--recompute-modules",
+                 "core_attn", "--global-batch", "8", "--json"]) == 0  # fmt: skip
+    capsys.readouterr()
+
+
+def test_json_and_the_table_show_the_modules(capsys):
+    assert main([*SHAPE, *FIXED, "--recompute-modules", "layernorm,moe", "--flash-attention", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["recompute_modules"] == ["layernorm", "moe"] and "sel-rc(layernorm+moe)" in r["layout"]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--recompute-modules" in capsys.readouterr().out
+
+
+def test_cpu_counts_refuse_modules():
+    from minipar.perf.layout_checks import check_layout
+
+    with pytest.raises(ConfigError, match="GPUs only"):
+        check_layout(DENSE, Layout(1, 1, 1, recompute="selective", recompute_modules=("layernorm",)), 8, "minipar")
+
+
+def test_the_long_context_runs_check_cudnn_attention_at_16k_to_128k():
+    """Megatron-MoE-ModelZoo's long-context Qwen3 235B-A22B rows (16K-128K tokens, CP 1-8, layernorm and moe
+    recomputed, Megatron-Core's cuDNN attention): each within 5 % (-1.9 … +2.4 %); the attention core is most of a
+    block's FLOPs there, so these are the rows that check cuDNN's measured rate at long sequences."""
+    from minipar.perf.flops import attention_core_flops, layer_gemm_flops
+    from minipar.perf.moe_zoo import LONG, zoo_rows
+    from minipar.perf.nemo import shape
+
+    rows = [r for r in zoo_rows() if " s=" in r[0]]
+    assert len(rows) == len(LONG) == 4
+    for label, e, metric, pub in rows:
+        assert abs(getattr(e, metric) / pub - 1) < 0.05, label
+        assert e.layout.recompute_modules == ("layernorm", "moe") and e.fits
+    big = shape("Qwen3-235B-A22B s=131072")
+    assert attention_core_flops(big, 1) > layer_gemm_flops(big, 1)  # at 128K the core outweighs the dense GEMMs
