@@ -38,7 +38,8 @@ layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; 
 all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds
 ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that
 fixed MoE layout (``--ep``, default 1), ``--precision fp8`` included. ``--recompute op``: torchtitan's per-op
-checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models). The software stack
+checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models; with experts under
+``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act and layernorm,moe). The software stack
 (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
 ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """

@@ -412,6 +412,7 @@ def test_the_all_to_all_overlap_share_is_chosen_on_one_pair_and_checked_on_anoth
     chosen = EP_OVERLAP_HIDES
     grid = [round(chosen + d * 0.05, 2) for d in range(-4, 5)]
     assert min(grid, key=lambda h: abs(errs(h, lambda: zoo_rows(rows=EP_OVERLAP_FIT))[0])) == chosen
+    assert round(zoo_rows(rows=TABLE[:1])[0][1].time["ep"], 1) == 7.4  # the all-to-all an ideal overlap would hide
     base = errs(chosen, lambda: zoo_rows(rows=TABLE[:1]))
     assert base == errs(1.0, lambda: zoo_rows(rows=TABLE[:1])) and abs(base[0]) < 0.05  # no overlap: -3.7 %
     big = lambda: [r for r in nemo_rows() if "Qwen3-235B" in r[0]]  # noqa: E731

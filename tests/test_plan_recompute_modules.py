@@ -133,3 +133,18 @@ def test_the_long_context_runs_check_cudnn_attention_at_16k_to_128k():
         assert e.layout.recompute_modules == ("layernorm", "moe") and e.fits
     big = shape("Qwen3-235B-A22B s=131072")
     assert attention_core_flops(big, 1) > layer_gemm_flops(big, 1)  # at 128K the core outweighs the dense GEMMs
+
+
+def test_the_search_tries_the_moe_module_sets_under_megatron_core():
+    """With experts under Megatron-Core, "selective" is tried with Megatron-Core's default (core_attn) and with
+    search.MOE_MODULE_SETS; a dense model, or a PyTorch stack, only with the default."""
+    from minipar.perf.search import MOE_MODULE_SETS, plan, recompute_choices
+
+    assert recompute_choices(MOE, MEG, ("none", "selective", "full")) == [
+        ("none", None), ("selective", None), ("full", None), *(("selective", m) for m in MOE_MODULE_SETS)
+    ]  # fmt: skip
+    assert recompute_choices(DENSE, MEG, ("selective",)) == [("selective", None)]
+    assert recompute_choices(MOE, GPUS["h100"], ("selective",)) == [("selective", None)]  # framework "pytorch"
+    assert recompute_choices(MOE, MEG, ("full",)) == [("full", None)]
+    rows = plan(MOE, MEG, 16, 64, micro_batches=(1,), recomputes=("selective",), zeros=(1,), eps=(8,), etp=1)
+    assert {e.layout.recompute_modules for e, _ in rows} == {None, *MOE_MODULE_SETS}

@@ -83,6 +83,21 @@ def recompute_modes(model: ModelShape, dev: Device) -> tuple[str, ...]:
     return ("none", "selective", "op", "full") if gpu_pytorch else ("none", "selective", "full")
 
 
+# Megatron-Core's selective modules the search tries for a model with experts (Layout.recompute_modules): the norms with
+# the experts' activation, or with the whole MoE layer, as Megatron-MoE-ModelZoo's Qwen3 235B-A22B runs set them
+MOE_MODULE_SETS = (("layernorm", "moe_act"), ("layernorm", "moe"))
+
+
+def recompute_choices(model: ModelShape, dev: Device, recomputes) -> list[tuple[str, tuple | None]]:
+    """(recompute mode, modules) pairs a search tries: each of ``recomputes`` with Megatron-Core's default modules
+    (None); for a model with experts under Megatron-Core (``dev.framework`` "megatron") and "selective" among them,
+    also :data:`MOE_MODULE_SETS` (:mod:`minipar.perf.recompute_modules`)."""
+    out = [(rc, None) for rc in recomputes]
+    if model.experts and dev.framework == "megatron" and dev.counts == "megatron" and "selective" in recomputes:
+        out += [("selective", mods) for mods in MOE_MODULE_SETS]
+    return out
+
+
 def plan(
     model: ModelShape,
     dev: Device,
@@ -113,7 +128,8 @@ def plan(
     Args:
         micro_batches: micro-batch sizes b to try; ``microbatches``: numbers m of micro-batches per
             pipeline instead (b = B/(dp·m), skipped where not whole). ``recomputes`` (None:
-            :func:`recompute_modes`), ``zeros``
+            :func:`recompute_modes`; with experts under Megatron-Core "selective" also with
+            :data:`MOE_MODULE_SETS`, :func:`recompute_choices`), ``zeros``
             (ZeRO stages, dp > 1 only; ZeRO-3 only with pp = 1: with pipelines FSDP2 keeps the
             weights gathered for the step, ZeRO-1's cost, :func:`minipar.perf.sharding.dp_time`),
             ``vs`` (interleaving, pp > 1 only): the choices tried;
@@ -165,7 +181,10 @@ def plan(
             experts = [
                 (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)
             ]
-            for b, (v, (first, last)), rc, z, (e_tp, ep) in itertools.product(sizes, shapes, recomputes, zs, experts):
+            choices = recompute_choices(model, dev, recomputes)
+            for b, (v, (first, last)), (rc, mods), z, (e_tp, ep) in itertools.product(
+                sizes, shapes, choices, zs, experts
+            ):
                 lay = Layout(
                     dp,
                     tp,
@@ -180,6 +199,7 @@ def plan(
                     schedule=schedule,
                     cp=cp,
                     flash_attention=flash_attention,
+                    recompute_modules=mods,
                     first_stage_layers=first,
                     last_stage_layers=last,
                     grad_bytes=grad_bytes,
