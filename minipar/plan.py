@@ -7,9 +7,9 @@
 
 Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b, interleaving v, ZeRO stage,
 recompute; on a GPU where pp·v does not divide the layers, Megatron-Core's split with the embedding and / or the loss
-counted as a block, first/last shown in the layout: :func:`minipar.perf.search.edge_splits`) and prints the best with
-their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line per reason the others were rejected;
-or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp
+counted as a block, first/last shown in the layout: :func:`minipar.perf.layout_checks.edge_splits`) and prints the best
+with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line per reason the others were
+rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp
 --flash-attention --first-stage-layers --last-stage-layers --recompute-layers --recompute-modules --hsdp --hpz
 --stage-split --ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk
 recomputed; ``--recompute-modules layernorm,moe``: Megatron-Core's selective modules,

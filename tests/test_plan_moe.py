@@ -371,7 +371,7 @@ def test_the_search_tries_a_folded_ep_larger_than_dp():
 def test_the_search_tries_expert_tp_1_beside_the_default_and_finds_the_235b_recipe():
     """On a GPU at tp > 1 the search tries both Megatron-Core's default expert TP (= tp) and expert TP 1 (the experts'
     mesh folded, what the Qwen3 235B-A22B and Mixtral 8x22B recipes set); ``etp`` given fixes it. With the uneven
-    split (:func:`minipar.perf.search.edge_splits`) the search reaches Megatron-Bridge's Qwen3 235B-A22B recipe
+    split (:func:`minipar.perf.layout_checks.edge_splits`) the search reaches Megatron-Bridge's Qwen3 235B-A22B recipe
     (TP 2, PP 8, VP 4, EP 32, expert TP 1, 94 blocks as 2 + 30·3 + 2) and models it as the test row does."""
     from minipar.perf.hardware import for_framework, with_fused_loss
     from minipar.perf.nemo import NEMO, nemo_layout, shape

@@ -89,6 +89,28 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     return m
 
 
+def edge_splits(layers: int, pp: int, v: int, counts: str) -> list[tuple[int | None, int | None]]:
+    """(first, last) model-chunk block counts for ``layers`` blocks on pp·v chunks (the search tries each; the published
+    Megatron-Core rows take the first): (None, None)
+    where pp·v divides the layers (even chunks); otherwise, under Megatron counts (a GPU), Megatron-Core's
+    ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the embedding, the loss or
+    both count as a block in the split, so (layers + 1 or 2) blocks share pp·v chunks evenly and the first chunk
+    (rank 0's, with the embedding) or the last (rank pp−1's, with the loss) builds one block fewer
+    (``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``; Llama 3 405B's 126 blocks on 16
+    stages as 7 + 14·8 + 7, Grattafiori et al. 2024, arXiv:2407.21783, §3.3.2). Each valid one, [] if none is."""
+    S = pp * v
+    if layers % S == 0:
+        return [(None, None)]
+    if counts != "megatron" or S == 1:
+        return []
+    out = []
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):
+        if (layers + emb + loss) % S == 0 and (layers + emb + loss) // S >= 1:
+            per = (layers + emb + loss) // S
+            out.append((per - 1 if emb else None, per - 1 if loss else None))
+    return out
+
+
 def ep_pool(dp: int, tp: int, cp: int, etp: int | None) -> int:
     """The ranks expert parallelism is carved out of: dp (Megatron-Core: EP inside DP) or, with the experts' mesh
     folded (``etp`` < tp, a divisor of it), tp·cp·dp/etp (its expert ``RankGenerator``); ep must divide it."""

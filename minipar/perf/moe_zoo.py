@@ -17,11 +17,11 @@ step time is the one used). "+1f1b overlap" is ``--combined-1f1b --combined-1f1b
 (``Layout.recompute_modules``, :mod:`minipar.perf.recompute_modules`).
 GIVEN by the config: Qwen3 235B-A22B's shape (:data:`minipar.perf.nemo.SHAPES`; V 151,936 = 1,187·128, its
 ``--make-vocab-size-divisible-by``), expert TP 1 (the experts' mesh folded, ``Layout.etp``), the distributed optimizer
-with ``--overlap-grad-reduce --overlap-param-gather``, sequence parallelism, ``--account-for-embedding-in-pipeline-
-split`` and ``--account-for-loss-in-pipeline-split`` (94 blocks on pp·v chunks as :func:`minipar.perf.search.
-edge_splits`: 2 + 30·3 + 2 on 8 · 4, 0 + 94·1 + 0 on 32 · 3), flash attention through Transformer Engine
-(``--framework megatron``'s kernel), forced load balancing (balanced routing, as the model assumes), no loss fusion
-and no ``--tp-comm-overlap`` (neither flag is set: the loss unfused, TP not overlapped). The FSDP row:
+with ``--overlap-grad-reduce --overlap-param-gather``, sequence parallelism,
+``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split`` (94 blocks on pp·v chunks as
+:func:`minipar.perf.layout_checks.edge_splits`: 2 + 30·3 + 2 on 8 · 4, 0 + 94·1 + 0 on 32 · 3), flash attention through
+Transformer Engine (``--framework megatron``'s kernel), forced load balancing (balanced routing, as the model assumes),
+no loss fusion and no ``--tp-comm-overlap`` (neither flag is set: the loss unfused, TP not overlapped). The FSDP row:
 ``--use-custom-fsdp --data-parallel-sharding-strategy optim_grads_params`` (ZeRO-3, its gathers prefetched: ``"dp"``
 overlapped) with full recomputation of every block.
 
@@ -51,96 +51,116 @@ and DeepEP, the launch line overrides neither); both are evaluated as the table 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout
+from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
 from minipar.perf.nemo import megatron_flops_per_token, shape
-from minipar.perf.search import edge_splits
 
 MODEL, GPUS_N, SEQ, BATCH = "Qwen3-235B-A22B", 256, 4096, 2048
 NORM_ACT, NORM_MOE = ("moe_act", "layernorm"), ("layernorm", "moe")  # --recompute-modules of the runs
-# (dispatcher, TP, EP, PP, VPP, DP, FSDP, micro-batch, recompute: "none", "full" or the modules, 1F1B all-to-all
-# overlap, step s): the layout table
+
+
+class Run(NamedTuple):
+    """One run: its layout and recomputation ("none", "full" or Megatron-Core's modules) as given (module doc), and
+    what was published, the step time (s) or TFLOP/s per GPU in Megatron-LM's count."""
+
+    dispatcher: str
+    tp: int
+    ep: int
+    pp: int
+    v: int
+    dp: int
+    fsdp: bool
+    micro_batch: int
+    recompute: str | tuple
+    a2a_overlap: bool
+    step_s: float | None = None
+    cp: int = 1
+    seq: int = SEQ
+    batch: int = BATCH
+    tflops: float | None = None
+    fused_loss: bool = False
+
+
+# the layout table: dispatcher, TP, EP, PP, VPP, DP, FSDP, micro-batch, recompute, 1F1B all-to-all overlap, step s
 TABLE = [
-    ("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, False, 19.7),
-    ("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, True, 17.6),
-    ("flex", 2, 8, 1, 1, 128, True, 4, "full", False, 17.6),
-    ("alltoall", 2, 8, 32, 3, 4, False, 1, NORM_ACT, False, 24.2),
-    ("flex", 4, 8, 8, 4, 8, False, 1, "none", False, 29.0),
+    Run("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, False, 19.7),
+    Run("flex", 2, 32, 8, 4, 16, False, 1, NORM_ACT, True, 17.6),
+    Run("flex", 2, 8, 1, 1, 128, True, 4, "full", False, 17.6),
+    Run("alltoall", 2, 8, 32, 3, 4, False, 1, NORM_ACT, False, 24.2),
+    Run("flex", 4, 8, 8, 4, 8, False, 1, "none", False, 29.0),
 ]
 # (sequence, CP, TFLOP/s per GPU in Megatron-LM's count, forced balance): the long-context table; TP 4, PP 8, VPP 4,
-# EP 8, DeepEP, global batch 256, layernorm and moe recomputed (module doc)
+# EP 8, DeepEP, global batch 256, layernorm and moe recomputed, the fused loss (module doc)
 LONG = [(16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389)]
 LONG_BATCH = 256
+LONG_RUNS = [
+    Run("flex", 4, 8, 8, 4, 8 // cp, False, 1, NORM_MOE, False, None, cp, seq, LONG_BATCH, tflops, True)
+    for seq, cp, tflops in LONG
+]
 EP_OVERLAP_FIT = [TABLE[1]]  # FIT: chose minipar.perf.moe.EP_OVERLAP_HIDES (module doc); not a test row
-ZOO = [r for r in TABLE if r not in EP_OVERLAP_FIT]  # TEST rows
+ZOO = [r for r in TABLE if r not in EP_OVERLAP_FIT]  # TEST rows, with LONG_RUNS
 PROVENANCE = [TABLE[2], TABLE[3]]  # MISS:provenance: the rows whose launch line differs from the table (module doc)
 
 
-def zoo_layout(row) -> Layout:
-    """The row's layout (module doc: given and ASSUMED)."""
-    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, *_ = row
-    overlap = {"dp"} | ({"pp"} if pp > 1 else set()) | ({"ep"} if a2a_overlap else set())
-    (first, last), *_ = edge_splits(shape(MODEL).layers, pp, v, "megatron")
-    mods = recompute if isinstance(recompute, tuple) else None  # Megatron-Core's selective modules
+def zoo_layout(run: Run) -> Layout:
+    """The run's layout (module doc: given and ASSUMED)."""
+    overlap = {"dp"} | ({"pp"} if run.pp > 1 else set()) | ({"ep"} if run.a2a_overlap else set())
+    (first, last), *_ = edge_splits(shape(MODEL).layers, run.pp, run.v, "megatron")
+    mods = run.recompute if isinstance(run.recompute, tuple) else None  # Megatron-Core's selective modules
     return Layout(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        micro_batch=mb,
-        v=v,
-        zero=3 if fsdp else 1,
-        recompute="selective" if mods else recompute,
+        dp=run.dp,
+        tp=run.tp,
+        pp=run.pp,
+        micro_batch=run.micro_batch,
+        v=run.v,
+        zero=3 if run.fsdp else 1,
+        recompute="selective" if mods else run.recompute,
         recompute_modules=mods,
-        cp=row[11] if len(row) > 11 else 1,
-        seq_parallel=tp > 1,
+        cp=run.cp,
+        seq_parallel=run.tp > 1,
         overlap=frozenset(overlap),
         grad_bytes=4,
         flash_attention=True,
-        ep=ep,
+        ep=run.ep,
         etp=1,
-        dispatcher=dispatcher,
+        dispatcher=run.dispatcher,
         first_stage_layers=first,
         last_stage_layers=last,
     )
 
 
-def label(row) -> str:
-    """``MoE-Zoo Qwen3-235B-A22B 256 H100 <layout> bf16`` [``MISS:provenance``]."""
-    dispatcher, tp, ep, pp, v, dp, fsdp, mb, recompute, a2a_overlap, *_ = row
-    cp = f"·cp{row[11]}" if len(row) > 11 else ""
-    lay = (f"fsdp{dp}" if fsdp else f"dp{dp}") + f"·tp{tp}" + (f"·pp{pp}·v{v}" if pp > 1 else "") + cp
-    lay += f"·ep{ep}·etp1·b{mb}" + ("·flex" if dispatcher == "flex" else "") + ("·a2a-overlap" if a2a_overlap else "")
-    lay += "·full-rc" if recompute == "full" else (f"·rc:{'+'.join(recompute)}" if isinstance(recompute, tuple) else "")
-    name = f"{MODEL} s={row[12]}" if len(row) > 12 else MODEL
-    return f"MoE-Zoo {name} {GPUS_N} H100 {lay} bf16" + (" MISS:provenance" if row in PROVENANCE else "")
-
-
-def long_row(seq: int, cp: int) -> tuple:
-    """A long-context run as a layout-table row (module doc), with its CP and sequence appended."""
-    return ("flex", 4, 8, 8, 4, 8 // cp, False, 1, NORM_MOE, False, None, cp, seq)
+def label(run: Run) -> str:
+    """``MoE-Zoo Qwen3-235B-A22B[ s=<tokens>] 256 H100 <layout> bf16`` [``MISS:provenance``]."""
+    r = run
+    lay = (f"fsdp{r.dp}" if r.fsdp else f"dp{r.dp}") + f"·tp{r.tp}" + (f"·pp{r.pp}·v{r.v}" if r.pp > 1 else "")
+    lay += (f"·cp{r.cp}" if r.seq != SEQ else "") + f"·ep{r.ep}·etp1·b{r.micro_batch}"
+    lay += ("·flex" if r.dispatcher == "flex" else "") + ("·a2a-overlap" if r.a2a_overlap else "")
+    rc = r.recompute
+    lay += "·full-rc" if rc == "full" else (f"·rc:{'+'.join(rc)}" if isinstance(rc, tuple) else "")
+    name = f"{MODEL} s={r.seq}" if r.seq != SEQ else MODEL
+    return f"MoE-Zoo {name} {GPUS_N} H100 {lay} bf16" + (" MISS:provenance" if r in PROVENANCE else "")
 
 
 def zoo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate, str, float]]:
-    """``(label, estimate, "mfu", published)`` per row of ``rows`` (default the TEST rows, :data:`ZOO`, then
-    :data:`LONG`'s at their own sequence and batch) on ``dev`` (default the H100 preset under Megatron-Core,
-    :func:`~minipar.perf.hardware.for_framework`): the published step time as tokens/s per GPU, then as an MFU in this
-    model's own FLOP count over the same peak (the error is the throughput error)."""
+    """``(label, estimate, "mfu", published)`` per run of ``rows`` (default the TEST runs, :data:`ZOO` then
+    :data:`LONG_RUNS`) on ``dev`` (default the H100 preset under Megatron-Core,
+    :func:`~minipar.perf.hardware.for_framework`; the fused loss where the run had it): the published step time or
+    TFLOP/s as tokens/s per GPU, then as an MFU in this model's own FLOP count over the same peak (the error is the
+    throughput error)."""
     dev = dev or for_framework(GPUS["h100"], "megatron")
-    model = shape(MODEL)
-    ours = training_flops(model, BATCH) / (BATCH * model.seq)
     out = []
-    for row in ZOO if rows is None else rows:
-        tps = BATCH * SEQ / row[10] / GPUS_N
-        out.append((label(row), estimate(model, dev, zoo_layout(row), BATCH), "mfu", tps * ours / dev.peak_flops))
-    if rows is not None:
-        return out
-    fused = with_fused_loss(dev)  # the long-context config's --cross-entropy-loss-fusion
-    for seq, cp, tflops in LONG:
-        row, model = long_row(seq, cp), shape(f"{MODEL} s={seq}")
-        tps = tflops * 1e12 / megatron_flops_per_token(model)
-        ours = training_flops(model, LONG_BATCH) / (LONG_BATCH * seq)
-        e = estimate(model, fused, zoo_layout(row), LONG_BATCH)
-        out.append((label(row), e, "mfu", tps * ours / dev.peak_flops))
+    for run in ZOO + LONG_RUNS if rows is None else rows:
+        model = shape(MODEL if run.seq == SEQ else f"{MODEL} s={run.seq}")
+        if run.step_s is not None:
+            tps = run.batch * run.seq / run.step_s / GPUS_N
+        else:
+            tps = run.tflops * 1e12 / megatron_flops_per_token(model)
+        ours = training_flops(model, run.batch) / (run.batch * run.seq)
+        e = estimate(model, with_fused_loss(dev) if run.fused_loss else dev, zoo_layout(run), run.batch)
+        out.append((label(run), e, "mfu", tps * ours / dev.peak_flops))
     return out

@@ -108,6 +108,7 @@ from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
 
@@ -206,11 +207,10 @@ def nemo_layout(row) -> Layout:
     """The row's layout (module doc: given and ASSUMED)."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
     overlap = {"dp", "pp"} if pp > 1 else {"dp"}
-    layers, chunks = shape(name).layers, pp * v
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
-    edge = (layers + 2) // chunks - 1 if layers % chunks and (layers + 2) % chunks == 0 else None
+    (first, last), *_ = edge_splits(shape(name).layers, pp, v, "megatron")
     big = name == "Qwen3-235B-A22B"  # its recipe: tp_comm_overlap=False, moe_a2a_overlap=True, expert TP 1 (given)
     if tp > 1 and src != "MoE-Zoo" and not big:  # tp_comm_overlap (userbuffers): given for MB, ASSUMED for NeMo
         overlap.add("tp")
@@ -234,8 +234,8 @@ def nemo_layout(row) -> Layout:
         etp=1 if src == "MoE-Zoo" or big else None,  # the Mixtral and Qwen3 235B runs' expert TP 1: given (module doc)
         dispatcher="flex" if src in FLEX and ep > 1 and not big else "alltoall",  # DeepEP / HybridEP: given
         cp=cp,
-        first_stage_layers=edge,
-        last_stage_layers=edge,
+        first_stage_layers=first,
+        last_stage_layers=last,
     )
 
 

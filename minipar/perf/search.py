@@ -14,7 +14,7 @@ import math
 from minipar.errors import ConfigError
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout, ModelShape
-from minipar.perf.layout_checks import check_layout, ep_pool
+from minipar.perf.layout_checks import check_layout, edge_splits, ep_pool
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
 from minipar.runtime.mesh import divisors
@@ -41,27 +41,6 @@ def ep_degrees(model: ModelShape, dp: int, eps=None, tp: int = 1, cp: int = 1, e
         return [1]
     pool = ep_pool(dp, tp, cp, etp)
     return [e for e in (divisors(pool) if eps is None else eps) if pool % e == 0 and model.experts % e == 0]
-
-
-def edge_splits(layers: int, pp: int, v: int, counts: str) -> list[tuple[int | None, int | None]]:
-    """(first, last) model-chunk block counts the search tries for ``layers`` blocks on pp·v chunks: (None, None)
-    where pp·v divides the layers (even chunks); otherwise, under Megatron counts (a GPU), Megatron-Core's
-    ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the embedding, the loss or
-    both count as a block in the split, so (layers + 1 or 2) blocks share pp·v chunks evenly and the first chunk
-    (rank 0's, with the embedding) or the last (rank pp−1's, with the loss) builds one block fewer
-    (``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``; Llama 3 405B's 126 blocks on 16
-    stages as 7 + 14·8 + 7, Grattafiori et al. 2024, arXiv:2407.21783, §3.3.2). Each valid one, [] if none is."""
-    S = pp * v
-    if layers % S == 0:
-        return [(None, None)]
-    if counts != "megatron" or S == 1:
-        return []
-    out = []
-    for emb, loss in ((1, 1), (1, 0), (0, 1)):
-        if (layers + emb + loss) % S == 0 and (layers + emb + loss) // S >= 1:
-            per = (layers + emb + loss) // S
-            out.append((per - 1 if emb else None, per - 1 if loss else None))
-    return out
 
 
 def expert_tps(model: ModelShape, dev: Device, tp: int, etp: int | None) -> tuple[int | None, ...]:

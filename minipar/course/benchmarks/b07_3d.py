@@ -127,55 +127,47 @@ def plan_rows() -> list[Row]:
 
     from minipar.perf.runs import known_miss, out_of_sample
 
-    def timed(argv):  # the planner's command line, Python start-up included: (process, seconds)
+    def timed(name, argv, check=lambda out: True):  # the command line, Python start-up included: its Row (<= 5 s)
         t0 = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "minipar.plan", *argv], capture_output=True, text=True, timeout=120
         )
-        return proc, time.perf_counter() - t0
+        dt, ok = time.perf_counter() - t0, proc.returncode == 0 and check(proc.stdout)
+        note = "" if ok else f"exit {proc.returncode}: {proc.stderr[-200:]}"
+        return Row("07", f"python -m minipar.plan: {name}", dt, unit="s", target="<= 5", ok=ok and dt <= 5, note=note)
 
-    p, dt = timed(["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672",
-                   "--swiglu", "--vocab", "32000", "--seq", "4096", "--gpus", "64", "--gpu", "h100",
-                   "--global-batch", "1024", "--tp", "4", "--pp", "4", "--dp", "4", "--json"])  # fmt: skip
-    ok = p.returncode == 0 and all("mfu" in json.loads(line) for line in p.stdout.splitlines() if line.strip())
-    q, ds = timed(["--model", "70b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024",
-                   "--json"])  # fmt: skip
-    r, dm = timed(["--model", "7b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024",
-                   "--moe-experts", "8", "--moe-top-k", "2", "--json"])  # fmt: skip
-    f, df = timed(["--layers", "94", "--hidden", "4096", "--heads", "64", "--kv-heads", "4", "--kv-channels", "128",
-                   "--ffn", "1536", "--swiglu", "--vocab", "151936", "--moe-experts", "128", "--moe-top-k", "8",
-                   "--gpus", "256", "--gpu", "h100", "--framework", "megatron", "--global-batch", "8192",
-                   "--expert-tp", "1", "--precision", "fp8", "--json"])  # fmt: skip  # Qwen3 235B-A22B's shape
-    o, do = timed(["--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8", "--ffn", "53248",
-                   "--swiglu", "--vocab", "128256", "--seq", "8192", "--gpus", "1024", "--gpu", "h100",
-                   "--framework", "megatron", "--global-batch", "512", "--json"])  # fmt: skip  # Llama 3 405B's shape
-    # 1,344 divisors: every tp·pp·dp split of it is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
-    h, dh = timed(["--gpus", "735134400", "--global-batch", "735134400", "--json"])
+    json_rows = lambda out: all("mfu" in json.loads(line) for line in out.splitlines() if line.strip())  # noqa: E731
+    rows = [
+        timed("custom 70B shape, fixed layout, --json (seconds)",
+              ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu",
+               "--vocab", "32000", "--seq", "4096", "--gpus", "64", "--gpu", "h100", "--global-batch", "1024",
+               "--tp", "4", "--pp", "4", "--dp", "4", "--json"], json_rows),
+        timed("search 70B on 64 H100s (tp, pp, cp, dp, b, v, ZeRO, recompute; s)",
+              ["--model", "70b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024", "--json"]),
+        timed("search 7B with 8 experts, top-2, on 64 H100s (and ep; s)",
+              ["--model", "7b", "--gpus", "64", "--gpu", "h100", "--seq", "4096", "--global-batch", "1024",
+               "--moe-experts", "8", "--moe-top-k", "2", "--json"]),
+        timed("search Qwen3 235B-A22B's shape, 128 experts, top-8, FP8, --expert-tp 1, on 256 H100s (ep up to tp·dp, "
+              "folded; s)",
+              ["--layers", "94", "--hidden", "4096", "--heads", "64", "--kv-heads", "4", "--kv-channels", "128",
+               "--ffn", "1536", "--swiglu", "--vocab", "151936", "--moe-experts", "128", "--moe-top-k", "8",
+               "--gpus", "256", "--gpu", "h100", "--framework", "megatron", "--global-batch", "8192",
+               "--expert-tp", "1", "--precision", "fp8", "--json"]),
+        timed("search Llama 3 405B's shape (126 blocks: Megatron-Core's uneven first/last chunks where pp·v does not "
+              "divide them) on 1,024 H100s (s)",
+              ["--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8", "--ffn", "53248",
+               "--swiglu", "--vocab", "128256", "--seq", "8192", "--gpus", "1024", "--gpu", "h100",
+               "--framework", "megatron", "--global-batch", "512", "--json"], lambda out: "first" in out),
+        # 1,344 divisors: every tp·pp·dp split is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
+        timed("search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; hostile, s)",
+              ["--gpus", "735134400", "--global-batch", "735134400", "--json"]),
+    ]  # fmt: skip
     test_set = out_of_sample()
     errs = [abs(getattr(e, key) / pub - 1) for _, e, key, pub in test_set]
     worst = max(errs)
     hit = [x for x, (label, *_) in zip(errs, test_set) if not known_miss(label)]
     med = statistics.median(hit)  # the rows not known misses (a rule on their layout: minipar.perf.runs.known_miss)
-    return [
-        Row("07", "python -m minipar.plan: custom 70B shape, fixed layout, --json (seconds)", dt, unit="s",
-            target="<= 5", ok=ok and dt <= 5, note="" if ok else f"exit {p.returncode}: {p.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search 70B on 64 H100s (tp, pp, cp, dp, b, v, ZeRO, recompute; s)", ds,
-            unit="s", target="<= 5", ok=q.returncode == 0 and ds <= 5,
-            note="" if q.returncode == 0 else f"exit {q.returncode}: {q.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search 7B with 8 experts, top-2, on 64 H100s (and ep; s)", dm,
-            unit="s", target="<= 5", ok=r.returncode == 0 and dm <= 5,
-            note="" if r.returncode == 0 else f"exit {r.returncode}: {r.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search Qwen3 235B-A22B's shape, 128 experts, top-8, FP8, --expert-tp 1, on "
-            "256 H100s (ep up to tp·dp, folded; s)", df, unit="s", target="<= 5", ok=f.returncode == 0 and df <= 5,
-            note="" if f.returncode == 0 else f"exit {f.returncode}: {f.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search Llama 3 405B's shape (126 blocks: Megatron-Core's uneven first/last "
-            "chunks where pp·v does not divide them) on 1,024 H100s (s)", do, unit="s", target="<= 5",
-            ok=o.returncode == 0 and do <= 5 and "first" in o.stdout,
-            note="" if o.returncode == 0 else f"exit {o.returncode}: {o.stderr[-200:]}"),
-        Row("07", "python -m minipar.plan: search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; "
-            "hostile, s)", dh,
-            unit="s", target="<= 5", ok=h.returncode == 0 and dh <= 5,
-            note="" if h.returncode == 0 else f"exit {h.returncode}: {h.stderr[-200:]}"),
+    return rows + [
         Row("07", f"planner test set, A100 and H100 ({len(hit)} of {len(errs)} published runs, not known misses): "
             "median absolute error", 100 * med, unit="%", target="<= 7", ok=med <= 0.07,
             note=f"worst {max(hit):.0%}; all {len(errs)} rows: median {statistics.median(errs):.0%}, worst "
