@@ -22,26 +22,28 @@ blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk 
 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
 ``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
 its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
-parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's). ``--json``: one JSON object per layout per
-line, with ``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu``
-(executed FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the
-table too: no FLOP count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``,
-the time terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
-:func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
-and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
-only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``:
-64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
---moe-top-k k``: the experts' counts, then the search with expert parallelism ep (every ep dividing dp and E, or
-tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts' mesh;
-``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every
-layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the
-all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds
-``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that
-fixed MoE layout (``--ep``, default 1), ``--precision fp8`` included. ``--recompute op``: torchtitan's per-op
-checkpointing (the search tries it on a GPU under ``--framework pytorch``, dense models; with experts under
-``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act and layernorm,moe). The software stack
-(:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``,
-``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's); ``--window-size W --window-attn-skip-freq
+N``: sliding-window attention in all but every N-th block (GPT-OSS: 128, 2; in ``--json``;
+:mod:`minipar.perf.shape_flags`). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs
+without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
+recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the table too: no FLOP
+count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time terms and
+``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency: :func:`minipar.perf.sharding.collectives`) and
+``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction and ZeRO's weight all-gather, Megatron-LM's
+``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first only, as DeepSpeed's ZeRO-1/2 and
+nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``: 64 by default, or the fixed
+layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts'
+counts, then the search with expert parallelism ep (every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried
+by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide
+``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides,
+Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind,
+``Layout.dispatcher``; ``--overlap ep`` hides part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``,
+``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout
+(``--ep``, default 1), ``--precision fp8`` included. ``--recompute op``: torchtitan's per-op checkpointing (the search
+tries it on a GPU under ``--framework pytorch``, dense models; with experts under ``--framework megatron`` it tries
+``--recompute-modules`` layernorm,moe_act and layernorm,moe). The software stack (:mod:`minipar.perf.stack_flags`):
+``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``),
+``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -66,17 +68,16 @@ from minipar.perf.hardware import (
     with_fused_loss,
     with_links,
 )
-from minipar.perf.layout import OVERLAP, POSITIONS, RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, moe_top_k
-from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape
 from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
 
-SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels")
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 ONLY_FIXED = (*FIXED[3:], "zero", "recompute", "sp", "cp_allgather")  # a fixed layout's settings: no search tries them
 DEFAULT_GPUS = 64
@@ -95,7 +96,8 @@ CUSTOM_DEVICE = (
 
 def check_args(a: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` (one line: the flag, the value, the fix) for an impossible input."""
-    for flag in ("gpus", "gpus_per_node", "global_batch", "top", *SHAPE, *FIXED):
+    check_shape_flags(a)
+    for flag in ("gpus", "gpus_per_node", "global_batch", "top", *FIXED):
         v, least = getattr(a, flag), 0 if flag.endswith("stage_layers") else 1  # a chunk may hold no block
         if v is not None and v < least:
             raise ConfigError(f"--{flag.replace('_', '-')} {v}: must be an integer >= {least}")
@@ -104,26 +106,10 @@ def check_args(a: argparse.Namespace) -> None:
         raise ConfigError(
             f"--overlap {a.overlap}: {', '.join(bad)} is not one of {', '.join(OVERLAP)} (comma-separated)"
         )
-    custom = [f for f in ("layers", "hidden", "heads") if getattr(a, f) is not None]
-    if custom and len(custom) < 3:
-        missing = sorted({"layers", "hidden", "heads"} - set(custom))
-        raise ConfigError(f"a custom shape needs --layers, --hidden and --heads: add --{' --'.join(missing)}")
     fixed = check_fixed_flags(a, ONLY_FIXED)
     check_shard_flags(a, fixed)
     check_moe_flags(a, DEFAULT_GPUS)
     check_stack_flags(a)
-
-
-def _shape(a) -> tuple[str, ModelShape]:
-    emb = (a.untie_embeddings_and_output_weights, a.position_embedding_type)  # Megatron-LM's flags, when given
-    if a.layers is not None:
-        shape = ModelShape(a.layers, a.hidden, a.heads, a.seq or 2048, a.vocab or 51200, kv_heads=a.kv_heads, ffn=a.ffn,
-                           gated=a.swiglu, dropout=not a.no_dropout, kv_channels=a.kv_channels)  # fmt: skip
-        return f"custom l{a.layers}·h{a.hidden}·a{a.heads}", shape.with_embeddings(*emb)
-    base = MODELS[a.model]
-    over = {k: getattr(a, k) for k in ("seq", "vocab", "kv_heads", "ffn", "kv_channels") if getattr(a, k) is not None}
-    shape = replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
-    return a.model, shape.with_embeddings(*emb)
 
 
 def _device(a):
@@ -163,6 +149,7 @@ def _row(e, dev, model) -> dict:
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
         "kv_channels": model.head_dim,  # one attention head's width (hidden/heads unless --kv-channels)
+        **{k: getattr(model, k) for k in ("window_size", "window_attn_skip_freq") if getattr(model, k)},
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,
@@ -193,16 +180,7 @@ def _row(e, dev, model) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m minipar.plan", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="70b", choices=sorted(MODELS), help="a preset shape (unless --layers ...)")
-    for f in SHAPE:
-        hd = "one attention head's width (Megatron-LM's; default hidden/heads)" if f == "kv_channels" else f
-        p.add_argument(f"--{f.replace('_', '-')}", type=int, default=None, help=f"custom shape: {hd}")
-    p.add_argument("--swiglu", action="store_true", help="gated MLP (three h×ffn matrices)")
-    p.add_argument("--no-dropout", action="store_true", help="no dropout masks kept (Llama): activation memory")
-    p.add_argument(
-        "--untie-embeddings-and-output-weights", action="store_true", help="an output layer of its own (Llama)"
-    )
-    p.add_argument("--position-embedding-type", choices=POSITIONS, help="learned_absolute: an s×h table (GPT; default)")
+    add_shape_flags(p)
     p.add_argument("--gpus", type=int, default=None, help=f"default: {DEFAULT_GPUS}, or the fixed layout's count")
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU's (8)")
@@ -238,7 +216,7 @@ def main(argv=None) -> int:
     try:
         check_args(a)
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
-        name, model = _shape(a)
+        name, model = model_shape(a)
         if a.moe_experts is not None:
             model = replace(model, experts=a.moe_experts, top_k=moe_top_k(a))
         dev = _device(a)

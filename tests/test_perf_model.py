@@ -113,7 +113,11 @@ def test_the_h100s_three_constants_are_chosen_together():
 
 
 # known misses by reason: (lowest, highest) error measured today (module doc)
-MISS_BANDS = {
+MISS_BANDS = {  # the first key a label holds
+    # minipar.perf.nemo: GPT-OSS 120B, MISS:seen (+49 … +53 %) and 25.11's MISS:provenance (+50 %); Qwen3 30B-A3B in
+    # 25.11, MISS:provenance as its recipe's layout (+65 %, the layout 26.02 ran at +70 %)
+    "GPT-OSS-120B": (0.40, 0.65),
+    "MB 25.11 Qwen3-30B-A3B": (0.55, 0.85),
     "zero3": (0.30, 3.40),
     # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -26 %; BLOOM prequel +20 … +27 %;
     # nanotron -16 %, +18 … +27 %

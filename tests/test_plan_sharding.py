@@ -16,8 +16,9 @@ from minipar.perf.layout import Layout
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.shape_flags import model_shape
 from minipar.perf.sharding import FSDP2_COPY_SLOWDOWN, dp_collectives, fsdp2_copy_time, links
-from minipar.plan import _shape, main, parser
+from minipar.plan import main, parser
 
 LLAMA70B = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672", "--swiglu"]
 LLAMA70B += ["--vocab", "128256", "--seq", "8192", "--gpu", "h100", "--global-batch", "2048"]
@@ -188,7 +189,7 @@ def test_ddp_buckets_each_pay_their_latency(capsys):
     mcore = _run([*LLAMA8B, *dp512], capsys)
     ddp25 = _run([*LLAMA8B, *dp512, "--ddp-bucket-mb", "25"], capsys)
     ddp5 = _run([*LLAMA8B, *dp512, "--ddp-bucket-mb", "5"], capsys)
-    params = _shape(parser().parse_args(LLAMA8B))[1].params
+    params = model_shape(parser().parse_args(LLAMA8B))[1].params
     assert "bucket_mb" not in mcore and ddp25["bucket_mb"] == 25 and "·ddp25MB" in ddp25["layout"]
     assert mcore["dp_collectives"] == -(-params // 512e6)  # max(40M, 1M·dp) parameters a bucket
     assert ddp25["dp_collectives"] == -(-params * 2 // (25 * 2**20))
@@ -290,7 +291,7 @@ def test_fsdp2_copies_are_on_the_compute_stream(capsys):
     argv = [*LLAMA8B, *FSDP64, "--micro-batch", "2", "--overlap", "dp"]
     fsdp1, fsdp2 = _run(argv, capsys), _run([*argv, "--fsdp2"], capsys)
     assert (fsdp1["fsdp2"], fsdp2["fsdp2"], fsdp2["m"]) == (False, True, 4)
-    dev, model = GPUS["h100"], _shape(parser().parse_args(argv))[1]
+    dev, model = GPUS["h100"], model_shape(parser().parse_args(argv))[1]
     out, inn, plain = FSDP2_COPY_SLOWDOWN
     expect = 4 * stage_params(model, 1, 1, "megatron")[0] * (2 * 4 * out + 6 * inn) / dev.hbm_bw
     assert abs((fsdp2["time_s"]["dp"] - fsdp1["time_s"]["dp"]) - expect) < 2e-4, (fsdp2["time_s"], expect)

@@ -20,11 +20,27 @@ def layer_gemm_flops(model: ModelShape, b: float, s: int | None = None) -> float
     return 2 * b * (s or model.seq) * model.layer_matrix_params
 
 
-def attention_core_flops(model: ModelShape, b: float, s_q: int | None = None, s_k: int | None = None) -> float:
-    """Forward FLOPs of QKᵀ and attention·V for b sequences, s_q queries against s_k keys (default s, s):
-    4·b·s_q·s_k·q, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h; q = h unless ``kv_channels``)."""
+def attention_core_flops(
+    model: ModelShape, b: float, s_q: int | None = None, s_k: int | None = None, window: bool = True
+) -> float:
+    """Forward FLOPs of QKᵀ and attention·V for b sequences, s_q queries against s_k keys (default s, s), averaged over
+    the blocks: 4·b·s_q·s_k·q, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h; q = h unless
+    ``kv_channels``), s_k being :func:`attention_keys` with a sliding window (``window=False``: every block's whole
+    square, what an unfused kernel computes before it masks)."""
     s = model.seq
-    return 4 * b * (s_q or s) * (s_k or s) * model.q_width
+    return 4 * b * (s_q or s) * (attention_keys(model, s_k or s) if window else s_k or s) * model.q_width
+
+
+def attention_keys(model: ModelShape, s_k: int) -> float:
+    """Keys a query is counted against, averaged over the blocks, in :func:`attention_core_flops`' whole-square count:
+    s_k in a block of full attention; min(s_k, 2w) in one with a window of w (``ModelShape.window_size``): the square
+    counts twice the causal triangle, so the causal half FlashAttention computes is the w keys a query sees. With
+    ``window_attn_skip_freq`` N every N-th block is full, l // N of the l (Megatron-Core's pattern), else none."""
+    w, n, l = model.window_size, model.window_attn_skip_freq, model.layers
+    if not w:
+        return s_k
+    full = l // n if n else 0
+    return (full * s_k + (l - full) * min(s_k, 2 * w)) / l
 
 
 def attention_share(model: ModelShape) -> float:
@@ -231,9 +247,9 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
     """Training FLOPs per token with experts: 6·(active parameters without those a token only looks up,
     :attr:`~minipar.perf.layout.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
-    et al. 2020, Table 1; PaLM App. B): k, not E, sets it."""
+    et al. 2020, Table 1; PaLM App. B; s the keys of :func:`attention_keys` with a window): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
-    return 6 * (active - model.lookup_params) + 12 * model.layers * model.q_width * model.seq
+    return 6 * (active - model.lookup_params) + 12 * model.layers * model.q_width * attention_keys(model, model.seq)
 
 
 def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:

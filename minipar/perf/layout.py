@@ -18,26 +18,28 @@ OVERLAP = ("dp", "grad_reduce", "pp", "tp", "ep")
 DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (Layout.dispatcher, minipar.perf.moe)
 # Megatron-LM's --position-embedding-type (ModelShape.with_embeddings, --position-embedding-type); none: ALiBi, NoPE
 POSITIONS = ("learned_absolute", "rope", "none")
-# A Llama-like shape's embeddings (ModelShape): its own output layer, rotary positions (no table).
-UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}
+UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}  # a Llama-like shape's: own output layer, rotary
+SIZES = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels")  # ModelShape's integer sizes
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder-only transformer: ``layers`` blocks of width ``hidden``, ``heads`` query heads,
-    sequence ``seq``, vocabulary ``vocab``; ``bias``: minipar's ``GPTConfig.bias`` (minipar counts only);
-    ``kv_heads`` key/value heads (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245;
-    None: = heads); ``ffn`` the MLP's inner width (None: 4·hidden); ``gated``: a gated MLP (SwiGLU,
-    Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of two), as in Llama; ``dropout``:
-    the block keeps two dropout masks for backward (GPT-style; Llama has no dropout: False); ``experts`` E
-    and ``top_k`` k: a mixture of experts, every block's MLP one of E MLPs of this shape, k per token
-    (None: dense; :mod:`minipar.perf.moe`); ``tied_embeddings``: the output layer is the word embedding's
+    """A dense decoder-only transformer: ``layers`` blocks of width ``hidden``, ``heads`` query heads, sequence ``seq``,
+    vocabulary ``vocab``; ``bias``: minipar's ``GPTConfig.bias`` (minipar counts only); ``kv_heads`` key/value heads
+    (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245; None: = heads); ``ffn`` the MLP's inner width
+    (None: 4·hidden); ``gated``: a gated MLP (SwiGLU, Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of
+    two), as in Llama; ``dropout``: the block keeps two dropout masks for backward (GPT-style; Llama has no dropout:
+    False); ``experts`` E and ``top_k`` k: a mixture of experts, every block's MLP one of E MLPs of this shape, k per
+    token (None: dense; :mod:`minipar.perf.moe`); ``tied_embeddings``: the output layer is the word embedding's
     transpose (GPT-2, MPT, BLOOM; Megatron-LM's default) or, False, its own V×h matrix (Llama: Megatron-LM's
     ``--untie-embeddings-and-output-weights``, Hugging Face's ``tie_word_embeddings=False``); ``learned_positions``: a
     learned s×h position table (GPT) or, False, positions without weights (rotary, Su et al. 2021, arXiv:2104.09864, or
     ALiBi; Megatron-LM's ``--position-embedding-type rope``); ``kv_channels`` the width of one attention head
     (Megatron-LM's ``--kv-channels``; None: hidden/heads, :attr:`head_dim`), so that the queries span heads·kv_channels
-    (:attr:`q_width`), which need not be the hidden size (Qwen3 30B-A3B: 32 × 128 on h = 2,048). Its counts here
+    (:attr:`q_width`), which need not be the hidden size (Qwen3 30B-A3B: 32 × 128 on h = 2,048); ``window_size`` w:
+    sliding-window attention, a query sees the w tokens before it (Beltagy et al. 2020, arXiv:2004.05150, §3.1;
+    Megatron-Core's ``window_size=(w, 0)``), in every block or, with ``window_attn_skip_freq`` N, all but every N-th
+    (Megatron-Core's; GPT-OSS: 128 and 2, alternating): :func:`~minipar.perf.flops.attention_keys`. Its counts here
     (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
@@ -55,9 +57,11 @@ class ModelShape:
     tied_embeddings: bool = True
     learned_positions: bool = True
     kv_channels: int | None = None
+    window_size: int | None = None
+    window_attn_skip_freq: int | None = None
 
     def __post_init__(self):
-        for k in ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels"):
+        for k in (*SIZES, "window_size", "window_attn_skip_freq"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
@@ -69,6 +73,8 @@ class ModelShape:
                 f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it, or give "
                 "kv_channels (--kv-channels), the width of one head"
             )
+        if self.window_attn_skip_freq and not self.window_size:
+            raise ConfigError(f"window_attn_skip_freq={self.window_attn_skip_freq}: give window_size (--window-size)")
         if self.heads % self.kv:
             raise ConfigError(f"kv_heads={self.kv} must divide heads={self.heads} (each kv head serves a whole group)")
         if self.experts is not None and not (isinstance(self.experts, int) and self.experts >= 0):
@@ -240,35 +246,33 @@ class Layout:
         return self.shard * self.tp // (self.expert_tp * self.ep)
 
     def recomputed_layers(self, layers: int) -> list[int]:
-        """Blocks of each model chunk (:meth:`chunk_layers`) whose forward runs again in backward: all with
-        recompute "full", none otherwise; with ``recompute_layers`` N the first min(N, n) of a chunk of n
-        (Megatron-LM's ``--recompute-granularity full --recompute-method block --recompute-num-layers N``,
-        counted per model chunk: ``TransformerBlock._checkpointed_forward`` loops over the chunk's own
-        layers, megatron/core/transformer/transformer_block.py); the others keep every activation."""
+        """Blocks of each model chunk (:meth:`chunk_layers`) whose forward runs again in backward: all with recompute
+        "full", none otherwise; with ``recompute_layers`` N the first min(N, n) of a chunk of n (Megatron-LM's
+        ``--recompute-granularity full --recompute-method block --recompute-num-layers N``, counted per model chunk:
+        ``TransformerBlock._checkpointed_forward`` loops over the chunk's own layers,
+        megatron/core/transformer/transformer_block.py); the others keep every activation."""
         chunks = self.chunk_layers(layers)
         if self.recompute != "full":
             return [0] * len(chunks)
         return chunks if self.recompute_layers is None else [min(n, self.recompute_layers) for n in chunks]
 
     def chunk_layers(self, layers: int) -> list[int]:
-        """Blocks per virtual stage (model chunk) k = 0 .. pp·v−1; chunk k lives on rank k mod pp
-        (Narayanan et al. 2021 §2.2.2). Without uneven stages: layers/(pp·v) each. With
-        ``first_stage_layers`` / ``last_stage_layers``: v = 1, pipeline stages 0 and pp−1 hold them
-        (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``); v > 1, the FIRST and LAST MODEL
-        CHUNK hold them (chunk 0 on rank 0, with the embedding; chunk pp·v−1 on rank pp−1, with the
-        logit layer and the loss), as Llama 3 removes one block from each (Grattafiori et al. 2024,
-        arXiv:2407.21783, §3.3.2); 0 is allowed (a chunk with only the embedding or the loss). The
-        other chunks share the rest evenly. (Megatron-LM under v > 1 spreads its first/last count
-        over all v chunks of rank 0 / pp−1 instead, each count divisible by v; that layout is not
-        expressible here.) ``stage_split``: stage r holds ``stage_split[r]`` blocks (v = 1), a split the run chose,
-        as nanotron's cost-balanced one (``nanotron/models/base.py``: blocks placed in order, a stage closed once its
-        cumulative cost passes its share, the logit layer weighing V·h), Megatron-Core's
+        """Blocks per virtual stage (model chunk) k = 0 .. pp·v−1; chunk k lives on rank k mod pp (Narayanan et al. 2021
+        §2.2.2). Without uneven stages: layers/(pp·v) each. With ``first_stage_layers`` / ``last_stage_layers``: v = 1,
+        pipeline stages 0 and pp−1 hold them (Megatron-LM's ``--decoder-first/last-pipeline-num-layers``); v > 1, the
+        FIRST and LAST MODEL CHUNK hold them (chunk 0 on rank 0, with the embedding; chunk pp·v−1 on rank pp−1, with the
+        logit layer and the loss), as Llama 3 removes one block from each (Grattafiori et al. 2024, arXiv:2407.21783,
+        §3.3.2); 0 is allowed (a chunk with only the embedding or the loss). The other chunks share the rest evenly.
+        (Megatron-LM under v > 1 spreads its first/last count over all v chunks of rank 0 / pp−1 instead, each count
+        divisible by v; that layout is not expressible here.) ``stage_split``: stage r holds ``stage_split[r]`` blocks
+        (v = 1), a split the run chose, as nanotron's cost-balanced one (``nanotron/models/base.py``: blocks placed in
+        order, a stage closed once its cumulative cost passes its share, the logit layer weighing V·h), Megatron-Core's
         ``--pipeline-model-parallel-layout`` or DeepSpeed's ``partition_method``; a stage may hold none.
 
         Raises:
-            ConfigError: a negative count, first/last with pp·v = 1, or counts that leave the other
-                chunks an uneven share or none; a ``stage_split`` that is not pp counts >= 0 summing to
-                ``layers`` with v = 1, or given with first/last.
+            ConfigError: a negative count, first/last with pp·v = 1, or counts that leave the other chunks an uneven
+                share or none; a ``stage_split`` that is not pp counts >= 0 summing to ``layers`` with v = 1, or given
+                with first/last.
         """
         S, first, last = self.pp * self.v, self.first_stage_layers, self.last_stage_layers
         if self.stage_split is not None:

@@ -60,9 +60,16 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
         raise ConfigError(
             f"cp={c}: the sequence ({model.seq}) must split into 2·cp load-balanced chunks (GPU counts only)"
         )
+    if c > 1 and model.window_size:
+        raise ConfigError(f"cp={c} with window_size={model.window_size}: ring attention over a sliding window is not "
+                          "modelled (its ring would skip the blocks out of the window); use cp=1")  # fmt: skip
     ends = (layout.first_stage_layers, layout.last_stage_layers, layout.stage_split)
     uneven = any(x is not None for x in ends)
     if counts != "megatron":
+        if model.window_size:
+            raise ConfigError(
+                f"window_size={model.window_size}: minipar's GPT attends to every earlier token; GPU counts only"
+            )
         if model.q_width != model.hidden:
             raise ConfigError(
                 f"kv_channels={model.kv_channels}: minipar's GPT has heads of hidden/heads; GPU counts only"

@@ -181,7 +181,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     s = model.seq // c  # this rank's tokens of each sequence
     eff = dev.peak_flops * dev.gemm_efficiency * share
     a_rate = attention_rate(dev, flash, b * model.heads / t, s)  # FlashAttention: measured per size (perf.gemm)
-    core = attention_core_flops(model, b, s, model.seq) / t / a_rate * (0.5 if flash else 1.0)  # flash: causal half
+    core = attention_core_flops(model, b, s, model.seq, flash) / t / a_rate * (0.5 if flash else 1.0)  # causal half
     act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
         model, b, t, "none", sp, bpv, flash, c
     )

@@ -64,6 +64,7 @@ from minipar.model.moe.capacity import check_moe
 from minipar.perf.flops import (
     activation_bytes_per_layer,
     all_to_all_bytes,
+    attention_keys,
     expert_extra_flops,
     fp8_saved_bytes,
     model_flops,
@@ -235,7 +236,8 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
     total, active = moe_params(model, E, k)
     tokens = global_batch * model.seq / gpus  # per GPU per step, data and expert parallel ranks alike
     a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
-    dense = 6 * (model.params - model.lookup_params) + 12 * model.layers * model.q_width * model.seq
+    core = 12 * model.layers * model.q_width * attention_keys(model, model.seq)  # the attention core, per token
+    dense = 6 * (model.params - model.lookup_params) + core
     return "\n".join(
         (
             f"{name} with {E} experts, top-{k}: {total / 1e9:.1f}B parameters, {active / 1e9:.1f}B active per token",
