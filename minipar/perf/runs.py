@@ -26,7 +26,8 @@ a row the model misses stays in, with its error.
 - NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.nemo`, at the H100's Megatron-Core efficiency, chosen on
   NeMo 24.07's table): Mixtral 8x22B with expert parallelism (ep 8, bf16 and FP8; Megatron-MoE-ModelZoo),
   Megatron-Bridge's Llama 3 70B and 3.1 405B FP8 rows (releases 25.09-26.06) and Llama 3 8B with
-  ``recompute_num_layers`` 5 (25.11).
+  ``recompute_num_layers`` 5 (25.11); its Qwen3 30B-A3B and 235B-A22B FP8 rows (25.11-26.06) and GPT-OSS 120B's bf16
+  rows (25.11-26.04.01, sliding-window attention; added 2026-11-29).
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 - BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
   tp 4, pp 12 with uneven first and last stages; one logged step of the run, and 17 of the team's layout trials on
@@ -44,27 +45,26 @@ a row the model misses stays in, with its error.
 - NeMo's long-sequence table (:mod:`minipar.perf.nemo_long`): Llama 2 7B in FP8 on 4-1,024 H100s at 4K-1M tokens,
   TP, PP, DP and context parallelism up to 32 given (added 2026-11-28), FlashAttention-2 (the launcher's setting).
 
-Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3
-rows (+35 … +331 %). At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what
-they add grows with the GPU count. DeepSpeed as it was then (v0.3.13 … v0.4.5, March–August 2021,
+Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3 rows (+35 … +331 %).
+At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what they add grows with the
+GPU count. DeepSpeed as it was then (v0.3.13 … v0.4.5, March–August 2021,
 ``deepspeed/runtime/zero/partition_parameters.py``) gathers each parameter in its own all-gather after a
 ``torch.cuda.synchronize()`` and reduce-scatters each gradient on its own from a list of world-size views: nothing
-overlaps, and every parameter pays the ring's n − 1 steps and O(n) host work. Charged per parameter (4 weight
-matrices gathered three times per block under recomputation, 12 tensors reduced) and serialized at this model's
-ring latency, the rows would still read +11 … +84 %; the O(n) host and copy work per call is in no term of the
-model. DeepSpeed has gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the
-model's per-unit collectives describe (:func:`minipar.perf.sharding.collectives`). Also known misses:
-three llm-foundry long-sequence rows labelled after their errors were seen (``MISS:seen``:
-:func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table (:mod:`minipar.perf.megatron_lm`) and three
-of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
+overlaps, and every parameter pays the ring's n − 1 steps and O(n) host work. Charged per parameter (4 weight matrices
+gathered three times per block under recomputation, 12 tensors reduced) and serialized at this model's ring latency, the
+rows would still read +11 … +84 %; the O(n) host and copy work per call is in no term of the model. DeepSpeed has
+gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the model's per-unit collectives
+describe (:func:`minipar.perf.sharding.collectives`). Also known misses: three llm-foundry long-sequence rows labelled
+after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table
+(:mod:`minipar.perf.megatron_lm`) and three of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
-:mod:`minipar.perf.nanotron`), the rows of
-:mod:`minipar.perf.nemo` (``MISS:provenance``, ``MISS:release``) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``:
-two rows whose launch line differs from the table) and :mod:`minipar.perf.fms` (``MISS:compile``). NeMo's
-long-sequence rows were ``MISS:attn`` until their kernel was read (FlashAttention-2: :mod:`minipar.perf.nemo_long`),
-the Qwen3 235B-A22B rows ``MISS:a2a`` until the share of the all-to-all Megatron-Core's overlap hides was chosen on
-another team's run (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`).
+:mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.nemo` (``MISS:provenance``, ``MISS:release``;
+``MISS:seen``: GPT-OSS 120B, +49 to +53 %) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``: two rows whose launch
+line differs from the table) and :mod:`minipar.perf.fms` (``MISS:compile``). NeMo's long-sequence rows were
+``MISS:attn`` until their kernel was read (FlashAttention-2: :mod:`minipar.perf.nemo_long`), the Qwen3 235B-A22B rows
+``MISS:a2a`` until the share of the all-to-all Megatron-Core's overlap hides was chosen on another team's run
+(:data:`minipar.perf.moe.EP_OVERLAP_HIDES`).
 """
 
 from __future__ import annotations
