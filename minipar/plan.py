@@ -296,6 +296,9 @@ def main(argv=None) -> int:
             f"ModelZoo's Qwen3 235B runs at 16K-128K tokens, 55-91 % attention, read {LONG_SEQ_CUDNN} at it; NeMo's "
             f"2024 runs on FlashAttention-2 {LONG_SEQ_FLASH} at that kernel's: --attention-kernel flash)"
         )
+    if a.tp is None and not a.flash_attention and kept:  # the search, too, models only what its flags say
+        print("  (--flash-attention not given: every layout above runs the unfused attention core and keeps its s² "
+              "scores in memory; add it for a run on FlashAttention or cuDNN's fused kernel)")  # fmt: skip
     if a.tp is not None:  # a fixed layout models only what its flags say: name what was left out
         given = {"--flash-attention": a.flash_attention, "--sp": a.sp or a.tp == 1, "--zero": a.zero is not None}
         left = " ".join(k for k, v in {**given, "--overlap": a.overlap}.items() if not v)

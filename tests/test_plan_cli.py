@@ -265,3 +265,13 @@ def test_where_a_group_sits_costs_no_step_per_rank():
         if not (size * stride % g == 0 and g % stride == 0):
             assert members_per_node(size, stride, g) == by_rank(size, stride, g), (size, stride, g)
     assert members_per_node(10**9, 3, 8) == 2 and members_per_node(10**9 + 1, 1, 8) == 1
+
+
+def test_search_names_flash_attention_when_not_given(capsys):
+    """The search models what its flags say: without ``--flash-attention`` every layout runs the unfused core and keeps
+    its s² scores, and the table says so under it; with the flag, no note."""
+    argv = ["--model", "7b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64"]
+    assert main(argv) == 0
+    assert "--flash-attention not given" in capsys.readouterr().out
+    assert main([*argv, "--flash-attention"]) == 0
+    assert "--flash-attention not given" not in capsys.readouterr().out

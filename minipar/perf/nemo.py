@@ -237,6 +237,12 @@ PROVENANCE = {("MB 25.11", "Qwen3-30B-A3B"), ("MB 25.11", "GPT-OSS-120B")}
 MOE_HOST_FIT = [("MB 26.04.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8960)]
 # Megatron-Bridge releases whose Qwen3 30B recipes run the flex dispatcher (DeepEP in 26.02.x, HybridEP after): given
 FLEX = ("MB 26.02", "MB 26.02.01", "MB 26.04", "MB 26.04.01", "MB 26.06")
+A2A_OVERLAP = ("MB 25.11", "MB 26.02", "MB 26.02.01")  # ... and whose Qwen3 30B recipes set moe_a2a_overlap=True
+# What a model's recipe sets in every release, over recipe()'s defaults (module doc): given
+RECIPES = {
+    "Qwen3-235B-A22B": {"tp_overlap": False, "a2a_overlap": True, "etp": 1, "flex": False},
+    "GPT-OSS-120B": {"a2a_overlap": False, "etp": 1, "flex": False, "modules": ("layernorm", "moe_act")},
+}
 
 
 def shape(name: str) -> ModelShape:
@@ -256,20 +262,27 @@ def megatron_flops_per_token(model: ModelShape) -> float:
     return 12 * l * h * (1.5 * f * k) + 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h + 6 * h * V
 
 
+def recipe(src: str, name: str) -> dict:
+    """What a row's run set beyond its table (module doc): ``tp_overlap`` (``tp_comm_overlap``: given for
+    Megatron-Bridge, ASSUMED for NeMo, not in MoE-Zoo's launch), ``a2a_overlap`` (``moe_a2a_overlap``), ``etp`` (expert
+    TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules); by
+    release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
+    zoo = src == "MoE-Zoo"
+    release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
+    return {**release, "modules": None, **RECIPES.get(name, {})}
+
+
 def nemo_layout(row) -> Layout:
-    """The row's layout (module doc: given and ASSUMED)."""
+    """The row's layout (module doc: given and ASSUMED), its recipe's settings by :func:`recipe`."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
+    r = recipe(src, name)
     overlap = {"dp", "pp"} if pp > 1 else {"dp"}
+    overlap |= {"tp"} if tp > 1 and r["tp_overlap"] else set()  # userbuffers
+    overlap |= {"ep"} if ep > 1 and r["a2a_overlap"] else set()
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
     (first, last), *_ = edge_splits(shape(name).layers, pp, v, "megatron")
-    big = name == "Qwen3-235B-A22B"  # its recipe: tp_comm_overlap=False, moe_a2a_overlap=True, expert TP 1 (given)
-    oss = name == "GPT-OSS-120B"  # its recipe: expert TP 1, layernorm and moe_act recomputed, no a2a overlap (given)
-    if tp > 1 and src != "MoE-Zoo" and not big:  # tp_comm_overlap (userbuffers): given for MB, ASSUMED for NeMo
-        overlap.add("tp")
-    if (src in ("MB 25.11", "MB 26.02", "MB 26.02.01") or big) and ep > 1 and not oss:  # Qwen3's moe_a2a_overlap=True
-        overlap.add("ep")
     return Layout(
         dp=n // (tp * pp * cp),
         tp=tp,
@@ -277,17 +290,17 @@ def nemo_layout(row) -> Layout:
         micro_batch=mb,
         v=v,
         zero=1,
-        recompute="full" if rl else "selective" if oss else "none",
+        recompute="full" if rl else "selective" if r["modules"] else "none",
         recompute_layers=rl,
-        recompute_modules=("layernorm", "moe_act") if oss else None,
+        recompute_modules=r["modules"],
         seq_parallel=tp > 1,
         overlap=frozenset(overlap),
         grad_bytes=4 if src == "MoE-Zoo" else 2,  # Megatron-LM: fp32 under bf16; NeMo / Megatron-Bridge: bf16
         flash_attention=True,
         fp8=fp8,
         ep=ep,
-        etp=1 if src == "MoE-Zoo" or big or oss else None,  # those runs' expert TP 1: given (module doc)
-        dispatcher="flex" if src in FLEX and ep > 1 and not (big or oss) else "alltoall",  # DeepEP / HybridEP: given
+        etp=r["etp"],
+        dispatcher="flex" if r["flex"] and ep > 1 else "alltoall",
         cp=cp,
         first_stage_layers=first,
         last_stage_layers=last,
