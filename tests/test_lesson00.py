@@ -11,8 +11,8 @@ from minipar import launch
 from minipar.course.autograd_graph import autograd_graph, graph_text
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.model.memory import activation_bytes_formula, saved_activation_bytes
-from minipar.perf.layout import ModelShape
 from minipar.perf.model import activation_bytes_per_layer
+from minipar.perf.shape import ModelShape
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lessons"))
 import workers_00  # noqa: E402  (lessons/workers_00.py, the notebook's experiment drivers)

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from minipar.perf.flops import op_saved_values
-from minipar.perf.layout import ModelShape
+from minipar.perf.shape import ModelShape
 
 # torchtitan's save list; on a CPU the attention kernel is the "_for_cpu" flash op (torchtitan lists the CUDA ones)
 SAVE = {

@@ -31,7 +31,7 @@ from minipar import ConfigError
 from minipar.comm.cost import all_reduce_time
 from minipar.model.gpt import GPT, GPTConfig
 from minipar.perf.hardware import GPUS, cpu_device, for_framework
-from minipar.perf.layout import Layout, ModelShape, shape_of
+from minipar.perf.layout import Layout
 from minipar.perf.memory import held_layers
 from minipar.perf.model import (
     _simulated,
@@ -63,6 +63,7 @@ from minipar.perf.runs import (
     megascale_layout,
 )
 from minipar.perf.search import CP_MIN_TOKENS, cp_degrees, plan, rank_correlation
+from minipar.perf.shape import ModelShape, shape_of
 from minipar.perf.sharding import collectives, links, stage_psi
 from minipar.plan import main
 from minipar.pp.schedules import bubble_formula, make_schedule, one_f_one_b, simulate

@@ -9,10 +9,11 @@ from minipar.comm.cost import ring_time
 from minipar.errors import ConfigError
 from minipar.perf.flops import stage_params
 from minipar.perf.hardware import GPUS
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.layout_checks import check_layout
 from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
+from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import links
 from minipar.plan import main, parser
 from tests.test_plan_sharding import FSDP64, LLAMA8B, _run  # Llama 3 8B, ZeRO-3 over 64 H100s

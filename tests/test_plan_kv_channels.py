@@ -19,9 +19,9 @@ from minipar.perf.flops import (
     moe_params,
 )
 from minipar.perf.gemm import block_gemms
-from minipar.perf.layout import UNTIED_ROPE, ModelShape
 from minipar.perf.model import cp_block_bytes
 from minipar.perf.nemo import megatron_flops_per_token
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 from minipar.plan import main, parser
 
 # Qwen3 (Hugging Face config.json of Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B): layers, hidden, heads, seq, vocab,

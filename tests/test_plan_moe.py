@@ -12,12 +12,13 @@ from minipar.errors import ConfigError
 from minipar.perf.flops import all_to_all_bytes, model_flops
 from minipar.perf.gemm import gemm_rate_shape, gemms_time
 from minipar.perf.hardware import GPUS
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.model import estimate
 from minipar.perf.moe import a2a_seconds, ep_nodes, moe_gemm_shapes, moe_model_flops
 from minipar.perf.published import MODELS
 from minipar.perf.search import plan
+from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import group_link, links
 from minipar.plan import main
 from minipar.pp.schedules import make_schedule

@@ -9,11 +9,12 @@ import pytest
 
 from minipar.errors import ConfigError
 from minipar.perf.hardware import GPUS, for_framework
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
 from minipar.perf.moe import a2a_seconds, training_flops
 from minipar.perf.recompute_modules import extra_flops, extra_seconds, freed_bytes
+from minipar.perf.shape import ModelShape
 from minipar.plan import main
 
 MEG = for_framework(GPUS["h100"], "megatron")

@@ -5,8 +5,8 @@ from minipar.errors import ConfigError
 from minipar.model.gpt import Block, GPTConfig
 from minipar.model.memory import saved_activation_bytes
 from minipar.model.recompute import CheckpointedBlock, checkpoint
-from minipar.perf.layout import ModelShape
 from minipar.perf.model import activation_bytes_per_layer
+from minipar.perf.shape import ModelShape
 
 
 def _run(mode, seed=0):

@@ -3,7 +3,8 @@
 A MODEL (arithmetic with sources), not a measurement. Import from the submodules (this package imports nothing):
 
 - :mod:`minipar.perf.hardware`   devices and links: A100/H100/H200/B200 presets, networks, this CPU measured
-- :mod:`minipar.perf.layout`     a dense model's shape (GQA, SwiGLU, FFN), a layout (dp, tp, pp, cp, b, v, ZeRO, ...)
+- :mod:`minipar.perf.shape`      a model's shape (GQA, SwiGLU, FFN, experts, head width, sliding window, embeddings)
+- :mod:`minipar.perf.layout`     a layout (dp, tp, pp, cp, b, v, ZeRO, ep, ...) and an estimate's answer
 - :mod:`minipar.perf.flops`      FLOPs, activation bytes and parameters per stage, from the shape
 - :mod:`minipar.perf.model`      seconds and bytes per layout, α–β links: :func:`~minipar.perf.model.estimate`
 - :mod:`minipar.perf.memory`     bytes per device: ZeRO's states, activations held along the real schedule
@@ -15,8 +16,9 @@ A MODEL (arithmetic with sources), not a measurement. Import from the submodules
 - :mod:`minipar.perf.runs`       the TEST set (MegaScale Tables 2–3, Fig. 9; Narayanan Table 2; Llama 3
                                  Table 4 on H100s), not tuned on, and the sources it gathers, a module each:
                                  ``foundry``, ``torchtitan``, ``nemo``, ``nemo_long``, ``dgxc``, ``megatron_lm``,
-                                 ``fms``, ``bloom``, ``tinyllama``, ``olmo``, ``nanotron``
+                                 ``fms``, ``bloom``, ``tinyllama``, ``olmo``, ``nanotron``, ``moe_zoo``
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 
-``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`.
+``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`; its flags by kind:
+``shape_flags``, ``stack_flags``, ``shard_flags``, ``moe_flags``.
 """

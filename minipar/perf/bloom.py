@@ -37,8 +37,9 @@ from dataclasses import replace
 
 from minipar.perf.flops import model_flops
 from minipar.perf.hardware import GPUS, with_links
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 
 BLOOM_176B = ModelShape(
     70, 14336, 112, 2048, 250880, True, None, 4 * 14336, False, True, learned_positions=False

@@ -1,6 +1,6 @@
 """What one block computes and keeps, counted from its shape: FLOPs, activation bytes, parameters per stage.
 
-Pure arithmetic on a :class:`~minipar.perf.layout.ModelShape` (no devices, no time): the counts
+Pure arithmetic on a :class:`~minipar.perf.shape.ModelShape` (no devices, no time): the counts
 :mod:`minipar.perf.model` turns into seconds and bytes. Sources per function. Units: FLOPs, bytes,
 parameters. b micro-batch, s sequence, h hidden, a heads, q = a·head_dim the queries' width (h unless
 ``kv_channels``), h_kv = kv_heads·head_dim, f the MLP width, l layers, V vocabulary, t tensor-parallel degree.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import RECOMPUTE, ModelShape
+from minipar.perf.layout import RECOMPUTE
+from minipar.perf.shape import ModelShape
 
 
 def layer_gemm_flops(model: ModelShape, b: float, s: int | None = None) -> float:
@@ -188,7 +189,7 @@ def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", 
     """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1.
 
     megatron (Narayanan §5.1): ``stage_layers[i]`` blocks (default l/p each) of
-    :attr:`~minipar.perf.layout.ModelShape.layer_params` (12h² + 13h for a GPT), the word embedding ÷ t and the learned
+    :attr:`~minipar.perf.shape.ModelShape.layer_params` (12h² + 13h for a GPT), the word embedding ÷ t and the learned
     position table (``learned_positions``) on stage 0, the output layer ÷ t on the last stage (a tied head:
     Megatron-LM's copy of the embedding there when pp > 1, the embedding itself when pp = 1). minipar: blocks
     (12h²+7h)/t + 6h (matrices and split biases; replicated vectors), stage 0 adds ⌈V/t⌉·h + s·h (embeddings), the last
@@ -246,7 +247,7 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
 
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
     """Training FLOPs per token with experts: 6·(active parameters without those a token only looks up,
-    :attr:`~minipar.perf.layout.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
+    :attr:`~minipar.perf.shape.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
     et al. 2020, Table 1; PaLM App. B; s the keys of :func:`attention_keys` with a window): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
     return 6 * (active - model.lookup_params) + 12 * model.layers * model.q_width * attention_keys(model, model.seq)

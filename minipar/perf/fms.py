@@ -26,8 +26,9 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_links
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 LLAMA2_7B = ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False, **UNTIED_ROPE)
 # (device, GPUs, GPUs per shard group, sequences per GPU, network Gb/s per node, tokens/s/GPU)

@@ -39,8 +39,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, with_fused_loss
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import dp_time
 
 # MPT shapes (layers, d_model, heads): the llm-foundry yamls.

@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import DISPATCHERS, OVERLAP, RECOMPUTE, Layout, ModelShape
+from minipar.perf.layout import DISPATCHERS, OVERLAP, RECOMPUTE, Layout
 from minipar.perf.recompute_modules import check_modules
+from minipar.perf.shape import ModelShape
 from minipar.runtime.mesh import divisors
 
 

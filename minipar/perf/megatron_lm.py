@@ -31,8 +31,9 @@ vocabulary) was seen at +18 %: +7 % with it; the H100's fitted constants did not
 from __future__ import annotations
 
 from minipar.perf.hardware import GPUS, Device, for_framework
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 
 VOCAB, SEQ, DP = 131072, 4096, 48
 # (size, heads, hidden, layers, TP, PP, GPUs, batch, per-GPU TFLOP/s): the README's model table, row by row

@@ -11,9 +11,10 @@ import functools
 
 from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, stage_params
 from minipar.perf.hardware import Device
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.moe import moe_activation_bytes, moe_fp8_saved_bytes, moe_stage_params
 from minipar.perf.recompute_modules import base_recompute, freed_bytes, modules
+from minipar.perf.shape import ModelShape
 from minipar.pp.schedules import make_schedule
 from minipar.zero.formula import zero_bytes_formula
 

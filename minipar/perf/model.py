@@ -107,12 +107,13 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
 )
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
 from minipar.perf.hardware import Device, block_passes
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
 from minipar.perf.moe import EP_OVERLAP_HIDES, MOE_HOST_S, moe_activation_bytes, moe_block_times, training_flops
 from minipar.perf.recompute_modules import base_recompute, extra_flops, extra_seconds, modules
+from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
 from minipar.pp.schedules import make_schedule, simulate

@@ -73,8 +73,9 @@ from minipar.perf.flops import (
     stage_params,
 )
 from minipar.perf.gemm import block_gemms, gemms_time
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.placement import across_nodes, members_per_node
+from minipar.perf.shape import ModelShape
 
 # Seconds of host (CPU) work under one MoE block of one micro-batch, forward + backward, that its GPU work cannot hide,
 # per framework (Device.framework): a block runs for max(its GPU time and exposed communication, this). Megatron-Core's

@@ -63,8 +63,9 @@ from itertools import accumulate
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, Device
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 
 VOCAB, SEQ, PEAK = 131072, 4096, 989.5e12  # scaling_benchmarks.py; the peak ASSUMED (module doc)
 SHAPES = {  # the figure's size: (layers, hidden, heads, FFN); tied embedding below an FFN of 10,000

@@ -130,10 +130,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 # Shapes: (layers, hidden, heads, seq, vocab, bias, kv heads, FFN, gated, dropout); module doc for the sources.
 SHAPES = {

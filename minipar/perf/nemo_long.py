@@ -38,8 +38,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework
-from minipar.perf.layout import Estimate, ModelShape
+from minipar.perf.layout import Estimate
 from minipar.perf.nemo import megatron_flops_per_token, nemo_rows, shape
+from minipar.perf.shape import ModelShape
 
 # (sequence in K tokens, GPUs, batch, TP, PP, DP, CP, TFLOP/s per GPU with CP): "LLAMA2-7B (FP8) - H100"
 LONG = [

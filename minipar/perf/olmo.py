@@ -54,8 +54,9 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_fused_loss
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 VOCAB, SEQ, GPUS_USED = 100352, 4096, 8  # dolma2's 100,278 padded to a multiple of 128; the scripts' 4,096; one node
 OLMO_CORE = {  # name -> (shape, sequences per micro-batch, global batch in sequences)

@@ -28,8 +28,9 @@ import statistics
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, for_framework
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 MODELS = {  # Narayanan et al. 2021 Table 1 shapes; 175B = GPT-3; 7b/13b/70b: Llama-2's (GQA 8 kv heads on 70b, SwiGLU)
     "1.7b": ModelShape(24, 2304, 24),

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from minipar.errors import ConfigError
 from minipar.perf.gemm import gemms_time
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.moe import moe_gemm_shapes
+from minipar.perf.shape import ModelShape
 
 MODULES = ("core_attn", "layernorm", "moe_act", "moe")  # Megatron-Core's names, the ones modelled
 EXPERT_MODULES = ("moe_act", "moe")

@@ -72,8 +72,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.perf.hardware import GPUS, Device, with_links
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 from minipar.perf.torchtitan import LLAMA31, torchtitan_rows
 
 MS_175B = ModelShape(96, 12288, 128, 2048, 64000)  # MegaScale Table 1, §6.1

@@ -13,10 +13,11 @@ import math
 
 from minipar.errors import ConfigError
 from minipar.perf.hardware import Device
-from minipar.perf.layout import Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import check_layout, edge_splits, ep_pool
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
+from minipar.perf.shape import ModelShape
 from minipar.runtime.mesh import divisors
 
 CP_MIN_TOKENS = 4096  # tokens each context-parallel rank keeps, at least, in the default search (ASSUMED)

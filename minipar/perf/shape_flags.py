@@ -1,6 +1,6 @@
 """The command line's model-shape flags (``python -m minipar.plan --model 70b`` or ``--layers L --hidden H --heads A``
 with ``--kv-heads --ffn --vocab --seq --kv-channels --window-size --window-attn-skip-freq --swiglu --no-dropout
---untie-embeddings-and-output-weights --position-embedding-type``): the :class:`~minipar.perf.layout.ModelShape` a run
+--untie-embeddings-and-output-weights --position-embedding-type``): the :class:`~minipar.perf.shape.ModelShape` a run
 is planned for, Megatron-LM's flag names."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import POSITIONS, ModelShape
 from minipar.perf.published import MODELS
+from minipar.perf.shape import POSITIONS, ModelShape
 
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels", "window_size")
 SHAPE = (*SHAPE, "window_attn_skip_freq")  # every one an integer flag, None unless given
@@ -53,7 +53,7 @@ def check_shape_flags(a) -> None:
 def model_shape(a) -> tuple[str, ModelShape]:
     """(name, shape) of the flags: the custom shape (sequence 2,048 and vocabulary 51,200 unless given) or the preset
     ``--model`` with the flags given over it; Megatron-LM's embedding flags applied
-    (:meth:`~minipar.perf.layout.ModelShape.with_embeddings`)."""
+    (:meth:`~minipar.perf.shape.ModelShape.with_embeddings`)."""
     emb = (a.untie_embeddings_and_output_weights, a.position_embedding_type)  # Megatron-LM's flags, when given
     over = {k: getattr(a, k) for k in SHAPE[3:] if getattr(a, k) is not None}  # all but layers, hidden, heads
     if a.layers is not None:

@@ -13,10 +13,11 @@ import math
 from minipar.comm.cost import all_reduce_time, ring_time
 from minipar.perf.flops import stage_params
 from minipar.perf.hardware import Device
-from minipar.perf.layout import Layout, ModelShape
+from minipar.perf.layout import Layout
 from minipar.perf.memory import stage_layers_of
 from minipar.perf.moe import moe_stage_params
 from minipar.perf.placement import across_nodes, members_per_node  # noqa: F401  (read here and by perf.model)
+from minipar.perf.shape import ModelShape
 from minipar.perf.timeline import overlap_formula
 
 BUCKET_PARAMS = 40e6  # gradients per DP bucket: Megatron-LM's DistributedDataParallelConfig default (max(40M, 1M·dp))

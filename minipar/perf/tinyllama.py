@@ -23,8 +23,9 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, with_fused_loss
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 TINYLLAMA = ModelShape(22, 2048, 32, 2048, 32000, False, 4, 5632, True, False, **UNTIED_ROPE)
 GPUS_USED, MICRO_BATCH, GLOBAL_BATCH, TOKENS_PER_S = 16, 8, 1024, 24000  # README: 16 GPUs, 2048 × 1024, 24k

@@ -46,8 +46,9 @@ from dataclasses import replace
 
 from minipar.perf.flops import published_mfu
 from minipar.perf.hardware import GPUS, HBM_EFF, Device
-from minipar.perf.layout import UNTIED_ROPE, Estimate, Layout, ModelShape
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
+from minipar.perf.shape import UNTIED_ROPE, ModelShape
 
 LLAMA31 = {  # layers, hidden, heads; 8 KV heads, FFN, vocabulary 128,256, sequence 8,192, SwiGLU, no bias/dropout
     "8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False, **UNTIED_ROPE),

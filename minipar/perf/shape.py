@@ -1,0 +1,148 @@
+"""What the performance model (:mod:`minipar.perf.model`) is asked about first: the model, its shape.
+
+:class:`ModelShape` (a decoder-only transformer's sizes: its blocks, attention, MLP or experts, embeddings) and
+:func:`shape_of` (minipar's own GPT's); how it is cut over devices is :class:`~minipar.perf.layout.Layout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from minipar.errors import ConfigError
+
+# Megatron-LM's --position-embedding-type (ModelShape.with_embeddings, --position-embedding-type); none: ALiBi, NoPE
+POSITIONS = ("learned_absolute", "rope", "none")
+UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}  # a Llama-like shape's: own output layer, rotary
+SIZES = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels")  # ModelShape's integer sizes
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A dense decoder-only transformer: ``layers`` blocks of width ``hidden``, ``heads`` query heads, sequence ``seq``,
+    vocabulary ``vocab``; ``bias``: minipar's ``GPTConfig.bias`` (minipar counts only); ``kv_heads`` key/value heads
+    (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245; None: = heads); ``ffn`` the MLP's inner width
+    (None: 4·hidden); ``gated``: a gated MLP (SwiGLU, Shazeer 2020, arXiv:2002.05202: three h×ffn matrices instead of
+    two), as in Llama; ``dropout``: the block keeps two dropout masks for backward (GPT-style; Llama has no dropout:
+    False); ``experts`` E and ``top_k`` k: a mixture of experts, every block's MLP one of E MLPs of this shape, k per
+    token (None: dense; :mod:`minipar.perf.moe`); ``tied_embeddings``: the output layer is the word embedding's
+    transpose (GPT-2, MPT, BLOOM; Megatron-LM's default) or, False, its own V×h matrix (Llama: Megatron-LM's
+    ``--untie-embeddings-and-output-weights``, Hugging Face's ``tie_word_embeddings=False``); ``learned_positions``: a
+    learned s×h position table (GPT) or, False, positions without weights (rotary, Su et al. 2021, arXiv:2104.09864, or
+    ALiBi; Megatron-LM's ``--position-embedding-type rope``); ``kv_channels`` the width of one attention head
+    (Megatron-LM's ``--kv-channels``; None: hidden/heads, :attr:`head_dim`), so that the queries span heads·kv_channels
+    (:attr:`q_width`), which need not be the hidden size (Qwen3 30B-A3B: 32 × 128 on h = 2,048); ``window_size`` w:
+    sliding-window attention, a query sees the w tokens before it (Beltagy et al. 2020, arXiv:2004.05150, §3.1;
+    Megatron-Core's ``window_size=(w, 0)``), in every block or, with ``window_attn_skip_freq`` N, all but every N-th
+    (Megatron-Core's; GPT-OSS: 128 and 2, alternating): :func:`~minipar.perf.flops.attention_keys`. Its counts here
+    (:attr:`params` ...) are the DENSE block's."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int = 2048
+    vocab: int = 51200
+    bias: bool = True
+    kv_heads: int | None = None
+    ffn: int | None = None
+    gated: bool = False
+    dropout: bool = True
+    experts: int | None = None
+    top_k: int = 1
+    tied_embeddings: bool = True
+    learned_positions: bool = True
+    kv_channels: int | None = None
+    window_size: int | None = None
+    window_attn_skip_freq: int | None = None
+
+    def __post_init__(self):
+        for k in (*SIZES, "window_size", "window_attn_skip_freq"):
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
+        for k in ("bias", "gated", "dropout", "tied_embeddings", "learned_positions"):
+            if not isinstance(getattr(self, k), bool):
+                raise ConfigError(f"ModelShape.{k}={getattr(self, k)!r}: must be True or False")
+        if self.hidden % self.heads and self.kv_channels is None:
+            raise ConfigError(
+                f"hidden={self.hidden} is not divisible by heads={self.heads}: pick heads dividing it, or give "
+                "kv_channels (--kv-channels), the width of one head"
+            )
+        if self.window_attn_skip_freq and not self.window_size:
+            raise ConfigError(f"window_attn_skip_freq={self.window_attn_skip_freq}: give window_size (--window-size)")
+        if self.heads % self.kv:
+            raise ConfigError(f"kv_heads={self.kv} must divide heads={self.heads} (each kv head serves a whole group)")
+        if self.experts is not None and not (isinstance(self.experts, int) and self.experts >= 0):
+            raise ConfigError(f"ModelShape.experts={self.experts!r}: must be an integer >= 1 (None or 0: dense)")
+        if self.experts and not (isinstance(self.top_k, int) and 1 <= self.top_k <= self.experts):
+            raise ConfigError(f"top_k={self.top_k!r}: between 1 and experts={self.experts} experts per token")
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads (= heads without GQA)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        """One attention head's width: ``kv_channels``, or hidden/heads."""
+        return self.kv_channels or self.hidden // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """The queries' (and the attention output's) width, heads·head_dim (= hidden unless ``kv_channels``)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """The keys' (and the values') width, h_kv = kv heads·head_dim."""
+        return self.kv * self.head_dim
+
+    @property
+    def f(self) -> int:
+        """The MLP's inner width (4·hidden unless given)."""
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def layer_matrix_params(self) -> int:
+        """Weights of one block's matrices: h·(q + 2·h_kv) (QKV; q = :attr:`q_width`, h unless ``kv_channels``) +
+        q·h (output) + (3 if gated else 2)·h·f (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1,
+        eq. 2)."""
+        h, q, hk = self.hidden, self.q_width, self.kv_width
+        return h * (q + 2 * hk) + q * h + (3 if self.gated else 2) * h * self.f
+
+    @property
+    def layer_params(self) -> int:
+        """One block: its matrices, biases (q + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
+        h, f = self.hidden, self.f
+        return self.layer_matrix_params + (self.q_width + 2 * self.kv_width) + h + (2 * f if self.gated else f) + 5 * h
+
+    @property
+    def params(self) -> float:
+        """l·(block) + the embeddings (:attr:`embedding_params`): 12·l·h² + 13·l·h + (V + s)·h for a GPT, its head tied
+        and its positions learned (Narayanan et al. 2021 §5.1, eq. 2)."""
+        return self.layers * self.layer_params + self.embedding_params
+
+    @property
+    def embedding_params(self) -> int:
+        """The word embedding V·h, the output layer's own V·h when untied, the position table s·h when learned."""
+        v = self.vocab * (1 if self.tied_embeddings else 2) + (self.seq if self.learned_positions else 0)
+        return v * self.hidden
+
+    def with_embeddings(self, untie: bool = False, position_type: str | None = None) -> ModelShape:
+        """This shape under Megatron-LM's ``--untie-embeddings-and-output-weights`` (``untie``) and
+        ``--position-embedding-type`` (``learned_absolute``, ``rope`` or ``none``; None: as it is). Raises
+        ConfigError for another position type."""
+        if position_type is not None and position_type not in POSITIONS:
+            raise ConfigError(f"position_type={position_type!r}: use learned_absolute, rope or none (ALiBi, NoPE)")
+        learned = self.learned_positions if position_type is None else position_type == "learned_absolute"
+        return replace(self, tied_embeddings=self.tied_embeddings and not untie, learned_positions=learned)
+
+    @property
+    def lookup_params(self) -> int:
+        """Parameters a token only looks up, no FLOPs (6·N's N leaves them out): the position table when learned and the
+        word embedding when untied (tied, it is the logit layer's matrix)."""
+        return self.embedding_params - self.vocab * self.hidden  # all but the logit layer's V·h
+
+
+def shape_of(cfg) -> ModelShape:
+    """:class:`ModelShape` of a ``minipar.model.gpt.GPTConfig``."""
+    return ModelShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.block_size, cfg.vocab_size, cfg.bias)
