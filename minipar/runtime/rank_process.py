@@ -192,6 +192,8 @@ def run_rank(
         multiprocessing.util._run_finalizers(0)  # what a normal exit runs: unlink fn's semaphores (no leak warning)
     except Exception:
         pass
+    # dist.exit_process's flush and _exit, by hand: this line must run when torch (and so minipar.runtime.dist)
+    # failed to import, and the import failure is what the parent needs to read
     os._exit(0 if payload[0] == "ok" else code)
 
 
