@@ -158,6 +158,13 @@ def plan_rows() -> list[Row]:
               ["--layers", "126", "--hidden", "16384", "--heads", "128", "--kv-heads", "8", "--ffn", "53248",
                "--swiglu", "--vocab", "128256", "--seq", "8192", "--gpus", "1024", "--gpu", "h100",
                "--framework", "megatron", "--global-batch", "512", "--json"], lambda out: "first" in out),
+        timed("search GPT-OSS 120B's shape (a 128-token sliding window in every other block, 128 experts, top-4) on "
+              "64 H100s (s)",
+              ["--layers", "36", "--hidden", "2880", "--heads", "64", "--kv-heads", "8", "--kv-channels", "64",
+               "--ffn", "2880", "--swiglu", "--vocab", "201088", "--seq", "4096", "--moe-experts", "128",
+               "--moe-top-k", "4", "--window-size", "128", "--window-attn-skip-freq", "2", "--gpus", "64",
+               "--gpu", "h100", "--framework", "megatron", "--global-batch", "1280", "--flash-attention", "--json"],
+              lambda out: '"window_size": 128' in out),
         # 1,344 divisors: every tp·pp·dp split is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
         timed("search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; hostile, s)",
               ["--gpus", "735134400", "--global-batch", "735134400", "--json"]),
@@ -173,6 +180,6 @@ def plan_rows() -> list[Row]:
             note=f"worst {max(hit):.0%}; all {len(errs)} rows: median {statistics.median(errs):.0%}, worst "
             f"{worst:.0%} (minipar.perf.runs; known misses: DeepSpeed ZeRO-3, llm-foundry, Megatron-LM, BLOOM and "
             "nanotron MISS:seen, nanotron MISS:step, torchtitan and OLMo-core MISS:compile, minipar.perf.nemo "
-            "MISS:provenance and release, minipar.perf.moe_zoo MISS:provenance, fms-fsdp MISS:compile; issue #22 "
-            "target 15 %)"),
+            "MISS:provenance, release and seen (GPT-OSS), minipar.perf.moe_zoo MISS:provenance, fms-fsdp "
+            "MISS:compile; issue #22 target 15 %)"),
     ]  # fmt: skip
