@@ -73,7 +73,7 @@ from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, moe_top_k
 from minipar.perf.search import plan
-from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape
+from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
 from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
 from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     gpus = rows[0][0].layout.gpus if a.tp is not None else a.gpus
     params = moe_params(model, model.experts, model.top_k)[0] if model.experts else model.params
     print(
-        f"{name} ({params / 1e9:.1f}B params, seq {model.seq}) on {gpus} × {dev.name}"
+        f"{name} ({params / 1e9:.1f}B params, seq {model.seq}{window_note(model)}) on {gpus} × {dev.name}"
         + (f" (GEMM efficiency {dev.gemm_efficiency:g}: {dev.framework})" if dev.framework != "pytorch" else "")
         + ", "
         f"global batch {a.global_batch}: {len(rows)} layouts modelled, {len(kept)} kept (a MODEL, not a measurement)"

@@ -120,3 +120,13 @@ def _plan_json(argv):
     with contextlib.redirect_stdout(out):
         assert main([*argv, "--gpu", "h100", "--json"]) == 0
     return out.getvalue().strip().splitlines()[-1]
+
+
+def test_the_table_names_the_window(capsys):
+    """The plan's header says which blocks are windowed (18 of GPT-OSS's 36; every block without a skip frequency)."""
+    argv = [*FLAGS, "--gpus", "64", "--gpu", "h100", "--framework", "megatron", "--global-batch", "1280", "--top", "1"]
+    assert main(argv) == 0
+    assert "seq 4096, a 128-token window in 18 of 36 blocks)" in capsys.readouterr().out
+    skip = argv.index("--window-attn-skip-freq")
+    assert main(argv[:skip] + argv[skip + 2 :]) == 0
+    assert "a 128-token window in 36 of 36 blocks" in capsys.readouterr().out

@@ -63,3 +63,10 @@ def model_shape(a) -> tuple[str, ModelShape]:
     base = MODELS[a.model]
     shape = replace(base, **over, gated=base.gated or a.swiglu, dropout=base.dropout and not a.no_dropout)
     return a.model, shape.with_embeddings(*emb)
+
+
+def window_note(model: ModelShape) -> str:
+    """``", a W-token window in n of l blocks"`` for a shape with sliding-window attention (the plan's header), else
+    ``""``."""
+    w, n, l = model.window_size, model.window_attn_skip_freq, model.layers
+    return f", a {w}-token window in {l - (l // n if n else 0)} of {l} blocks" if w else ""
