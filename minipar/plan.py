@@ -32,18 +32,19 @@ count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9
 ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction and ZeRO's weight all-gather, Megatron-LM's
 ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first only, as DeepSpeed's ZeRO-1/2 and
 nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``: 64 by default, or the fixed
-layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k``: the experts'
-counts, then the search with expert parallelism ep (every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried
-by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide
-``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides,
-Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind,
-``Layout.dispatcher``; ``--overlap ep`` hides part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``,
-``experts``, ``top_k``, ``dispatcher``; :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout
-(``--ep``, default 1), ``--precision fp8`` included. ``--recompute op``: torchtitan's per-op checkpointing (the search
-tries it on a GPU under ``--framework pytorch``, dense models; with experts under ``--framework megatron`` it tries
-``--recompute-modules`` layernorm,moe_act and layernorm,moe). The software stack (:mod:`minipar.perf.stack_flags`):
-``--framework``, ``--precision``, ``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``),
-``--compile``, ``--fsdp2``, each in ``--json``. The model: :mod:`minipar.perf.model`.
+layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k`` (and
+``--moe-shared-expert-intermediate-size F``, shared experts' width): the experts' counts, then the search with expert
+parallelism ep (every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or
+``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
+``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
+``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides
+part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
+:mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8``
+included. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework
+pytorch``, dense models; with experts under ``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act
+and layernorm,moe). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``,
+``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in
+``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def tokens_per_s_per_gpu(e, model) -> float:
 
 def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
+    moe |= {"shared_ffn": model.shared_ffn} if model.shared_ffn else {}
     moe["dispatcher"] = e.layout.dispatcher
     return {
         "layout": str(e.layout),
@@ -218,7 +220,9 @@ def main(argv=None) -> int:
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = model_shape(a)
         if a.moe_experts is not None:
-            model = replace(model, experts=a.moe_experts, top_k=moe_top_k(a))
+            model = replace(
+                model, experts=a.moe_experts, top_k=moe_top_k(a), shared_ffn=a.moe_shared_expert_intermediate_size
+            )
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:

@@ -54,12 +54,12 @@ def attention_share(model: ModelShape) -> float:
 
 def expert_extra_flops(model: ModelShape, b: float) -> float:
     """Forward FLOPs of one block for b sequences that a mixture of experts adds to the dense block's
-    (:func:`layer_gemm_flops`, one MLP): k − 1 more MLPs per token and the router, 2·b·s·((k − 1)·(3 if gated else
-    2)·h·f + E·h); 0 for a dense model."""
+    (:func:`layer_gemm_flops`, one MLP): k − 1 more MLPs per token, the router and the shared experts' MLP (width
+    f_s), 2·b·s·((3 if gated else 2)·h·((k − 1)·f + f_s) + E·h); 0 for a dense model."""
     if not model.experts:
         return 0.0
-    mlp = (3 if model.gated else 2) * model.hidden * model.f
-    return 2 * b * model.seq * ((model.top_k - 1) * mlp + model.experts * model.hidden)
+    widths = (model.top_k - 1) * model.f + (model.shared_ffn or 0)
+    return 2 * b * model.seq * ((3 if model.gated else 2) * model.hidden * widths + model.experts * model.hidden)
 
 
 def logit_flops(model: ModelShape, b: float) -> float:
@@ -234,14 +234,21 @@ def gpt_flops_per_token(model: ModelShape) -> float:
         ).flops_per_token()
 
 
+def mlp_params(model: ModelShape, f: int | None = None) -> int:
+    """Parameters of one MLP of inner width ``f`` (default the model's): (3 if gated else 2)·h·f matrices and the
+    biases (2f or f, and h): an expert's, or the shared experts' with ``f = shared_ffn``."""
+    h, f = model.hidden, f or model.f
+    return (3 if model.gated else 2) * h * f + (2 * f if model.gated else f) + h
+
+
 def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, float]:
     """``(total, active)`` parameters when every block's MLP becomes ``experts`` MLPs of the same shape,
-    ``top_k`` of them per token, plus a router (experts × h) per block. A token uses the router and k
-    experts: FLOPs follow the active count, memory the total (Mixtral 8x7B: 47B total, 13B active;
-    Jiang et al. 2024, arXiv:2401.04088, §2.1)."""
-    h, f = model.hidden, model.f
-    mlp = (3 if model.gated else 2) * h * f + (2 * f if model.gated else f) + h  # matrices and biases
-    per_layer = lambda n: (n - 1) * mlp + experts * h  # noqa: E731 - beyond the dense block's one MLP
+    ``top_k`` of them per token, plus a router (experts × h) per block and the shared experts' MLP
+    (``ModelShape.shared_ffn``) when it has one. A token uses the router, k experts and the shared ones: FLOPs follow
+    the active count, memory the total (Mixtral 8x7B: 47B total, 13B active; Jiang et al. 2024, arXiv:2401.04088,
+    §2.1)."""
+    mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
+    per_layer = lambda n: (n - 1) * mlp + experts * model.hidden + shared  # noqa: E731 - beyond the dense block's MLP
     return model.params + model.layers * per_layer(experts), model.params + model.layers * per_layer(top_k)
 
 

@@ -58,6 +58,7 @@ Units: seconds, bytes, FLOPs, parameters.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from minipar.comm.cost import all_reduce_time, all_to_all_time
 from minipar.model.moe.capacity import check_moe
@@ -67,6 +68,7 @@ from minipar.perf.flops import (
     attention_keys,
     expert_extra_flops,
     fp8_saved_bytes,
+    mlp_params,
     model_flops,
     moe_flops_per_token,
     moe_params,
@@ -100,20 +102,21 @@ EP_OVERLAP_HIDES = 0.4
 
 def expert_params(model: ModelShape) -> int:
     """Parameters of one expert: the dense MLP's matrices ((3 if gated else 2)·h·f) and biases (2f or f, and h)
-    (as :func:`minipar.perf.flops.moe_params` counts it)."""
-    h, f = model.hidden, model.f
-    return (3 if model.gated else 2) * h * f + (2 * f if model.gated else f) + h
+    (:func:`minipar.perf.flops.mlp_params`, as :func:`minipar.perf.flops.moe_params` counts it)."""
+    return mlp_params(model)
 
 
 def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> list[tuple[float, float]]:
     """(dense, expert) parameters one rank of each pipeline stage holds, megatron counts: the dense model's
-    :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) per
-    block; and its blocks' E/ep experts ÷ the experts' TP degree (:attr:`~minipar.perf.layout.Layout.expert_tp`)."""
+    :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) and the
+    shared experts' MLP ÷ tp per block; and its blocks' E/ep experts ÷ the experts' TP degree
+    (:attr:`~minipar.perf.layout.Layout.expert_tp`)."""
     t, e, E, ep = layout.tp, layout.expert_tp, model.experts, layout.ep
     layers = stage_layers or [model.layers // layout.pp] * layout.pp
     base = stage_params(model, layout.pp, t, "megatron", layers)
-    mlp = expert_params(model)
-    return [(p - n * mlp / t + n * E * model.hidden, n * (E // ep) * mlp / e) for p, n in zip(base, layers)]
+    mlp, shared = expert_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
+    per_block = E * model.hidden + (shared - mlp) / t
+    return [(p + n * per_block, n * (E // ep) * mlp / e) for p, n in zip(base, layers)]
 
 
 def moe_gemm_shapes(
@@ -121,13 +124,15 @@ def moe_gemm_shapes(
 ) -> tuple[list, list]:
     """(attention's and the router's GEMMs, one local expert's GEMMs) of one MoE block's forward on one TP rank for
     ``tokens`` = b·s rows: QKV and output projection (:func:`~minipar.perf.gemm.block_gemms`), the router
-    (tokens ÷ t with sequence parallelism, E, h); per expert up (r, (2 if gated else 1)·f/e, h) and down (r, h,
+    (tokens ÷ t with sequence parallelism, E, h), the shared experts' MLP as a dense one's (up and down, split over
+    t); per expert up (r, (2 if gated else 1)·f/e, h) and down (r, h,
     f/e) with e = ``etp`` (None: t) and r = tokens·(e/t)·k·ep/E rows (balanced routing; an expert TP group of e
     ranks holds e/t of the TP group's tokens). The FLOPs per rank do not depend on e."""
     E, k, e = model.experts, model.top_k, etp or t
     dense = block_gemms(model, tokens, t)
     rows = tokens * e / t * k * ep / E
-    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)], [
+    shared = block_gemms(replace(model, ffn=model.shared_ffn), tokens, t)[2:] if model.shared_ffn else []
+    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)] + shared, [
         (rows, n, kk) for _, n, kk in block_gemms(model, tokens, e)[2:]
     ]
 
@@ -136,7 +141,7 @@ def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links
     """Seconds of one MoE block for one micro-batch on one rank (module doc): ``"f"`` / ``"b"`` its weight GEMMs
     forward / backward (the E/ep local experts at their shape), ``"a2a"`` ONE all-to-all (dispatch or combine)
     over the EP group, ``"tp_mlp"`` the experts' TP all-reduce over their etp ranks of k·b·s·h·etp/tp values (0 with
-    etp = 1: Megatron-Core's folded experts need no TP collective)."""
+    etp = 1: Megatron-Core's folded experts need no TP collective), and the shared experts' MLP's over tp of b·s·h."""
     t, ep, k, e = layout.tp, layout.ep, model.top_k, layout.expert_tp
     dense, expert = moe_gemm_shapes(model, tokens, t, ep, layout.seq_parallel, e)
     local = model.experts // ep
@@ -145,6 +150,8 @@ def moe_block_times(model: ModelShape, dev, layout: Layout, tokens: float, links
     bpv = dev.bytes_per_value
     a2a = a2a_seconds(model, tokens, layout, dev, bpv) if ep > 1 else 0.0
     tp_mlp = all_reduce_time(e, k * tokens * e / t * model.hidden * bpv, links["tp"])
+    if model.shared_ffn:  # the shared MLP's row-parallel output, reduced over tp as a dense MLP's
+        tp_mlp += all_reduce_time(t, tokens * model.hidden * bpv, links["tp"])
     return {"f": f, "b": b, "a2a": a2a, "tp_mlp": tp_mlp}
 
 
@@ -184,21 +191,23 @@ def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per
 def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int):
     """Bytes one MoE block keeps for backward for one micro-batch: the dense count
     (:func:`~minipar.perf.flops.activation_bytes_per_layer`) plus k − 1 more copies of the MLP's TP-split
-    tensors (2·f·(3 if gated else 2)·s·b ÷ t) and the k·s·b·h dispatched rows (2 bytes each; ASSUMED kept once
-    per TP rank); full recomputation keeps only the block's input (the dense count)."""
+    tensors (2·f·(3 if gated else 2)·s·b ÷ t), as many for the shared experts' MLP of width f_s (f_s for f; its
+    input, the router's, counted once: ASSUMED), and the k·s·b·h dispatched rows (2 bytes each; ASSUMED kept once per
+    TP rank); full recomputation keeps only the block's input (the dense count)."""
     dense = activation_bytes_per_layer(model, b, tp, recompute, sp, bpv, flash, cp)
     if recompute == "full":
         return dense
     s, k = model.seq // cp, model.top_k
-    mlp = 2 * model.f * (3 if model.gated else 2) * s * b / tp
-    return dense + ((k - 1) * mlp + 2 * k * s * b * model.hidden) * bpv / 2
+    widths = (k - 1) * model.f + (model.shared_ffn or 0)  # the k − 1 more MLPs and the shared experts' MLP
+    mlp = 2 * widths * (3 if model.gated else 2) * s * b / tp
+    return dense + (mlp + 2 * k * s * b * model.hidden) * bpv / 2
 
 
 def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, cp: int) -> float:
-    """Bytes per MoE block and micro-batch that FP8 training saves (:func:`moe_activation_bytes` less): the
-    attention's GEMM inputs as in :func:`~minipar.perf.flops.fp8_saved_bytes`, the k·s·b·h dispatched rows (the
-    experts' fc1 input) and the k·s·b·f/t fc2 inputs in 1 byte, not 2, while the router's input (s·b·h, ÷t with
-    sequence parallelism) stays bf16. Transformer Engine's ``GroupedLinear`` saves its quantized inputs for the
+    """Bytes per MoE block and micro-batch that FP8 training saves (:func:`moe_activation_bytes` less): the attention's
+    GEMM inputs as in :func:`~minipar.perf.flops.fp8_saved_bytes`, the k·s·b·h dispatched rows (the experts' fc1 input)
+    and the k·s·b·f/t fc2 inputs (and the shared MLP's s·b·f_s/t) in 1 byte, not 2, while the router's input (s·b·h, ÷t
+    with sequence parallelism) stays bf16. Transformer Engine's ``GroupedLinear`` saves its quantized inputs for the
     weight gradient (``module/grouped_linear.py`` at v2.10, ``_GroupedLinear.forward``: ``inputmats`` from
     ``tex.split_quantize``, column-wise usage, into ``save_for_backward``) unless ``save_original_input``, which
     Megatron-Core sets on the experts only under ``moe_act`` recomputation (fc2) or fc1 offloading
@@ -207,7 +216,8 @@ def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp
         return 0.0
     s, h, k = model.seq // cp, model.hidden, model.top_k
     dense = fp8_saved_bytes(model, b, tp, recompute, sp, cp)
-    return dense - s * b * h / (tp if sp else 1) + k * s * b * h + (k - 1) * model.f * s * b / tp
+    widths = (k - 1) * model.f + (model.shared_ffn or 0)  # fc2 inputs: k − 1 more experts', the shared MLP's
+    return dense - s * b * h / (tp if sp else 1) + k * s * b * h + widths * s * b / tp
 
 
 def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:

@@ -16,12 +16,18 @@ def _fit(n: int) -> str:
 
 
 def add_moe_flags(p) -> None:
-    """``--moe-experts``, ``--moe-top-k``, ``--ep``, ``--expert-tp`` and ``--moe-dispatcher`` on the argparse parser
-    ``p``."""
+    """``--moe-experts``, ``--moe-top-k``, ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp`` and
+    ``--moe-dispatcher`` on the argparse parser ``p``."""
     p.add_argument(
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
     p.add_argument("--moe-top-k", type=int, default=None, help="experts per token (with --moe-experts; default 1)")
+    p.add_argument(
+        "--moe-shared-expert-intermediate-size",
+        type=int,
+        default=None,
+        help="the shared experts' MLP width every token also passes through (Megatron-Core's; with --moe-experts)",
+    )
     p.add_argument(
         "--ep",
         type=int,
@@ -50,12 +56,18 @@ def moe_top_k(a) -> int:
 
 
 def check_moe_flags(a, default_gpus: int) -> None:
-    """``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and ``--overlap ep`` need ``--moe-experts``; with it: k <= E, ep
+    """``--moe-top-k``, ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and
+    ``--overlap ep`` need ``--moe-experts``; with it: sizes >= 1, k <= E, ep
     dividing E and the GPUs (a fixed layout's ep is checked against its dp, tp and etp by
     :func:`minipar.perf.layout_checks.check_ep`). Raises ConfigError."""
     if a.moe_experts is None:
         if a.moe_top_k is not None:
             raise ConfigError(f"--moe-top-k {a.moe_top_k} picks experts per token: add --moe-experts E, or drop it")
+        if a.moe_shared_expert_intermediate_size is not None:
+            raise ConfigError(
+                f"--moe-shared-expert-intermediate-size {a.moe_shared_expert_intermediate_size}: shared experts sit "
+                "beside routed ones: add --moe-experts E, or drop it"
+            )
         if a.ep is not None:
             raise ConfigError(
                 f"--ep {a.ep} splits experts over ranks: add --moe-experts E (a multiple of {a.ep}), or drop --ep"
@@ -68,7 +80,9 @@ def check_moe_flags(a, default_gpus: int) -> None:
             raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
     n, k, ep, gpus = a.moe_experts, moe_top_k(a), a.ep, a.gpus or default_gpus
-    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp)):
+    shared = a.moe_shared_expert_intermediate_size
+    for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp),
+                    ("--moe-shared-expert-intermediate-size", shared)):  # fmt: skip
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
     if k > n:

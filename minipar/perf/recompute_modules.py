@@ -79,9 +79,10 @@ def freed_bytes(model: ModelShape, b: float, t: int, sp: bool, bpv: int, cp: int
     out = 0.0
     if "layernorm" in mods:  # the QKV input, and the MLP's (dense: a GEMM input; MoE: the router's, kept in bf16)
         out += rep * (gemm_in + (bpv if model.experts else gemm_in))
-    if "moe" in mods and model.experts:  # the MLP's k copies (dense count + k − 1) and the k dispatched rows
-        mlp = 2 * f * (3 if model.gated else 2) * tok / t
-        out += (k * mlp + 2 * k * tok * h) * bpv / 2 - ((k * tok * h + k * f * tok / t) if fp8_inputs else 0.0)
+    if "moe" in mods and model.experts:  # the MLP's k copies (dense count + k − 1), the shared one, k dispatched rows
+        widths = k * f + (model.shared_ffn or 0)
+        mlp = 2 * widths * (3 if model.gated else 2) * tok / t
+        out += (mlp + 2 * k * tok * h) * bpv / 2 - ((k * tok * h + widths * tok / t) if fp8_inputs else 0.0)
     elif "moe_act" in mods and model.experts:  # the activation's output: the down projection's input
         out += k * tok * f / t * gemm_in
     return out
@@ -98,8 +99,8 @@ def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tupl
     if "layernorm" in mods:
         sec += 2 * 2 * tokens * model.hidden / (t if sp else 1) * bpv / hbm
     if model.experts and set(mods) & set(EXPERT_MODULES):
-        act = ((3 if model.gated else 2) * model.top_k * tokens * model.f / t) * bpv / hbm
-        sec += act
+        widths = model.top_k * model.f + (model.shared_ffn or 0 if "moe" in mods else 0)  # moe: the shared MLP's too
+        sec += ((3 if model.gated else 2) * tokens * widths / t) * bpv / hbm
         if "moe" in mods:
             dense, expert = moe_gemm_shapes(model, tokens, t, layout.ep, sp, layout.etp)
             local = model.experts // layout.ep
@@ -109,9 +110,9 @@ def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tupl
 
 
 def extra_flops(model: ModelShape, global_batch: int, layout: Layout) -> float:
-    """Executed FLOPs of one step that ``moe`` adds (the TFLOP/s count, not the MFU's): every block's router and k
-    experts' forward again, 2·B·s·(k·(3 if gated else 2)·h·f + E·h) per block."""
+    """Executed FLOPs of one step that ``moe`` adds (the TFLOP/s count, not the MFU's): every block's router, k
+    experts' and shared MLP's (width f_s) forward again, 2·B·s·((3 if gated else 2)·h·(k·f + f_s) + E·h) per block."""
     if "moe" not in modules(layout) or not model.experts:
         return 0.0
-    h, f, k, E = model.hidden, model.f, model.top_k, model.experts
-    return model.layers * 2 * global_batch * model.seq * (k * (3 if model.gated else 2) * h * f + E * h)
+    h, E, widths = model.hidden, model.experts, model.top_k * model.f + (model.shared_ffn or 0)
+    return model.layers * 2 * global_batch * model.seq * ((3 if model.gated else 2) * h * widths + E * h)

@@ -33,7 +33,10 @@ class ModelShape:
     (:attr:`q_width`), which need not be the hidden size (Qwen3 30B-A3B: 32 × 128 on h = 2,048); ``window_size`` w:
     sliding-window attention, a query sees the w tokens before it (Beltagy et al. 2020, arXiv:2004.05150, §3.1;
     Megatron-Core's ``window_size=(w, 0)``), in every block or, with ``window_attn_skip_freq`` N, all but every N-th
-    (Megatron-Core's; GPT-OSS: 128 and 2, alternating): :func:`~minipar.perf.flops.attention_keys`. Its counts here
+    (Megatron-Core's; GPT-OSS: 128 and 2, alternating): :func:`~minipar.perf.flops.attention_keys`; ``shared_ffn``: with
+    experts, the width of the shared experts' MLP every token also passes through (DeepSeekMoE, Dai et al. 2024,
+    arXiv:2401.06066, §3.2; Megatron-Core's ``moe_shared_expert_intermediate_size``, n shared experts of width f
+    counting as one of n·f; Qwen2-57B-A14B: 20,480), TP-split as a dense MLP. Its counts here
     (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
@@ -53,9 +56,10 @@ class ModelShape:
     kv_channels: int | None = None
     window_size: int | None = None
     window_attn_skip_freq: int | None = None
+    shared_ffn: int | None = None
 
     def __post_init__(self):
-        for k in (*SIZES, "window_size", "window_attn_skip_freq"):
+        for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
@@ -75,6 +79,8 @@ class ModelShape:
             raise ConfigError(f"ModelShape.experts={self.experts!r}: must be an integer >= 1 (None or 0: dense)")
         if self.experts and not (isinstance(self.top_k, int) and 1 <= self.top_k <= self.experts):
             raise ConfigError(f"top_k={self.top_k!r}: between 1 and experts={self.experts} experts per token")
+        if self.shared_ffn and not self.experts:
+            raise ConfigError(f"shared_ffn={self.shared_ffn}: shared experts sit beside routed ones; give experts")
 
     @property
     def kv(self) -> int:
