@@ -17,9 +17,9 @@ recomputed; ``--recompute-modules layernorm,moe``: Megatron-Core's selective mod
 ZeRO-3's backward all-gather over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1,
 as the run split them; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its latency;
 :mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks' GEMMs at the
-FP8 peak, :func:`minipar.perf.model.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``: the
-blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers: ``--pp
-16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
+FP8 peak, :func:`minipar.perf.block_time.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``:
+the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers:
+``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
 ``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
 its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
 parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's); ``--window-size W --window-attn-skip-freq
@@ -33,7 +33,8 @@ count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9
 ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first only, as DeepSpeed's ZeRO-1/2 and
 nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``: 64 by default, or the fixed
 layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k`` (and
-``--moe-shared-expert-intermediate-size F``, shared experts' width): the experts' counts, then the search with expert
+``--moe-shared-expert-intermediate-size F``, shared experts' width; ``--moe-ffn-hidden-size``, the experts' own;
+``--moe-layer-freq ([0]*K+[1]*M)``, the first K blocks dense): the experts' counts, then the search with expert
 parallelism ep (every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or
 ``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
 ``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
@@ -72,7 +73,7 @@ from minipar.perf.hardware import (
 from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
-from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, moe_top_k
+from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, dense_layers, moe_top_k
 from minipar.perf.search import plan
 from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
 from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
@@ -144,7 +145,7 @@ def tokens_per_s_per_gpu(e, model) -> float:
 
 def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
-    moe |= {"shared_ffn": model.shared_ffn} if model.shared_ffn else {}
+    moe |= {k: getattr(model, k) for k in ("shared_ffn", "moe_ffn", "dense_layers") if getattr(model, k)}
     moe["dispatcher"] = e.layout.dispatcher
     return {
         "layout": str(e.layout),
@@ -220,9 +221,9 @@ def main(argv=None) -> int:
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = model_shape(a)
         if a.moe_experts is not None:
-            model = replace(
-                model, experts=a.moe_experts, top_k=moe_top_k(a), shared_ffn=a.moe_shared_expert_intermediate_size
-            )
+            built = {"shared_ffn": a.moe_shared_expert_intermediate_size, "moe_ffn": a.moe_ffn_hidden_size}
+            dense = dense_layers(a.moe_layer_freq, model.layers)
+            model = replace(model, experts=a.moe_experts, top_k=moe_top_k(a), **built, dense_layers=dense)
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         if a.tp is not None:

@@ -115,8 +115,8 @@ def test_splits():
 def test_the_planner_counts_the_ring_s_messages():
     """minipar.perf.model's ring-attention message (python -m minipar.plan --cp) is the block of
     ring_attention_bytes: GQA heads split over TP, bf16, T a multiple of 2·cp."""
+    from minipar.perf.block_time import cp_block_bytes
     from minipar.perf.layout import ModelShape
-    from minipar.perf.model import cp_block_bytes
 
     shape = ModelShape(layers=2, hidden=1024, heads=16, kv_heads=4, ffn=4096, vocab=1000, seq=4096)
     for c, t in ((2, 1), (4, 2), (8, 8)):

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from minipar.errors import ConfigError
+from minipar.perf.block_time import cp_block_bytes
 from minipar.perf.flops import (
     activation_bytes_per_layer,
     attention_core_flops,
@@ -19,7 +20,6 @@ from minipar.perf.flops import (
     moe_params,
 )
 from minipar.perf.gemm import block_gemms
-from minipar.perf.model import cp_block_bytes
 from minipar.perf.nemo import megatron_flops_per_token
 from minipar.perf.shape import UNTIED_ROPE, ModelShape
 from minipar.plan import main, parser

@@ -6,11 +6,12 @@ import json
 import pytest
 
 from minipar.errors import ConfigError
+from minipar.perf.block_time import gemm_rate
 from minipar.perf.flops import layer_gemm_flops
 from minipar.perf.gemm import block_gemm_time
 from minipar.perf.hardware import GPUS
 from minipar.perf.layout import Layout
-from minipar.perf.model import estimate, gemm_rate
+from minipar.perf.model import estimate
 from minipar.perf.published import MODELS
 from minipar.plan import main, parser
 

@@ -48,8 +48,11 @@ def attention_share(model: ModelShape) -> float:
     """The attention core's share of one block's forward FLOPs (:func:`attention_core_flops` over it plus
     :func:`layer_gemm_flops` and, with experts, :func:`expert_extra_flops`): 4·s·q / (2·weights + 4·s·q), 1/(1 + 6h/s)
     for a GPT; it grows with the sequence."""
-    core = attention_core_flops(model, 1)
-    return core / (core + layer_gemm_flops(model, 1) + expert_extra_flops(model, 1))
+    core = gemm = 0.0
+    for view, n in model.block_kinds():  # every kind of block by its count (dense_layers)
+        core += n * attention_core_flops(view, 1)
+        gemm += n * (layer_gemm_flops(view, 1) + expert_extra_flops(view, 1))
+    return core / (core + gemm)
 
 
 def expert_extra_flops(model: ModelShape, b: float) -> float:
@@ -244,12 +247,22 @@ def mlp_params(model: ModelShape, f: int | None = None) -> int:
 def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, float]:
     """``(total, active)`` parameters when every block's MLP becomes ``experts`` MLPs of the same shape,
     ``top_k`` of them per token, plus a router (experts × h) per block and the shared experts' MLP
-    (``ModelShape.shared_ffn``) when it has one. A token uses the router, k experts and the shared ones: FLOPs follow
-    the active count, memory the total (Mixtral 8x7B: 47B total, 13B active; Jiang et al. 2024, arXiv:2401.04088,
-    §2.1)."""
-    mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
-    per_layer = lambda n: (n - 1) * mlp + experts * model.hidden + shared  # noqa: E731 - beyond the dense block's MLP
-    return model.params + model.layers * per_layer(experts), model.params + model.layers * per_layer(top_k)
+    (``ModelShape.shared_ffn``) when it has one; the first ``dense_layers`` blocks keep their dense MLP
+    (:meth:`~minipar.perf.shape.ModelShape.block_kinds`). A token uses the router, k experts and the shared ones: FLOPs
+    follow the active count, memory the total (Mixtral 8x7B: 47B total, 13B active; Jiang et al. 2024,
+    arXiv:2401.04088, §2.1)."""
+    total = active = model.embedding_params
+    for view, n in model.block_kinds() if model.experts else [(model, model.layers)]:  # a dense shape: every MLP
+        routed = bool(view.experts) or not model.experts
+        mlp, shared = mlp_params(view), mlp_params(view, view.shared_ffn) if view.shared_ffn else 0
+        per_block = lambda k: (
+            view.layer_params
+            + (  # noqa: E731 - beyond the block's own MLP
+                (k - 1) * mlp + experts * view.hidden + shared if routed else 0
+            )
+        )
+        total, active = total + n * per_block(experts), active + n * per_block(top_k)
+    return total, active
 
 
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:

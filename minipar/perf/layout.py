@@ -45,8 +45,8 @@ class Layout:
     the run split them (v = 1; :meth:`chunk_layers`); ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
     many MiB of 16-bit gradients, each its own collective, as PyTorch DDP's ``bucket_cap_mb`` (default 25; None:
     Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`); ``fp8``: the blocks' weight GEMMs in FP8
-    (:func:`minipar.perf.model.gemm_rate`); ``ep``: expert parallelism for a model with experts, borrowed from dp as in
-    :class:`minipar.runtime.mesh.Mesh` (ep divides dp; an EP group is ep consecutive dp ranks, stride tp·cp;
+    (:func:`minipar.perf.block_time.gemm_rate`); ``ep``: expert parallelism for a model with experts, borrowed from dp
+    as in :class:`minipar.runtime.mesh.Mesh` (ep divides dp; an EP group is ep consecutive dp ranks, stride tp·cp;
     :mod:`minipar.perf.moe`); ``etp``: the experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None:
     tp), a divisor of tp; below tp the experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`,
     :attr:`expert_shard`); ``dispatcher``: the experts' all-to-all, NCCL's ("alltoall") or DeepEP / HybridEP's ("flex",
@@ -174,6 +174,17 @@ class Layout:
         if self.first_stage_layers is not None or self.last_stage_layers is not None:
             raise ConfigError("stage_split with first/last_stage_layers: give the whole split, or only first/last")
         return list(split)
+
+    def chunk_kinds(self, model: ModelShape) -> list[tuple[ModelShape, list[int]]]:
+        """Each kind of block of ``model`` (:meth:`~minipar.perf.shape.ModelShape.block_kinds`, in model order) with
+        how many of it each model chunk k = 0 .. pp·v−1 holds (:meth:`chunk_layers`, whose ConfigError): the first
+        chunks hold the first kind's blocks (DeepSeek-V3's 3 dense blocks on the first chunk)."""
+        chunks, out, start = self.chunk_layers(model.layers), [], 0
+        for view, n in model.block_kinds():
+            ends = [sum(chunks[:k]) for k in range(len(chunks) + 1)]
+            out.append((view, [max(0, min(ends[k + 1], start + n) - max(ends[k], start)) for k in range(len(chunks))]))
+            start += n
+        return out
 
     def stage_layers(self, layers: int) -> list[int]:
         """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`, whose ConfigError)."""

@@ -101,26 +101,34 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     experts = [0.0] * p  # expert parameters per stage (minipar.perf.moe): ZeRO over the expert-dp ranks
     if model.experts:
         params, experts = zip(*moe_stage_params(model, layout, layers))
-    kept = moe_activation_bytes if model.experts else activation_bytes_per_layer
     fp8_inputs = layout.fp8 and dev.framework == "megatron"  # TE keeps GEMM inputs in FP8
-    saved = moe_fp8_saved_bytes if model.experts else fp8_saved_bytes
 
-    def act_bytes(model, b, t, rc, sp, bpv, flash, c):
+    def act_bytes(model, rc):  # one block of this shape (dense, or with experts), one micro-batch, GEMM inputs in FP8
+        kept, saved = activation_bytes_per_layer, fp8_saved_bytes
+        if model.experts:
+            kept, saved = moe_activation_bytes, moe_fp8_saved_bytes
         return kept(model, b, t, rc, sp, bpv, flash, c) - (saved(model, b, t, rc, sp, c) if fp8_inputs else 0)
 
+    mods = modules(layout)  # Megatron-Core's selective modules (minipar.perf.recompute_modules): what they free
+    kinds = layout.chunk_kinds(model) if dev.counts == "megatron" else [(model, None)]  # dense_layers: two kinds
+    freed = [freed_bytes(view, b, t, sp, bpv, c, fp8_inputs, mods) for view, _ in kinds]
+    per = [act_bytes(view, base_recompute(layout)) - f for (view, _), f in zip(kinds, freed)]  # bytes per block
+    none = [act_bytes(view, "none") for view, _ in kinds]  # a block keeping everything
     if dev.counts == "megatron":
         chunks = tuple(layout.chunk_layers(model.layers))
     else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage
         chunks = (-(-model.layers // p) / v,) * (p * v)
-    held = held_layers(p, m, v, layout.schedule, chunks)
-    mods = modules(layout)  # Megatron-Core's selective modules (minipar.perf.recompute_modules): what they free
-    freed = freed_bytes(model, b, t, sp, bpv, c, fp8_inputs, mods)
-    per_layer = act_bytes(model, b, t, base_recompute(layout), sp, bpv, flash, c) - freed
-    if layout.recompute_layers is not None:  # per chunk: recomputed blocks keep their input, the others all
-        none = act_bytes(model, b, t, "none", sp, bpv, flash, c)
-        rc = layout.recomputed_layers(model.layers)
-        held = held_layers(p, m, v, layout.schedule, tuple(r * per_layer + (n - r) * none for n, r in zip(chunks, rc)))
-        per_layer = 1.0  # held is in bytes now
+    rc = layout.recomputed_layers(model.layers)
+    if len(kinds) == 1 and layout.recompute_layers is None:  # every block alike: held blocks × one block's bytes
+        held, per_layer = held_layers(p, m, v, layout.schedule, chunks), per[0]
+    else:  # per chunk, in bytes: each kind's blocks (recomputed ones keep their input, the others all), first first
+        weights, before = [0.0] * len(chunks), [0] * len(chunks)
+        for (_, counts), pb, nb in zip(kinds, per, none):
+            for k, n in enumerate(counts or chunks):
+                r = max(0, min(n, rc[k] - before[k])) if layout.recompute_layers is not None else n
+                weights[k], before[k] = weights[k] + r * pb + (n - r) * nb, before[k] + n
+        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0  # held is in bytes now
+    freed = max(freed)  # the block whose modules are being recomputed: the largest kind's, ASSUMED on every rank
     zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None
     for i in range(p):
@@ -133,7 +141,7 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         opt = 0.0 if layout.offload else states["optimizer"]
         acts = held[i] * per_layer
         if layout.recompute == "full":  # the layer being recomputed holds its full activations
-            acts += act_bytes(model, b, t, "none", sp, bpv, flash, c)
+            acts += max(none)
         acts += freed  # the block whose modules are being recomputed holds what they freed again
         if i == p - 1:  # the loss: one micro-batch's logits (logit_bytes)
             acts += logit_bytes(model, b, t, c)

@@ -18,31 +18,27 @@ Terms (b micro-batch, s sequence, h hidden, l layers, V vocabulary, t/p/d/c the 
 degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.flops`).
 ``Device.counts``: ``"megatron"`` (GPU presets) / ``"minipar"`` (minipar's GPT on this CPU):
 
-- **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA,
-  SwiGLU and any FFN width by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021,
-  arXiv:2104.04473, App. A). On a GPU each weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`:
-  the device's large-GEMM ``gemm_efficiency``, CHOSEN per device on its fit set, A100 0.68, H100 0.64,
-  times wave quantisation over its SMs, capped by the HBM roofline), FlashAttention's core at its
-  kernel's efficiency for the size (H100: measured, 0.02-0.57 by micro-batch × heads and sequence; A100 0.60,
-  the FlashAttention-2 paper; :func:`~minipar.perf.gemm.attention_rate`), the unfused
-  core and the logit layer at ``gemm_efficiency``; the
-  memory-bound operators move each layer's activation bytes (Korthikanti et al. 2022, arXiv:2205.05198, eq. 2) through
-  HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under Megatron-Core; 3 for PyTorch stacks on the
-  H100, chosen on its fit set; 3.8 more for a gated model in eager PyTorch, measured: ``hardware.block_passes``) at
-  ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A
-  backward is 2 forwards; full recomputation adds one (``recompute_layers`` N: for N blocks of each
-  model chunk only, Megatron-LM's block method), selective the attention core (§5) or Megatron-Core's modules
-  (``Layout.recompute_modules``: :mod:`minipar.perf.recompute_modules`), ``"op"`` (torchtitan's
-  per-op checkpointing) every second weight matmul of a block and its memory-bound operators. FP8
-  (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16 (:func:`gemm_rate`); under Megatron-Core
-  (``Device.framework``) their saved inputs take 1 byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`).
-  FlashAttention (Dao et al. 2022, arXiv:2205.14135): no s² scores in HBM, half the attention core
-  runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer 2·b·s·h·V runs on the
-  last stage, and the loss after it moves ``Device.loss_bytes`` per logit value through HBM (fp32 passes over
-  s·b·V/t values: 52 bytes in Megatron-LM's unfused loss, 48 in PyTorch's, 6 in a fused kernel; the
-  count in :data:`minipar.perf.hardware.LOSS_BYTES`). minipar: ``GPT.flops_per_token`` per token at
-  ``peak_flops``; full recomputation × 4/3.
-  Both add ``layer_overhead`` per layer and divide by ``compute_share``.
+- **Compute** (megatron): each block's weight GEMMs 2·b·s·(weights) (24·b·s·h² for a GPT; GQA, SwiGLU and any FFN width
+  by their weights) and the attention core 4·b·s²·h (Narayanan et al. 2021, arXiv:2104.04473, App. A). On a GPU each
+  weight GEMM runs at its own shape (:mod:`minipar.perf.gemm`: the device's large-GEMM ``gemm_efficiency``, CHOSEN per
+  device on its fit set, A100 0.68, H100 0.64, times wave quantisation over its SMs, capped by the HBM roofline),
+  FlashAttention's core at its kernel's efficiency for the size (H100: measured, 0.02-0.57 by micro-batch × heads and
+  sequence; A100 0.60, the FlashAttention-2 paper; :func:`~minipar.perf.gemm.attention_rate`), the unfused core and the
+  logit layer at ``gemm_efficiency``; the memory-bound operators move each layer's activation bytes (Korthikanti et al.
+  2022, arXiv:2205.05198, eq. 2) through HBM ``Device.mem_passes`` times (2, written and read, on the A100 and under
+  Megatron-Core; 3 for PyTorch stacks on the H100, chosen on its fit set; 3.8 more for a gated model in eager PyTorch,
+  measured: ``hardware.block_passes``) at ``hbm_bw`` (0.85 of the datasheet, ASSUMED). A backward is 2 forwards; full
+  recomputation adds one (``recompute_layers`` N: for N blocks of each model chunk only, Megatron-LM's block method),
+  selective the attention core (§5) or Megatron-Core's modules (``Layout.recompute_modules``:
+  :mod:`minipar.perf.recompute_modules`), ``"op"`` (torchtitan's per-op checkpointing) every second weight matmul of a
+  block and its memory-bound operators. FP8 (``Layout.fp8``): the weight GEMMs at the FP8 peak, the rest bf16
+  (:func:`~minipar.perf.block_time.gemm_rate`); under Megatron-Core (``Device.framework``) their saved inputs take 1
+  byte in memory (:func:`~minipar.perf.flops.fp8_saved_bytes`). FlashAttention (Dao et al. 2022, arXiv:2205.14135): no
+  s² scores in HBM, half the attention core runs (causal blocks skipped), its backward recomputes QKᵀ. The logit layer
+  2·b·s·h·V runs on the last stage, and the loss after it moves ``Device.loss_bytes`` per logit value through HBM (fp32
+  passes over s·b·V/t values: 52 bytes in Megatron-LM's unfused loss, 48 in PyTorch's, 6 in a fused kernel; the count in
+  :data:`minipar.perf.hardware.LOSS_BYTES`). minipar: ``GPT.flops_per_token`` per token at ``peak_flops``; full
+  recomputation × 4/3. Both add ``layer_overhead`` per layer and divide by ``compute_share``.
 - **Links** (:func:`group_link`): a group uses NVLink only if every group of its kind lies inside
   one node in Megatron's rank order (tp innermost, then cp, dp, pp); tp = 6 on 8-GPU nodes straddles
   nodes and runs on the inter-node link. α–β ring costs (lesson 01; :mod:`minipar.comm.cost`): all-reduce
@@ -83,12 +79,15 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Experts** (``ModelShape.experts``, ``Layout.ep``): :mod:`minipar.perf.moe` (each block's GEMMs with the
   E/ep local experts at their own shapes, 4 all-to-alls per block per micro-batch over the EP group, ``"ep"``,
   not overlapped unless ``"ep"`` is in ``Layout.overlap``, then partly (``EP_OVERLAP_HIDES``, chosen on one published
-  pair of runs); expert states over the expert-dp ranks; every setting given or ASSUMED there).
+  pair of runs); expert states over the expert-dp ranks; every setting given or ASSUMED there). Blocks of two kinds
+  (``ModelShape.dense_layers``: the first k dense, the rest with experts) each at its own seconds and bytes, per model
+  chunk (:meth:`~minipar.perf.layout.Layout.chunk_kinds`; one block's terms: :mod:`minipar.perf.block_time`).
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,
 GEMM kernels' tile choice (one 128×128 tile, :mod:`minipar.perf.gemm`), data loading, DeepSpeed's real overlap
-of ZeRO-3's all-gathers, MegaScale's parallel block and sliding-window attention.
+of ZeRO-3's all-gathers, MegaScale's parallel block. (Sliding-window attention is in: ``ModelShape.window_size``,
+:func:`minipar.perf.flops.attention_keys`.)
 """
 
 from __future__ import annotations
@@ -96,7 +95,7 @@ from __future__ import annotations
 import functools
 
 from minipar.comm.cost import all_reduce_time, p2p_time, ring_time
-from minipar.errors import ConfigError
+from minipar.perf.block_time import block_terms, gemm_rate
 from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, stage_params: read here by lessons 00, 07, 08)
     activation_bytes_per_layer,
     attention_core_flops,
@@ -105,14 +104,13 @@ from minipar.perf.flops import (  # noqa: F401  (activation_bytes_per_layer, sta
     logit_flops,
     stage_params,
 )
-from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
-from minipar.perf.hardware import Device, block_passes
+from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import check_layout
 from minipar.perf.makespan import makespan, schedule_order
 from minipar.perf.memory import memory_per_gpu, stage_layers_of  # noqa: F401  (stage_layers_of: read by lessons)
-from minipar.perf.moe import EP_OVERLAP_HIDES, MOE_HOST_S, moe_activation_bytes, moe_block_times, training_flops
-from minipar.perf.recompute_modules import base_recompute, extra_flops, extra_seconds, modules
+from minipar.perf.moe import training_flops
+from minipar.perf.recompute_modules import base_recompute, extra_flops
 from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import BUCKET_PARAMS, across_nodes, dp_time, group_link, stage_psi  # noqa: F401
 from minipar.perf.sharding import links as _links
@@ -147,89 +145,12 @@ def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> f
     return t1 + (t2 - t1) / (m2 - m1) * (m - m1)
 
 
-def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> float:
-    """Bytes of one ring-attention message of a rank holding ``s`` tokens: its K and V, 2·b·s·(kv heads
-    on this TP rank)·d_head·bpv. Ring attention sends c − 1 of them forward and 2c − 1 backward (the dK/dV
-    accumulators make one more hop home): :func:`minipar.cp.ring.ring_attention_bytes`, lesson 11."""
-    return 2 * b * s * model.kv_width / min(t, model.kv) * bpv
-
-
-def gemm_rate(dev: Device, layout: Layout) -> float:
-    """FLOP/s of the blocks' weight GEMMs (QKV, output projection, MLP) when they are large (the estimate itself
-    takes each GEMM at its shape on a GPU, :func:`minipar.perf.gemm.block_gemm_time`): ``gemm_efficiency`` × the
-    dense bf16 peak; with ``layout.fp8`` :data:`minipar.perf.gemm.FP8_VS_BF16` (0.79, measured on an H100) of that
-    fraction of the dense FP8 peak ``Device.fp8_flops`` (H100 SXM: 1,979 TFLOP/s). The rest stays bf16, as
-    Transformer Engine's and torchtitan's Float8 recipes keep it: the attention core (FlashAttention), the norms
-    and other memory-bound operators, the embedding and the logit layer (torchtitan's float8 converter swaps the
-    blocks' ``nn.Linear`` and skips ``output``; Megatron-LM's output layer is no TE layer). Memory and communication:
-    bf16 mixed precision's (the recipes keep bf16/fp32 master weights and cast to FP8 per GEMM; TE's FP8 copies of
-    saved GEMM inputs, which would lower the activations, are not modelled). MFU stays a fraction of the bf16 peak.
-
-    Raises:
-        ConfigError: fp8 on a device without an FP8 peak (A100), or with minipar's CPU counts.
-    """
-    if not layout.fp8:
-        return dev.peak_flops * dev.gemm_efficiency * dev.compute_share
-    if dev.fp8_flops is None or dev.counts != "megatron":
-        raise ConfigError(f"fp8 on {dev.name}: it has no FP8 tensor cores (Device.fp8_flops); use bf16 or an H100")
-    return dev.fp8_flops * dev.gemm_efficiency * FP8_VS_BF16 * dev.compute_share
-
-
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Per-term seconds of the pipeline, megatron counts: per-layer FLOPs, per-stage times, the simulated schedule."""
     t, p, b, v, c, L = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp, _links(dev, layout)
-    bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
-    s = model.seq // c  # this rank's tokens of each sequence
-    eff = dev.peak_flops * dev.gemm_efficiency * share
-    a_rate = attention_rate(dev, flash, b * model.heads / t, s)  # FlashAttention: measured per size (perf.gemm)
-    core = attention_core_flops(model, b, s, model.seq, flash) / t / a_rate * (0.5 if flash else 1.0)  # causal half
-    act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
-        model, b, t, "none", sp, bpv, flash, c
-    )
-    mem_t = block_passes(dev, model.gated) * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators
-    moe = moe_block_times(model, dev, layout, b * s, L) if model.experts else None  # minipar.perf.moe
-    if moe:  # attention, router and the E/ep local experts at their own shapes
-        gemm_t, gemm_b = moe["f"], moe["b"]
-    elif dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
-        gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
-        gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True)  # data and weight gradients
-    else:
-        gemm_t = layer_gemm_flops(model, b, s) / t / (gemm_rate(dev, layout) if layout.fp8 else eff)
-        gemm_b = 2 * gemm_t
-    rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
-    f_l = gemm_t + rest
-    mod_s, mod_a2a = extra_seconds(model, dev, layout, b * s)  # Megatron-Core's modules (0 unless selective)
-    if layout.recompute == "op":  # every second weight matmul, the memory-bound operators: flops.op_recomputed_matmuls
-        extra = (
-            gemms_time(dev, op_recompute_gemms(model, b * s, t), layout.fp8) + (mem_t + dev.layer_overhead / 3) / share
-        )
-    else:  # selective: the attention core (unless flash) if core_attn is a module, and the other modules' re-runs
-        sel = (0.0 if flash or "core_attn" not in modules(layout) else core) + mod_s
-        extra = {"none": 0.0, "full": f_l, "selective": sel}[layout.recompute]
-    b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
-    ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
-    full = layout.recompute == "full"
-    ar2 = ar + moe["tp_mlp"] if moe else 2 * ar  # experts: the MLP's all-reduce carries k·b·s·h values
-    tp_f, tp_b = ar2, ar2 + (ar2 if full else 0.0)
-    b_0, tp_b0 = (b_l - extra, ar2) if full else (b_l, tp_b)  # a block not recomputed
-    a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors
-    ep_f, ep_b0, ep_b = a2a, a2a, a2a + (a2a if full else 0.0)
-    if mod_a2a:  # the moe module re-runs dispatch and combine in every block's backward
-        ep_b0 = ep_b = ep_b + a2a
-    if "tp" in layout.overlap:
-        tp_f, tp_b, tp_b0 = max(0.0, tp_f - f_l), max(0.0, tp_b - b_l), max(0.0, tp_b0 - b_0)
-    if "ep" in layout.overlap:  # hidden behind another micro-batch's block, as TP's behind this one's
-        h = EP_OVERLAP_HIDES  # of what an ideal overlap would hide (minipar.perf.moe: chosen on one published pair)
-        ep_f, ep_b, ep_b0 = ep_f - h * min(ep_f, f_l), ep_b - h * min(ep_b, b_l), ep_b0 - h * min(ep_b0, b_0)
-    step = p2p_time(cp_block_bytes(model, b, s, t, bpv), L["cp"]) if c > 1 else 0.0  # one K/V block
-    if layout.cp_allgather:  # all-gather K, V before attention; backward: again, and reduce-scatter dK, dV
-        cp_f, cp_b = (c - 1) * step, 2 * (c - 1) * step
-    else:  # ring attention: each step's transfer hides behind one chunk's attention
-        cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
-    # the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S): the GPU waits for the CPU's launches
-    gpu = f_l + b_0 + tp_f + tp_b0 + cp_f + cp_b + ep_f + ep_b0
-    pad = max(0.0, MOE_HOST_S.get(dev.framework, 0.0) - gpu) if moe else 0.0
-    pad_f, pad_b = pad * f_l / (f_l + b_0), pad * b_0 / (f_l + b_0)
+    bpv, sp, s = dev.bytes_per_value, layout.seq_parallel, model.seq // c  # this rank's tokens of each sequence
+    kinds = [(block_terms(view, dev, layout), n) for view, n in layout.chunk_kinds(model)]  # each kind's block, chunks
+    eff = kinds[0][0]["eff"]
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:
@@ -239,12 +160,24 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
             p2p += ring_time(t, msg, L["tp"])  # the all-gather over NVLink
     logit = logit_flops(model, b) / c / t / eff
     loss = dev.loss_bytes * b * s * model.vocab / t / dev.hbm_bw if dev.hbm_bw else 0.0  # Device.loss_bytes
-    layers, S = layout.chunk_layers(model.layers), p * v  # each model chunk's own blocks
-    rc = layout.recomputed_layers(model.layers)  # of them, recomputed (all under "full" unless recompute_layers)
-    lf = [n * (f_l + tp_f + cp_f + ep_f + pad_f) + p2p for n in layers]
+    S, rc = p * v, layout.recomputed_layers(model.layers)  # model chunks; of each one's blocks, those recomputed
+    split, before = [], [0] * S  # each kind: its block's terms, its blocks per chunk and of them recomputed
+    for x, counts in kinds:  # a chunk's first blocks are the first kind's (dense_layers), recomputed first
+        split.append((x, counts, [max(0, min(n, rc[k] - before[k])) for k, n in enumerate(counts)]))
+        before = [a + n for a, n in zip(before, counts)]
+    lf = [
+        sum(n[k] * (x["f"] + x["tp_f"] + x["cp_f"] + x["ep_f"] + x["pad_f"]) for x, n, _ in split) + p2p
+        for k in range(S)
+    ]
     lb = [
-        (n - r) * (b_0 + tp_b0 + cp_b + ep_b0) + r * (b_l + tp_b + cp_b + ep_b) + n * pad_b + p2p
-        for n, r in zip(layers, rc)
+        sum(
+            (n[k] - r[k]) * (x["b0"] + x["tp_b0"] + x["cp_b"] + x["ep_b0"])
+            + r[k] * (x["b"] + x["tp_b"] + x["cp_b"] + x["ep_b"])
+            + n[k] * x["pad_b"]
+            for x, n, r in split
+        )
+        + p2p
+        for k in range(S)
     ]
     lf[-1], lb[-1] = lf[-1] + logit + loss, lb[-1] + 2 * logit  # the logit layer and the loss: the last stage
     if p == 1:
@@ -255,15 +188,22 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         pipe = pipeline_makespan(p, m, v, rel(lf), rel(lb), layout.schedule) * unit
     rank = max(range(p), key=lambda r: sum(lf[k] + lb[k] for k in range(r, S, p)))
     mine = list(range(rank, S, p))  # the busiest rank's chunks
-    n_r = sum(rc[k] for k in mine)
-    n_0 = sum(layers[k] for k in mine) - n_r
     busy = m * sum(lf[k] + lb[k] for k in mine)
-    ep = {"ep": m * n_0 * (ep_f + ep_b0) + m * n_r * (ep_f + ep_b), "host": m * (n_0 + n_r) * pad} if moe else {}
+    per = [(x, sum(n[k] for k in mine) - sum(r[k] for k in mine), sum(r[k] for k in mine)) for x, n, r in split]
+    moe = any(x["moe"] for x, _ in kinds)  # (x, blocks not recomputed n_0, recomputed n_r) on that rank, per kind
+    ep = {
+        "ep": sum(m * n_0 * (x["ep_f"] + x["ep_b0"]) + m * n_r * (x["ep_f"] + x["ep_b"]) for x, n_0, n_r in per),
+        "host": sum(m * (n_0 + n_r) * x["pad"] for x, n_0, n_r in per),
+    }
     return {
-        "compute": m * (n_0 * (f_l + b_0) + n_r * (f_l + b_l) + (3 * logit + loss if rank == p - 1 else 0.0)),
-        "tp": m * n_0 * (tp_f + tp_b0) + m * n_r * (tp_f + tp_b),
-        "cp": m * (n_0 + n_r) * (cp_f + cp_b),
-        **ep,
+        "compute": m
+        * (
+            sum(n_0 * (x["f"] + x["b0"]) + n_r * (x["f"] + x["b"]) for x, n_0, n_r in per)
+            + (3 * logit + loss if rank == p - 1 else 0.0)
+        ),
+        "tp": sum(m * n_0 * (x["tp_f"] + x["tp_b0"]) + m * n_r * (x["tp_f"] + x["tp_b"]) for x, n_0, n_r in per),
+        "cp": sum(m * (n_0 + n_r) * (x["cp_f"] + x["cp_b"]) for x, n_0, n_r in per),
+        **(ep if moe else {}),
         "pp": m * len(mine) * 2 * p2p,
         "bubble": pipe - busy,
         "pipe": pipe,

@@ -68,6 +68,7 @@ from minipar.perf.flops import (
     attention_keys,
     expert_extra_flops,
     fp8_saved_bytes,
+    layer_gemm_flops,
     mlp_params,
     model_flops,
     moe_flops_per_token,
@@ -109,14 +110,19 @@ def expert_params(model: ModelShape) -> int:
 def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> list[tuple[float, float]]:
     """(dense, expert) parameters one rank of each pipeline stage holds, megatron counts: the dense model's
     :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) and the
-    shared experts' MLP ÷ tp per block; and its blocks' E/ep experts ÷ the experts' TP degree
-    (:attr:`~minipar.perf.layout.Layout.expert_tp`)."""
-    t, e, E, ep = layout.tp, layout.expert_tp, model.experts, layout.ep
-    layers = stage_layers or [model.layers // layout.pp] * layout.pp
-    base = stage_params(model, layout.pp, t, "megatron", layers)
-    mlp, shared = expert_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
-    per_block = E * model.hidden + (shared - mlp) / t
-    return [(p + n * per_block, n * (E // ep) * mlp / e) for p, n in zip(base, layers)]
+    shared experts' MLP ÷ tp per block with experts; and those blocks' E/ep experts (of ``moe_ffn``) ÷ the experts' TP
+    degree (:attr:`~minipar.perf.layout.Layout.expert_tp`). The first ``dense_layers`` blocks keep their MLP."""
+    t, e, E, ep, p = layout.tp, layout.expert_tp, model.experts, layout.ep, layout.pp
+    layers = stage_layers or [model.layers // p] * p
+    base = stage_params(model, p, t, "megatron", layers)
+    moe = [0] * p  # blocks with experts per rank: all, or all but the dense_layers (their chunks, Layout.chunk_kinds)
+    for view, counts in layout.chunk_kinds(model) if model.dense_layers else [(model, layers)]:
+        for k, n in enumerate(counts):
+            moe[k % p] += n if view.experts else 0
+    mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
+    per_block = E * model.hidden + (shared - mlp) / t  # the dense MLP (ffn) out; the router and the shared MLP in
+    expert = expert_params(model.block_kinds()[-1][0])  # at moe_ffn
+    return [(q + n * per_block, n * (E // ep) * expert / e) for q, n in zip(base, moe)]
 
 
 def moe_gemm_shapes(
@@ -223,11 +229,18 @@ def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp
 def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:
     """FLOPs of one step with experts: :func:`~minipar.perf.flops.model_flops` of the dense shape plus, per block
     pass (3 per block, one more per recomputed block), the forward FLOPs of k − 1 more MLPs and the router:
-    2·B·s·((k − 1)·(3 if gated else 2)·h·f + E·h). The MFU counts the active parameters (k, not E)."""
+    2·B·s·((k − 1)·(3 if gated else 2)·h·f + E·h) (and the shared MLP); with ``dense_layers`` each kind of block at its
+    own MLP (:meth:`~minipar.perf.shape.ModelShape.block_kinds`). The MFU counts the active parameters (k, not E)."""
     base = model_flops(model, global_batch, recompute, flash, recomputed)
-    l = model.layers
+    l, B = model.layers, global_batch
     passes = 3 * l + ((l if recomputed is None else recomputed) if recompute == "full" else 0)
-    return base + passes * expert_extra_flops(model, global_batch)
+    kinds = model.block_kinds()
+    if kinds == [(model, l)]:  # every block alike: k − 1 more MLPs and the router each
+        return base + passes * expert_extra_flops(model, B)
+    blocks = sum(  # beyond l of the model's own dense blocks: each kind's MLP, experts and router
+        n * (layer_gemm_flops(view, B) - layer_gemm_flops(model, B) + expert_extra_flops(view, B)) for view, n in kinds
+    )
+    return base + passes / l * blocks
 
 
 def training_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:
@@ -248,6 +261,7 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
     tokens = global_batch * model.seq / gpus  # per GPU per step, data and expert parallel ranks alike
     a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
     core = 12 * model.layers * model.q_width * attention_keys(model, model.seq)  # the attention core, per token
+    n_moe = sum(n for view, n in model.block_kinds() if view.experts) if model.experts else model.layers
     dense = 6 * (model.params - model.lookup_params) + core
     return "\n".join(
         (
@@ -255,6 +269,6 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
             f"training FLOPs per token: {moe_flops_per_token(model, E, k) / 1e9:.1f} GFLOP (the dense model's: "
             f"{dense / 1e9:.1f})",
             f"expert parallelism ep={ep}, {tokens:,.0f} tokens per GPU per step: {a2a / 1e9:.2f} GB per all-to-all, "
-            f"4 per layer per step = {4 * model.layers * a2a / 1e9:.1f} GB per GPU per step (bf16, balanced routing)",
+            f"4 per layer per step = {4 * n_moe * a2a / 1e9:.1f} GB per GPU per step (bf16, balanced routing)",
         )
     )

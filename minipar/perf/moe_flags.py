@@ -4,6 +4,7 @@ checked before any work: one line each, naming the value and the fix (:class:`mi
 from __future__ import annotations
 
 import math
+import re
 
 from minipar.errors import ConfigError
 from minipar.perf.layout import DISPATCHERS
@@ -16,12 +17,25 @@ def _fit(n: int) -> str:
 
 
 def add_moe_flags(p) -> None:
-    """``--moe-experts``, ``--moe-top-k``, ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp`` and
-    ``--moe-dispatcher`` on the argparse parser ``p``."""
+    """``--moe-experts``, ``--moe-top-k``, ``--moe-ffn-hidden-size``, ``--moe-layer-freq``,
+    ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp`` and ``--moe-dispatcher`` on the argparse
+    parser ``p``."""
     p.add_argument(
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
     p.add_argument("--moe-top-k", type=int, default=None, help="experts per token (with --moe-experts; default 1)")
+    p.add_argument(
+        "--moe-ffn-hidden-size",
+        type=int,
+        default=None,
+        help="the experts' MLP width where it is not --ffn, the dense blocks' (Megatron-Core's; with --moe-experts)",
+    )
+    p.add_argument(
+        "--moe-layer-freq",
+        default=None,
+        help="which blocks have experts (Megatron-Core's): 1, every one (default), or '([0]*K+[1]*M)', the first K "
+        "dense, with an MLP of --ffn (DeepSeek-V3: ([0]*3+[1]*58))",
+    )
     p.add_argument(
         "--moe-shared-expert-intermediate-size",
         type=int,
@@ -55,6 +69,24 @@ def moe_top_k(a) -> int:
     return 1 if a.moe_top_k is None else a.moe_top_k
 
 
+def dense_layers(freq: str | None, layers: int) -> int:
+    """The first blocks without experts from ``--moe-layer-freq`` (Megatron-Core's ``moe_layer_freq``): ``1`` (or
+    None) every block has experts, 0; ``([0]*K+[1]*M)`` with K + M = ``layers``, K. Read as text, never evaluated.
+    Raises ConfigError for any other pattern (experts every N-th block, Llama 4 Maverick's, is not modelled)."""
+    text = (freq or "1").replace(" ", "")
+    if text == "1":
+        return 0
+    m = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", text)
+    if not m:
+        raise ConfigError(
+            f"--moe-layer-freq {freq}: give 1 (experts in every block) or ([0]*K+[1]*M), the first K blocks dense; "
+            "other patterns are not modelled"
+        )
+    if int(m[1]) + int(m[2]) != layers:
+        raise ConfigError(f"--moe-layer-freq {freq}: {m[1]} + {m[2]} blocks, the model has {layers}; make them sum")
+    return int(m[1])
+
+
 def check_moe_flags(a, default_gpus: int) -> None:
     """``--moe-top-k``, ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and
     ``--overlap ep`` need ``--moe-experts``; with it: sizes >= 1, k <= E, ep
@@ -63,11 +95,12 @@ def check_moe_flags(a, default_gpus: int) -> None:
     if a.moe_experts is None:
         if a.moe_top_k is not None:
             raise ConfigError(f"--moe-top-k {a.moe_top_k} picks experts per token: add --moe-experts E, or drop it")
-        if a.moe_shared_expert_intermediate_size is not None:
-            raise ConfigError(
-                f"--moe-shared-expert-intermediate-size {a.moe_shared_expert_intermediate_size}: shared experts sit "
-                "beside routed ones: add --moe-experts E, or drop it"
-            )
+        for flag in ("moe_shared_expert_intermediate_size", "moe_ffn_hidden_size", "moe_layer_freq"):
+            if getattr(a, flag) is not None:
+                raise ConfigError(
+                    f"--{flag.replace('_', '-')} {getattr(a, flag)}: says how the experts are built: add "
+                    "--moe-experts E, or drop it"
+                )
         if a.ep is not None:
             raise ConfigError(
                 f"--ep {a.ep} splits experts over ranks: add --moe-experts E (a multiple of {a.ep}), or drop --ep"
@@ -80,9 +113,9 @@ def check_moe_flags(a, default_gpus: int) -> None:
             raise ConfigError(f"--overlap {a.overlap}: ep hides the all-to-all of experts: add --moe-experts E")
         return
     n, k, ep, gpus = a.moe_experts, moe_top_k(a), a.ep, a.gpus or default_gpus
-    shared = a.moe_shared_expert_intermediate_size
+    shared, width = a.moe_shared_expert_intermediate_size, a.moe_ffn_hidden_size
     for flag, v in (("--moe-experts", n), ("--moe-top-k", k), ("--ep", ep), ("--expert-tp", a.expert_tp),
-                    ("--moe-shared-expert-intermediate-size", shared)):  # fmt: skip
+                    ("--moe-shared-expert-intermediate-size", shared), ("--moe-ffn-hidden-size", width)):  # fmt: skip
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
     if k > n:

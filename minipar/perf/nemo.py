@@ -254,13 +254,13 @@ def shape(name: str) -> ModelShape:
 
 
 def megatron_flops_per_token(model: ModelShape) -> float:
-    """Megatron-LM's training FLOPs per token (``num_floating_point_operations`` ÷ tokens, at ff45bd4): 12·l·h·1.5·(f·k
-    + f_s) (SwiGLU MLPs, k routed experts, the shared experts' width f_s) + 12·l·h²·(1 + g/a + s/(2h))·q/h (attention,
-    the causal half of the s² core; q/h its ``query_projection_to_hidden_size_ratio``, 1 unless ``kv_channels``) +
-    6·h·V (logits); no router, no recomputation."""
-    l, h, a, g, f, s, V = model.layers, model.hidden, model.heads, model.kv, model.f, model.seq, model.vocab
-    k, shared = (model.top_k, model.shared_ffn or 0) if model.experts else (1, 0)
-    mlp, attn = 18 * l * h * (f * k + shared), 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h
+    """Megatron-LM's training FLOPs per token (``num_floating_point_operations`` ÷ tokens, at ff45bd4): 18·h·(f·k + f_s)
+    per block (SwiGLU, k routed experts of f, shared f_s; a first ``dense_layers`` block one MLP of ``ffn``) +
+    12·l·h²·(1 + g/a + s/(2h))·q/h (attention, the causal half of the s² core; q/h its
+    ``query_projection_to_hidden_size_ratio``, 1 unless ``kv_channels``) + 6·h·V (logits); no router, no recompute."""
+    l, h, a, g, s, V = model.layers, model.hidden, model.heads, model.kv, model.seq, model.vocab
+    mlp = sum(18 * n * h * (v.f * (v.top_k if v.experts else 1) + (v.shared_ffn or 0)) for v, n in model.block_kinds())
+    attn = 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h
     return mlp + attn + 6 * h * V
 
 

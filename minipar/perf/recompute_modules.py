@@ -114,5 +114,9 @@ def extra_flops(model: ModelShape, global_batch: int, layout: Layout) -> float:
     experts' and shared MLP's (width f_s) forward again, 2·B·s·((3 if gated else 2)·h·(k·f + f_s) + E·h) per block."""
     if "moe" not in modules(layout) or not model.experts:
         return 0.0
-    h, E, widths = model.hidden, model.experts, model.top_k * model.f + (model.shared_ffn or 0)
-    return model.layers * 2 * global_batch * model.seq * ((3 if model.gated else 2) * h * widths + E * h)
+    out = 0.0
+    for view, n in model.block_kinds():  # the blocks with experts (not the first dense_layers)
+        if view.experts:
+            widths, h = view.top_k * view.f + (view.shared_ffn or 0), view.hidden
+            out += n * 2 * global_batch * view.seq * ((3 if view.gated else 2) * h * widths + view.experts * h)
+    return out

@@ -115,7 +115,7 @@ def plan(
             ``vs`` (interleaving, pp > 1 only): the choices tried;
             ``seq_parallel`` (where tp > 1), ``overlap``, ``schedule``, ``offload``, ``flash_attention``,
             ``grad_bytes`` (bytes per gradient element reduced over dp: 4 fp32, 2 bf16), ``fp8`` (the blocks'
-            GEMMs in FP8, :func:`minipar.perf.model.gemm_rate`): fixed.
+            GEMMs in FP8, :func:`minipar.perf.block_time.gemm_rate`): fixed.
             ``cps``: context-parallel degrees (ring attention) to try; None: :func:`cp_degrees` (cp > 1
             only where each rank keeps ≥ :data:`CP_MIN_TOKENS` of the sequence).
         max_bubble: reject a layout whose bubble exceeds this fraction of the step (None: keep).

@@ -36,7 +36,9 @@ class ModelShape:
     (Megatron-Core's; GPT-OSS: 128 and 2, alternating): :func:`~minipar.perf.flops.attention_keys`; ``shared_ffn``: with
     experts, the width of the shared experts' MLP every token also passes through (DeepSeekMoE, Dai et al. 2024,
     arXiv:2401.06066, §3.2; Megatron-Core's ``moe_shared_expert_intermediate_size``, n shared experts of width f
-    counting as one of n·f; Qwen2-57B-A14B: 20,480), TP-split as a dense MLP. Its counts here
+    counting as one of n·f; Qwen2-57B-A14B: 20,480), TP-split as a dense MLP; ``moe_ffn``: the experts' width where it
+    is not ``ffn`` (Megatron-Core's ``moe_ffn_hidden_size``), ``dense_layers`` k: the first k blocks keep a dense MLP
+    of ``ffn`` (:meth:`block_kinds`). Its counts here
     (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
@@ -57,9 +59,11 @@ class ModelShape:
     window_size: int | None = None
     window_attn_skip_freq: int | None = None
     shared_ffn: int | None = None
+    moe_ffn: int | None = None
+    dense_layers: int = 0
 
     def __post_init__(self):
-        for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn"):
+        for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn", "moe_ffn"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
@@ -81,6 +85,29 @@ class ModelShape:
             raise ConfigError(f"top_k={self.top_k!r}: between 1 and experts={self.experts} experts per token")
         if self.shared_ffn and not self.experts:
             raise ConfigError(f"shared_ffn={self.shared_ffn}: shared experts sit beside routed ones; give experts")
+        if self.moe_ffn and not self.experts:
+            raise ConfigError(f"moe_ffn={self.moe_ffn}: the experts' MLP width needs experts; give experts or ffn")
+        if not isinstance(self.dense_layers, int) or not 0 <= self.dense_layers < (self.layers if self.experts else 1):
+            raise ConfigError(
+                f"dense_layers={self.dense_layers!r}: the first blocks with a dense MLP, 0 to layers − 1 "
+                f"({self.layers}) of a model with experts (0 without)"
+            )
+
+    def block_kinds(self) -> list[tuple[ModelShape, int]]:
+        """The model's kinds of block in order, each as the shape of a model of that block alone and how many
+        there are: the first ``dense_layers`` with a dense MLP of ``ffn``, then the rest with experts of ``moe_ffn``
+        (Hugging Face's ``first_k_dense_replace``, DeepSeek-V3's 3; Megatron-Core's ``moe_layer_freq``
+        [0]·k + [1]·(l − k)); ``[(self, layers)]`` when every block is alike. The views keep ``layers`` (a window's
+        pattern counts over all the blocks)."""
+        if not self.experts or (not self.dense_layers and self.moe_ffn is None):
+            return [(self, self.layers)]
+        moe = replace(self, ffn=self.moe_ffn or self.f, moe_ffn=None, dense_layers=0)
+        dense = replace(self, experts=None, top_k=1, shared_ffn=None, moe_ffn=None, dense_layers=0)
+        return (
+            [(dense, self.dense_layers), (moe, self.layers - self.dense_layers)]
+            if self.dense_layers
+            else [(moe, self.layers)]
+        )
 
     @property
     def kv(self) -> int:
