@@ -75,6 +75,7 @@ from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, dense_layers, moe_top_k
 from minipar.perf.search import plan
+from minipar.perf.shape import MLA
 from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
 from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
@@ -152,7 +153,7 @@ def _row(e, dev, model) -> dict:
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
         "kv_channels": model.head_dim,  # one attention head's width (hidden/heads unless --kv-channels)
-        **{k: getattr(model, k) for k in ("window_size", "window_attn_skip_freq") if getattr(model, k)},
+        **{k: getattr(model, k) for k in ("window_size", "window_attn_skip_freq", *MLA) if getattr(model, k)},
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,

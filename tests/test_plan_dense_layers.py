@@ -11,13 +11,12 @@ from dataclasses import replace
 import pytest
 
 from minipar.errors import ConfigError
-from minipar.perf.flops import attention_core_flops, layer_gemm_flops, mlp_params, moe_params
+from minipar.perf.flops import attention_core_flops, layer_gemm_flops, megatron_flops_per_token, mlp_params, moe_params
 from minipar.perf.hardware import GPUS, for_framework
 from minipar.perf.layout import Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import expert_extra_flops, moe_gemm_shapes, moe_stage_params, training_flops
 from minipar.perf.moe_flags import dense_layers
-from minipar.perf.nemo import megatron_flops_per_token
 from minipar.perf.shape import UNTIED_ROPE, ModelShape
 from minipar.plan import main
 

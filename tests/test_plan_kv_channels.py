@@ -16,11 +16,11 @@ from minipar.perf.flops import (
     activation_bytes_per_layer,
     attention_core_flops,
     layer_gemm_flops,
+    megatron_flops_per_token,
     moe_flops_per_token,
     moe_params,
 )
 from minipar.perf.gemm import block_gemms
-from minipar.perf.nemo import megatron_flops_per_token
 from minipar.perf.shape import UNTIED_ROPE, ModelShape
 from minipar.plan import main, parser
 

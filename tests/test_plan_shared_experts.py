@@ -13,12 +13,11 @@ import pytest
 
 from minipar.comm.cost import all_reduce_time
 from minipar.errors import ConfigError
-from minipar.perf.flops import expert_extra_flops, mlp_params, moe_flops_per_token, moe_params
+from minipar.perf.flops import expert_extra_flops, megatron_flops_per_token, mlp_params, moe_flops_per_token, moe_params
 from minipar.perf.hardware import GPUS, for_framework
 from minipar.perf.layout import Layout
 from minipar.perf.model import _links, estimate
 from minipar.perf.moe import moe_activation_bytes, moe_block_times, moe_gemm_shapes, moe_stage_params
-from minipar.perf.nemo import megatron_flops_per_token
 from minipar.perf.recompute_modules import freed_bytes
 from minipar.perf.shape import UNTIED_ROPE, ModelShape
 from minipar.plan import main

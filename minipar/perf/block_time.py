@@ -25,6 +25,8 @@ def cp_block_bytes(model: ModelShape, b: int, s: int, t: int, bpv: float) -> flo
     """Bytes of one ring-attention message of a rank holding ``s`` tokens: its K and V, 2·b·s·(kv heads
     on this TP rank)·d_head·bpv. Ring attention sends c − 1 of them forward and 2c − 1 backward (the dK/dV
     accumulators make one more hop home): :func:`minipar.cp.ring.ring_attention_bytes`, lesson 11."""
+    if model.mla:  # every head its own K (d_qk wide) and V (d_v)
+        return b * s * model.heads * (model.qk_dim + model.v_dim) / t * bpv
     return 2 * b * s * model.kv_width / min(t, model.kv) * bpv
 
 
@@ -71,8 +73,8 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     if moe:  # attention, router and the E/ep local experts at their own shapes
         gemm_t, gemm_b = moe["f"], moe["b"]
     elif dev.sms:  # the blocks' weight GEMMs at their own shapes: waves and roofline (fp8: at the FP8 peak)
-        gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8)
-        gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True)  # data and weight gradients
+        gemm_t = block_gemm_time(dev, model, b * s, t, layout.fp8, sp=sp)
+        gemm_b = block_gemm_time(dev, model, b * s, t, layout.fp8, backward=True, sp=sp)  # data and weight gradients
     else:
         gemm_t = layer_gemm_flops(model, b, s) / t / (gemm_rate(dev, layout) if layout.fp8 else eff)
         gemm_b = 2 * gemm_t

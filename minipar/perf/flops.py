@@ -26,10 +26,11 @@ def attention_core_flops(
 ) -> float:
     """Forward FLOPs of QKᵀ and attention·V for b sequences, s_q queries against s_k keys (default s, s), averaged over
     the blocks: 4·b·s_q·s_k·q, the whole square as Megatron-LM counts it (App. A: 4·b·s²·h; q = h unless
-    ``kv_channels``), s_k being :func:`attention_keys` with a sliding window (``window=False``: every block's whole
-    square, what an unfused kernel computes before it masks)."""
+    ``kv_channels``; with MLA q·2 is a·(d_qk + d_v), :attr:`~minipar.perf.shape.ModelShape.core_width`), s_k being
+    :func:`attention_keys` with a sliding window (``window=False``: every block's whole square, what an unfused
+    kernel computes before it masks)."""
     s = model.seq
-    return 4 * b * (s_q or s) * (attention_keys(model, s_k or s) if window else s_k or s) * model.q_width
+    return 4 * b * (s_q or s) * (attention_keys(model, s_k or s) if window else s_k or s) * model.core_width
 
 
 def attention_keys(model: ModelShape, s_k: int) -> float:
@@ -164,11 +165,19 @@ def activation_bytes_per_layer(
         x = 2 * op_saved_values(model, t, seq_parallel) * s * b
     else:  # the replicated part (LayerNorms, dropouts: 10sbh) and the part TP splits, kept apart so that
         # integer sizes give the exact integer count (lesson 08 checks it byte for byte)
-        split = (4 * model.q_width + 4 * model.kv_width + 2 * model.f * (3 if model.gated else 2)) * s * b
+        attn = 8 * model.core_width if model.mla else 4 * model.q_width + 4 * model.kv_width  # Q, K, V, the output
+        split = (attn + 2 * model.f * (3 if model.gated else 2)) * s * b
         core = 0 if recompute in ("selective", "op") or flash_attention else 5 * a * s * model.seq * b
-        rep = (10 if model.dropout else 8) * sbh
+        rep = (10 if model.dropout else 8) * sbh + mla_latents(model) * s * b
         x = (rep + split + core) / t if seq_parallel else rep + (split + core) / t
     return x * bytes_per_value / 2
+
+
+def mla_latents(model: ModelShape) -> int:
+    """MLA's latents one block keeps per token, in :func:`activation_bytes_per_layer`'s 2-byte units: each of Q's and
+    K/V's latents (r_q, r_kv) before its norm and after it (the up projection's input), 2·2·(r_q + r_kv); replicated
+    over TP (Megatron-Core's down projections are ``duplicated``, each rank's own tokens); 0 without MLA."""
+    return 4 * ((model.q_lora_rank or 0) + model.kv_lora_rank) if model.mla else 0
 
 
 def fp8_saved_bytes(
@@ -184,7 +193,8 @@ def fp8_saved_bytes(
     if recompute == "full":
         return 0.0
     s, h, t = model.seq // cp, model.hidden, tp
-    rep, split = 2 * s * b * h, (model.q_width + model.f) * s * b
+    out = model.heads * model.v_dim if model.mla else model.q_width  # the output projection's input width
+    rep, split = 2 * s * b * h + mla_latents(model) * s * b / 4, (out + model.f) * s * b
     return (rep + split) / t if seq_parallel else rep + split / t
 
 
@@ -237,6 +247,22 @@ def gpt_flops_per_token(model: ModelShape) -> float:
         ).flops_per_token()
 
 
+def megatron_flops_per_token(model: ModelShape) -> float:
+    """Megatron-LM's training FLOPs per token (``num_floating_point_operations`` ÷ tokens, at ff45bd4), the count
+    published TFLOP/s use: 18·h·(f·k + f_s) per block (SwiGLU, k routed experts of f, shared f_s; a first
+    ``dense_layers`` block one MLP of ``ffn``) + 12·l·h²·(1 + g/a + s/(2h))·q/h (attention, the causal half of the s²
+    core; q/h its ``query_projection_to_hidden_size_ratio``, 1 unless ``kv_channels``), with MLA 6·l·(its matrices + the
+    two latent norms + s·(a·d_qk + a·d_v)/2) + 6·h·V (logits); no router, no recomputation."""
+    l, h, a, g, s, V = model.layers, model.hidden, model.heads, model.kv, model.seq, model.vocab
+    mlp = sum(18 * n * h * (v.f * (v.top_k if v.experts else 1) + (v.shared_ffn or 0)) for v, n in model.block_kinds())
+    if model.mla:  # Megatron-LM's MLA branch: the projections, the latent norms (+1 each), the causal core
+        norms = (model.q_lora_rank or 0) + model.kv_lora_rank
+        attn = 6 * l * (model.attn_matrix_params + norms + s * model.core_width)
+    else:
+        attn = 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h
+    return mlp + attn + 6 * h * V
+
+
 def mlp_params(model: ModelShape, f: int | None = None) -> int:
     """Parameters of one MLP of inner width ``f`` (default the model's): (3 if gated else 2)·h·f matrices and the
     biases (2f or f, and h): an expert's, or the shared experts' with ``f = shared_ffn``."""
@@ -270,7 +296,7 @@ def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
     :attr:`~minipar.perf.shape.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
     et al. 2020, Table 1; PaLM App. B; s the keys of :func:`attention_keys` with a window): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
-    return 6 * (active - model.lookup_params) + 12 * model.layers * model.q_width * attention_keys(model, model.seq)
+    return 6 * (active - model.lookup_params) + 12 * model.layers * model.core_width * attention_keys(model, model.seq)
 
 
 def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:

@@ -120,14 +120,29 @@ def gemm_rate_shape(peak: float, eff: float, hbm_bw: float | None, sms: int, m, 
     return rate
 
 
-def block_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
-    """The (m, n, k) of one block's forward weight GEMMs on one TP rank for ``tokens`` = b·s rows:
-    QKV (n = (q + 2·h_kv)/t, q the queries' width, h unless ``kv_channels``), output projection (k = q/t), MLP up
-    (n = f/t, ×2 gated: gate and up) and down (k = f/t) (Megatron-LM's column/row split, Shoeybi et al. 2019, §3).
-    Their FLOPs sum to :func:`~minipar.perf.flops.layer_gemm_flops` / t."""
-    h, f, q = model.hidden, model.f, model.q_width
+def attention_gemms(model, tokens: float, t: int, sp: bool = False) -> list[tuple[float, float, float]]:
+    """The (m, n, k) of one block's attention weight GEMMs, forward, on one TP rank for ``tokens`` = b·s rows: QKV
+    (n = (q + 2·h_kv)/t, q the queries' width, h unless ``kv_channels``) and the output projection (k = q/t)
+    (Megatron-LM's column/row split, Shoeybi et al. 2019, §3). With MLA (Megatron-Core's ``MLASelfAttention``): Q's
+    and K/V's down projections (to r_q, and r_kv + d_rope), whole on each rank (``duplicated``) over its own tokens
+    (÷t with sequence parallelism, all of them without), their up projections split over TP, the output's."""
+    h, a = model.hidden, model.heads
+    if not model.mla:
+        q = model.q_width
+        return [(tokens, (q + 2 * model.kv_width) / t, h), (tokens, h, q / t)]
+    own, rq, rkv = tokens / (t if sp else 1), model.q_lora_rank, model.kv_lora_rank
+    q = [(own, rq, h), (tokens, a * model.qk_dim / t, rq)] if rq else [(tokens, a * model.qk_dim / t, h)]
+    kv = [(own, rkv + model.qk_pos_emb_head_dim, h), (tokens, a * (model.qk_head_dim + model.v_dim) / t, rkv)]
+    return q + kv + [(tokens, h, a * model.v_dim / t)]
+
+
+def block_gemms(model, tokens: float, t: int, sp: bool = False) -> list[tuple[float, float, float]]:
+    """The (m, n, k) of one block's forward weight GEMMs on one TP rank for ``tokens`` = b·s rows: the attention's
+    (:func:`attention_gemms`), then MLP up (n = f/t, ×2 gated: gate and up) and down (k = f/t), the last two always.
+    Their FLOPs sum to :func:`~minipar.perf.flops.layer_gemm_flops` / t (with MLA and sequence parallelism too)."""
+    h, f = model.hidden, model.f
     up = (2 if model.gated else 1) * f
-    return [(tokens, (q + 2 * model.kv_width) / t, h), (tokens, h, q / t), (tokens, up / t, h), (tokens, h, f / t)]
+    return attention_gemms(model, tokens, t, sp) + [(tokens, up / t, h), (tokens, h, f / t)]
 
 
 def op_recompute_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
@@ -136,12 +151,14 @@ def op_recompute_gemms(model, tokens: float, t: int) -> list[tuple[float, float,
     return [(tokens, o / t, i) if col else (tokens, o, i / t) for i, o, col in op_recomputed_matmuls(model)]
 
 
-def block_gemm_time(dev, model, tokens: float, t: int, fp8: bool = False, backward: bool = False) -> float:
+def block_gemm_time(
+    dev, model, tokens: float, t: int, fp8: bool = False, backward: bool = False, sp: bool = False
+) -> float:
     """Seconds of one block's weight GEMMs on one TP rank, forward (sum over :func:`block_gemms` of
     2mnk / rate) or ``backward``: per weight the data gradient (m, k, n) and the weight gradient (k, n, m),
     each at its own shape (the same FLOPs as the forward, other waves). ``fp8``: at the dense FP8 peak with
     1-byte operands and :data:`FP8_VS_BF16` of the bf16 efficiency (measured); ``dev.compute_share`` scales the peak."""
-    return gemms_time(dev, block_gemms(model, tokens, t), fp8, backward)
+    return gemms_time(dev, block_gemms(model, tokens, t, sp), fp8, backward)
 
 
 def gemms_time(dev, shapes, fp8: bool = False, backward: bool = False) -> float:

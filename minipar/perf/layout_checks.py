@@ -42,9 +42,9 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
         raise ConfigError(
             f"overlap={sorted(map(str, layout.overlap))}: {', '.join(bad)} not one of {', '.join(OVERLAP)}"
         )
-    if layout.recompute == "op" and (model.experts or layout.recompute_layers is not None):
+    if layout.recompute == "op" and (model.experts or model.mla or layout.recompute_layers is not None):
         raise ConfigError("recompute='op' (torchtitan's per-op checkpointing) is modelled for dense models without "
-                          "recompute_layers; use 'selective' or 'full'")  # fmt: skip
+                          "MLA or recompute_layers; use 'selective' or 'full'")  # fmt: skip
     if v > 1 and p == 1:
         raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
     if layout.zero not in (0, 1, 2, 3):
@@ -67,9 +67,10 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
     ends = (layout.first_stage_layers, layout.last_stage_layers, layout.stage_split)
     uneven = any(x is not None for x in ends)
     if counts != "megatron":
-        if model.window_size:
+        if model.window_size or model.mla:
             raise ConfigError(
-                f"window_size={model.window_size}: minipar's GPT attends to every earlier token; GPU counts only"
+                f"window_size={model.window_size}, kv_lora_rank={model.kv_lora_rank}: minipar's GPT attends to every "
+                "earlier token with plain heads; GPU counts only"
             )
         if model.q_width != model.hidden:
             raise ConfigError(

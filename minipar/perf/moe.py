@@ -75,7 +75,7 @@ from minipar.perf.flops import (
     moe_params,
     stage_params,
 )
-from minipar.perf.gemm import block_gemms, gemms_time
+from minipar.perf.gemm import attention_gemms, block_gemms, gemms_time
 from minipar.perf.layout import Layout
 from minipar.perf.placement import across_nodes, members_per_node
 from minipar.perf.shape import ModelShape
@@ -135,11 +135,11 @@ def moe_gemm_shapes(
     f/e) with e = ``etp`` (None: t) and r = tokens·(e/t)·k·ep/E rows (balanced routing; an expert TP group of e
     ranks holds e/t of the TP group's tokens). The FLOPs per rank do not depend on e."""
     E, k, e = model.experts, model.top_k, etp or t
-    dense = block_gemms(model, tokens, t)
+    attention = attention_gemms(model, tokens, t, sp)
     rows = tokens * e / t * k * ep / E
-    shared = block_gemms(replace(model, ffn=model.shared_ffn), tokens, t)[2:] if model.shared_ffn else []
-    return dense[:2] + [(tokens / (t if sp else 1), E, model.hidden)] + shared, [
-        (rows, n, kk) for _, n, kk in block_gemms(model, tokens, e)[2:]
+    shared = block_gemms(replace(model, ffn=model.shared_ffn), tokens, t)[-2:] if model.shared_ffn else []
+    return attention + [(tokens / (t if sp else 1), E, model.hidden)] + shared, [
+        (rows, n, kk) for _, n, kk in block_gemms(model, tokens, e)[-2:]
     ]
 
 
@@ -260,7 +260,7 @@ def moe_summary(name: str, model: ModelShape, experts: int, top_k: int, ep: int,
     total, active = moe_params(model, E, k)
     tokens = global_batch * model.seq / gpus  # per GPU per step, data and expert parallel ranks alike
     a2a = all_to_all_bytes(tokens, model.hidden, k, ep)
-    core = 12 * model.layers * model.q_width * attention_keys(model, model.seq)  # the attention core, per token
+    core = 12 * model.layers * model.core_width * attention_keys(model, model.seq)  # the attention core, per token
     n_moe = sum(n for view, n in model.block_kinds() if view.experts) if model.experts else model.layers
     dense = 6 * (model.params - model.lookup_params) + core
     return "\n".join(

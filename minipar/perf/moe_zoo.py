@@ -28,7 +28,7 @@ overlapped) with full recomputation of every block.
 GIVEN by the long-context table and command: the same 256 H100s, bf16, DeepEP, global batch 256, sequence 16K, 32K, 64K,
 128K with CP 1, 2, 4, 8 (ring attention: Transformer Engine's default p2p), TP 4, PP 8, VPP 4, EP 8, micro-batch 1 (the
 config's), DP the rest, no all-to-all overlap (``A2A_OVERLAP=0``), ``--recompute-modules layernorm moe``; TFLOP/s per
-GPU in Megatron-LM's count (its causal half of the attention core, :func:`minipar.perf.nemo.megatron_flops_per_token`),
+GPU in Megatron-LM's count (its causal half of the attention core, :func:`minipar.perf.flops.megatron_flops_per_token`),
 the "forced balance" figure; the config of b0b92ff adds Transformer Engine's fused loss
 (``--cross-entropy-loss-fusion``). These are the only rows with attention at 16K-128K under Megatron-Core's cuDNN kernel
 (:data:`minipar.perf.gemm.ATTN_EFF_H100`), whose rate no published row had checked before (they read -2 to +2 %).
@@ -53,12 +53,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from minipar.perf.flops import megatron_flops_per_token
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
-from minipar.perf.nemo import megatron_flops_per_token, shape
+from minipar.perf.nemo import shape
 
 MODEL, GPUS_N, SEQ, BATCH = "Qwen3-235B-A22B", 256, 4096, 2048
 NORM_ACT, NORM_MOE = ("moe_act", "layernorm"), ("layernorm", "moe")  # --recompute-modules of the runs

@@ -31,27 +31,26 @@ Sources (read in the repositories, commit named):
   8 (the recipe before 8aed9a2: ``use_megatron_fsdp=True``, no recomputation). Modelled as the release's recipe
   and labelled ``MISS:provenance`` (rule: the table and the release's recipe disagree on the layout).
 - **TEST: Megatron-MoE-ModelZoo** (github.com/yanring/Megatron-MoE-ModelZoo, commit e865051, 2026-05-16; NVIDIA's
-  Megatron-Core MoE recipes): ``best_practice/mixtral/run_mixtral_8x22B.sh`` publishes, for H100, "Dropless
-  training with forced balancing, performance should be around 465 TFLOPS" (BF16) and "Use PR=fp8 to enable
-  block-wise FP8 training, performance should be around 560 TFLOPS" (rounded numbers: "around"). GIVEN by
-  ``runtime_configs/benchmarking/runtime.conf`` (Mixtral-8x22B: TP 2, PP 8, EP 8, CP 1, VPP 7 = 56 layers / PP /
-  1 layer per virtual stage, MBS 1, GBS 256, 16 nodes = 128 GPUs, alltoall dispatcher, grouped GEMM, s = 4096),
-  ``model_configs/benchmarking/Mixtral-8x22B.yaml`` (56 layers, h 6,144, FFN 16,384, 48 heads, 8 query groups,
-  SwiGLU, RMSNorm, no biases, no dropout, 8 experts, top-2, expert TP 1, distributed optimizer with
-  ``--overlap-grad-reduce``/``--overlap-param-gather``, sequence parallelism, flash attention, Llama2Tokenizer:
-  V = 32,000; no recompute flag) and ``sbatch_benchmarking.sh`` (fp8: ``--fp8-recipe blockwise``). The shape
-  is Mixtral-8x22B-v0.1's published config. TFLOP/s as Megatron-LM counts them
-  (``num_floating_point_operations``, megatron/training/training.py at ff45bd4, 2025-12-15:
-  :func:`megatron_flops_per_token`), turned into tokens/s, then into this model's MFU count. TP communication
-  not overlapped (no such flag in the run: given).
+  Megatron-Core MoE recipes): ``best_practice/mixtral/run_mixtral_8x22B.sh`` publishes, for H100, "Dropless training
+  with forced balancing, performance should be around 465 TFLOPS" (BF16) and "Use PR=fp8 to enable block-wise FP8
+  training, performance should be around 560 TFLOPS" (rounded numbers: "around"). GIVEN by
+  ``runtime_configs/benchmarking/runtime.conf`` (Mixtral-8x22B: TP 2, PP 8, EP 8, CP 1, VPP 7 = 56 layers / PP / 1 layer
+  per virtual stage, MBS 1, GBS 256, 16 nodes = 128 GPUs, alltoall dispatcher, grouped GEMM, s = 4096),
+  ``model_configs/benchmarking/Mixtral-8x22B.yaml`` (56 layers, h 6,144, FFN 16,384, 48 heads, 8 query groups, SwiGLU,
+  RMSNorm, no biases, no dropout, 8 experts, top-2, expert TP 1, distributed optimizer with
+  ``--overlap-grad-reduce``/``--overlap-param-gather``, sequence parallelism, flash attention, Llama2Tokenizer: V =
+  32,000; no recompute flag) and ``sbatch_benchmarking.sh`` (fp8: ``--fp8-recipe blockwise``). The shape is
+  Mixtral-8x22B-v0.1's published config. TFLOP/s as Megatron-LM counts them (``num_floating_point_operations``,
+  megatron/training/training.py at ff45bd4, 2025-12-15: :func:`~minipar.perf.flops.megatron_flops_per_token`), turned
+  into tokens/s, then into this model's MFU count. TP communication not overlapped (no such flag in the run: given).
 - **TEST: Megatron-Bridge's Qwen3 30B-A3B rows** (the same archive: DGX-H100, FP8, releases 26.02 to 26.06, added
   2026-11-28): 16 GPUs, GBS 1,024, MBS 1, s 4,096, TP 1 and PP 1 · EP 16 (26.04-26.06) or PP 2 · VP 12 · EP 8 (26.02,
-  26.02.01), tokens/s per GPU, all given; each row's "Model TFLOP / sec / GPU" is its tokens/s in Megatron-LM's
-  count with Qwen3's heads (:func:`megatron_flops_per_token`; a test checks all five). The shape: Qwen3 30B-A3B's
-  Hugging Face config (48 layers, h 2,048, 32 query heads of 128 on it: ``kv_channels``; 4 kv heads, 128 experts of
-  FFN 768, top-8, V 151,936, untied, rotary), whose model card's 30.5B / 3.3B parameters it reproduces. The recipes
-  (FP8 current scaling, forced load balancing; 26.02 and 26.02.01: ``scripts/performance/configs/qwen/`` at tags v0.3.0
-  and v0.3.1, DeepEP's flex dispatcher, ``moe_a2a_overlap=True``; 26.04 to 26.06: v0.4.0, v0.5.0 and
+  26.02.01), tokens/s per GPU, all given; each row's "Model TFLOP / sec / GPU" is its tokens/s in Megatron-LM's count
+  with Qwen3's heads (:func:`~minipar.perf.flops.megatron_flops_per_token`; a test checks all five). The shape: Qwen3
+  30B-A3B's Hugging Face config (48 layers, h 2,048, 32 query heads of 128 on it: ``kv_channels``; 4 kv heads, 128
+  experts of FFN 768, top-8, V 151,936, untied, rotary), whose model card's 30.5B / 3.3B parameters it reproduces. The
+  recipes (FP8 current scaling, forced load balancing; 26.02 and 26.02.01: ``scripts/performance/configs/qwen/`` at tags
+  v0.3.0 and v0.3.1, DeepEP's flex dispatcher, ``moe_a2a_overlap=True``; 26.04 to 26.06: v0.4.0, v0.5.0 and
   ``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py`` at 067f987, HybridEP's flex dispatcher,
   ``moe_a2a_overlap=False``): ``Layout.dispatcher`` "flex" and "ep" in ``Layout.overlap`` as given (:data:`FLEX`).
   **FIT**: the 26.04.01 row (:data:`MOE_HOST_FIT`) chose the host's floor under a MoE block,
@@ -129,6 +128,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from minipar.perf.flops import megatron_flops_per_token
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import edge_splits
@@ -251,17 +251,6 @@ def shape(name: str) -> ModelShape:
     (:mod:`minipar.perf.nemo_long`)."""
     base, _, seq = name.partition(" s=")
     return replace(SHAPES[base], seq=int(seq)) if seq else SHAPES[base]
-
-
-def megatron_flops_per_token(model: ModelShape) -> float:
-    """Megatron-LM's training FLOPs per token (``num_floating_point_operations`` ÷ tokens, at ff45bd4): 18·h·(f·k + f_s)
-    per block (SwiGLU, k routed experts of f, shared f_s; a first ``dense_layers`` block one MLP of ``ffn``) +
-    12·l·h²·(1 + g/a + s/(2h))·q/h (attention, the causal half of the s² core; q/h its
-    ``query_projection_to_hidden_size_ratio``, 1 unless ``kv_channels``) + 6·h·V (logits); no router, no recompute."""
-    l, h, a, g, s, V = model.layers, model.hidden, model.heads, model.kv, model.seq, model.vocab
-    mlp = sum(18 * n * h * (v.f * (v.top_k if v.experts else 1) + (v.shared_ffn or 0)) for v, n in model.block_kinds())
-    attn = 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h
-    return mlp + attn + 6 * h * V
 
 
 def recipe(src: str, name: str) -> dict:

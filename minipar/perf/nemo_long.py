@@ -37,9 +37,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from minipar.perf.flops import megatron_flops_per_token
 from minipar.perf.hardware import GPUS, Device, for_framework
 from minipar.perf.layout import Estimate
-from minipar.perf.nemo import megatron_flops_per_token, nemo_rows, shape
+from minipar.perf.nemo import nemo_rows, shape
 from minipar.perf.shape import ModelShape
 
 # (sequence in K tokens, GPUs, batch, TP, PP, DP, CP, TFLOP/s per GPU with CP): "LLAMA2-7B (FP8) - H100"
@@ -59,7 +60,7 @@ LONG = [
 def nemo_flops_per_token(model: ModelShape, causal_half: bool = False) -> float:
     """NeMo's training FLOPs per token for a Llama 2 shape (``flops_formulas.llama2``): l·h²·(12 + 12·g/a + 18·f/h
     + 12·s/h + 6·V/(l·h)), the attention core as the full s² square: Megatron-LM's count
-    (:func:`~minipar.perf.nemo.megatron_flops_per_token`, the causal half) + 6·l·h·s; ``causal_half``: that count
+    (:func:`~minipar.perf.flops.megatron_flops_per_token`, the causal half) + 6·l·h·s; ``causal_half``: that count
     itself (what-if (b))."""
     half = megatron_flops_per_token(model)
     return half if causal_half else half + 6 * model.layers * model.hidden * model.seq

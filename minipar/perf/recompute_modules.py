@@ -25,7 +25,7 @@ holds its freed activations again while its backward runs, as under full recompu
 from __future__ import annotations
 
 from minipar.errors import ConfigError
-from minipar.perf.gemm import gemms_time
+from minipar.perf.gemm import attention_gemms, gemms_time
 from minipar.perf.layout import Layout
 from minipar.perf.moe import moe_gemm_shapes
 from minipar.perf.shape import ModelShape
@@ -103,8 +103,8 @@ def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tupl
         sec += ((3 if model.gated else 2) * tokens * widths / t) * bpv / hbm
         if "moe" in mods:
             dense, expert = moe_gemm_shapes(model, tokens, t, layout.ep, sp, layout.etp)
-            local = model.experts // layout.ep
-            sec += gemms_time(dev, dense[2:], layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
+            local, outside = model.experts // layout.ep, dense[len(attention_gemms(model, tokens, t, sp)) :]
+            sec += gemms_time(dev, outside, layout.fp8) + local * gemms_time(dev, expert, layout.fp8)
             return sec, 2
     return sec, 0
 

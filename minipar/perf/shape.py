@@ -14,6 +14,7 @@ from minipar.errors import ConfigError
 POSITIONS = ("learned_absolute", "rope", "none")
 UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}  # a Llama-like shape's: own output layer, rotary
 SIZES = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels")  # ModelShape's integer sizes
+MLA = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")  # multi-latent attention
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,14 @@ class ModelShape:
     shared_ffn: int | None = None
     moe_ffn: int | None = None
     dense_layers: int = 0
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def __post_init__(self):
-        for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn", "moe_ffn"):
+        for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn", "moe_ffn", *MLA):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ConfigError(f"ModelShape.{k}={v!r}: must be an integer >= 1")
@@ -85,6 +91,12 @@ class ModelShape:
             raise ConfigError(f"top_k={self.top_k!r}: between 1 and experts={self.experts} experts per token")
         if self.shared_ffn and not self.experts:
             raise ConfigError(f"shared_ffn={self.shared_ffn}: shared experts sit beside routed ones; give experts")
+        given = [k for k in MLA[1:] if getattr(self, k) is not None]
+        if (given or self.q_lora_rank) and (len(given) < 4 or self.kv != self.heads):
+            raise ConfigError(
+                f"multi-latent attention needs {', '.join(MLA[1:])} (given: {', '.join(given) or 'none'}) and a K "
+                f"and V per head (kv_heads={self.kv}, heads={self.heads})"
+            )
         if self.moe_ffn and not self.experts:
             raise ConfigError(f"moe_ffn={self.moe_ffn}: the experts' MLP width needs experts; give experts or ffn")
         if not isinstance(self.dense_layers, int) or not 0 <= self.dense_layers < (self.layers if self.experts else 1):
@@ -135,18 +147,56 @@ class ModelShape:
         return self.ffn or 4 * self.hidden
 
     @property
+    def mla(self) -> bool:
+        """Multi-latent attention (DeepSeek-V2, arXiv:2405.04434, §2.1; Megatron-Core's ``--multi-latent-attention``):
+        K and V up-projected from a ``kv_lora_rank`` latent, Q from a ``q_lora_rank`` one (or from h), heads of
+        ``qk_head_dim`` + ``qk_pos_emb_head_dim`` (the rotary part) for QKᵀ and ``v_head_dim`` for V."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_dim(self) -> int:
+        """One head's width in QKᵀ: ``qk_head_dim`` + ``qk_pos_emb_head_dim`` with MLA (DeepSeek-V3: 192), else
+        :attr:`head_dim`."""
+        return self.qk_head_dim + self.qk_pos_emb_head_dim if self.mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """One head's width of V and of the attention output: ``v_head_dim`` with MLA, else :attr:`head_dim`."""
+        return self.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def core_width(self) -> float:
+        """heads·(qk_dim + v_dim)/2: the attention core's FLOPs per query and key are 4·core_width (2·a·qk_dim for QKᵀ,
+        2·a·v_dim for attention·V); :attr:`q_width` unless MLA."""
+        return self.heads * (self.qk_dim + self.v_dim) / 2 if self.mla else self.q_width
+
+    @property
+    def attn_matrix_params(self) -> int:
+        """Weights of one block's attention matrices: h·(q + 2·h_kv) (QKV; q = :attr:`q_width`, h unless
+        ``kv_channels``) + q·h (output); with MLA (Megatron-Core's ``MLASelfAttention``) Q's down and up projections
+        h·r_q + r_q·a·d_qk (h·a·d_qk without ``q_lora_rank``), K and V's h·(r_kv + d_rope) + r_kv·a·(d_nope + d_v) and
+        the output a·d_v·h."""
+        h, a = self.hidden, self.heads
+        if not self.mla:
+            return h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+        rq, rkv = self.q_lora_rank, self.kv_lora_rank
+        q = h * rq + rq * a * self.qk_dim if rq else h * a * self.qk_dim
+        kv = h * (rkv + self.qk_pos_emb_head_dim) + rkv * a * (self.qk_head_dim + self.v_dim)
+        return q + kv + a * self.v_dim * h
+
+    @property
     def layer_matrix_params(self) -> int:
-        """Weights of one block's matrices: h·(q + 2·h_kv) (QKV; q = :attr:`q_width`, h unless ``kv_channels``) +
-        q·h (output) + (3 if gated else 2)·h·f (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1,
-        eq. 2)."""
-        h, q, hk = self.hidden, self.q_width, self.kv_width
-        return h * (q + 2 * hk) + q * h + (3 if self.gated else 2) * h * self.f
+        """Weights of one block's matrices: the attention's (:attr:`attn_matrix_params`) + (3 if gated else 2)·h·f
+        (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1, eq. 2)."""
+        return self.attn_matrix_params + (3 if self.gated else 2) * self.hidden * self.f
 
     @property
     def layer_params(self) -> int:
         """One block: its matrices, biases (q + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
         h, f = self.hidden, self.f
-        return self.layer_matrix_params + (self.q_width + 2 * self.kv_width) + h + (2 * f if self.gated else f) + 5 * h
+        lora = (self.q_lora_rank or 0) + self.kv_lora_rank if self.mla else 0  # MLA's two latent norms (no biases)
+        qkv = 0 if self.mla else self.q_width + 2 * self.kv_width
+        return self.layer_matrix_params + qkv + h + (2 * f if self.gated else f) + 5 * h + lora
 
     @property
     def params(self) -> float:

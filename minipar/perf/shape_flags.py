@@ -1,5 +1,6 @@
 """The command line's model-shape flags (``python -m minipar.plan --model 70b`` or ``--layers L --hidden H --heads A``
-with ``--kv-heads --ffn --vocab --seq --kv-channels --window-size --window-attn-skip-freq --swiglu --no-dropout
+with ``--kv-heads --ffn --vocab --seq --kv-channels --window-size --window-attn-skip-freq``, MLA's ``--q-lora-rank
+--kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim --v-head-dim``, ``--swiglu --no-dropout
 --untie-embeddings-and-output-weights --position-embedding-type``): the :class:`~minipar.perf.shape.ModelShape` a run
 is planned for, Megatron-LM's flag names."""
 
@@ -9,14 +10,19 @@ from dataclasses import replace
 
 from minipar.errors import ConfigError
 from minipar.perf.published import MODELS
-from minipar.perf.shape import POSITIONS, ModelShape
+from minipar.perf.shape import MLA, POSITIONS, ModelShape
 
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels", "window_size")
-SHAPE = (*SHAPE, "window_attn_skip_freq")  # every one an integer flag, None unless given
+SHAPE = (*SHAPE, "window_attn_skip_freq", *MLA)  # every one an integer flag, None unless given
 SHAPE_HELP = {
     "kv_channels": "one attention head's width (Megatron-LM's; default hidden/heads)",
     "window_size": "sliding-window attention: a query sees the W tokens before it (Megatron-Core's window_size)",
     "window_attn_skip_freq": "with --window-size: every N-th block attends to all tokens (GPT-OSS: 2, alternating)",
+    "q_lora_rank": "multi-latent attention (MLA): Q's latent width (DeepSeek-V3: 1536; optional)",
+    "kv_lora_rank": "MLA: K and V's latent width (DeepSeek-V3: 512); with the three head widths below",
+    "qk_head_dim": "MLA: a head's width in QKᵀ without its rotary part (DeepSeek-V3: 128)",
+    "qk_pos_emb_head_dim": "MLA: a head's rotary part in QKᵀ (DeepSeek-V3: 64)",
+    "v_head_dim": "MLA: a head's width of V (DeepSeek-V3: 128)",
 }
 
 
