@@ -39,7 +39,8 @@ class ModelShape:
     arXiv:2401.06066, §3.2; Megatron-Core's ``moe_shared_expert_intermediate_size``, n shared experts of width f
     counting as one of n·f; Qwen2-57B-A14B: 20,480), TP-split as a dense MLP; ``moe_ffn``: the experts' width where it
     is not ``ffn`` (Megatron-Core's ``moe_ffn_hidden_size``), ``dense_layers`` k: the first k blocks keep a dense MLP
-    of ``ffn`` (:meth:`block_kinds`). Its counts here
+    of ``ffn`` (:meth:`block_kinds`); ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``,
+    ``v_head_dim``: multi-latent attention (:attr:`mla`). Its counts here
     (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
