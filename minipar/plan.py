@@ -34,12 +34,13 @@ count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9
 nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``: 64 by default, or the fixed
 layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k`` (and
 ``--moe-shared-expert-intermediate-size F``, shared experts' width; ``--moe-ffn-hidden-size``, the experts' own;
-``--moe-layer-freq ([0]*K+[1]*M)``, the first K blocks dense): the experts' counts, then the search with expert
-parallelism ep (every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or
-``--expert-tp`` folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``;
-``--expert-tp N``: the experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh,
-``Layout.etp``; ``--moe-dispatcher alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides
-part of it (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
+``--moe-layer-freq ([0]*K+[1]*M)``, the first K blocks dense; MLA's ``--kv-lora-rank`` ... and ``--mtp-num-layers``:
+:mod:`minipar.perf.shape_flags`): the experts' counts, then the search with expert parallelism ep (every ep dividing dp
+and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts'
+mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in
+every layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher
+alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides part of it
+(``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
 :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8``
 included. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework
 pytorch``, dense models; with experts under ``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act
@@ -153,7 +154,11 @@ def _row(e, dev, model) -> dict:
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
         "kv_channels": model.head_dim,  # one attention head's width (hidden/heads unless --kv-channels)
-        **{k: getattr(model, k) for k in ("window_size", "window_attn_skip_freq", *MLA) if getattr(model, k)},
+        **{
+            k: getattr(model, k)
+            for k in ("window_size", "window_attn_skip_freq", *MLA, "mtp_num_layers")
+            if getattr(model, k)
+        },
         **(moe if model.experts else {}),
         "device": {
             "name": dev.name,

@@ -93,9 +93,11 @@ def model_flops(
     backward recomputes QKᵀ, + 2·B·s²·h·l (Dao et al. 2022, arXiv:2205.14135, §3.1), which also covers
     selective recomputation. ``"op"`` (torchtitan's per-op selective checkpointing) adds the forward FLOPs of
     :func:`op_recomputed_matmuls`."""
-    B, l = global_batch, model.layers
+    B, l, n = global_batch, model.layers, model.mtp_num_layers
     layer = layer_gemm_flops(model, B) + attention_core_flops(model, B)
     base = 3 * l * layer + 3 * logit_flops(model, B)
+    if n:  # multi-token prediction: n more blocks, their 2h → h projections and passes through the output layer
+        base += 3 * n * (layer + 2 * B * model.seq * 2 * model.hidden**2 + logit_flops(model, B))
     if recompute == "op":
         base += l * sum(2 * B * model.seq * k * n for k, n, _ in op_recomputed_matmuls(model))
     if recompute == "full":
@@ -212,7 +214,7 @@ def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", 
     if counts == "megatron":
         layers = stage_layers or [model.layers // pp] * pp
         out = [n * model.layer_params / tp for n in layers]
-        out[-1] += V * h / tp  # the output layer
+        out[-1] += V * h / tp + model.mtp_num_layers * (model.layer_params + 2 * h * h + 2 * h) / tp  # output, MTP
         if pp > 1 or not model.tied_embeddings:
             out[0] += V * h / tp  # the word embedding
         out[0] += model.seq * h if model.learned_positions else 0
@@ -254,13 +256,15 @@ def megatron_flops_per_token(model: ModelShape) -> float:
     core; q/h its ``query_projection_to_hidden_size_ratio``, 1 unless ``kv_channels``), with MLA 6·l·(its matrices + the
     two latent norms + s·(a·d_qk + a·d_v)/2) + 6·h·V (logits); no router, no recomputation."""
     l, h, a, g, s, V = model.layers, model.hidden, model.heads, model.kv, model.seq, model.vocab
-    mlp = sum(18 * n * h * (v.f * (v.top_k if v.experts else 1) + (v.shared_ffn or 0)) for v, n in model.block_kinds())
+    kinds, mtp = model.block_kinds(), model.mtp_num_layers  # Megatron-LM counts MTP blocks as more of the last kind
+    mlp = sum(18 * n * h * (v.f * (v.top_k if v.experts else 1) + (v.shared_ffn or 0)) for v, n in kinds)
+    mlp += mtp * 18 * h * (kinds[-1][0].f * (model.top_k if model.experts else 1) + (model.shared_ffn or 0))
     if model.mla:  # Megatron-LM's MLA branch: the projections, the latent norms (+1 each), the causal core
         norms = (model.q_lora_rank or 0) + model.kv_lora_rank
-        attn = 6 * l * (model.attn_matrix_params + norms + s * model.core_width)
+        attn = 6 * (l + mtp) * (model.attn_matrix_params + norms + s * model.core_width)
     else:
-        attn = 12 * l * h * h * (1 + g / a + s / h / 2) * model.q_width / h
-    return mlp + attn + 6 * h * V
+        attn = 12 * (l + mtp) * h * h * (1 + g / a + s / h / 2) * model.q_width / h
+    return mlp + attn + 6 * h * V * (1 + mtp)
 
 
 def mlp_params(model: ModelShape, f: int | None = None) -> int:
@@ -278,17 +282,17 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
     follow the active count, memory the total (Mixtral 8x7B: 47B total, 13B active; Jiang et al. 2024,
     arXiv:2401.04088, §2.1)."""
     total = active = model.embedding_params
-    for view, n in model.block_kinds() if model.experts else [(model, model.layers)]:  # a dense shape: every MLP
+    kinds = model.block_kinds() if model.experts else [(model, model.layers)]  # a dense shape: every MLP made experts
+    for view, n in [*kinds, (kinds[-1][0], model.mtp_num_layers)]:  # multi-token prediction: more of the last kind
         routed = bool(view.experts) or not model.experts
         mlp, shared = mlp_params(view), mlp_params(view, view.shared_ffn) if view.shared_ffn else 0
-        per_block = lambda k: (
-            view.layer_params
-            + (  # noqa: E731 - beyond the block's own MLP
-                (k - 1) * mlp + experts * view.hidden + shared if routed else 0
-            )
+        beyond = (lambda k: (k - 1) * mlp + experts * view.hidden + shared) if routed else (lambda k: 0)  # noqa: E731
+        total, active = (
+            total + n * (view.layer_params + beyond(experts)),
+            active + n * (view.layer_params + beyond(top_k)),
         )
-        total, active = total + n * per_block(experts), active + n * per_block(top_k)
-    return total, active
+    proj = model.mtp_num_layers * (2 * model.hidden**2 + 2 * model.hidden)  # MTP's 2h → h projections and norms
+    return total + proj, active + proj
 
 
 def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
@@ -296,7 +300,9 @@ def moe_flops_per_token(model: ModelShape, experts: int, top_k: int) -> float:
     :attr:`~minipar.perf.shape.ModelShape.lookup_params`) + 12·l·q·s, as ``GPT.flops_per_token`` counts it (Kaplan
     et al. 2020, Table 1; PaLM App. B; s the keys of :func:`attention_keys` with a window): k, not E, sets it."""
     active = moe_params(model, experts, top_k)[1]
-    return 6 * (active - model.lookup_params) + 12 * model.layers * model.core_width * attention_keys(model, model.seq)
+    n = model.mtp_num_layers  # multi-token prediction: n more attention cores and passes through the output layer
+    core = 12 * (model.layers + n) * model.core_width * attention_keys(model, model.seq)
+    return 6 * (active - model.lookup_params) + core + 6 * n * model.hidden * model.vocab
 
 
 def all_to_all_bytes(tokens: float, hidden: int, top_k: int, ep: int, bytes_per_value: int = 2) -> float:

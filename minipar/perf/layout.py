@@ -178,12 +178,14 @@ class Layout:
     def chunk_kinds(self, model: ModelShape) -> list[tuple[ModelShape, list[int]]]:
         """Each kind of block of ``model`` (:meth:`~minipar.perf.shape.ModelShape.block_kinds`, in model order) with
         how many of it each model chunk k = 0 .. pp·v−1 holds (:meth:`chunk_layers`, whose ConfigError): the first
-        chunks hold the first kind's blocks (DeepSeek-V3's 3 dense blocks on the first chunk)."""
+        chunks hold the first kind's blocks (DeepSeek-V3's 3 dense blocks on the first chunk); the last chunk also the
+        ``mtp_num_layers`` multi-token-prediction blocks (Megatron-Core's default placement)."""
         chunks, out, start = self.chunk_layers(model.layers), [], 0
         for view, n in model.block_kinds():
             ends = [sum(chunks[:k]) for k in range(len(chunks) + 1)]
             out.append((view, [max(0, min(ends[k + 1], start + n) - max(ends[k], start)) for k in range(len(chunks))]))
             start += n
+        out[-1][1][-1] += model.mtp_num_layers  # multi-token prediction: more of the last kind, on the last chunk
         return out
 
     def stage_layers(self, layers: int) -> list[int]:

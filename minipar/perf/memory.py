@@ -114,8 +114,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     freed = [freed_bytes(view, b, t, sp, bpv, c, fp8_inputs, mods) for view, _ in kinds]
     per = [act_bytes(view, base_recompute(layout)) - f for (view, _), f in zip(kinds, freed)]  # bytes per block
     none = [act_bytes(view, "none") for view, _ in kinds]  # a block keeping everything
-    if dev.counts == "megatron":
-        chunks = tuple(layout.chunk_layers(model.layers))
+    if dev.counts == "megatron":  # each chunk's blocks, the last one's multi-token-prediction blocks too
+        chunks = tuple(sum(per_kind) for per_kind in zip(*(counts for _, counts in kinds)))
     else:  # minipar's partition: ⌈l/p⌉ blocks on the busiest stage
         chunks = (-(-model.layers // p) / v,) * (p * v)
     rc = layout.recomputed_layers(model.layers)
@@ -144,7 +144,7 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
             acts += max(none)
         acts += freed  # the block whose modules are being recomputed holds what they freed again
         if i == p - 1:  # the loss: one micro-batch's logits (logit_bytes)
-            acts += logit_bytes(model, b, t, c)
+            acts += (1 + model.mtp_num_layers) * logit_bytes(model, b, t, c)
         mem = {"params": states["params"], "grads": states["grads"], "optimizer": opt, "activations": acts}
         mem["total"] = sum(mem.values())
         mem["host"] = states["optimizer"] if layout.offload else 0

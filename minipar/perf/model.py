@@ -158,8 +158,9 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
         p2p = p2p_time(msg / (t if split else 1), L["pp"])
         if layout.scatter_gather and not sp and t > 1:
             p2p += ring_time(t, msg, L["tp"])  # the all-gather over NVLink
-    logit = logit_flops(model, b) / c / t / eff
-    loss = dev.loss_bytes * b * s * model.vocab / t / dev.hbm_bw if dev.hbm_bw else 0.0  # Device.loss_bytes
+    n_mtp = model.mtp_num_layers  # multi-token prediction: as many more passes through the output layer and the loss
+    logit = (logit_flops(model, b) * (1 + n_mtp) + n_mtp * 4 * b * s * model.hidden**2) / c / t / eff  # + projections
+    loss = (1 + n_mtp) * dev.loss_bytes * b * s * model.vocab / t / dev.hbm_bw if dev.hbm_bw else 0.0
     S, rc = p * v, layout.recomputed_layers(model.layers)  # model chunks; of each one's blocks, those recomputed
     split, before = [], [0] * S  # each kind: its block's terms, its blocks per chunk and of them recomputed
     for x, counts in kinds:  # a chunk's first blocks are the first kind's (dense_layers), recomputed first

@@ -234,13 +234,12 @@ def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flas
     base = model_flops(model, global_batch, recompute, flash, recomputed)
     l, B = model.layers, global_batch
     passes = 3 * l + ((l if recomputed is None else recomputed) if recompute == "full" else 0)
-    kinds = model.block_kinds()
+    kinds, mtp = model.block_kinds(), 3 * model.mtp_num_layers  # MTP's blocks, of the last kind: 3 passes each
     if kinds == [(model, l)]:  # every block alike: k − 1 more MLPs and the router each
-        return base + passes * expert_extra_flops(model, B)
-    blocks = sum(  # beyond l of the model's own dense blocks: each kind's MLP, experts and router
-        n * (layer_gemm_flops(view, B) - layer_gemm_flops(model, B) + expert_extra_flops(view, B)) for view, n in kinds
-    )
-    return base + passes / l * blocks
+        return base + (passes + mtp) * expert_extra_flops(model, B)
+    beyond = lambda v: layer_gemm_flops(v, B) - layer_gemm_flops(model, B) + expert_extra_flops(v, B)  # noqa: E731
+    blocks = sum(n * beyond(view) for view, n in kinds)  # beyond l of the model's own dense blocks, per kind
+    return base + passes / l * blocks + mtp * beyond(kinds[-1][0])
 
 
 def training_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:

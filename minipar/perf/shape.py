@@ -40,7 +40,9 @@ class ModelShape:
     counting as one of n·f; Qwen2-57B-A14B: 20,480), TP-split as a dense MLP; ``moe_ffn``: the experts' width where it
     is not ``ffn`` (Megatron-Core's ``moe_ffn_hidden_size``), ``dense_layers`` k: the first k blocks keep a dense MLP
     of ``ffn`` (:meth:`block_kinds`); ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``,
-    ``v_head_dim``: multi-latent attention (:attr:`mla`). Its counts here
+    ``v_head_dim``: multi-latent attention (:attr:`mla`); ``mtp_num_layers`` N: multi-token prediction (DeepSeek-V3,
+    arXiv:2412.19437, §2.2; Megatron-Core's ``--mtp-num-layers``), N more blocks of the last kind on the last pipeline
+    stage, each with a 2h → h projection and its own pass through the shared output layer and loss. Its counts here
     (:attr:`params` ...) are the DENSE block's."""
 
     layers: int
@@ -68,6 +70,7 @@ class ModelShape:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    mtp_num_layers: int = 0
 
     def __post_init__(self):
         for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn", "moe_ffn", *MLA):
@@ -98,6 +101,8 @@ class ModelShape:
                 f"multi-latent attention needs {', '.join(MLA[1:])} (given: {', '.join(given) or 'none'}) and a K "
                 f"and V per head (kv_heads={self.kv}, heads={self.heads})"
             )
+        if not isinstance(self.mtp_num_layers, int) or self.mtp_num_layers < 0:
+            raise ConfigError(f"mtp_num_layers={self.mtp_num_layers!r}: multi-token-prediction blocks, an integer >= 0")
         if self.moe_ffn and not self.experts:
             raise ConfigError(f"moe_ffn={self.moe_ffn}: the experts' MLP width needs experts; give experts or ffn")
         if not isinstance(self.dense_layers, int) or not 0 <= self.dense_layers < (self.layers if self.experts else 1):
@@ -203,7 +208,8 @@ class ModelShape:
     def params(self) -> float:
         """l·(block) + the embeddings (:attr:`embedding_params`): 12·l·h² + 13·l·h + (V + s)·h for a GPT, its head tied
         and its positions learned (Narayanan et al. 2021 §5.1, eq. 2)."""
-        return self.layers * self.layer_params + self.embedding_params
+        mtp = self.mtp_num_layers * (self.layer_params + 2 * self.hidden * self.hidden + 2 * self.hidden)
+        return self.layers * self.layer_params + self.embedding_params + mtp
 
     @property
     def embedding_params(self) -> int:

@@ -1,6 +1,6 @@
 """The command line's model-shape flags (``python -m minipar.plan --model 70b`` or ``--layers L --hidden H --heads A``
 with ``--kv-heads --ffn --vocab --seq --kv-channels --window-size --window-attn-skip-freq``, MLA's ``--q-lora-rank
---kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim --v-head-dim``, ``--swiglu --no-dropout
+--kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim --v-head-dim``, ``--mtp-num-layers``, ``--swiglu --no-dropout
 --untie-embeddings-and-output-weights --position-embedding-type``): the :class:`~minipar.perf.shape.ModelShape` a run
 is planned for, Megatron-LM's flag names."""
 
@@ -13,7 +13,7 @@ from minipar.perf.published import MODELS
 from minipar.perf.shape import MLA, POSITIONS, ModelShape
 
 SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels", "window_size")
-SHAPE = (*SHAPE, "window_attn_skip_freq", *MLA)  # every one an integer flag, None unless given
+SHAPE = (*SHAPE, "window_attn_skip_freq", *MLA, "mtp_num_layers")  # every one an integer flag, None unless given
 SHAPE_HELP = {
     "kv_channels": "one attention head's width (Megatron-LM's; default hidden/heads)",
     "window_size": "sliding-window attention: a query sees the W tokens before it (Megatron-Core's window_size)",
@@ -23,6 +23,8 @@ SHAPE_HELP = {
     "qk_head_dim": "MLA: a head's width in QKᵀ without its rotary part (DeepSeek-V3: 128)",
     "qk_pos_emb_head_dim": "MLA: a head's rotary part in QKᵀ (DeepSeek-V3: 64)",
     "v_head_dim": "MLA: a head's width of V (DeepSeek-V3: 128)",
+    "mtp_num_layers": "multi-token prediction: its blocks on the last stage, each one more pass through the output "
+    "layer (DeepSeek-V3: 1)",
 }
 
 

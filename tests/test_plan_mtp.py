@@ -1,0 +1,61 @@
+"""Issue #38 item 2 ("every knob a real run sets"): multi-token prediction (DeepSeek-V3, arXiv:2412.19437, §2.2;
+Megatron-Core's ``--mtp-num-layers``). Each MTP module is one more block of the model's last kind, a 2h → h
+projection and one more pass through the shared output layer and loss, on the last pipeline stage. With it DeepSeek-V3's
+whole shape meets a published number: Megatron-Bridge's 25.09 table gives its run 338 "Model TFLOP / sec / GPU" at
+1,297 tokens/s/GPU, 260.6 GFLOP per token in its count; this shape's Megatron-LM count reads 259.4."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from minipar.errors import ConfigError
+from minipar.perf.flops import logit_flops, megatron_flops_per_token, mlp_params, moe_params
+from minipar.perf.hardware import GPUS, for_framework
+from minipar.perf.layout import Layout
+from minipar.perf.model import estimate
+from minipar.perf.moe import training_flops
+from minipar.plan import main
+from tests.test_plan_mla import DSV3, FLAGS
+
+MTP = replace(DSV3, mtp_num_layers=1)
+
+
+def test_parameters_and_megatrons_count():
+    """The MTP module: one more MoE block, its projection and norms (the embedding and output layer shared), 11.6B:
+    with the copies of the embedding and the head its checkpoint stores (2·V·h = 1.85B), the 685B the Hugging Face
+    model card gives for main model and MTP module together."""
+    (t1, a1), (t0, a0) = moe_params(MTP, 256, 8), moe_params(DSV3, 256, 8)
+    h = 7168
+    assert t1 - t0 == a1 - a0 + 248 * mlp_params(DSV3.block_kinds()[-1][0])  # the experts a token skips: 248 of 256
+    assert abs((t1 + 2 * 129280 * h) / 685e9 - 1) < 0.002, t1
+    per_token = megatron_flops_per_token(MTP)
+    assert abs(per_token / (338e12 / 1297) - 1) < 0.01, per_token  # the published count (rounded to 3 digits)
+    one_more_block = megatron_flops_per_token(replace(DSV3, layers=62)) - megatron_flops_per_token(DSV3)
+    assert per_token - megatron_flops_per_token(DSV3) == pytest.approx(one_more_block + 6 * h * 129280, rel=1e-12)
+
+
+def test_a_step_pays_for_it_on_the_last_stage():
+    dev = for_framework(GPUS["h100"], "megatron")
+    lay = Layout(dp=64, tp=2, pp=8, zero=1, ep=64, etp=1, seq_parallel=True, flash_attention=True, fp8=True,
+                 recompute="selective", first_stage_layers=7, last_stage_layers=6)  # fmt: skip
+    with_mtp, without = estimate(MTP, dev, lay, 8192), estimate(DSV3, dev, lay, 8192)
+    assert with_mtp.time["total"] > without.time["total"]  # its last stage the slowest, and at least as full
+    assert with_mtp.mem["total"] >= without.mem["total"]
+    B = 4  # three passes of the block, the projection and the output layer more
+    extra = training_flops(MTP, B) - training_flops(DSV3, B)
+    assert extra > 3 * logit_flops(DSV3, B)
+    assert Layout(dp=1, tp=1, pp=2).chunk_kinds(replace(MTP, experts=None, moe_ffn=None, shared_ffn=None,
+                  dense_layers=0, layers=4))[-1][1] == [2, 3]  # fmt: skip
+
+
+def test_cli(capsys):
+    fixed = ("--gpu h100 --framework megatron --precision fp8 --global-batch 8192 --tp 2 --pp 8 --dp 64 --ep 64 "
+             "--expert-tp 1 --zero 1 --sp --flash-attention --recompute selective --first-stage-layers 7 "
+             "--last-stage-layers 6 --json").split()  # fmt: skip
+    assert main([*FLAGS, "--mtp-num-layers", "1", *fixed]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["mtp_num_layers"] == 1
+    assert main([*FLAGS, "--mtp-num-layers", "0", *fixed]) == 2
+    assert "--mtp-num-layers 0: must be an integer >= 1" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="mtp_num_layers=-1"):
+        replace(DSV3, mtp_num_layers=-1)
