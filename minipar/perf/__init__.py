@@ -17,6 +17,7 @@ A MODEL (arithmetic with sources), not a measurement. Import from the submodules
                                  Table 4 on H100s), not tuned on, and the sources it gathers, a module each:
                                  ``foundry``, ``torchtitan``, ``nemo``, ``nemo_long``, ``dgxc``, ``megatron_lm``,
                                  ``fms``, ``bloom``, ``tinyllama``, ``olmo``, ``nanotron``, ``moe_zoo``
+                                 (NVIDIA's models' shapes: ``nemo_shapes``)
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 
 ``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`; its flags by kind:

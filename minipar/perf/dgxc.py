@@ -12,7 +12,7 @@ GIVEN per table: TP, PP, CP, VP, MBS and GA; the global batch per GPU count (per
 32, 340B 2; 405B: 252, 504, 1,008 at 576, 1,152, 2,304 GPUs); the sequence (the READMEs' FLOP counts: 8,192 for Llama
 3.1, 2,048 for GPT-3, 4,096 for Nemotron-4); the training step time in seconds (the last step of a 50- or 100-step
 run), bf16 and FP8, on DGX H100 (8 GPUs per node); the shapes (Llama 3.1's are Llama 3's; GPT-3 175B and Nemotron-4
-340B as in :data:`minipar.perf.nemo.SHAPES`; Nemotron-4 15B by its paper) and vocabularies (the READMEs' FLOP counts:
+340B as in :data:`~.nemo_shapes.SHAPES`; Nemotron-4 15B by its paper) and vocabularies (the READMEs' FLOP counts:
 GPT-3 51,200, Nemotron-4 256,000; Llama 3's tokenizer, 128,256, for 8B and 70B); for 405B "GPT2BPETokenizer as a
 proxy" (V = 50,257, padded as Megatron pads it to a multiple of 128 × TP: 51,200, ASSUMED;
 ``SHAPES["Llama3.1-405B-gpt2v"]``). The 405B's proxy configurations (fewer layers on 32-192 GPUs) are left out.

@@ -15,7 +15,7 @@ step time is the one used). "+1f1b overlap" is ``--combined-1f1b --combined-1f1b
 (the all-to-all hidden behind another micro-batch's compute: ``"ep"`` in ``Layout.overlap``, :mod:`minipar.perf.moe`);
 "norm, act" is ``--recompute-granularity selective --recompute-modules moe_act layernorm``
 (``Layout.recompute_modules``, :mod:`minipar.perf.recompute_modules`).
-GIVEN by the config: Qwen3 235B-A22B's shape (:data:`minipar.perf.nemo.SHAPES`; V 151,936 = 1,187·128, its
+GIVEN by the config: Qwen3 235B-A22B's shape (:data:`minipar.perf.nemo_shapes.SHAPES`; V 151,936 = 1,187·128, its
 ``--make-vocab-size-divisible-by``), expert TP 1 (the experts' mesh folded, ``Layout.etp``), the distributed optimizer
 with ``--overlap-grad-reduce --overlap-param-gather``, sequence parallelism,
 ``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split`` (94 blocks on pp·v chunks as

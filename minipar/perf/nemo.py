@@ -85,6 +85,18 @@ Sources (read in the repositories, commit named):
   with four times the micro-batch and no pipeline, so the time is the kernels', not the host's, the bubble's or the
   network's. Candidates, none measured here: heads of 64 (the attention rate is measured at 128), the learnable sinks
   and the window in cuDNN's kernel, the clamped SwiGLU and the biases of the grouped GEMMs unfused.
+- **TEST: DeepSeek-V3** (the archive's 25.09 DGX-H100 row: 1,024 GPUs, GBS 8,192, MBS 1, s 4,096, TP 2, PP 8, VP 4,
+  EP 64, FP8 with DeepSeek's blockwise scaling (the table's note), 1,297 tokens/s/GPU; added 2026-11-29 once the model
+  had MLA, the dense first blocks, the shared expert and MTP). Its recipe, read in v0.1.0rc4's
+  ``scripts/performance/run_script.py`` and ``deepseek_v3.py`` (given): the pipeline layout ``Et|(tt|)*30mL`` (the
+  first model chunk the embedding and 1 block, 30 chunks of 2, the last MTP and the loss: ``ends`` (1, 0)), one MTP
+  layer, DeepEP (``"flex"``) with forced balancing, ``overlap_moe_expert_parallel_comm`` (``"ep"``), no
+  ``overlap_grad_reduce`` (the whole DP reduction exposed, ASSUMED for its parameter all-gather too), no TP overlap,
+  expert TP 1, gradients reduced in bf16, ``recompute_modules=["mla_up_proj", "mlp"]`` (not modelled: the blocks keep
+  what those free, the backward skips their re-run). The shape is DeepSeek-V3's Hugging Face config (671B / 37B
+  parameters and the table's FLOP count, 260.6 GFLOP per token with MTP, reproduced: ``tests/test_plan_mtp.py``).
+  Computed once before that recipe was read, with NCCL's all-to-all and no overlap (-31 %), and with DeepEP and the
+  overlap (-4.7 %); as the recipe says, -7.2 %. Blockwise FP8 is modelled at per-tensor FP8's rate (ASSUMED).
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -134,58 +146,8 @@ from minipar.perf.layout import Estimate, Layout
 from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
-from minipar.perf.shape import UNTIED_ROPE, ModelShape
-
-# Shapes: (layers, hidden, heads, seq, vocab, bias, kv heads, FFN, gated, dropout); module doc for the sources.
-SHAPES = {
-    "Mixtral-8x22B": ModelShape(
-        56, 6144, 48, 4096, 32000, False, 8, 16384, True, False, experts=8, top_k=2, **UNTIED_ROPE
-    ),
-    "Llama3-8B": ModelShape(32, 4096, 32, 8192, 128256, False, 8, 14336, True, False, **UNTIED_ROPE),
-    "Llama3-70B": ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False, **UNTIED_ROPE),
-    "Llama3.1-405B": ModelShape(126, 16384, 128, 8192, 128256, False, 8, 53248, True, False, **UNTIED_ROPE),
-    "GPT3-5B": ModelShape(24, 4096, 32, 2048, 51200, True, None, 16384, False, False),
-    "GPT3-20B": ModelShape(44, 6144, 48, 2048, 51200, True, None, 24576, False, False),
-    "GPT3-175B": ModelShape(96, 12288, 96, 2048, 51200, True, None, 49152, False, False),
-    "Llama2-7B": ModelShape(32, 4096, 32, 4096, 32000, False, None, 11008, True, False, **UNTIED_ROPE),
-    "Llama2-13B": ModelShape(40, 5120, 40, 4096, 32000, False, None, 13824, True, False, **UNTIED_ROPE),
-    "Llama2-70B": ModelShape(80, 8192, 64, 4096, 32000, False, 8, 28672, True, False, **UNTIED_ROPE),
-    "Nemotron-8B": ModelShape(32, 4096, 32, 4096, 256000, False, None, 16384, False, False, **UNTIED_ROPE),
-    "Nemotron-22B": ModelShape(40, 6144, 48, 4096, 256000, False, None, 24576, False, False, **UNTIED_ROPE),
-    "Nemotron-340B": ModelShape(96, 18432, 96, 4096, 256000, False, 8, 73728, False, False, **UNTIED_ROPE),
-    # minipar.perf.dgxc's rows: Nemotron-4 15B (Parmar et al. 2024, arXiv:2402.16819, Table 1; squared ReLU, FFN 4h);
-    # Llama 3.1 405B on GPT-2's tokenizer, 50,257 padded to a multiple of 128 × TP 8 (ASSUMED; minipar.perf.dgxc)
-    "Nemotron4-15B": ModelShape(32, 6144, 48, 4096, 256000, False, 8, 24576, False, False, **UNTIED_ROPE),
-    "Llama3.1-405B-gpt2v": ModelShape(126, 16384, 128, 8192, 51200, False, 8, 53248, True, False, **UNTIED_ROPE),
-    # Qwen3 30B-A3B (its Hugging Face config): 128 experts of FFN 768, top-8, heads of 128 on h = 2,048 (kv_channels)
-    "Qwen3-30B-A3B": ModelShape(
-        48, 2048, 32, 4096, 151936, False, 4, 768, True, False, experts=128, top_k=8, kv_channels=128, **UNTIED_ROPE
-    ),
-    # Qwen3 235B-A22B (its Hugging Face config): 94 blocks, h 4,096, 64 heads of 128, 4 kv heads, 128 experts of 1,536
-    "Qwen3-235B-A22B": ModelShape(
-        94, 4096, 64, 4096, 151936, False, 4, 1536, True, False, experts=128, top_k=8, kv_channels=128, **UNTIED_ROPE
-    ),
-    # GPT-OSS 120B (Megatron-Bridge's GPTOSSProvider120B): 64 heads of 64 on h = 2,880, a 128-token window in every
-    # other block
-    "GPT-OSS-120B": ModelShape(
-        36,
-        2880,
-        64,
-        4096,
-        201088,
-        True,
-        8,
-        2880,
-        True,
-        False,
-        experts=128,
-        top_k=4,
-        kv_channels=64,
-        window_size=128,
-        window_attn_skip_freq=2,
-        **UNTIED_ROPE,
-    ),  # fmt: skip
-}
+from minipar.perf.nemo_shapes import SHAPES
+from minipar.perf.shape import ModelShape
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);
 # dp = GPUs / (tp·pp·cp); metric "tps" (tokens/s/GPU) or "tflops" (Megatron-LM's count).
@@ -230,6 +192,7 @@ NEMO = [  # TEST rows (module doc)
     ("MB 26.02.01", "GPT-OSS-120B", 64, (1, 4, 1, 1, 8), 1, 1280, None, False, "tps", 5984),
     ("MB 26.02", "GPT-OSS-120B", 64, (1, 4, 1, 1, 8), 1, 1280, None, False, "tps", 5993),
     ("MB 25.11", "GPT-OSS-120B", 64, (1, 4, 1, 1, 8), 1, 512, None, False, "tps", 5630),  # the recipe's layout
+    ("MB 25.09", "DeepSeek-V3", 1024, (2, 8, 1, 4, 64), 1, 8192, None, True, "tps", 1297),
 ]
 # rows whose table and release recipe disagree (MISS:provenance, module doc): (source, model)
 PROVENANCE = {("MB 25.11", "Qwen3-30B-A3B"), ("MB 25.11", "GPT-OSS-120B")}
@@ -243,6 +206,15 @@ A2A_OVERLAP = ("MB 25.11", "MB 26.02", "MB 26.02.01")  # ... and whose Qwen3 30B
 RECIPES = {
     "Qwen3-235B-A22B": {"tp_overlap": False, "a2a_overlap": True, "etp": 1, "flex": False},
     "GPT-OSS-120B": {"a2a_overlap": False, "etp": 1, "flex": False, "modules": ("layernorm", "moe_act")},
+    # 25.09's run_script.py for H100: layout Et|(tt|)*30mL, DeepEP, A2A overlap, no grad-reduce overlap, no TP overlap
+    "DeepSeek-V3": {
+        "tp_overlap": False,
+        "a2a_overlap": True,
+        "etp": 1,
+        "flex": True,
+        "dp_overlap": False,
+        "ends": (1, 0),
+    },  # fmt: skip
 }
 
 
@@ -256,24 +228,25 @@ def shape(name: str) -> ModelShape:
 def recipe(src: str, name: str) -> dict:
     """What a row's run set beyond its table (module doc): ``tp_overlap`` (``tp_comm_overlap``: given for
     Megatron-Bridge, ASSUMED for NeMo, not in MoE-Zoo's launch), ``a2a_overlap`` (``moe_a2a_overlap``), ``etp`` (expert
-    TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules); by
-    release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
+    TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules),
+    ``dp_overlap`` (``overlap_grad_reduce``), ``ends`` (the first and last model chunks' blocks, a pipeline layout's;
+    None: Megatron-Core's split); by release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
-    return {**release, "modules": None, **RECIPES.get(name, {})}
+    return {**release, "modules": None, "dp_overlap": True, "ends": None, **RECIPES.get(name, {})}
 
 
 def nemo_layout(row) -> Layout:
     """The row's layout (module doc: given and ASSUMED), its recipe's settings by :func:`recipe`."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
     r = recipe(src, name)
-    overlap = {"dp", "pp"} if pp > 1 else {"dp"}
+    overlap = ({"dp"} if r["dp_overlap"] else set()) | ({"pp"} if pp > 1 else set())
     overlap |= {"tp"} if tp > 1 and r["tp_overlap"] else set()  # userbuffers
     overlap |= {"ep"} if ep > 1 and r["a2a_overlap"] else set()
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
-    (first, last), *_ = edge_splits(shape(name).layers, pp, v, "megatron")
+    (first, last), *_ = [r["ends"]] if r["ends"] else edge_splits(shape(name).layers, pp, v, "megatron")
     return Layout(
         dp=n // (tp * pp * cp),
         tp=tp,

@@ -5,7 +5,7 @@ Source: github.com/NVIDIA/NeMo, ``docs/source/performance/performance_long_seque
 4 ... 1,024; K read as 1,024 tokens), the GPUs, the batch size (4M tokens per step in every row), TP, PP, DP, CP and
 TFLOP/s per GPU of the run "with CP" (its CP is 1 up to 16K). The "without CP" column is left out: its layouts are
 not published ("the most performant model- and data-parallel configurations without CP"). The shape: Llama 2 7B
-(:data:`minipar.perf.nemo.SHAPES`). Added 2026-11-28, after every fit was chosen.
+(:data:`minipar.perf.nemo_shapes.SHAPES`). Added 2026-11-28, after every fit was chosen.
 
 ASSUMED: the TFLOP/s are NeMo's own count, :func:`nemo_flops_per_token` (the ``llama2`` formula of NeMo's
 ``nemo/utils/flops_formulas.py``, added 2025-01; NeMo's auto-configurator counts a GPT block's attention the same way,

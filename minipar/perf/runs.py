@@ -27,7 +27,8 @@ a row the model misses stays in, with its error.
   NeMo 24.07's table): Mixtral 8x22B with expert parallelism (ep 8, bf16 and FP8; Megatron-MoE-ModelZoo),
   Megatron-Bridge's Llama 3 70B and 3.1 405B FP8 rows (releases 25.09-26.06) and Llama 3 8B with
   ``recompute_num_layers`` 5 (25.11); its Qwen3 30B-A3B and 235B-A22B FP8 rows (25.11-26.06) and GPT-OSS 120B's bf16
-  rows (25.11-26.04.01, sliding-window attention; added 2026-11-29).
+  rows (25.11-26.04.01, sliding-window attention) and DeepSeek-V3's FP8 row (25.09: MLA, dense first blocks, a shared
+  expert, MTP; added 2026-11-29).
 - IBM's fms-fsdp Llama 2 7B with hybrid sharding (:mod:`minipar.perf.fms`): 128 A100s and 96 H100s, HSDP over 8.
 - BigScience's BLOOM-176B (:mod:`minipar.perf.bloom`): Megatron-DeepSpeed, 384 A100s on 50 Gb/s per GPU, dp 8,
   tp 4, pp 12 with uneven first and last stages; one logged step of the run, and 17 of the team's layout trials on
