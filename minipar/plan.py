@@ -153,7 +153,7 @@ def _row(e, dev, model) -> dict:
         "layout": str(e.layout),
         "overlap": sorted(e.layout.overlap),  # hidden behind compute (Layout.hides)
         **{k: getattr(model, k) for k in ("tied_embeddings", "learned_positions")},  # the shape's embeddings
-        "kv_channels": model.head_dim,  # one attention head's width (hidden/heads unless --kv-channels)
+        **({} if model.mla else {"kv_channels": model.head_dim}),  # a head's width (MLA: its own three, below)
         **{
             k: getattr(model, k)
             for k in ("window_size", "window_attn_skip_freq", *MLA, "mtp_num_layers")
