@@ -114,6 +114,8 @@ def test_deepseek_v3_from_the_command_line(capsys):
     assert main([*FLAGS, *fixed]) == 0
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["kv_lora_rank"] == 512 and row["q_lora_rank"] == 1536 and row["dense_layers"] == 3
+    assert (row["qk_head_dim"], row["qk_pos_emb_head_dim"], row["v_head_dim"]) == (128, 64, 128)
+    assert "kv_channels" not in row  # hidden/heads (56) is no head's width here
     assert 0.05 < row["mfu"] < 0.6 and row["step_s"] > 0
     assert main([*FLAGS, *fixed[:-1], "--top", "1"]) == 0
     assert "671.2B params" in capsys.readouterr().out
