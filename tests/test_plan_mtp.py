@@ -59,3 +59,21 @@ def test_cli(capsys):
     assert "--mtp-num-layers 0: must be an integer >= 1" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="mtp_num_layers=-1"):
         replace(DSV3, mtp_num_layers=-1)
+
+
+def test_the_readme_example_is_the_test_row(capsys):
+    """The README's DeepSeek-V3 command (Megatron-Bridge's 25.09 recipe, :mod:`minipar.perf.nemo`) gives the test
+    row's step and tokens/s: the flags and the row are one shape, one layout."""
+    import re
+    from pathlib import Path
+
+    from minipar.perf.nemo import NEMO, nemo_rows
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    command = re.search(r"python -m minipar\.plan --layers 61 .*?--grad-reduce-dtype bf16", readme, re.S)[0]
+    argv = [a.strip('"') for a in command.replace("\\\n", " ").split()[3:]]
+    assert main([*argv, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ((_, e, _, _),) = nemo_rows(rows=[r for r in NEMO if r[1] == "DeepSeek-V3"])
+    assert row["step_s"] == round(e.time["total"], 4) and row["tokens_per_s_per_gpu"] == 1203
+    assert "1,203 tokens/s per GPU, 76.9 GB per GPU" in readme and row["mem_gb"] == 76.9
