@@ -57,8 +57,7 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     under full recomputation, Megatron-Core's modules' re-runs) and ``b0`` when not; the exposed collectives ``tp_f``,
     ``tp_b``, ``tp_b0`` (TP), ``cp_f``, ``cp_b`` (ring attention's steps, or the all-gathers), ``ep_f``, ``ep_b``,
     ``ep_b0`` (the experts' all-to-alls); ``pad`` the host's floor under a MoE block beyond its GPU time
-    (:data:`minipar.perf.moe.MOE_HOST_S`), split ``pad_f``, ``pad_b``; ``moe``: it has experts; ``eff``: the large
-    GEMMs' FLOP/s."""
+    (:data:`minipar.perf.moe.MOE_HOST_S`), split ``pad_f``, ``pad_b``; ``moe``: it has experts."""
     t, b, c, L = layout.tp, layout.micro_batch, layout.cp, links(dev, layout)
     bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
     s = model.seq // c  # this rank's tokens of each sequence
@@ -115,5 +114,4 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     return {
         "f": f_l, "b": b_l, "b0": b_0, "tp_f": tp_f, "tp_b": tp_b, "tp_b0": tp_b0, "cp_f": cp_f, "cp_b": cp_b,
         "ep_f": ep_f, "ep_b": ep_b, "ep_b0": ep_b0, "pad": pad, "pad_f": pad_f, "pad_b": pad_b, "moe": bool(moe),
-        "eff": eff,
     }  # fmt: skip

@@ -150,7 +150,7 @@ def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -
     t, p, b, v, c, L = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp, _links(dev, layout)
     bpv, sp, s = dev.bytes_per_value, layout.seq_parallel, model.seq // c  # this rank's tokens of each sequence
     kinds = [(block_terms(view, dev, layout), n) for view, n in layout.chunk_kinds(model)]  # each kind's block, chunks
-    eff = kinds[0][0]["eff"]
+    eff = dev.peak_flops * dev.gemm_efficiency * dev.compute_share  # the large GEMMs' FLOP/s (the logit layer's)
     msg = b * s * model.hidden * bpv  # one activation; 1/t of it crosses nodes with scatter/gather or SP
     p2p = 0.0
     if p > 1 and "pp" not in layout.overlap:

@@ -115,8 +115,8 @@ def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> li
     t, e, E, ep, p = layout.tp, layout.expert_tp, model.experts, layout.ep, layout.pp
     layers = stage_layers or [model.layers // p] * p
     base = stage_params(model, p, t, "megatron", layers)
-    moe = [0] * p  # blocks with experts per rank: all, or all but the dense_layers (their chunks, Layout.chunk_kinds)
-    for view, counts in layout.chunk_kinds(model) if model.dense_layers else [(model, layers)]:
+    moe = [0] * p  # blocks with experts per rank, the MTP blocks among them (Layout.chunk_kinds, chunk k on rank k % p)
+    for view, counts in layout.chunk_kinds(model):
         for k, n in enumerate(counts):
             moe[k % p] += n if view.experts else 0
     mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0

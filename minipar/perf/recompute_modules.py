@@ -99,7 +99,7 @@ def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tupl
     if "layernorm" in mods:
         sec += 2 * 2 * tokens * model.hidden / (t if sp else 1) * bpv / hbm
     if model.experts and set(mods) & set(EXPERT_MODULES):
-        widths = model.top_k * model.f + (model.shared_ffn or 0 if "moe" in mods else 0)  # moe: the shared MLP's too
+        widths = model.top_k * model.f + ((model.shared_ffn or 0) if "moe" in mods else 0)  # moe: the shared MLP too
         sec += ((3 if model.gated else 2) * tokens * widths / t) * bpv / hbm
         if "moe" in mods:
             dense, expert = moe_gemm_shapes(model, tokens, t, layout.ep, sp, layout.etp)

@@ -12,8 +12,9 @@ from minipar.errors import ConfigError
 from minipar.perf.published import MODELS
 from minipar.perf.shape import MLA, POSITIONS, ModelShape
 
-SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels", "window_size")
-SHAPE = (*SHAPE, "window_attn_skip_freq", *MLA, "mtp_num_layers")  # every one an integer flag, None unless given
+# every one an integer flag, None unless given
+SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "kv_channels", "window_size",
+         "window_attn_skip_freq", *MLA, "mtp_num_layers")  # fmt: skip
 SHAPE_HELP = {
     "kv_channels": "one attention head's width (Megatron-LM's; default hidden/heads)",
     "window_size": "sliding-window attention: a query sees the W tokens before it (Megatron-Core's window_size)",
