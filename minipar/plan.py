@@ -319,7 +319,8 @@ def main(argv=None) -> int:
     if not rows:
         print(
             f"  (none: no layout of {a.gpus} GPUs is valid here: tp must divide the heads ({model.heads}) and "
-            f"the hidden size, pp the layers ({model.layers}), dp·micro-batch the global batch ({a.global_batch}))"
+            f"the hidden size, pp split the layers ({model.layers}), dp·micro-batch divide the global batch "
+            f"({a.global_batch}))"
         )
     elif not kept:
         print("  (none: every layout was rejected; see below)")

@@ -90,10 +90,12 @@ def test_planner_refuses_impossible_input(argv, message, capsys):
 
 
 def test_planner_explains_an_empty_result(capsys):
-    """Before: --gpus 7 printed "(none: ... see below)" with nothing below."""
+    """Before: --gpus 7 printed "(none: ... see below)" with nothing below. (70B's 80 blocks on 7 stages are a valid
+    flexible pipeline layout now, 10 + 5·12 + 10, so a 4-block model here: pp = 7 has too few blocks, tp = 7 does not
+    divide its 16 heads.)"""
     from minipar.plan import main as plan_main
 
-    assert plan_main(["--gpus", "7"]) == 0
+    assert plan_main(["--gpus", "7", "--layers", "4", "--hidden", "1024", "--heads", "16"]) == 0
     assert "no layout of 7 GPUs is valid here: tp must divide the heads" in capsys.readouterr().out
 
 

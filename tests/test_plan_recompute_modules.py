@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from minipar.errors import ConfigError
+from minipar.perf.gemm import block_gemms, gemms_time, mla_up_gemms
 from minipar.perf.hardware import GPUS, for_framework
 from minipar.perf.layout import Layout
 from minipar.perf.memory import memory_per_gpu
@@ -46,11 +47,11 @@ def test_what_each_module_runs_again():
     """layernorm: two norms read and write s·b·h/t at HBM bandwidth; moe: the router and experts' forward GEMMs, the
     activation and both all-to-alls again: the estimate's ep term grows by one dispatch and one combine per block and
     micro-batch, the executed FLOPs (TFLOP/s count) by the experts' and router's forward, the MFU's count not."""
-    sec, n = extra_seconds(MOE, MEG, replace(LAY, recompute_modules=("layernorm",)), 4096)
-    assert (n, sec) == (0, pytest.approx(2 * 2 * 4096 * 4096 / 2 * 2 / MEG.hbm_bw, rel=1e-12))
-    assert extra_seconds(MOE, MEG, LAY, 4096) == (0.0, 0)  # core_attn only: the model's "selective"
+    sec, n, tp = extra_seconds(MOE, MEG, replace(LAY, recompute_modules=("layernorm",)), 4096)
+    assert (n, tp, sec) == (0, 0, pytest.approx(2 * 2 * 4096 * 4096 / 2 * 2 / MEG.hbm_bw, rel=1e-12))
+    assert extra_seconds(MOE, MEG, LAY, 4096) == (0.0, 0, 0)  # core_attn only: the model's "selective"
     moe = replace(LAY, recompute_modules=("moe",))
-    assert extra_seconds(MOE, MEG, moe, 4096)[1] == 2
+    assert extra_seconds(MOE, MEG, moe, 4096)[1:] == (2, 0)
     base, more = estimate(MOE, MEG, replace(LAY, recompute_modules=("core_attn",)), 64), estimate(MOE, MEG, moe, 64)
     a2a = 2 * a2a_seconds(MOE, 4096, moe, MEG, MEG.bytes_per_value)
     assert more.time["ep"] - base.time["ep"] == pytest.approx(more.m * MOE.layers * a2a, rel=1e-9)
@@ -149,3 +150,70 @@ def test_the_search_tries_the_moe_module_sets_under_megatron_core():
     assert recompute_choices(MOE, MEG, ("full",)) == [("full", None)]
     rows = plan(MOE, MEG, 16, 64, micro_batches=(1,), recomputes=("selective",), zeros=(1,), eps=(8,), etp=1)
     assert {e.layout.recompute_modules for e, _ in rows} == {None, *MOE_MODULE_SETS}
+
+
+# MLA (small), one dense first block, experts of 512 and a shared one of 512: DeepSeek-V3's kinds at a small size
+MLA = replace(MOE, heads=16, kv_heads=None, q_lora_rank=512, kv_lora_rank=256, qk_head_dim=64, qk_pos_emb_head_dim=32,
+              v_head_dim=64, ffn=8192, moe_ffn=512, shared_ffn=512, dense_layers=1)  # fmt: skip
+
+
+def test_mla_up_proj_mlp_and_shared_experts_by_hand():
+    """Per block and micro-batch of 4,096 tokens at tp 2 (sequence parallelism, bf16 unless FP8): ``mla_up_proj`` frees
+    Q, K, V (a·(2·d_qk + d_v) values ÷ t) and runs both up projections and their copies again; ``mlp`` (dense blocks)
+    and ``shared_experts`` (MoE blocks) free the MLP's up/gate outputs and the activation's output and run its GEMMs,
+    the activation and one TP collective again; under FP8 ``mlp`` keeps its input in bf16 where FP8 kept 1 byte."""
+    (dense, _), (moe, _) = MLA.block_kinds()
+    s, t, a, h = 4096, 2, 16, 4096
+    qkv = a * (2 * 96 + 64) * s / t * 2
+    assert freed_bytes(moe, 1, t, True, 2, 1, False, ("mla_up_proj",)) == qkv
+    assert freed_bytes(dense, 1, t, True, 2, 1, False, ("mlp",)) == (2 * 2 + 2) * 8192 * s / t
+    assert freed_bytes(dense, 1, t, True, 2, 1, True, ("mlp",)) == (2 * 2 + 1) * 8192 * s / t - s * h / t * (2 - 1)
+    assert freed_bytes(moe, 1, t, True, 2, 1, False, ("mlp",)) == 0  # a MoE block has no dense MLP
+    assert freed_bytes(moe, 1, t, True, 2, 1, False, ("shared_experts",)) == (2 * 2 + 2) * 512 * s / t
+    both = freed_bytes(moe, 1, t, True, 2, 1, False, ("moe", "shared_experts"))
+    assert both == freed_bytes(moe, 1, t, True, 2, 1, False, ("moe",))  # moe re-runs the shared MLP already
+    lay = replace(LAY, recompute_modules=("mla_up_proj",))
+    sec = gemms_time(MEG, mla_up_gemms(moe, s, t), False) + 2 * s * a * (2 * 96 + 64) / t * 2 / MEG.hbm_bw
+    assert extra_seconds(moe, MEG, lay, s) == (pytest.approx(sec, rel=1e-12), 0, 0)
+    lay = replace(LAY, recompute_modules=("mlp",))
+    sec = gemms_time(MEG, block_gemms(dense, s, t)[-2:], False) + 3 * s * 8192 / t * 2 / MEG.hbm_bw
+    assert extra_seconds(dense, MEG, lay, s) == (pytest.approx(sec, rel=1e-12), 0, 1)
+    assert extra_seconds(dense, MEG, replace(lay, tp=1, seq_parallel=False), s)[2] == 0  # no TP collective at tp 1
+    up = sum(n * k for _, n, k in mla_up_gemms(MLA, 1, 1))
+    rows = 2 * 64 * 4096
+    flops = extra_flops(MLA, 64, replace(LAY, recompute_modules=("mla_up_proj", "mlp", "shared_experts")))
+    assert flops == MLA.layers * rows * up + rows * 3 * h * 8192 + (MLA.layers - 1) * rows * 3 * h * 512
+
+
+def test_the_modules_free_memory_and_cost_time_in_the_estimate():
+    """The estimate with DeepSeek-V3's recipe's modules keeps less and runs longer than without: compute (the re-run
+    GEMMs) and the exposed TP time (the dense MLP's collective again) grow, the activations shrink."""
+    lay = replace(LAY, ep=4, dp=4, pp=1)
+    base = estimate(MLA, MEG, lay, 64)
+    more = estimate(MLA, MEG, replace(lay, recompute_modules=("mla_up_proj", "mlp", "shared_experts")), 64)
+    assert more.time["compute"] > base.time["compute"] and more.time["tp"] > base.time["tp"]
+    assert more.mem["activations"] < base.mem["activations"] and more.mfu < base.mfu
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--recompute-modules", "mla_up_proj"], "mla_up_proj recomputes MLA's up projections; give --kv-lora-rank"),
+        (["--recompute-modules", "mlp"], "mlp recomputes a dense MLP; every block has experts (drop mlp)"),
+        (["--recompute-modules", "shared_experts"], "shared_experts needs a shared expert"),
+    ],
+)
+def test_modules_the_model_does_not_have_are_one_line(flags, message, capsys):
+    assert main([*SHAPE, *FIXED, "--recompute", "selective", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_the_search_tries_deepseeks_modules_with_mla():
+    """An MLA model under Megatron-Core: the search adds DeepSeek-V3's recipe's modules, ``mla_up_proj`` and (with dense
+    first blocks) ``mlp``."""
+    from minipar.perf.search import MOE_MODULE_SETS, recompute_choices
+
+    mla = [("selective", None), *(("selective", m) for m in MOE_MODULE_SETS), ("selective", ("mla_up_proj", "mlp"))]
+    assert recompute_choices(MLA, MEG, ("selective",)) == mla
+    assert recompute_choices(replace(MLA, dense_layers=0), MEG, ("selective",))[-1] == ("selective", ("mla_up_proj",))

@@ -79,7 +79,7 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
         gemm_b = 2 * gemm_t
     rest = core + (mem_t + dev.layer_overhead / 3) / share  # a backward: twice a forward's
     f_l = gemm_t + rest
-    mod_s, mod_a2a = extra_seconds(model, dev, layout, b * s)  # Megatron-Core's modules (0 unless selective)
+    mod_s, mod_a2a, mod_tp = extra_seconds(model, dev, layout, b * s)  # Megatron-Core's modules (0 unless selective)
     if layout.recompute == "op":  # every second weight matmul, the memory-bound operators: flops.op_recomputed_matmuls
         extra = (
             gemms_time(dev, op_recompute_gemms(model, b * s, t), layout.fp8) + (mem_t + dev.layer_overhead / 3) / share
@@ -91,7 +91,7 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])
     full = layout.recompute == "full"
     ar2 = ar + moe["tp_mlp"] if moe else 2 * ar  # experts: the MLP's all-reduce carries k·b·s·h values
-    tp_f, tp_b = ar2, ar2 + (ar2 if full else 0.0)
+    tp_f, tp_b = ar2, ar2 + (ar2 if full else 0.0) + mod_tp * ar  # full: the forward's again; modules: their MLP's
     b_0, tp_b0 = (b_l - extra, ar2) if full else (b_l, tp_b)  # a block not recomputed
     a2a = 2 * moe["a2a"] if moe else 0.0  # dispatch + combine, forward; backward their mirrors
     ep_f, ep_b0, ep_b = a2a, a2a, a2a + (a2a if full else 0.0)

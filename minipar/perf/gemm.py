@@ -131,9 +131,19 @@ def attention_gemms(model, tokens: float, t: int, sp: bool = False) -> list[tupl
         q = model.q_width
         return [(tokens, (q + 2 * model.kv_width) / t, h), (tokens, h, q / t)]
     own, rq, rkv = tokens / (t if sp else 1), model.q_lora_rank, model.kv_lora_rank
-    q = [(own, rq, h), (tokens, a * model.qk_dim / t, rq)] if rq else [(tokens, a * model.qk_dim / t, h)]
-    kv = [(own, rkv + model.qk_pos_emb_head_dim, h), (tokens, a * (model.qk_head_dim + model.v_dim) / t, rkv)]
-    return q + kv + [(tokens, h, a * model.v_dim / t)]
+    q_up, kv_up = mla_up_gemms(model, tokens, t)
+    q = [(own, rq, h), q_up] if rq else [q_up]
+    return q + [(own, rkv + model.qk_pos_emb_head_dim, h), kv_up, (tokens, h, a * model.v_dim / t)]
+
+
+def mla_up_gemms(model, tokens: float, t: int) -> list[tuple[float, float, float]]:
+    """MLA's up projections (m, n, k) on one TP rank for ``tokens`` rows, split over TP: Q's from its latent (from h
+    without ``q_lora_rank``) to a·d_qk, K/V's from theirs to a·(d_nope + d_v); what ``mla_up_proj`` recomputes."""
+    a = model.heads
+    return [
+        (tokens, a * model.qk_dim / t, model.q_lora_rank or model.hidden),
+        (tokens, a * (model.qk_head_dim + model.v_dim) / t, model.kv_lora_rank),
+    ]
 
 
 def block_gemms(model, tokens: float, t: int, sp: bool = False) -> list[tuple[float, float, float]]:

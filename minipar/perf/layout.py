@@ -8,6 +8,8 @@ from here too, as the README's API table names them).
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass
 
 from minipar.errors import ConfigError
@@ -180,13 +182,7 @@ class Layout:
         how many of it each model chunk k = 0 .. pp·v−1 holds (:meth:`chunk_layers`, whose ConfigError): the first
         chunks hold the first kind's blocks (DeepSeek-V3's 3 dense blocks on the first chunk); the last chunk also the
         ``mtp_num_layers`` multi-token-prediction blocks (Megatron-Core's default placement)."""
-        chunks, out, start = self.chunk_layers(model.layers), [], 0
-        for view, n in model.block_kinds():
-            ends = [sum(chunks[:k]) for k in range(len(chunks) + 1)]
-            out.append((view, [max(0, min(ends[k + 1], start + n) - max(ends[k], start)) for k in range(len(chunks))]))
-            start += n
-        out[-1][1][-1] += model.mtp_num_layers  # multi-token prediction: more of the last kind, on the last chunk
-        return out
+        return [(view, list(counts)) for view, counts in _chunk_kinds(model, tuple(self.chunk_layers(model.layers)))]
 
     def stage_layers(self, layers: int) -> list[int]:
         """Blocks per pipeline rank 0 .. pp−1: the sum of its chunks' (:meth:`chunk_layers`, whose ConfigError)."""
@@ -228,3 +224,15 @@ class Estimate:
     tflops_per_gpu: float  # executed FLOPs (with recomputation) per second per device, / 1e12 (Narayanan's metric)
     mfu: float  # model FLOPs (no recomputation) / (time · devices · peak) (MegaScale's, PaLM's metric)
     tp_across_nodes: bool = False
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunk_kinds(model: ModelShape, chunks: tuple) -> tuple:
+    """:meth:`Layout.chunk_kinds` for blocks per chunk ``chunks``, kept (a search asks it for every layout)."""
+    out, start = [], 0
+    ends = [0, *itertools.accumulate(chunks)]  # chunk k holds blocks ends[k] .. ends[k + 1] − 1
+    for view, n in model.block_kinds():
+        out.append((view, [max(0, min(ends[k + 1], start + n) - max(ends[k], start)) for k in range(len(chunks))]))
+        start += n
+    out[-1][1][-1] += model.mtp_num_layers  # multi-token prediction: more of the last kind, on the last chunk
+    return tuple((view, tuple(counts)) for view, counts in out)

@@ -120,6 +120,29 @@ def edge_splits(layers: int, pp: int, v: int, counts: str) -> list[tuple[int | N
     return out
 
 
+def flexible_splits(layers: int, pp: int, v: int, counts: str, mtp: int = 0) -> list[tuple[int, int]]:
+    """(first, last) model-chunk block counts of a balanced ``--pipeline-model-parallel-layout`` (Megatron-Core's
+    flexible layout, ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): the ``layers`` blocks and the
+    ``mtp`` multi-token-prediction blocks (always on the last chunk) share pp·v chunks, every middle chunk holding
+    ⌈(layers + mtp)/(pp·v)⌉, the first and the last (with its MTP blocks) splitting what is left as evenly as they can.
+    DeepSeek-V3's recipe, ``Et|(tt|)*30mL`` on 8 · 4 chunks, is (1, 0): 1 + 30·2 + 0 blocks and the MTP block.
+    [] on minipar's CPU counts, with pp·v < 3 (no middle chunk) or where no such split exists; the even split
+    (every chunk ``per``) is :func:`edge_splits`' and left out."""
+    S = pp * v
+    if counts != "megatron" or S < 3:
+        return []
+    per = -(-(layers + mtp) // S)
+    rest = layers - per * (S - 2)  # the blocks of the first and last chunks
+    half = (rest + mtp) / 2
+    out = []
+    for first in sorted({math.floor(half), math.ceil(half)}):
+        last = rest - first
+        even = first == last == per  # every chunk alike: edge_splits' (None, None)
+        if 0 <= first <= per and 0 <= last and last + mtp <= per and not even and (first, last) not in out:
+            out.append((first, last))
+    return out
+
+
 def ep_pool(dp: int, tp: int, cp: int, etp: int | None) -> int:
     """The ranks expert parallelism is carved out of: dp (Megatron-Core: EP inside DP) or, with the experts' mesh
     folded (``etp`` < tp, a divisor of it), tp·cp·dp/etp (its expert ``RankGenerator``); ep must divide it."""

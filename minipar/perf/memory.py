@@ -40,7 +40,7 @@ def held_layers(p: int, m: int, v: int, schedule: str, chunks: tuple) -> tuple:
     """
     if schedule == "gpipe" and v == 1:
         return tuple(m * chunks[r] for r in range(p))
-    sched = make_schedule("interleaved" if v > 1 else schedule, p, min(m, 3 * p), v)
+    sched = _schedule("interleaved" if v > 1 else schedule, p, min(m, 3 * p), v)
     out = []
     for acts in sched:
         held = peak = 0.0
@@ -49,6 +49,13 @@ def held_layers(p: int, m: int, v: int, schedule: str, chunks: tuple) -> tuple:
             peak = max(peak, held)
         out.append(peak)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule(kind: str, p: int, m: int, v: int) -> tuple:
+    """:func:`~minipar.pp.schedules.make_schedule`'s actions per rank, kept (read only here): :func:`held_layers` asks
+    the same (p, m, v) for chunks of many byte counts."""
+    return tuple(tuple(acts) for acts in make_schedule(kind, p, m, v))
 
 
 def logit_bytes(model: ModelShape, b: float, tp: int, cp: int = 1) -> float:
@@ -121,21 +128,23 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     rc = layout.recomputed_layers(model.layers)
     if len(kinds) == 1 and layout.recompute_layers is None:  # every block alike: held blocks × one block's bytes
         held, per_layer = held_layers(p, m, v, layout.schedule, chunks), per[0]
+    elif layout.recompute_layers is None:  # per chunk, in bytes: each kind's blocks at that kind's bytes
+        weights = [sum(n * pb for n, pb in zip(ns, per)) for ns in zip(*(counts or chunks for _, counts in kinds))]
+        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0  # held is in bytes now
     else:  # per chunk, in bytes: each kind's blocks (recomputed ones keep their input, the others all), first first
         weights, before = [0.0] * len(chunks), [0] * len(chunks)
         for (_, counts), pb, nb in zip(kinds, per, none):
             for k, n in enumerate(counts or chunks):
-                r = max(0, min(n, rc[k] - before[k])) if layout.recompute_layers is not None else n
+                r = max(0, min(n, rc[k] - before[k]))
                 weights[k], before[k] = weights[k] + r * pb + (n - r) * nb, before[k] + n
-        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0  # held is in bytes now
+        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0
     freed = max(freed)  # the block whose modules are being recomputed: the largest kind's, ASSUMED on every rank
     zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None
+    dense_1 = _states(1.0, zero, layout.shard, bpv, layout.grad_bytes)  # bytes of one parameter (linear in Ψ)
+    expert_1 = _states(1.0, zero, layout.expert_shard, bpv, layout.grad_bytes) if any(experts) else dense_1
     for i in range(p):
-        states = _states(params[i], zero, layout.shard, bpv, layout.grad_bytes)
-        if experts[i]:
-            mine = _states(experts[i], zero, layout.expert_shard, bpv, layout.grad_bytes)
-            states = {k: v + mine[k] for k, v in states.items()}
+        states = {k: params[i] * x + experts[i] * expert_1[k] for k, x in dense_1.items()}
         if layout.hpz is not None:  # hpZ's secondary partition of the 16-bit weights, kept from forward to backward
             states["params"] += bpv * params[i] / (layout.hpz * c)
         opt = 0.0 if layout.offload else states["optimizer"]

@@ -57,6 +57,7 @@ Units: seconds, bytes, FLOPs, parameters.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -76,7 +77,7 @@ from minipar.perf.flops import (
     stage_params,
 )
 from minipar.perf.gemm import attention_gemms, block_gemms, gemms_time
-from minipar.perf.layout import Layout
+from minipar.perf.layout import Layout, _chunk_kinds
 from minipar.perf.placement import across_nodes, members_per_node
 from minipar.perf.shape import ModelShape
 
@@ -112,17 +113,25 @@ def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> li
     :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) and the
     shared experts' MLP ÷ tp per block with experts; and those blocks' E/ep experts (of ``moe_ffn``) ÷ the experts' TP
     degree (:attr:`~minipar.perf.layout.Layout.expert_tp`). The first ``dense_layers`` blocks keep their MLP."""
-    t, e, E, ep, p = layout.tp, layout.expert_tp, model.experts, layout.ep, layout.pp
-    layers = stage_layers or [model.layers // p] * p
-    base = stage_params(model, p, t, "megatron", layers)
+    layers = tuple(stage_layers or [model.layers // layout.pp] * layout.pp)
+    chunks = tuple(layout.chunk_layers(model.layers))
+    return list(_moe_stage_params(model, layout.tp, layout.expert_tp, layout.ep, layout.pp, layers, chunks))
+
+
+@functools.lru_cache(maxsize=1024)
+def _moe_stage_params(model: ModelShape, t: int, e: int, ep: int, p: int, layers: tuple, chunks: tuple) -> tuple:
+    """:func:`moe_stage_params` at tp ``t``, expert TP ``e``, ``ep``, ``p`` stages of ``layers`` blocks (model chunks of
+    ``chunks``), kept: a search asks it for every layout."""
+    E = model.experts
+    base = stage_params(model, p, t, "megatron", list(layers))
     moe = [0] * p  # blocks with experts per rank, the MTP blocks among them (Layout.chunk_kinds, chunk k on rank k % p)
-    for view, counts in layout.chunk_kinds(model):
+    for view, counts in _chunk_kinds(model, chunks):
         for k, n in enumerate(counts):
             moe[k % p] += n if view.experts else 0
     mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
     per_block = E * model.hidden + (shared - mlp) / t  # the dense MLP (ffn) out; the router and the shared MLP in
     expert = expert_params(model.block_kinds()[-1][0])  # at moe_ffn
-    return [(q + n * per_block, n * (E // ep) * expert / e) for q, n in zip(base, moe)]
+    return tuple((q + n * per_block, n * (E // ep) * expert / e) for q, n in zip(base, moe))
 
 
 def moe_gemm_shapes(

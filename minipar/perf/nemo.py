@@ -92,11 +92,13 @@ Sources (read in the repositories, commit named):
   first model chunk the embedding and 1 block, 30 chunks of 2, the last MTP and the loss: ``ends`` (1, 0)), one MTP
   layer, DeepEP (``"flex"``) with forced balancing, ``overlap_moe_expert_parallel_comm`` (``"ep"``), no
   ``overlap_grad_reduce`` (the whole DP reduction exposed, ASSUMED for its parameter all-gather too), no TP overlap,
-  expert TP 1, gradients reduced in bf16, ``recompute_modules=["mla_up_proj", "mlp"]`` (not modelled: the blocks keep
-  what those free, the backward skips their re-run). The shape is DeepSeek-V3's Hugging Face config (671B / 37B
+  expert TP 1, gradients reduced in bf16, ``recompute_modules=["mla_up_proj", "mlp"]``
+  (:mod:`minipar.perf.recompute_modules`). The shape is DeepSeek-V3's Hugging Face config (671B / 37B
   parameters and the table's FLOP count, 260.6 GFLOP per token with MTP, reproduced: ``tests/test_plan_mtp.py``).
   Computed once before that recipe was read, with NCCL's all-to-all and no overlap (-31 %), and with DeepEP and the
-  overlap (-4.7 %); as the recipe says, -7.2 %. Blockwise FP8 is modelled at per-tensor FP8's rate (ASSUMED).
+  overlap (-4.7 %); as the recipe says, -7.2 % before the model had those two modules (2026-11-29: the blocks kept
+  what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them. Blockwise FP8 is modelled at
+  per-tensor FP8's rate (ASSUMED).
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -214,6 +216,7 @@ RECIPES = {
         "flex": True,
         "dp_overlap": False,
         "ends": (1, 0),
+        "modules": ("mla_up_proj", "mlp"),
     },  # fmt: skip
 }
 

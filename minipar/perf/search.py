@@ -14,7 +14,7 @@ import math
 from minipar.errors import ConfigError
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Estimate, Layout
-from minipar.perf.layout_checks import check_layout, edge_splits, ep_pool
+from minipar.perf.layout_checks import check_layout, edge_splits, ep_pool, flexible_splits
 from minipar.perf.memory import memory_per_gpu
 from minipar.perf.model import estimate
 from minipar.perf.shape import ModelShape
@@ -71,10 +71,13 @@ MOE_MODULE_SETS = (("layernorm", "moe_act"), ("layernorm", "moe"))
 def recompute_choices(model: ModelShape, dev: Device, recomputes) -> list[tuple[str, tuple | None]]:
     """(recompute mode, modules) pairs a search tries: each of ``recomputes`` with Megatron-Core's default modules
     (None); for a model with experts under Megatron-Core (``dev.framework`` "megatron") and "selective" among them,
-    also :data:`MOE_MODULE_SETS` (:mod:`minipar.perf.recompute_modules`)."""
+    also :data:`MOE_MODULE_SETS` (:mod:`minipar.perf.recompute_modules`) and, with MLA, DeepSeek-V3's recipe's
+    ``mla_up_proj`` (+ ``mlp`` where the first blocks are dense)."""
     out = [(rc, None) for rc in recomputes]
     if model.experts and dev.framework == "megatron" and dev.counts == "megatron" and "selective" in recomputes:
         out += [("selective", mods) for mods in MOE_MODULE_SETS]
+        if model.mla:  # DeepSeek-V3's recipe: MLA's up projections, and the dense first blocks' MLP where it has them
+            out.append(("selective", ("mla_up_proj", "mlp") if model.dense_layers else ("mla_up_proj",)))
     return out
 
 
@@ -128,7 +131,8 @@ def plan(
 
     Where pp·v does not divide the layers, a GPU layout's chunks are split as Megatron-Core splits them with the
     embedding and / or the loss counted as a block (:func:`edge_splits`: ``first_stage_layers`` /
-    ``last_stage_layers``); minipar's CPU counts keep even stages only.
+    ``last_stage_layers``); a GPU layout also tries the balanced flexible layouts (:func:`stage_ends`, MTP blocks
+    counted on the last chunk); minipar's CPU counts keep even stages only.
 
     Rejected (checked in this order; memory first, so layouts that cannot run are not simulated):
     "TP across nodes" (tp > devices per node; a tp group that straddles two nodes because tp does not
@@ -137,7 +141,8 @@ def plan(
     context-parallel layouts are judged by the same reasons (their memory keeps s/cp tokens per rank,
     their time pays the ring's exposed K/V exchange);
     an invalid combination (:func:`minipar.perf.layout_checks.check_layout`) is skipped, so nothing is raised
-    for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0.
+    for one; a rejected layout that was not estimated has an empty ``time`` and MFU 0 (across nodes an empty ``mem``
+    too, ``fits`` False: its memory is not counted).
     """
     out = []
     recomputes = recompute_modes(model, dev) if recomputes is None else recomputes
@@ -155,9 +160,7 @@ def plan(
             else:
                 sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
             zs = [z for z in zeros if pp == 1 or z != 3] if dp > 1 else [0]
-            shapes = [
-                (v, ends) for v in (vs if pp > 1 else (1,)) for ends in edge_splits(model.layers, pp, v, dev.counts)
-            ]
+            shapes = [(v, ends) for v in (vs if pp > 1 else (1,)) for ends in stage_ends(model, dev, pp, v)]
             experts = [
                 (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)
             ]
@@ -192,20 +195,30 @@ def plan(
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))
 
 
+def stage_ends(model: ModelShape, dev: Device, pp: int, v: int) -> list[tuple[int | None, int | None]]:
+    """(first, last) chunk block counts the search tries at pp · v: Megatron-Core's even or account-for-embedding/loss
+    split (:func:`~minipar.perf.layout_checks.edge_splits`); where there is none (DeepSeek-V3's 61 blocks on 8 · 4
+    chunks), or the model has MTP blocks to balance on the last chunk, also the balanced flexible layouts
+    (:func:`~minipar.perf.layout_checks.flexible_splits`), each once."""
+    out = edge_splits(model.layers, pp, v, dev.counts)
+    if out and not model.mtp_num_layers:
+        return out
+    return out + [e for e in flexible_splits(model.layers, pp, v, dev.counts, model.mtp_num_layers) if e not in out]
+
+
 def _judge(model: ModelShape, dev: Device, lay: Layout, global_batch: int, max_bubble) -> tuple[Estimate, str] | None:
     """(estimate, why rejected or "") of one layout; None if it is invalid."""
     try:
         m = check_layout(model, lay, global_batch, dev.counts)
     except ConfigError:
         return None
+    if lay.tp > dev.gpus_per_node:  # neither its memory nor its time modelled: empty dicts
+        return Estimate(lay, m, {}, {}, False, 0.0, 0.0, True), "TP across nodes"
     mem = memory_per_gpu(model, dev, lay, m)
     usable = dev.usable_mem * dev.mem_bytes
-    if lay.tp > dev.gpus_per_node or mem["total"] > usable:
-        e = Estimate(lay, m, {}, mem, mem["total"] <= usable, 0.0, 0.0, lay.tp > dev.gpus_per_node)
-        if e.tp_across_nodes:
-            return e, "TP across nodes"
+    if mem["total"] > usable:
         gb = f"{mem['total'] / 2**30:.0f} GiB > {dev.usable_mem:.0%} of {dev.mem_bytes / 2**30:.0f} GiB"
-        return e, f"does not fit ({gb})"
+        return Estimate(lay, m, {}, mem, False, 0.0, 0.0), f"does not fit ({gb})"
     e = estimate(model, dev, lay, global_batch)
     if max_bubble is not None and e.time["bubble"] > max_bubble * e.time["total"]:
         return e, f"bubble {e.time['bubble'] / e.time['total']:.0%} of the step"

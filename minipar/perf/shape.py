@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from minipar.errors import ConfigError
@@ -117,15 +118,7 @@ class ModelShape:
         (Hugging Face's ``first_k_dense_replace``, DeepSeek-V3's 3; Megatron-Core's ``moe_layer_freq``
         [0]·k + [1]·(l − k)); ``[(self, layers)]`` when every block is alike. The views keep ``layers`` (a window's
         pattern counts over all the blocks)."""
-        if not self.experts or (not self.dense_layers and self.moe_ffn is None):
-            return [(self, self.layers)]
-        moe = replace(self, ffn=self.moe_ffn or self.f, moe_ffn=None, dense_layers=0)
-        dense = replace(self, experts=None, top_k=1, shared_ffn=None, moe_ffn=None, dense_layers=0)
-        return (
-            [(dense, self.dense_layers), (moe, self.layers - self.dense_layers)]
-            if self.dense_layers
-            else [(moe, self.layers)]
-        )
+        return list(_block_kinds(self))
 
     @property
     def kv(self) -> int:
@@ -176,7 +169,7 @@ class ModelShape:
         2·a·v_dim for attention·V); :attr:`q_width` unless MLA."""
         return self.heads * (self.qk_dim + self.v_dim) / 2 if self.mla else self.q_width
 
-    @property
+    @functools.cached_property
     def attn_matrix_params(self) -> int:
         """Weights of one block's attention matrices: h·(q + 2·h_kv) (QKV; q = :attr:`q_width`, h unless
         ``kv_channels``) + q·h (output); with MLA (Megatron-Core's ``MLASelfAttention``) Q's down and up projections
@@ -190,13 +183,13 @@ class ModelShape:
         kv = h * (rkv + self.qk_pos_emb_head_dim) + rkv * a * (self.qk_head_dim + self.v_dim)
         return q + kv + a * self.v_dim * h
 
-    @property
+    @functools.cached_property
     def layer_matrix_params(self) -> int:
         """Weights of one block's matrices: the attention's (:attr:`attn_matrix_params`) + (3 if gated else 2)·h·f
         (MLP); 12h² for a GPT (Narayanan et al. 2021, arXiv:2104.04473, §5.1, eq. 2)."""
         return self.attn_matrix_params + (3 if self.gated else 2) * self.hidden * self.f
 
-    @property
+    @functools.cached_property
     def layer_params(self) -> int:
         """One block: its matrices, biases (q + 2h_kv, h, f or 2f, h) and two LayerNorms (4h); 12h² + 13h for a GPT."""
         h, f = self.hidden, self.f
@@ -204,7 +197,7 @@ class ModelShape:
         qkv = 0 if self.mla else self.q_width + 2 * self.kv_width
         return self.layer_matrix_params + qkv + h + (2 * f if self.gated else f) + 5 * h + lora
 
-    @property
+    @functools.cached_property
     def params(self) -> float:
         """l·(block) + the embeddings (:attr:`embedding_params`): 12·l·h² + 13·l·h + (V + s)·h for a GPT, its head tied
         and its positions learned (Narayanan et al. 2021 §5.1, eq. 2)."""
@@ -236,3 +229,15 @@ class ModelShape:
 def shape_of(cfg) -> ModelShape:
     """:class:`ModelShape` of a ``minipar.model.gpt.GPTConfig``."""
     return ModelShape(cfg.n_layer, cfg.d_model, cfg.n_head, cfg.block_size, cfg.vocab_size, cfg.bias)
+
+
+@functools.lru_cache(maxsize=256)
+def _block_kinds(model: ModelShape) -> tuple[tuple[ModelShape, int], ...]:
+    """:meth:`ModelShape.block_kinds`, kept per shape (a search asks it ~10⁵ times; the views are built once)."""
+    if not model.experts or (not model.dense_layers and model.moe_ffn is None):
+        return ((model, model.layers),)
+    moe = replace(model, ffn=model.moe_ffn or model.f, moe_ffn=None, dense_layers=0)
+    dense = replace(model, experts=None, top_k=1, shared_ffn=None, moe_ffn=None, dense_layers=0)
+    if model.dense_layers:
+        return ((dense, model.dense_layers), (moe, model.layers - model.dense_layers))
+    return ((moe, model.layers),)

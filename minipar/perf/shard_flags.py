@@ -28,7 +28,8 @@ def add_shard_flags(p) -> None:
         "--recompute-modules",
         default=None,
         help="with --recompute selective: Megatron-Core's modules recomputed, comma-separated, of core_attn (the "
-        "default), layernorm, moe_act, moe (--recompute-modules; minipar.perf.recompute_modules): layernorm,moe",
+        "default), layernorm, moe_act, moe, mla_up_proj, mlp, shared_experts (--recompute-modules; "
+        "minipar.perf.recompute_modules): layernorm,moe; DeepSeek-V3's recipe: mla_up_proj,mlp",
     )
     p.add_argument(
         "--hsdp",
