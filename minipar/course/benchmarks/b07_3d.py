@@ -165,15 +165,15 @@ def plan_rows() -> list[Row]:
                "--moe-top-k", "4", "--window-size", "128", "--window-attn-skip-freq", "2", "--gpus", "64",
                "--gpu", "h100", "--framework", "megatron", "--global-batch", "1280", "--flash-attention", "--json"],
               lambda out: '"window_size": 128' in out),
-        timed("search DeepSeek-V3's shape (MLA, 3 dense blocks, 256 experts and a shared one, MTP, FP8) on 1,024 H100s "
-              "(s)",
+        timed("search DeepSeek-V3's shape (MLA, 3 dense blocks, 256 experts and a shared one, MTP, FP8; its 61 blocks "
+              "in the balanced flexible pipeline layouts) on 1,024 H100s (s)",
               ["--layers", "61", "--hidden", "7168", "--heads", "128", "--ffn", "18432", "--swiglu", "--vocab",
                "129280", "--seq", "4096", "--q-lora-rank", "1536", "--kv-lora-rank", "512", "--qk-head-dim", "128",
                "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128", "--moe-experts", "256", "--moe-top-k", "8",
                "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size", "2048", "--moe-layer-freq",
                "([0]*3+[1]*58)", "--mtp-num-layers", "1", "--gpus", "1024", "--gpu", "h100", "--framework", "megatron",
                "--global-batch", "8192", "--precision", "fp8", "--flash-attention", "--expert-tp", "1", "--json"],
-              lambda out: '"kv_lora_rank": 512' in out),
+              lambda out: '"kv_lora_rank": 512' in out and '"last_stage_layers": 0' in out),
         # 1,344 divisors: every tp·pp·dp split is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
         timed("search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; hostile, s)",
               ["--gpus", "735134400", "--global-batch", "735134400", "--json"]),
