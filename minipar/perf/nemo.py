@@ -49,10 +49,14 @@ Sources (read in the repositories, commit named):
   with Qwen3's heads (:func:`~minipar.perf.flops.megatron_flops_per_token`; a test checks all five). The shape: Qwen3
   30B-A3B's Hugging Face config (48 layers, h 2,048, 32 query heads of 128 on it: ``kv_channels``; 4 kv heads, 128
   experts of FFN 768, top-8, V 151,936, untied, rotary), whose model card's 30.5B / 3.3B parameters it reproduces. The
-  recipes (FP8 current scaling, forced load balancing; 26.02 and 26.02.01: ``scripts/performance/configs/qwen/`` at tags
-  v0.3.0 and v0.3.1, DeepEP's flex dispatcher, ``moe_a2a_overlap=True``; 26.04 to 26.06: v0.4.0, v0.5.0 and
-  ``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py`` at 067f987, HybridEP's flex dispatcher,
-  ``moe_a2a_overlap=False``): ``Layout.dispatcher`` "flex" and "ep" in ``Layout.overlap`` as given (:data:`FLEX`).
+  recipes (FP8 current scaling, forced load balancing; 26.02: ``scripts/performance/configs/qwen/`` at tag v0.3.0, PP 2
+  · VP 12 · EP 8, DeepEP's flex dispatcher, ``moe_a2a_overlap=True``; 26.02.01: v0.3.1, whose H100 recipe is already
+  26.04's (commit 5c38201, "qwen x86 flex backend": PP 1 · EP 16, HybridEP, ``moe_a2a_overlap=False``); 26.04 to 26.06:
+  v0.4.0, v0.5.0 and ``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py`` at 067f987, HybridEP's flex
+  dispatcher, ``moe_a2a_overlap=False``): ``Layout.dispatcher`` "flex" and "ep" in ``Layout.overlap`` as given
+  (:data:`FLEX`). 26.02.01's table keeps 26.02's layout while its recipe and its 9,058 tokens/s (26.04's rows:
+  8,826-8,960) are EP 16's: by the Llama 3 8B rule it is modelled as the recipe and labelled ``MISS:provenance`` (read
+  2026-11-29, after its error as the table's layout, -3.9 %, had been seen; as the recipe, -0.9 %).
   **FIT**: the 26.04.01 row (:data:`MOE_HOST_FIT`) chose the host's floor under a MoE block,
   :data:`minipar.perf.moe.MOE_HOST_S`, after the five rows' errors were seen (below); the other four are its test.
 - **TEST: Megatron-Bridge's Qwen3 235B-A22B rows** (the same archive, DGX-H100, FP8, 26.02.01, 26.04, 26.04.01; added
@@ -68,8 +72,8 @@ Sources (read in the repositories, commit named):
   same settings), and Qwen3 30B-A3B in 25.11 (5,275). For that last one the rule of the Llama 3 8B row holds (set
   before): the table (MBS 2, VP 24) and the release's recipe (v0.2.0: MBS 1, VP 12, GBS 512, NCCL's ``alltoall``
   dispatcher, ``moe_a2a_overlap=True``) disagree, so it is modelled as the recipe and labelled ``MISS:provenance``.
-  Their errors: -5.0 % and -2.5 % (235B); the 30B row +65 %, as 26.02's on the same layout (``MISS:release``, below):
-  two releases, not one, ran PP 2 · EP 8 at about 5,200 tokens/s/GPU where 26.02.01 ran it at 9,058.
+  Their errors: -5.0 % and -2.5 % (235B); the 30B row +65 %, as 26.02's on the same layout (``MISS:seen``, below):
+  both releases that ran PP 2 · VP 12 · EP 8 ran it at about 5,200 tokens/s/GPU.
 - **TEST: GPT-OSS 120B** (the archive's DGX-H100 rows, BF16, 64 GPUs, 26.02 to 26.04.01: GBS 1,280, MBS 1, TP 1, PP 4,
   EP 8; 5,993, 5,984, 5,810, 5,824 tokens/s/GPU), modelled once sliding-window attention was (2026-11-29). The recipe
   (``GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2`` at v0.3.0-v0.4.2): expert TP 1, ``recompute_modules=["layernorm",
@@ -119,16 +123,20 @@ NVIDIA/nccl-tests#290; DeepEP's README, 43-45 GB/s across the NIC) agree with th
 rate did not explain it. Megatron-MoE-ModelZoo's table of the same model (:mod:`minipar.perf.moe_zoo`, another team,
 bf16, DeepEP) has the same run with and without the overlap: it saves 2.1 s of a 19.7 s step, where the model had 7.4 s
 of all-to-all to hide. The fraction hidden, chosen on that pair (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`, 0.4), puts
-these rows at -9 to -4 %; the label is gone. ``MISS:release``, Qwen3 in 26.02 (+70 %, labelled
-after seen): 26.02.01 runs the same recipe and layout 1.8x faster.
+these rows at -9 to -4 %; the label is gone. Qwen3 30B in 26.02 (+70 %, labelled after seen) was ``MISS:release``
+("26.02.01 runs the same layout 1.8x faster") until 2026-11-29, when 26.02.01's recipe was read: it runs EP 16, not the
+table's PP 2 · VP 12 · EP 8 (above). No run left says PP 2 · VP 12 · EP 8 is faster than ~5,200 tokens/s/GPU; the
+model's ~8,700 misses it, cause unknown (candidates: 24 model chunks of 2 blocks each, 128 micro-batches, the
+overlapped all-to-all's schedule under interleaving): ``MISS:seen``.
 The Qwen3 rows read -41 % (EP 16) and +57 % / +178 % (EP 8) until 2026-11-28, when three things came in, each from a
 source: EP 16's all-to-all moves its intra-node bytes on NVLink while the rest crosses the NIC, and HybridEP / DeepEP
 send a token across the network once per node (:func:`minipar.perf.moe.a2a_seconds`), which left the rows +56 % and
-+109 % optimistic; 26.02.x overlap the all-to-all (their recipes). What was left is one gap, the same on both layouts
-and on a B200: the published throughput hardly moves between EP 16 over two nodes and EP 8 in one (8,826-9,058 tokens/s
-per GPU) nor from an H100 to a B200 at micro-batch 1 (25.11: 9,299), about 9.2 ms per block and micro-batch whatever
-the GPU does: the host's floor (:data:`minipar.perf.moe.MOE_HOST_S`, chosen on 26.04.01): then 26.04, 26.06 and 26.02.01
-+0.9 %, +1.7 % and -3.9 %, the B200 row -1.7 % (``tests/test_plan_moe.py``). Two labels were written AFTER
++109 % optimistic; 26.02 overlaps the all-to-all (its recipe). What was left is one gap, on an H100 and on a B200:
+the published throughput hardly moves between EP 16 over two nodes on H100s (8,826-8,960 tokens/s per GPU) and EP 8
+inside one node of B200s at micro-batch 1 (25.11: 9,299), about 9.2 ms per block and micro-batch whatever the GPU does:
+the host's floor (:data:`minipar.perf.moe.MOE_HOST_S`, chosen on 26.04.01): then 26.04 and 26.06 read +0.9 % and
++1.7 %, the B200 row -1.7 % (``tests/test_plan_moe.py``; 26.02.01, read then as the table's EP 8 at -3.9 %, is EP 16's
+run, above). Two labels were written AFTER
 their errors were seen and are gone. ``MISS:moe``, the Mixtral rows: -20 % bf16 and -13 % FP8 while the model ASSUMED
 expert TP = TP (2), whose EP group of 8 ranks 2 apart spans two nodes, so every all-to-all crossed InfiniBand; the run's
 expert TP is 1 (given), and Megatron-Core then folds the experts' mesh (an EP group is 8 consecutive ranks, one node's
@@ -181,7 +189,7 @@ NEMO = [  # TEST rows (module doc)
     ("MoE-Zoo", "Mixtral-8x22B", 128, (2, 8, 1, 7, 8), 1, 256, None, True, "tflops", 560),
     ("MB 26.06", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8826),
     ("MB 26.04", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8901),
-    ("MB 26.02.01", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 9058),
+    ("MB 26.02.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 9058),  # the recipe's layout
     ("MB 26.02", "Qwen3-30B-A3B", 16, (1, 2, 1, 12, 8), 1, 1024, None, True, "tps", 5113),
     ("MB 26.04.01", "Qwen3-235B-A22B", 256, (2, 8, 1, 4, 32), 1, 8192, None, True, "tps", 1712),
     ("MB 26.04", "Qwen3-235B-A22B", 256, (2, 8, 1, 4, 32), 1, 8192, None, True, "tps", 1686),
@@ -197,13 +205,13 @@ NEMO = [  # TEST rows (module doc)
     ("MB 25.09", "DeepSeek-V3", 1024, (2, 8, 1, 4, 64), 1, 8192, None, True, "tps", 1297),
 ]
 # rows whose table and release recipe disagree (MISS:provenance, module doc): (source, model)
-PROVENANCE = {("MB 25.11", "Qwen3-30B-A3B"), ("MB 25.11", "GPT-OSS-120B")}
+PROVENANCE = {("MB 25.11", "Qwen3-30B-A3B"), ("MB 25.11", "GPT-OSS-120B"), ("MB 26.02.01", "Qwen3-30B-A3B")}
 
 # FIT of the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S), chosen after the Qwen3 rows' errors were seen
 MOE_HOST_FIT = [("MB 26.04.01", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, True, "tps", 8960)]
 # Megatron-Bridge releases whose Qwen3 30B recipes run the flex dispatcher (DeepEP in 26.02.x, HybridEP after): given
 FLEX = ("MB 26.02", "MB 26.02.01", "MB 26.04", "MB 26.04.01", "MB 26.06")
-A2A_OVERLAP = ("MB 25.11", "MB 26.02", "MB 26.02.01")  # ... and whose Qwen3 30B recipes set moe_a2a_overlap=True
+A2A_OVERLAP = ("MB 25.11", "MB 26.02")  # ... and whose Qwen3 30B recipes set moe_a2a_overlap=True
 # What a model's recipe sets in every release, over recipe()'s defaults (module doc): given
 RECIPES = {
     "Qwen3-235B-A22B": {"tp_overlap": False, "a2a_overlap": True, "etp": 1, "flex": False},
@@ -276,15 +284,13 @@ def nemo_layout(row) -> Layout:
 
 def miss_reason(row) -> str | None:
     """Why the model is known to miss a row (module doc), or None: ``"provenance"`` (recomputed layers: the
-    table and the release's recipe disagree), ``"release"`` (Qwen3 in 26.02: 26.02.01's recipe, 1.8x slower; seen),
+    table and the release's recipe disagree), ``"seen"`` (GPT-OSS; Qwen3 30B in 26.02, ``"release"`` until 2026-11-29),
     NeMo's long-sequence rows (:mod:`minipar.perf.nemo_long`) were ``"attn"`` until their kernel was read, the Qwen3
     235B-A22B rows ``"a2a"`` until the overlap's share was chosen on another run (both 2026-11-29, module doc)."""
     *_, recompute_layers, _, _, _ = row
     if recompute_layers or tuple(row[:2]) in PROVENANCE:
         return "provenance"
-    if row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02":
-        return "release"
-    return "seen" if row[1] == "GPT-OSS-120B" else None
+    return "seen" if row[1] == "GPT-OSS-120B" or (row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02") else None
 
 
 def label(row) -> str:

@@ -60,8 +60,8 @@ after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_re
 (:mod:`minipar.perf.megatron_lm`) and three of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
-:mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.nemo` (``MISS:provenance``, ``MISS:release``;
-``MISS:seen``: GPT-OSS 120B, +49 to +53 %) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``: two rows whose launch
+:mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.nemo` (``MISS:provenance``; ``MISS:seen``: GPT-OSS 120B,
++49 to +53 %, Qwen3 30B-A3B in 26.02, +70 %) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``: two rows whose launch
 line differs from the table) and :mod:`minipar.perf.fms` (``MISS:compile``). NeMo's long-sequence rows were
 ``MISS:attn`` until their kernel was read (FlashAttention-2: :mod:`minipar.perf.nemo_long`), the Qwen3 235B-A22B rows
 ``MISS:a2a`` until the share of the all-to-all Megatron-Core's overlap hides was chosen on another team's run
