@@ -11,15 +11,17 @@ counted as a block, first/last shown in the layout: :func:`minipar.perf.layout_c
 with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line per reason the others were
 rejected; or, given ``--tp --pp --dp`` (and optionally ``--cp --cp-allgather --v --micro-batch --zero --recompute --sp
 --flash-attention --first-stage-layers --last-stage-layers --recompute-layers --recompute-modules --hsdp --hpz
---stage-split --ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers N``: N blocks per model chunk
-recomputed; ``--recompute-modules layernorm,moe``: Megatron-Core's selective modules,
+--stage-split --pipeline-model-parallel-layout --ddp-bucket-mb``), evaluates exactly that layout (``--recompute-layers
+N``: N blocks per model chunk recomputed; ``--recompute-modules layernorm,moe``: Megatron-Core's selective modules,
 :mod:`minipar.perf.recompute_modules`; ``--hsdp N``: ZeRO sharded over N dp ranks, replicated across; ``--hpz N``:
-ZeRO-3's backward all-gather over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each stage with v = 1,
-as the run split them; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its latency;
-:mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks' GEMMs at the
-FP8 peak, :func:`minipar.perf.block_time.gemm_rate`; each is in ``--json`` when given). ``--first/last-stage-layers``:
-the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v > 1 (Llama 3's 126 layers:
-``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``; :meth:`minipar.perf.layout.Layout.chunk_layers`);
+ZeRO-3's backward all-gather over N ranks, ZeRO++'s hpZ; ``--stage-split 9,9,8,6``: the blocks of each model chunk (v =
+1: stage) as the run split them, or Megatron-Core's string, ``--pipeline-model-parallel-layout "Et|(tt|)*30mL"``,
+:mod:`minipar.perf.pp_layout`; ``--ddp-bucket-mb 25``: ZeRO 0/1's reduction in PyTorch DDP's buckets, each paying its
+latency; :mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--precision fp8``, search too: the blocks'
+GEMMs at the FP8 peak, :func:`minipar.perf.block_time.gemm_rate`; each is in ``--json`` when given).
+``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
+> 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
+:meth:`minipar.perf.layout.Layout.chunk_layers`);
 ``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
 its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
 parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's); ``--window-size W --window-attn-skip-freq

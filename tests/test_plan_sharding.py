@@ -124,10 +124,16 @@ CASES = [
     (["--moe-experts", "8", "--hsdp", "2"], "--hsdp 2 modifies a fixed layout (the search does not try it)"),
     ([*LLAMA70B, *FIXED, "--fsdp2"], "--fsdp2 with --zero 1: FSDP2's fully_shard is ZeRO-3"),
     ([*LLAMA70B, *FIXED, "--stage-split", "10,10,x"], "--stage-split 10,10,x: give the blocks of each pipeline stage"),
-    ([*LLAMA70B, *FIXED, "--stage-split", "10,10"], "--stage-split has 2 counts for --pp 8: give one per stage"),
+    (
+        [*LLAMA70B, *FIXED, "--stage-split", "10,10"],
+        "--stage-split has 2 counts for --pp 8 · --v 1: give one per model chunk",
+    ),
     ([*LLAMA70B, *FIXED, "--stage-split", "11,9,10,10,10,10,10,11"], "stage_split=11,9,10,10,10,10,10,11 holds 81"),
-    ([*LLAMA70B, *FIXED, "--stage-split", "10,10,10,10,10,10,10,10", "--v", "2"], "stage_split=10,10,10,10,10,10,10"),
-    (["--model", "70b", "--stage-split", "40,40"], "--stage-split 40,40 splits a fixed dense layout's stages"),
+    (
+        [*LLAMA70B, *FIXED, "--stage-split", "10,10,10,10,10,10,10,10", "--v", "2"],
+        "--stage-split has 8 counts for --pp 8 · --v 2",
+    ),
+    (["--model", "70b", "--stage-split", "40,40"], "--stage-split 40,40 splits a fixed layout's model chunks"),
     ([*LLAMA70B, *FIXED, "--ddp-bucket-mb", "0"], "--ddp-bucket-mb 0: a finite number of MiB > 0"),
     ([*LLAMA8B, *FSDP64, "--ddp-bucket-mb", "25"], "--ddp-bucket-mb 25 with --zero 3: DDP's buckets are ZeRO 0/1's"),
     (["--model", "70b", "--ddp-bucket-mb", "25"], "--ddp-bucket-mb 25 modifies a fixed dense layout"),
@@ -153,7 +159,7 @@ def test_the_library_refuses_the_same():
         estimate(model, dev, Layout(16, 8, 1, hsdp=4), 256)
     with pytest.raises(ConfigError, match="needs recompute='full'"):
         estimate(model, dev, Layout(16, 8, 1, recompute="selective", recompute_layers=2), 256)
-    for split, message in (((40, 41), "holds 81 blocks"), ((40,), "give pp=2 block counts"), ((80, -0), None)):
+    for split, message in (((40, 41), "holds 81 blocks"), ((40,), "give pp·v=2 block counts"), ((80, -0), None)):
         if message is None:
             assert estimate(model, dev, Layout(16, 8, 2, stage_split=split), 256).fits is not None  # a stage of none
             continue

@@ -43,8 +43,9 @@ class Layout:
     sharding, ZeRO's state sharded over a group of H dp ranks (× cp), replicated over dp/H groups (:attr:`shard`;
     :mod:`minipar.perf.sharding`); ``hpz`` N: ZeRO-3 resharded after the forward to groups of N dp ranks (× cp), so the
     backward gathers inside one (ZeRO++'s hpZ, Wang et al. 2023, arXiv:2306.10209; FSDP2's ``reshard_after_forward=N``;
-    :func:`~minipar.perf.sharding.secondary_gather`); ``stage_split``: the blocks of each pipeline stage 0 .. pp−1 as
-    the run split them (v = 1; :meth:`chunk_layers`); ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
+    :func:`~minipar.perf.sharding.secondary_gather`); ``stage_split``: the blocks of each model chunk 0 .. pp·v−1 (with
+    v = 1 each pipeline stage) as the run split them (:meth:`chunk_layers`; :mod:`minipar.perf.pp_layout`);
+    ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
     many MiB of 16-bit gradients, each its own collective, as PyTorch DDP's ``bucket_cap_mb`` (default 25; None:
     Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`); ``fp8``: the blocks' weight GEMMs in FP8
     (:func:`minipar.perf.block_time.gemm_rate`); ``ep``: expert parallelism for a model with experts, borrowed from dp
@@ -133,15 +134,16 @@ class Layout:
         logit layer and the loss), as Llama 3 removes one block from each (Grattafiori et al. 2024, arXiv:2407.21783,
         §3.3.2); 0 is allowed (a chunk with only the embedding or the loss). The other chunks share the rest evenly.
         (Megatron-LM under v > 1 spreads its first/last count over all v chunks of rank 0 / pp−1 instead, each count
-        divisible by v; that layout is not expressible here.) ``stage_split``: stage r holds ``stage_split[r]`` blocks
-        (v = 1), a split the run chose, as nanotron's cost-balanced one (``nanotron/models/base.py``: blocks placed in
-        order, a stage closed once its cumulative cost passes its share, the logit layer weighing V·h), Megatron-Core's
-        ``--pipeline-model-parallel-layout`` or DeepSpeed's ``partition_method``; a stage may hold none.
+        divisible by v; that layout is not expressible here.) ``stage_split``: model chunk k holds ``stage_split[k]``
+        blocks (v = 1: stage k), a split the run chose, as nanotron's cost-balanced one (``nanotron/models/base.py``:
+        blocks placed in order, a stage closed once its cumulative cost passes its share, the logit layer weighing V·h),
+        Megatron-Core's ``--pipeline-model-parallel-layout`` (:func:`minipar.perf.pp_layout.parse_layout`) or
+        DeepSpeed's ``partition_method``; a chunk may hold none.
 
         Raises:
             ConfigError: a negative count, first/last with pp·v = 1, or counts that leave the other chunks an uneven
-                share or none; a ``stage_split`` that is not pp counts >= 0 summing to ``layers`` with v = 1, or given
-                with first/last.
+                share or none; a ``stage_split`` that is not pp·v counts >= 0 summing to ``layers``, or given with
+                first/last.
         """
         S, first, last = self.pp * self.v, self.first_stage_layers, self.last_stage_layers
         if self.stage_split is not None:
@@ -165,14 +167,14 @@ class Layout:
         return out
 
     def _split(self, layers: int) -> list[int]:
-        """``stage_split`` checked: v = 1, one count >= 0 per stage, summing to ``layers``, without first/last."""
-        split, text = self.stage_split, ",".join(map(str, self.stage_split))
-        if not all(isinstance(n, int) and n >= 0 for n in split) or len(split) != self.pp:
-            raise ConfigError(f"stage_split={text}: give pp={self.pp} block counts, integers >= 0, one per stage")
+        """``stage_split`` checked: one count >= 0 per model chunk (pp·v), summing to ``layers``, without first/last."""
+        split, text, S = self.stage_split, ",".join(map(str, self.stage_split)), self.pp * self.v
+        if not all(isinstance(n, int) and n >= 0 for n in split) or len(split) != S:
+            raise ConfigError(
+                f"stage_split={text}: give pp·v={S} block counts, integers >= 0, one per model chunk (v=1: per stage)"
+            )
         if sum(split) != layers:
             raise ConfigError(f"stage_split={text} holds {sum(split)} blocks, not the model's {layers}: make them sum")
-        if self.v != 1:
-            raise ConfigError(f"stage_split={text} with v={self.v}: a split of whole stages needs v=1")
         if self.first_stage_layers is not None or self.last_stage_layers is not None:
             raise ConfigError("stage_split with first/last_stage_layers: give the whole split, or only first/last")
         return list(split)
@@ -194,7 +196,7 @@ class Layout:
         s += f"·v{self.v}" if self.v > 1 else ""
         s += f"·first{self.first_stage_layers}" if self.first_stage_layers is not None else ""
         s += f"·last{self.last_stage_layers}" if self.last_stage_layers is not None else ""
-        s += f"·split{'/'.join(map(str, self.stage_split))}" if self.stage_split is not None else ""
+        s += f"·split{_runs(self.stage_split)}" if self.stage_split is not None else ""
         s += f"·zero{self.zero}" if self.zero else ""
         s += f"·hsdp{self.hsdp}" if self.hsdp is not None else ""
         s += f"·hpz{self.hpz}" if self.hpz is not None else ""
@@ -224,6 +226,15 @@ class Estimate:
     tflops_per_gpu: float  # executed FLOPs (with recomputation) per second per device, / 1e12 (Narayanan's metric)
     mfu: float  # model FLOPs (no recomputation) / (time · devices · peak) (MegaScale's, PaLM's metric)
     tp_across_nodes: bool = False
+
+
+def _runs(split: tuple) -> str:
+    """A split as ``1/2×30/0``: counts by "/", three or more equal ones in a row as count×run."""
+    out = []
+    for n, group in itertools.groupby(split):
+        k = len(list(group))
+        out += [f"{n}×{k}"] if k >= 3 else [str(n)] * k
+    return "/".join(out)
 
 
 @functools.lru_cache(maxsize=1024)

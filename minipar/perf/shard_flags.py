@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 
 from minipar.errors import ConfigError
+from minipar.perf.pp_layout import parse_layout
 from minipar.runtime.mesh import divisors
 
 # Layout fields of these names, in --json when given
 SHARD_FLAGS = ("recompute_layers", "recompute_modules", "hsdp", "hpz", "stage_split", "bucket_mb")
+# Megatron-Core's layout string: parsed into stage_split and v here (minipar.perf.pp_layout), not a Layout field
 
 
 def add_shard_flags(p) -> None:
@@ -56,8 +58,15 @@ def add_shard_flags(p) -> None:
     p.add_argument(
         "--stage-split",
         default=None,
-        help="the blocks of each pipeline stage, comma-separated (v 1; nanotron's cost-balanced split, Megatron-Core's "
-        "--pipeline-model-parallel-layout): 9,9,8,6 for 32 layers on --pp 4",
+        help="the blocks of each model chunk (with --v 1: each pipeline stage), comma-separated (nanotron's "
+        "cost-balanced split): 9,9,8,6 for 32 layers on --pp 4",
+    )
+    p.add_argument(
+        "--pipeline-model-parallel-layout",
+        dest="pp_layout",
+        default=None,
+        help="Megatron-Core's layout string: model chunks split by |, E embedding, t block, m MTP block, L loss, (…)*n "
+        'repeats; sets --v and the blocks of each chunk (DeepSeek-V3 on --pp 8: "Et|(tt|)*30mL")',
     )
 
 
@@ -116,12 +125,25 @@ def check_shard_flags(a: argparse.Namespace, fixed: list) -> None:
             raise ConfigError(f"--recompute-modules {mods} is selective recomputation: use --recompute selective, not "
                               f"--recompute {a.recompute}")  # fmt: skip
     text, a.stage_split = a.stage_split, stage_split(a.stage_split)
-    if a.stage_split is not None and (not fixed or a.moe_experts is not None):
-        raise ConfigError(f"--stage-split {text} splits a fixed dense layout's stages: add --tp --pp --dp")
+    if a.pp_layout is not None:  # Megatron-Core's string: v and the blocks of each chunk (minipar.perf.pp_layout)
+        if not fixed:
+            raise ConfigError(f"--pipeline-model-parallel-layout {a.pp_layout} places a fixed layout's blocks: add "
+                              "--tp --pp --dp")  # fmt: skip
+        if a.stage_split is not None:
+            raise ConfigError("--pipeline-model-parallel-layout with --stage-split: give one of them")
+        v, a.stage_split = parse_layout(a.pp_layout, a.pp, None, a.mtp_num_layers or 0)
+        if a.v not in (None, v):
+            raise ConfigError(f"--pipeline-model-parallel-layout holds {v * a.pp} chunks, v = {v} on --pp {a.pp}, not "
+                              f"--v {a.v}: drop --v or match it")  # fmt: skip
+        a.v, text = v, a.pp_layout
+    if a.stage_split is not None and not fixed:
+        raise ConfigError(f"--stage-split {text} splits a fixed layout's model chunks: add --tp --pp --dp")
     if a.stage_split is not None and (a.first_stage_layers is not None or a.last_stage_layers is not None):
-        raise ConfigError("--stage-split with --first/last-stage-layers: give the whole split, or only first/last")
-    if a.stage_split is not None and len(a.stage_split) != a.pp:
-        raise ConfigError(f"--stage-split has {len(a.stage_split)} counts for --pp {a.pp}: give one per stage")
+        name = "--pipeline-model-parallel-layout" if a.pp_layout is not None else "--stage-split"
+        raise ConfigError(f"{name} with --first/last-stage-layers: give the whole split, or only first/last")
+    if a.stage_split is not None and len(a.stage_split) != a.pp * (a.v or 1):
+        raise ConfigError(f"--stage-split has {len(a.stage_split)} counts for --pp {a.pp} · --v {a.v or 1}: give one "
+                          "per model chunk")  # fmt: skip
     for flag, v in (("--recompute-layers", a.recompute_layers), ("--hsdp", a.hsdp), ("--hpz", a.hpz)):
         if v is not None and v < 1:
             raise ConfigError(f"{flag} {v}: must be an integer >= 1")
