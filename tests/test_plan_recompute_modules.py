@@ -179,6 +179,8 @@ def test_mla_up_proj_mlp_and_shared_experts_by_hand():
     sec = gemms_time(MEG, block_gemms(dense, s, t)[-2:], False) + 3 * s * 8192 / t * 2 / MEG.hbm_bw
     assert extra_seconds(dense, MEG, lay, s) == (pytest.approx(sec, rel=1e-12), 0, 1)
     assert extra_seconds(dense, MEG, replace(lay, tp=1, seq_parallel=False), s)[2] == 0  # no TP collective at tp 1
+    assert extra_seconds(moe, MEG, replace(LAY, recompute_modules=("moe",)), s)[1:] == (2, 1)  # the shared MLP's too
+    assert extra_seconds(MOE, MEG, replace(LAY, recompute_modules=("moe",)), s)[1:] == (2, 0)  # no shared expert
     up = sum(n * k for _, n, k in mla_up_gemms(MLA, 1, 1))
     rows = 2 * 64 * 4096
     flops = extra_flops(MLA, 64, replace(LAY, recompute_modules=("mla_up_proj", "mlp", "shared_experts")))

@@ -129,9 +129,10 @@ def _mlp_recomputed(model: ModelShape, mods) -> int:
 def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tuple[float, int, int]:
     """(seconds one block's backward spends re-running ``layernorm``, ``moe_act``, ``moe``, ``mla_up_proj``, ``mlp`` and
     ``shared_experts`` for one micro-batch of ``tokens`` = b·s rows; the all-to-alls it runs again: 2 with ``moe``, else
-    0; the MLP TP collectives it runs again, each one b·s·h all-reduce's worth: 1 for ``mlp`` or ``shared_experts``
-    at tp > 1, else 0). Norms, RoPE's copies and activations at HBM bandwidth (a read and a write per value, the gated
-    activation reading two); GEMMs at their shapes (:func:`~minipar.perf.gemm.gemms_time`)."""
+    0; the MLP TP collectives it runs again, each one b·s·h all-reduce's worth: 1 for ``mlp``, ``shared_experts`` or
+    ``moe`` with a shared expert at tp > 1, else 0). Norms, RoPE's copies and activations at HBM bandwidth (a read and a
+    write per value, the gated activation reading two); GEMMs at their shapes
+    (:func:`~minipar.perf.gemm.gemms_time`)."""
     mods, t, sp, bpv, fp8 = modules(layout), layout.tp, layout.seq_parallel, dev.bytes_per_value, layout.fp8
     hbm = dev.hbm_bw or float("inf")
     sec, a2a, tp_runs = 0.0, 0, 0
@@ -152,7 +153,7 @@ def extra_seconds(model: ModelShape, dev, layout: Layout, tokens: float) -> tupl
             dense, expert = moe_gemm_shapes(model, tokens, t, layout.ep, sp, layout.etp)
             local, outside = model.experts // layout.ep, dense[len(attention_gemms(model, tokens, t, sp)) :]
             sec += gemms_time(dev, outside, fp8) + local * gemms_time(dev, expert, fp8)
-            a2a = 2
+            a2a, tp_runs = 2, (1 if t > 1 and model.shared_ffn else 0)  # the shared MLP's all-reduce again too
     return sec, a2a, tp_runs
 
 
