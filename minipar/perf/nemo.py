@@ -93,7 +93,8 @@ Sources (read in the repositories, commit named):
   EP 64, FP8 with DeepSeek's blockwise scaling (the table's note), 1,297 tokens/s/GPU; added 2026-11-29 once the model
   had MLA, the dense first blocks, the shared expert and MTP). Its recipe, read in v0.1.0rc4's
   ``scripts/performance/run_script.py`` and ``deepseek_v3.py`` (given): the pipeline layout ``Et|(tt|)*30mL`` (the
-  first model chunk the embedding and 1 block, 30 chunks of 2, the last MTP and the loss: ``ends`` (1, 0)), one MTP
+  first model chunk the embedding and 1 block, 30 chunks of 2, the last MTP and the loss: ``RECIPES``' ``layout``,
+  read by :func:`minipar.perf.pp_layout.parse_layout` as ``--pipeline-model-parallel-layout`` reads it), one MTP
   layer, DeepEP (``"flex"``) with forced balancing, ``overlap_moe_expert_parallel_comm`` (``"ep"``), no
   ``overlap_grad_reduce`` (the whole DP reduction exposed, ASSUMED for its parameter all-gather too), no TP overlap,
   expert TP 1, gradients reduced in bf16, ``recompute_modules=["mla_up_proj", "mlp"]``
@@ -150,6 +151,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from minipar.errors import ConfigError
 from minipar.perf.flops import megatron_flops_per_token
 from minipar.perf.hardware import GPUS, Device, for_framework, with_fused_loss
 from minipar.perf.layout import Estimate, Layout
@@ -157,6 +159,7 @@ from minipar.perf.layout_checks import edge_splits
 from minipar.perf.model import estimate
 from minipar.perf.moe import training_flops
 from minipar.perf.nemo_shapes import SHAPES
+from minipar.perf.pp_layout import parse_layout
 from minipar.perf.shape import ModelShape
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);
@@ -223,7 +226,7 @@ RECIPES = {
         "etp": 1,
         "flex": True,
         "dp_overlap": False,
-        "ends": (1, 0),
+        "layout": "Et|(tt|)*30mL",
         "modules": ("mla_up_proj", "mlp"),
     },  # fmt: skip
 }
@@ -240,11 +243,12 @@ def recipe(src: str, name: str) -> dict:
     """What a row's run set beyond its table (module doc): ``tp_overlap`` (``tp_comm_overlap``: given for
     Megatron-Bridge, ASSUMED for NeMo, not in MoE-Zoo's launch), ``a2a_overlap`` (``moe_a2a_overlap``), ``etp`` (expert
     TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules),
-    ``dp_overlap`` (``overlap_grad_reduce``), ``ends`` (the first and last model chunks' blocks, a pipeline layout's;
-    None: Megatron-Core's split); by release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
+    ``dp_overlap`` (``overlap_grad_reduce``), ``layout`` (Megatron-Core's ``pipeline_model_parallel_layout`` string,
+    :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's split); by release (:data:`FLEX`,
+    :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
-    return {**release, "modules": None, "dp_overlap": True, "ends": None, **RECIPES.get(name, {})}
+    return {**release, "modules": None, "dp_overlap": True, "layout": None, **RECIPES.get(name, {})}
 
 
 def nemo_layout(row) -> Layout:
@@ -257,7 +261,10 @@ def nemo_layout(row) -> Layout:
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
-    (first, last), *_ = [r["ends"]] if r["ends"] else edge_splits(shape(name).layers, pp, v, "megatron")
+    (first, last), *_ = [(None, None)] if r["layout"] else edge_splits(shape(name).layers, pp, v, "megatron")
+    split = parse_layout(r["layout"], pp, shape(name).layers, shape(name).mtp_num_layers) if r["layout"] else None
+    if split and split[0] != v:
+        raise ConfigError(f"{name}: the recipe's layout {r['layout']} is v={split[0]}, the table's v={v}")
     return Layout(
         dp=n // (tp * pp * cp),
         tp=tp,
@@ -279,6 +286,7 @@ def nemo_layout(row) -> Layout:
         cp=cp,
         first_stage_layers=first,
         last_stage_layers=last,
+        stage_split=split[1] if split else None,
     )
 
 
