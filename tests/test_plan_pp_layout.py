@@ -42,6 +42,7 @@ def test_megatron_cores_grammar():
         ("Ettt|(tt|)*29,m|L", 32, 61, 1, "the MTP blocks (m) after the last t, on the last chunk"),
         ("Et|mtL", 2, 2, 1, "the MTP blocks (m) after the last t"),
         ("E(t|)*999999999L", 2, 2, 0, "expands past 100,000 letters"),
+        ("E" + "(tttttttttt)*9999" * 20000 + "L", 2, 2, 0, "expands past 100,000 letters"),  # many groups, each short
         ("E((t|)*2)*3L", 2, 2, 0, "a group is not (…)*n"),
         ("", 1, 1, 0, "use E, t, m, L"),
     ],

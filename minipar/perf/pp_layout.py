@@ -24,9 +24,12 @@ def _expand(text: str, flag: str) -> str:
     """``text`` with ``(…)*n`` and ``x*n`` unrolled (Megatron-Core's order: groups first), refusing an expansion
     beyond :data:`MAX_CHARS` before building it."""
 
+    built = [len(text)]  # letters built so far, the unexpanded text counted once: the bound holds across groups
+
     def unroll(match: re.Match) -> str:
         body, n = match.group(1), int(match.group(2))
-        if len(body) * n > MAX_CHARS:
+        built[0] += len(body) * n
+        if built[0] > MAX_CHARS:
             raise ConfigError(f"{flag} {text[:60]}: ({body[:20]})*{n} expands past {MAX_CHARS:,} letters; shorten it")
         return body * n
 
