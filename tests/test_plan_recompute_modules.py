@@ -219,3 +219,23 @@ def test_the_search_tries_deepseeks_modules_with_mla():
     mla = [("selective", None), *(("selective", m) for m in MOE_MODULE_SETS), ("selective", ("mla_up_proj", "mlp"))]
     assert recompute_choices(MLA, MEG, ("selective",)) == mla
     assert recompute_choices(replace(MLA, dense_layers=0), MEG, ("selective",))[-1] == ("selective", ("mla_up_proj",))
+
+
+def test_lesson_08_quotes_the_deepseek_recipes_modules_as_modelled():
+    """Lesson 08's sentence on DeepSeek-V3's recomputed modules (``mla_up_proj mlp``) quotes the model: the test row's
+    memory with them, the same layout's without, and the step time they add."""
+    from pathlib import Path
+
+    from minipar.perf.hardware import with_fused_loss
+    from minipar.perf.nemo import NEMO, nemo_layout, shape
+
+    row = next(r for r in NEMO if r[1] == "DeepSeek-V3")
+    model, given = shape(row[1]), nemo_layout(row)
+    dev = with_fused_loss(for_framework(GPUS["h100"], "megatron"))
+    with_mods = estimate(model, dev, given, row[5])
+    without = estimate(model, dev, replace(given, recompute="none", recompute_modules=None), row[5])
+    text = Path(__file__).resolve().parents[1].joinpath("lessons", "08_memory.ipynb").read_text(encoding="utf-8")
+    more = with_mods.time["total"] / without.time["total"] - 1
+    quoted = f"{with_mods.mem['total'] / 2**30:.1f} GiB", f"{without.mem['total'] / 2**30:.1f} GiB", f"{more:.1%}"
+    assert quoted == ("54.5 GiB", "71.6 GiB", "1.5%")
+    assert all(q.replace("%", " %") in text or q in text for q in quoted)
