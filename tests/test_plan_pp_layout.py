@@ -80,3 +80,21 @@ def test_contradictions_are_one_line(extra, message, capsys):
     assert message in err and err.count("\n") == 1, err
     assert main(["--model", "70b", "--pipeline-model-parallel-layout", "E|t*80|L"]) == 2
     assert "places a fixed layout's blocks: add --tp --pp --dp" in capsys.readouterr().err
+
+
+def test_every_flexible_split_is_a_valid_balanced_layout():
+    """For every layers 1-130, pp·v 3-64 and 0-2 MTP blocks: each split flexible_splits offers is a valid Layout whose
+    middle chunks hold the same count, whose edge chunks (the last with its MTP blocks) hold no more, and which is not
+    the even split; where pp·v divides the layers and there is no MTP block, it offers none."""
+    from minipar.perf.layout_checks import flexible_splits
+
+    for layers in range(1, 131):
+        for S in range(3, 65):
+            for mtp in (0, 1, 2):
+                for first, last in flexible_splits(layers, S, 1, "megatron", mtp):
+                    chunks = Layout(1, 1, S, first_stage_layers=first, last_stage_layers=last).chunk_layers(layers)
+                    per = chunks[1]
+                    assert sum(chunks) == layers and set(chunks[1:-1]) == {per}, (layers, S, mtp)
+                    assert first <= per and last + mtp <= per and (first, last) != (per, per)
+                if layers % S == 0 and not mtp:
+                    assert flexible_splits(layers, S, 1, "megatron", mtp) == []
