@@ -214,7 +214,7 @@ def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", 
     if counts == "megatron":
         layers = stage_layers or [model.layers // pp] * pp
         out = [n * model.layer_params / tp for n in layers]
-        out[-1] += V * h / tp + model.mtp_num_layers * (model.layer_params + 2 * h * h + 2 * h) / tp  # output, MTP
+        out[-1] += V * h / tp + model.mtp_num_layers * (model.layer_params + model.mtp_projection_params) / tp  # MTP
         if pp > 1 or not model.tied_embeddings:
             out[0] += V * h / tp  # the word embedding
         out[0] += model.seq * h if model.learned_positions else 0
@@ -291,7 +291,7 @@ def moe_params(model: ModelShape, experts: int, top_k: int) -> tuple[float, floa
             total + n * (view.layer_params + beyond(experts)),
             active + n * (view.layer_params + beyond(top_k)),
         )
-    proj = model.mtp_num_layers * (2 * model.hidden**2 + 2 * model.hidden)  # MTP's 2h → h projections and norms
+    proj = model.mtp_num_layers * model.mtp_projection_params  # MTP's 2h → h projections and norms
     return total + proj, active + proj
 
 

@@ -128,16 +128,13 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     rc = layout.recomputed_layers(model.layers)
     if len(kinds) == 1 and layout.recompute_layers is None:  # every block alike: held blocks × one block's bytes
         held, per_layer = held_layers(p, m, v, layout.schedule, chunks), per[0]
-    elif layout.recompute_layers is None:  # per chunk, in bytes: each kind's blocks at that kind's bytes
-        weights = [sum(n * pb for n, pb in zip(ns, per)) for ns in zip(*(counts or chunks for _, counts in kinds))]
-        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0  # held is in bytes now
     else:  # per chunk, in bytes: each kind's blocks (recomputed ones keep their input, the others all), first first
         weights, before = [0.0] * len(chunks), [0] * len(chunks)
         for (_, counts), pb, nb in zip(kinds, per, none):
             for k, n in enumerate(counts or chunks):
-                r = max(0, min(n, rc[k] - before[k]))
+                r = max(0, min(n, rc[k] - before[k])) if layout.recompute_layers is not None else n
                 weights[k], before[k] = weights[k] + r * pb + (n - r) * nb, before[k] + n
-        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0
+        held, per_layer = held_layers(p, m, v, layout.schedule, tuple(weights)), 1.0  # held is in bytes now
     freed = max(freed)  # the block whose modules are being recomputed: the largest kind's, ASSUMED on every rank
     zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None

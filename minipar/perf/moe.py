@@ -77,7 +77,7 @@ from minipar.perf.flops import (
     stage_params,
 )
 from minipar.perf.gemm import attention_gemms, block_gemms, gemms_time
-from minipar.perf.layout import Layout, _chunk_kinds
+from minipar.perf.layout import Layout
 from minipar.perf.placement import across_nodes, members_per_node
 from minipar.perf.shape import ModelShape
 
@@ -113,21 +113,21 @@ def moe_stage_params(model: ModelShape, layout: Layout, stage_layers=None) -> li
     :func:`~minipar.perf.flops.stage_params` less its MLPs, plus a router (E·h, replicated over tp, ASSUMED) and the
     shared experts' MLP ÷ tp per block with experts; and those blocks' E/ep experts (of ``moe_ffn``) ÷ the experts' TP
     degree (:attr:`~minipar.perf.layout.Layout.expert_tp`). The first ``dense_layers`` blocks keep their MLP."""
-    layers = tuple(stage_layers or [model.layers // layout.pp] * layout.pp)
-    chunks = tuple(layout.chunk_layers(model.layers))
-    return list(_moe_stage_params(model, layout.tp, layout.expert_tp, layout.ep, layout.pp, layers, chunks))
+    p = layout.pp
+    moe = [0] * p  # blocks with experts per rank, the MTP blocks among them (Layout.chunk_kinds, chunk k on rank k % p)
+    for view, counts in layout.chunk_kinds(model):
+        for k, n in enumerate(counts):
+            moe[k % p] += n if view.experts else 0
+    layers = tuple(stage_layers or [model.layers // p] * p)
+    return list(_moe_stage_params(model, layout.tp, layout.expert_tp, layout.ep, layers, tuple(moe)))
 
 
 @functools.lru_cache(maxsize=1024)
-def _moe_stage_params(model: ModelShape, t: int, e: int, ep: int, p: int, layers: tuple, chunks: tuple) -> tuple:
-    """:func:`moe_stage_params` at tp ``t``, expert TP ``e``, ``ep``, ``p`` stages of ``layers`` blocks (model chunks of
-    ``chunks``), kept: a search asks it for every layout."""
+def _moe_stage_params(model: ModelShape, t: int, e: int, ep: int, layers: tuple, moe: tuple) -> tuple:
+    """:func:`moe_stage_params` at tp ``t``, expert TP ``e``, ``ep``, for stages of ``layers`` blocks, ``moe`` of them
+    with experts, kept: a search asks it for every layout."""
     E = model.experts
-    base = stage_params(model, p, t, "megatron", list(layers))
-    moe = [0] * p  # blocks with experts per rank, the MTP blocks among them (Layout.chunk_kinds, chunk k on rank k % p)
-    for view, counts in _chunk_kinds(model, chunks):
-        for k, n in enumerate(counts):
-            moe[k % p] += n if view.experts else 0
+    base = stage_params(model, len(layers), t, "megatron", list(layers))
     mlp, shared = mlp_params(model), mlp_params(model, model.shared_ffn) if model.shared_ffn else 0
     per_block = E * model.hidden + (shared - mlp) / t  # the dense MLP (ffn) out; the router and the shared MLP in
     expert = expert_params(model.block_kinds()[-1][0])  # at moe_ffn

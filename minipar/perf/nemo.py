@@ -261,10 +261,13 @@ def nemo_layout(row) -> Layout:
     # 405B's 126 blocks on 64 chunks: the embedding and the loss count as a block each (given: the recipe's
     # account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split), so the first and last
     # model chunks hold one block fewer
-    (first, last), *_ = [(None, None)] if r["layout"] else edge_splits(shape(name).layers, pp, v, "megatron")
-    split = parse_layout(r["layout"], pp, shape(name).layers, shape(name).mtp_num_layers) if r["layout"] else None
-    if split and split[0] != v:
-        raise ConfigError(f"{name}: the recipe's layout {r['layout']} is v={split[0]}, the table's v={v}")
+    model, split, (first, last) = shape(name), None, (None, None)
+    if r["layout"]:  # the recipe's own pipeline_model_parallel_layout string: every chunk's blocks
+        v_layout, split = parse_layout(r["layout"], pp, model.layers, model.mtp_num_layers)
+        if v_layout != v:
+            raise ConfigError(f"{name}: the recipe's layout {r['layout']} is v={v_layout}, the table's v={v}")
+    else:
+        (first, last), *_ = edge_splits(model.layers, pp, v, "megatron")
     return Layout(
         dp=n // (tp * pp * cp),
         tp=tp,
@@ -286,7 +289,7 @@ def nemo_layout(row) -> Layout:
         cp=cp,
         first_stage_layers=first,
         last_stage_layers=last,
-        stage_split=split[1] if split else None,
+        stage_split=split,
     )
 
 

@@ -201,8 +201,14 @@ class ModelShape:
     def params(self) -> float:
         """l·(block) + the embeddings (:attr:`embedding_params`): 12·l·h² + 13·l·h + (V + s)·h for a GPT, its head tied
         and its positions learned (Narayanan et al. 2021 §5.1, eq. 2)."""
-        mtp = self.mtp_num_layers * (self.layer_params + 2 * self.hidden * self.hidden + 2 * self.hidden)
+        mtp = self.mtp_num_layers * (self.layer_params + self.mtp_projection_params)
         return self.layers * self.layer_params + self.embedding_params + mtp
+
+    @property
+    def mtp_projection_params(self) -> int:
+        """What one multi-token-prediction block adds beyond a block (DeepSeek-V3, arXiv:2412.19437, §2.2): its 2h → h
+        projection (2h²) and the two norms before it (2h)."""
+        return 2 * self.hidden * self.hidden + 2 * self.hidden
 
     @property
     def embedding_params(self) -> int:
