@@ -76,7 +76,7 @@ from minipar.perf.hardware import (
 from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
-from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, dense_layers, moe_top_k
+from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, cuda_graph_scope, dense_layers, moe_top_k
 from minipar.perf.search import plan
 from minipar.perf.shape import MLA
 from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
@@ -116,6 +116,7 @@ def check_args(a: argparse.Namespace) -> None:
     check_shard_flags(a, fixed)
     check_moe_flags(a, DEFAULT_GPUS)
     check_stack_flags(a)
+    cuda_graph_scope(a)
 
 
 def _device(a):
@@ -149,7 +150,8 @@ def tokens_per_s_per_gpu(e, model) -> float:
 
 def _row(e, dev, model) -> dict:
     moe = {"ep": e.layout.ep, "etp": e.layout.expert_tp, "experts": model.experts, "top_k": model.top_k}
-    moe |= {k: getattr(model, k) for k in ("shared_ffn", "moe_ffn", "dense_layers") if getattr(model, k)}
+    groups = ("moe_router_num_groups", "moe_router_group_topk")
+    moe |= {k: getattr(model, k) for k in ("shared_ffn", "moe_ffn", "dense_layers", *groups) if getattr(model, k)}
     moe["dispatcher"] = e.layout.dispatcher
     return {
         "layout": str(e.layout),
@@ -175,6 +177,7 @@ def _row(e, dev, model) -> dict:
         "attention_kernel": attention_kernel(dev),
         **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
+        **({"cuda_graph_scope": list(e.layout.cuda_graphs)} if e.layout.cuda_graphs else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in (*SHARD_FLAGS, *FIXED[-2:]) if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
@@ -230,6 +233,7 @@ def main(argv=None) -> int:
         name, model = model_shape(a)
         if a.moe_experts is not None:
             built = {"shared_ffn": a.moe_shared_expert_intermediate_size, "moe_ffn": a.moe_ffn_hidden_size}
+            built |= {k: getattr(a, k) for k in ("moe_router_num_groups", "moe_router_group_topk")}
             dense = dense_layers(a.moe_layer_freq, model.layers)
             model = replace(model, experts=a.moe_experts, top_k=moe_top_k(a), **built, dense_layers=dense)
         dev = _device(a)
@@ -259,6 +263,7 @@ def main(argv=None) -> int:
                 stage_split=a.stage_split,
                 bucket_mb=a.bucket_mb,
                 fp8=a.precision == "fp8",
+                cuda_graphs=cuda_graph_scope(a),
                 **moe,
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
@@ -275,6 +280,7 @@ def main(argv=None) -> int:
                 eps=None if a.ep is None else (a.ep,),
                 etp=a.expert_tp,
                 dispatcher=a.moe_dispatcher,
+                cuda_graphs=cuda_graph_scope(a),
             )
         kept = [e for e, why in rows if not why]
         if model.experts and not a.json:  # the counts, at the best layout's ep (or the given one)

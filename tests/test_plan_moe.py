@@ -97,7 +97,7 @@ def test_a_fine_grained_block_waits_for_the_host_under_megatron_core(monkeypatch
     dispatcher syncs with the host): Qwen3 30B-A3B at EP 8 on one H100 node, whose GPU work per block is shorter,
     takes the floor per block (the "host" term fills the gap: a millisecond more floor is a millisecond more per
     block and micro-batch); PyTorch stacks have no floor (not modelled); Mixtral-size blocks are longer than it."""
-    from minipar.perf import block_time
+    from minipar.perf import moe as floor_at  # the floor: minipar.perf.moe.MOE_HOST_S
     from minipar.perf.hardware import for_framework
     from minipar.perf.nemo import SHAPES
 
@@ -105,7 +105,7 @@ def test_a_fine_grained_block_waits_for_the_host_under_megatron_core(monkeypatch
     lay = Layout(8, 1, 1, 1, zero=1, recompute="none", ep=8, fp8=True, flash_attention=True)
     e = estimate(qwen, meg, lay, 64)
     assert e.time["host"] > 0
-    monkeypatch.setitem(block_time.MOE_HOST_S, "megatron", block_time.MOE_HOST_S["megatron"] + 1e-3)
+    monkeypatch.setitem(floor_at.MOE_HOST_S, "megatron", floor_at.MOE_HOST_S["megatron"] + 1e-3)
     more = estimate(qwen, meg, lay, 64)
     assert more.time["total"] - e.time["total"] == pytest.approx(e.m * qwen.layers * 1e-3, rel=1e-9)
     assert estimate(qwen, H100, lay, 64).time["host"] == 0.0  # H100 preset: PyTorch stacks, no floor
@@ -116,13 +116,13 @@ def test_the_host_floor_is_chosen_on_its_fit_row_and_checked_on_a_b200(monkeypat
     """The floor (9.2 ms) is the 0.1-ms grid point that puts Megatron-Bridge 26.04.01's Qwen3 row (its FIT,
     :data:`minipar.perf.nemo.MOE_HOST_FIT`) nearest its published 8,960 tokens/s; the same floor puts 25.11's Qwen3 row
     on 8 B200s at micro-batch 1 (9,299 tokens/s, about an H100's: the GPU is not what sets it) within 5 %."""
-    from minipar.perf import block_time
+    from minipar.perf import moe as floor_at  # the floor: minipar.perf.moe.MOE_HOST_S
     from minipar.perf.hardware import for_framework
     from minipar.perf.moe import MOE_HOST_S
     from minipar.perf.nemo import MOE_HOST_FIT, nemo_rows
 
     def err(floor, dev=None, rows=MOE_HOST_FIT):
-        monkeypatch.setitem(block_time.MOE_HOST_S, "megatron", floor)
+        monkeypatch.setitem(floor_at.MOE_HOST_S, "megatron", floor)
         ((_, e, _, pub),) = nemo_rows(dev, rows)
         return e.mfu / pub - 1
 

@@ -15,7 +15,7 @@ from minipar.perf.flops import activation_bytes_per_layer, attention_core_flops,
 from minipar.perf.gemm import FP8_VS_BF16, attention_rate, block_gemm_time, gemms_time, op_recompute_gemms
 from minipar.perf.hardware import Device, block_passes
 from minipar.perf.layout import Layout
-from minipar.perf.moe import EP_OVERLAP_HIDES, MOE_HOST_S, moe_activation_bytes, moe_block_times
+from minipar.perf.moe import EP_OVERLAP_HIDES, host_floor, moe_activation_bytes, moe_block_times
 from minipar.perf.recompute_modules import extra_seconds, modules
 from minipar.perf.shape import ModelShape
 from minipar.perf.sharding import links
@@ -57,7 +57,7 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     under full recomputation, Megatron-Core's modules' re-runs) and ``b0`` when not; the exposed collectives ``tp_f``,
     ``tp_b``, ``tp_b0`` (TP), ``cp_f``, ``cp_b`` (ring attention's steps, or the all-gathers), ``ep_f``, ``ep_b``,
     ``ep_b0`` (the experts' all-to-alls); ``pad`` the host's floor under a MoE block beyond its GPU time
-    (:data:`minipar.perf.moe.MOE_HOST_S`), split ``pad_f``, ``pad_b``; ``moe``: it has experts."""
+    (:func:`minipar.perf.moe.host_floor`), split ``pad_f``, ``pad_b``; ``moe``: it has experts."""
     t, b, c, L = layout.tp, layout.micro_batch, layout.cp, links(dev, layout)
     bpv, sp, flash, share = dev.bytes_per_value, layout.seq_parallel, layout.flash_attention, dev.compute_share
     s = model.seq // c  # this rank's tokens of each sequence
@@ -109,7 +109,7 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
         cp_f, cp_b = (c - 1) * max(0.0, step - core / c), (c - 1) * max(0.0, 2 * step - 2 * core / c) + step
     # the host's floor under a MoE block (minipar.perf.moe.MOE_HOST_S): the GPU waits for the CPU's launches
     gpu = f_l + b_0 + tp_f + tp_b0 + cp_f + cp_b + ep_f + ep_b0
-    pad = max(0.0, MOE_HOST_S.get(dev.framework, 0.0) - gpu) if moe else 0.0
+    pad = max(0.0, host_floor(dev, layout) - gpu) if moe else 0.0
     pad_f, pad_b = pad * f_l / (f_l + b_0), pad * b_0 / (f_l + b_0)
     return {
         "f": f_l, "b": b_l, "b0": b_0, "tp_f": tp_f, "tp_b": tp_b, "tp_b0": tp_b0, "cp_f": cp_f, "cp_b": cp_b,

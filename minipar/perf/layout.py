@@ -21,6 +21,8 @@ RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layo
 # --overlap-moe-expert-parallel-comm). (Ring attention's K/V steps always hide behind the attention.)
 OVERLAP = ("dp", "grad_reduce", "pp", "tp", "ep")
 DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (Layout.dispatcher, minipar.perf.moe)
+# Megatron-Core's per-layer CUDA graph scopes (--cuda-graph-scope, Layout.cuda_graphs; transformer_config.py)
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,11 @@ class Layout:
     :mod:`minipar.perf.moe`); ``etp``: the experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None:
     tp), a divisor of tp; below tp the experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`,
     :attr:`expert_shard`); ``dispatcher``: the experts' all-to-all, NCCL's ("alltoall") or DeepEP / HybridEP's ("flex",
-    one copy of a token per node; :func:`minipar.perf.moe.a2a_seconds`)."""
+    one copy of a token per node; :func:`minipar.perf.moe.a2a_seconds`); ``cuda_graphs``: the parts of each block
+    captured in CUDA graphs (Megatron-Core's ``cuda_graph_scope`` with ``cuda_graph_impl="transformer_engine"``, a
+    subset of :data:`CUDA_GRAPH_SCOPES`; None: eager): the router and the dispatcher's preprocessing (or the whole MoE
+    MLP) graphed lift the host's floor under a MoE block (:data:`minipar.perf.moe.MOE_HOST_S`,
+    :func:`minipar.perf.moe.host_floor`)."""
 
     dp: int
     tp: int
@@ -83,6 +89,7 @@ class Layout:
     ep: int = 1
     etp: int | None = None
     dispatcher: str = "alltoall"
+    cuda_graphs: tuple | None = None
 
     @property
     def gpus(self) -> int:
@@ -211,6 +218,7 @@ class Layout:
         s += "·flash" if self.flash_attention else ""
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
         s += "·fp8" if self.fp8 else ""
+        s += f"·graphs({'+'.join(self.cuda_graphs)})" if self.cuda_graphs else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 

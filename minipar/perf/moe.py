@@ -102,6 +102,22 @@ MOE_HOST_S = {"megatron": 9.2e-3}
 EP_OVERLAP_HIDES = 0.4
 
 
+def host_floor(dev, layout: Layout) -> float:
+    """Seconds of :data:`MOE_HOST_S` a MoE block of one micro-batch waits for at least on ``dev``'s framework: 0 where
+    the block's router and the dispatcher's preprocessing (Megatron-Core's ``moe_router`` and ``moe_preprocess`` CUDA
+    graph scopes) or its whole MoE MLP (``moe``) replay as CUDA graphs (``Layout.cuda_graphs``): one launch for their
+    many small kernels. ASSUMED, and chosen after the only published run with those graphs was seen
+    (:mod:`minipar.perf.mb_cards`: Megatron-Bridge's Qwen3 30B-A3B on 16 H100s, BF16, -31 % with the floor, +3.8 %
+    without). That run bounds the floor left at at most its 6.6 ms per block, not at 0: any value below the model's
+    GPU time there (6.3 ms) reads the same. The dispatcher's wait for the received counts stays (HybridEP syncs unless
+    given the permuted tokens' count, Megatron-Core ``fused_a2a.py``); what the graphs save is the launches around
+    it."""
+    graphs = set(layout.cuda_graphs or ())
+    if "moe" in graphs or {"moe_router", "moe_preprocess"} <= graphs:
+        return 0.0
+    return MOE_HOST_S.get(dev.framework, 0.0)
+
+
 def expert_params(model: ModelShape) -> int:
     """Parameters of one expert: the dense MLP's matrices ((3 if gated else 2)·h·f) and biases (2f or f, and h)
     (:func:`minipar.perf.flops.mlp_params`, as :func:`minipar.perf.flops.moe_params` counts it)."""
@@ -178,6 +194,23 @@ def ep_nodes(dev, layout: Layout) -> tuple[int, int]:
     return g, -(-ep // g)
 
 
+def node_hit(model: ModelShape, n: int) -> float:
+    """The chance that one of a token's k experts sits on a given node of an EP group over n nodes (E/n experts each):
+    uniform routing (ASSUMED; forced balancing draws random logits, Megatron-Core's ``RandomSTE``), 1 − C(E − E/n,
+    k)/C(E, k); with group-limited routing (:class:`~minipar.perf.shape.ModelShape` ``moe_router_num_groups`` G,
+    ``moe_router_group_topk`` M) whose groups are whole nodes or hold whole nodes (G a multiple of n or n of G), at most
+    the chance that one of the node's groups is among the token's M: 1 − C(G − c, M)/C(G, M), c = max(1, G/n).
+    DeepSeek-V3's G = 8 nodes, M = 4: 0.50 for 0.66 uniform (a simulation of its routing on random logits: 0.496,
+    ``tests/test_mb_cards.py``); a chosen group nearly always receives an expert, as its best two experts chose it."""
+    E, k = model.experts, model.top_k
+    hit = 1 - math.comb(E - E // n, k) / math.comb(E, k)
+    G, M = model.moe_router_num_groups, model.moe_router_group_topk
+    if G and (G % n == 0 or n % G == 0):
+        c = max(1, G // n)
+        hit = min(hit, 1 - math.comb(G - c, M) / math.comb(G, M))
+    return hit
+
+
 def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per_value: int = 2) -> float:
     """Seconds of one all-to-all (dispatch or combine) of this TP rank's tokens/t tokens' k rows of h values, S bytes
     (:func:`~minipar.perf.flops.all_to_all_bytes`), over an EP group with g ranks on each of its n nodes
@@ -186,18 +219,17 @@ def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per
     ``"alltoall"`` (NCCL, Megatron-Core's ``MoEAlltoAllTokenDispatcher``): S/ep to each peer, (ep − g)·S/ep through the
     NIC; ``"flex"`` (DeepEP / HybridEP, ``--moe-token-dispatcher-type flex``): a token crosses the network once per
     node that holds one of its experts, then fans out over NVLink (DeepSeek-V3, arXiv:2412.19437, §3.2.2), so the NIC
-    carries (n − 1)·P·S/k, P = 1 − C(E − E/n, k)/C(E, k) the chance that a given other node holds one of its k of E
-    experts (uniform routing, ASSUMED); DeepEP measures 43-58 GB/s per 50 GB/s NIC at EP 16-64 (its README, V1
-    "normal kernels"), this model's NIC rate. Latency: one α per peer, as NCCL's n − 1 send/recv pairs."""
-    ep, k, E = layout.ep, model.top_k, model.experts
+    carries (n − 1)·P·S/k, P the chance that a given other node holds one of its k experts (:func:`node_hit`);
+    DeepEP measures 43-58 GB/s per 50 GB/s NIC at EP 16-64 (its README, V1 "normal kernels"), this model's NIC rate.
+    Latency: one α per peer, as NCCL's n − 1 send/recv pairs."""
+    ep, k = layout.ep, model.top_k
     S = tokens / layout.tp * k * model.hidden * bytes_per_value
     g, n = ep_nodes(dev, layout)
     if n == 1:
         return all_to_all_time(ep, S, dev.intra)
     (a_in, b_in), (a_out, b_out) = dev.intra, dev.inter
     if layout.dispatcher == "flex":
-        hit = 1 - math.comb(E - E // n, k) / math.comb(E, k)
-        net = (n - 1) * hit * S / k
+        net = (n - 1) * node_hit(model, n) * S / k
     else:
         net = (ep - g) / ep * S
     return (g - 1) * a_in + (ep - g) * a_out + max(net / b_out, (g - 1) / g * S / b_in)

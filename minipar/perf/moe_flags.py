@@ -7,7 +7,7 @@ import math
 import re
 
 from minipar.errors import ConfigError
-from minipar.perf.layout import DISPATCHERS
+from minipar.perf.layout import CUDA_GRAPH_SCOPES, DISPATCHERS
 from minipar.runtime.mesh import divisors
 
 
@@ -18,8 +18,8 @@ def _fit(n: int) -> str:
 
 def add_moe_flags(p) -> None:
     """``--moe-experts``, ``--moe-top-k``, ``--moe-ffn-hidden-size``, ``--moe-layer-freq``,
-    ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp`` and ``--moe-dispatcher`` on the argparse
-    parser ``p``."""
+    ``--moe-shared-expert-intermediate-size``, ``--moe-router-num-groups``, ``--moe-router-group-topk``, ``--ep``,
+    ``--expert-tp``, ``--moe-dispatcher`` and ``--cuda-graph-scope`` on the argparse parser ``p``."""
     p.add_argument(
         "--moe-experts", type=int, default=None, help="experts per MLP: the MoE counts and a search with ep (lesson 12)"
     )
@@ -42,6 +42,17 @@ def add_moe_flags(p) -> None:
         default=None,
         help="the shared experts' MLP width every token also passes through (Megatron-Core's; with --moe-experts)",
     )
+    for flag, what in (
+        ("num-groups", "G groups of consecutive experts"),
+        ("group-topk", "a token's k from its M best"),
+    ):
+        p.add_argument(
+            f"--moe-router-{flag}",
+            type=int,
+            default=None,
+            help=f"group-limited routing (Megatron-Core's; with --moe-experts): {what} (DeepSeek-V3: 8 and 4, one "
+            "group per node, a token on at most 4 nodes: the flex dispatcher's network bytes)",
+        )
     p.add_argument(
         "--ep",
         type=int,
@@ -61,6 +72,13 @@ def add_moe_flags(p) -> None:
         default="alltoall",
         help="the experts' all-to-all (Megatron-Core's --moe-token-dispatcher-type): alltoall, NCCL's; flex, DeepEP / "
         "HybridEP's, one copy of a token per node across the network (with --moe-experts)",
+    )
+    p.add_argument(
+        "--cuda-graph-scope",
+        default=None,
+        help=f"the parts of each block replayed as CUDA graphs, of {','.join(CUDA_GRAPH_SCOPES)} (Megatron-Core's, "
+        "Transformer Engine's graphs; --framework megatron): moe_router,moe_preprocess or moe lift the host's floor "
+        "under a MoE block",
     )
 
 
@@ -87,6 +105,35 @@ def dense_layers(freq: str | None, layers: int) -> int:
     return int(m[1])
 
 
+def cuda_graph_scope(a) -> tuple | None:
+    """``--cuda-graph-scope`` as ``Layout.cuda_graphs`` (None: eager), checked: known scopes (Megatron-Core's
+    :data:`~minipar.perf.layout.CUDA_GRAPH_SCOPES`), ``moe_preprocess`` only with ``moe_router`` (Megatron-Core's
+    rule), the MoE scopes only with ``--moe-experts``, all only at ``--framework megatron``. Raises ConfigError."""
+    if a.cuda_graph_scope is None:
+        return None
+    scopes = tuple(x for x in a.cuda_graph_scope.split(",") if x)
+    bad = [x for x in scopes if x not in CUDA_GRAPH_SCOPES] or ([] if scopes else ["(empty)"])
+    if bad:
+        raise ConfigError(
+            f"--cuda-graph-scope {a.cuda_graph_scope}: {', '.join(bad)} is not a scope; use some of "
+            f"{','.join(CUDA_GRAPH_SCOPES)} (the whole layer and mamba are not modelled)"
+        )
+    if a.framework != "megatron":
+        raise ConfigError(
+            f"--cuda-graph-scope {a.cuda_graph_scope} is Megatron-Core's per-layer CUDA graphs: add --framework "
+            "megatron, or drop it"
+        )
+    if "moe_preprocess" in scopes and "moe_router" not in scopes:
+        raise ConfigError(
+            f"--cuda-graph-scope {a.cuda_graph_scope}: moe_preprocess must be used together with moe_router "
+            "(Megatron-Core's rule); add moe_router"
+        )
+    moe = [x for x in scopes if x.startswith("moe")]
+    if moe and a.moe_experts is None:
+        raise ConfigError(f"--cuda-graph-scope {a.cuda_graph_scope}: {moe[0]} graphs a MoE block: add --moe-experts E")
+    return tuple(sorted(set(scopes), key=CUDA_GRAPH_SCOPES.index))
+
+
 def check_moe_flags(a, default_gpus: int) -> None:
     """``--moe-top-k``, ``--moe-shared-expert-intermediate-size``, ``--ep``, ``--expert-tp``, ``--moe-dispatcher`` and
     ``--overlap ep`` need ``--moe-experts``; with it: sizes >= 1, k <= E, ep
@@ -95,7 +142,8 @@ def check_moe_flags(a, default_gpus: int) -> None:
     if a.moe_experts is None:
         if a.moe_top_k is not None:
             raise ConfigError(f"--moe-top-k {a.moe_top_k} picks experts per token: add --moe-experts E, or drop it")
-        for flag in ("moe_shared_expert_intermediate_size", "moe_ffn_hidden_size", "moe_layer_freq"):
+        for flag in ("moe_shared_expert_intermediate_size", "moe_ffn_hidden_size", "moe_layer_freq",
+                     "moe_router_num_groups", "moe_router_group_topk"):  # fmt: skip
             if getattr(a, flag) is not None:
                 raise ConfigError(
                     f"--{flag.replace('_', '-')} {getattr(a, flag)}: says how the experts are built: add "

@@ -102,8 +102,12 @@ Sources (read in the repositories, commit named):
   parameters and the table's FLOP count, 260.6 GFLOP per token with MTP, reproduced: ``tests/test_plan_mtp.py``).
   Computed once before that recipe was read, with NCCL's all-to-all and no overlap (-31 %), and with DeepEP and the
   overlap (-4.7 %); as the recipe says, -7.2 % before the model had those two modules (2026-11-29: the blocks kept
-  what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them. Blockwise FP8 is modelled at
-  per-tensor FP8's rate (ASSUMED).
+  what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them; -0.7 % since the model has its
+  node-limited routing (2026-11-29: its config's ``n_group`` 8 and ``topk_group`` 4, a token on at most 4 of the 8
+  nodes, DeepSeek-V3 §2.1.2: the flex dispatcher's network bytes, :func:`minipar.perf.moe.node_hit`; a mechanism read
+  in the paper and Megatron-Core's router after the -8.6 % was seen, nothing chosen on the row). Blockwise FP8 is
+  modelled at per-tensor FP8's rate (ASSUMED). Megatron-Bridge's verification card of the same model in BF16 (another
+  run, another recipe: :mod:`minipar.perf.mb_cards`) reads -7.1 %.
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -239,22 +243,26 @@ def shape(name: str) -> ModelShape:
     return replace(SHAPES[base], seq=int(seq)) if seq else SHAPES[base]
 
 
-def recipe(src: str, name: str) -> dict:
+def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     """What a row's run set beyond its table (module doc): ``tp_overlap`` (``tp_comm_overlap``: given for
     Megatron-Bridge, ASSUMED for NeMo, not in MoE-Zoo's launch), ``a2a_overlap`` (``moe_a2a_overlap``), ``etp`` (expert
     TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules),
-    ``dp_overlap`` (``overlap_grad_reduce``), ``layout`` (Megatron-Core's ``pipeline_model_parallel_layout`` string,
+    ``dp_overlap`` (``overlap_grad_reduce``), ``cuda_graphs`` (``cuda_graph_scope``),
+    ``layout`` (Megatron-Core's ``pipeline_model_parallel_layout`` string,
     :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's split); by release (:data:`FLEX`,
-    :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`)."""
+    :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row (``settings[(src, name)]``: one run's recipe,
+    :mod:`minipar.perf.mb_cards`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
-    return {**release, "modules": None, "dp_overlap": True, "layout": None, **RECIPES.get(name, {})}
+    row = (settings or {}).get((src, name), {})
+    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
+    return {**release, **defaults, **RECIPES.get(name, {}), **row}
 
 
-def nemo_layout(row) -> Layout:
+def nemo_layout(row, settings: dict | None = None) -> Layout:
     """The row's layout (module doc: given and ASSUMED), its recipe's settings by :func:`recipe`."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
-    r = recipe(src, name)
+    r = recipe(src, name, settings)
     overlap = ({"dp"} if r["dp_overlap"] else set()) | ({"pp"} if pp > 1 else set())
     overlap |= {"tp"} if tp > 1 and r["tp_overlap"] else set()  # userbuffers
     overlap |= {"ep"} if ep > 1 and r["a2a_overlap"] else set()
@@ -286,6 +294,7 @@ def nemo_layout(row) -> Layout:
         ep=ep,
         etp=r["etp"],
         dispatcher="flex" if r["flex"] and ep > 1 else "alltoall",
+        cuda_graphs=r["cuda_graphs"],
         cp=cp,
         first_stage_layers=first,
         last_stage_layers=last,
@@ -304,23 +313,25 @@ def miss_reason(row) -> str | None:
     return "seen" if row[1] == "GPT-OSS-120B" or (row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02") else None
 
 
-def label(row) -> str:
+def label(row, settings: dict | None = None) -> str:
     """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``, :func:`miss_reason`]."""
     src, name, n, (tp, pp, cp, v, ep), *_, rl, fp8, _, _ = row
-    given = nemo_layout(row)
+    given = nemo_layout(row, settings)
     lay = f"dp{given.dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
     lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·etp{given.etp}" if given.etp else "")
     lay += "·flex" if given.dispatcher == "flex" else ""
+    lay += "·graphs" if given.cuda_graphs else ""
     lay += f"·rc{rl}" if rl else ""
     lay += "·rc:" + "+".join(given.recompute_modules) if given.recompute_modules else ""
     why = miss_reason(row)
     return f"{src} {name} {n:4d} H100 {lay} {'fp8' if fp8 else 'bf16'}" + (f" MISS:{why}" if why else "")
 
 
-def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate, str, float]]:
+def nemo_rows(dev: Device | None = None, rows=None, settings=None) -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)`` per row of ``rows`` (default the TEST rows, :data:`NEMO`) on ``dev``
     (default the H100 preset with Megatron-Core's efficiency, :func:`~minipar.perf.hardware.for_framework`); the
-    published tokens/s (or TFLOP/s, Megatron's count) per GPU as an MFU of this model's count over the same peak."""
+    published tokens/s (or TFLOP/s, Megatron's count) per GPU as an MFU of this model's count over the same peak;
+    ``settings``: per-row recipe settings (:func:`recipe`)."""
     dev = dev or for_framework(GPUS["h100"], "megatron")
     out = []
     for row in NEMO if rows is None else rows:
@@ -328,5 +339,6 @@ def nemo_rows(dev: Device | None = None, rows=None) -> list[tuple[str, Estimate,
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
         run_dev = with_fused_loss(dev) if row[0].startswith("MB") else dev  # Megatron-Bridge: TE's fused loss
-        out.append((label(row), estimate(model, run_dev, nemo_layout(row), gb), "mfu", tps * ours / dev.peak_flops))
+        lay = nemo_layout(row, settings)
+        out.append((label(row, settings), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
     return out

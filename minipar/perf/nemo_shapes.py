@@ -34,7 +34,8 @@ SHAPES = {
     "Qwen3-235B-A22B": ModelShape(
         94, 4096, 64, 4096, 151936, False, 4, 1536, True, False, experts=128, top_k=8, kv_channels=128, **UNTIED_ROPE
     ),
-    # DeepSeek-V3 (its Hugging Face config): MLA, the first 3 blocks dense, 256 experts of 2,048 and a shared one, MTP 1
+    # DeepSeek-V3 (its Hugging Face config): MLA, the first 3 blocks dense, 256 experts of 2,048 and a shared one,
+    # MTP 1, node-limited routing (n_group 8, topk_group 4)
     "DeepSeek-V3": ModelShape(
         61,
         7168,
@@ -57,6 +58,8 @@ SHAPES = {
         qk_pos_emb_head_dim=64,
         v_head_dim=128,
         mtp_num_layers=1,
+        moe_router_num_groups=8,
+        moe_router_group_topk=4,
         **UNTIED_ROPE,
     ),  # fmt: skip
     # GPT-OSS 120B (Megatron-Bridge's GPTOSSProvider120B): 64 heads of 64 on h = 2,880, a 128-token window in every

@@ -157,14 +157,16 @@ def fit_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:
     """The fit sets, ``{"A100": rows, "H100": rows, "H100 megatron": rows}``, each row ``(label, estimate, metric,
     published)``: the third is Megatron-Core's (``--framework megatron``), NeMo 24.07's H100 table, the row that
     chose the host's floor under a MoE block (:data:`minipar.perf.nemo.MOE_HOST_FIT`) and the one that chose the share
-    of the all-to-all its overlap hides (:data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`)."""
+    of the all-to-all its overlap hides (:data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`), and the one that chose what
+    CUDA graphs do to that floor (:data:`minipar.perf.mb_cards.GRAPHS_FIT`)."""
     from minipar.perf.foundry import H100_FIT, foundry_rows
+    from minipar.perf.mb_cards import GRAPHS_FIT, card_rows
     from minipar.perf.moe_zoo import EP_OVERLAP_FIT, zoo_rows
     from minipar.perf.nemo import MOE_HOST_FIT, NEMO_FIT, nemo_rows
 
     lab = lambda r: f"Narayanan T1 {r[0]:6.1f}B t{r[4]} p{r[5]:<2d} {r[6]:4d} A100"  # noqa: E731
     a100 = [(lab(r), *x) for r, x in zip(NARAYANAN_TABLE1, fit_set())]
-    megatron = nemo_rows(rows=NEMO_FIT + MOE_HOST_FIT) + zoo_rows(rows=EP_OVERLAP_FIT)
+    megatron = nemo_rows(rows=NEMO_FIT + MOE_HOST_FIT) + zoo_rows(rows=EP_OVERLAP_FIT) + card_rows(rows=GRAPHS_FIT)
     return {"A100": a100, "H100": foundry_rows(H100_FIT, "h100"), "H100 megatron": megatron}
 
 

@@ -276,6 +276,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
     from minipar.perf.dgxc import dgxc_rows  # NVIDIA's DGX Cloud recipes, bf16 and FP8 (minipar.perf.dgxc)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
+    from minipar.perf.mb_cards import card_rows  # Megatron-Bridge's verification cards (minipar.perf.mb_cards)
     from minipar.perf.megatron_lm import megatron_lm_rows  # Megatron-LM's H100 weak scaling (minipar.perf.megatron_lm)
     from minipar.perf.moe_zoo import zoo_rows  # eight runs of Qwen3 235B-A22B, 4K-128K (minipar.perf.moe_zoo)
     from minipar.perf.nanotron import nanotron_rows  # the Ultra-Scale Playbook's best layouts (minipar.perf.nanotron)
@@ -285,4 +286,4 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
     rows = torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
-    return out + rows + dgxc_rows() + olmo_rows() + nanotron_rows() + nemo_long_rows() + zoo_rows()
+    return out + rows + dgxc_rows() + olmo_rows() + nanotron_rows() + nemo_long_rows() + zoo_rows() + card_rows()

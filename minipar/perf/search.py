@@ -103,6 +103,7 @@ def plan(
     eps=None,
     etp: int | None = None,
     dispatcher: str = "alltoall",
+    cuda_graphs: tuple | None = None,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -127,7 +128,8 @@ def plan(
             divisor (ep = 1 included; :func:`ep_degrees`). A dense model: ep = 1 only.
         etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
             does not divide is invalid, so skipped. None: both tp (Megatron-Core's default) and 1 on a GPU
-            (:func:`expert_tps`). ``dispatcher``: their all-to-all (``Layout.dispatcher``), fixed.
+            (:func:`expert_tps`). ``dispatcher``: their all-to-all (``Layout.dispatcher``), fixed. ``cuda_graphs``:
+            Megatron-Core's CUDA graph scopes (``Layout.cuda_graphs``), fixed.
 
     Where pp·v does not divide the layers, a GPU layout's chunks are split as Megatron-Core splits them with the
     embedding and / or the loss counted as a block (:func:`edge_splits`: ``first_stage_layers`` /
@@ -190,6 +192,7 @@ def plan(
                     ep=ep,
                     etp=e_tp if model.experts else None,
                     dispatcher=dispatcher if model.experts else "alltoall",
+                    cuda_graphs=cuda_graphs,
                 )
                 out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

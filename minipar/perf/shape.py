@@ -16,6 +16,7 @@ POSITIONS = ("learned_absolute", "rope", "none")
 UNTIED_ROPE = {"tied_embeddings": False, "learned_positions": False}  # a Llama-like shape's: own output layer, rotary
 SIZES = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn", "kv_channels")  # ModelShape's integer sizes
 MLA = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")  # multi-latent attention
+NO_GROUPS = {"moe_router_num_groups": None, "moe_router_group_topk": None}  # a dense view has no routing
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,12 @@ class ModelShape:
     of ``ffn`` (:meth:`block_kinds`); ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``,
     ``v_head_dim``: multi-latent attention (:attr:`mla`); ``mtp_num_layers`` N: multi-token prediction (DeepSeek-V3,
     arXiv:2412.19437, §2.2; Megatron-Core's ``--mtp-num-layers``), N more blocks of the last kind on the last pipeline
-    stage, each with a 2h → h projection and its own pass through the shared output layer and loss. Its counts here
-    (:attr:`params` ...) are the DENSE block's."""
+    stage, each with a 2h → h projection and its own pass through the shared output layer and loss;
+    ``moe_router_num_groups`` G and ``moe_router_group_topk`` M: group-limited routing (Megatron-Core's names; Hugging
+    Face's ``n_group``, ``topk_group``): the E experts in G groups of consecutive experts, a token's k experts from its
+    M best groups; set G to the nodes of the EP group and a token reaches at most M nodes (DeepSeek-V3's node-limited
+    routing, arXiv:2412.19437, §2.1.2: 8 and 4; :func:`minipar.perf.moe.node_hit`). Its counts here (:attr:`params`
+    ...) are the DENSE block's."""
 
     layers: int
     hidden: int
@@ -72,6 +77,8 @@ class ModelShape:
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
     mtp_num_layers: int = 0
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
 
     def __post_init__(self):
         for k in (*SIZES, "window_size", "window_attn_skip_freq", "shared_ffn", "moe_ffn", *MLA):
@@ -104,6 +111,20 @@ class ModelShape:
             )
         if not isinstance(self.mtp_num_layers, int) or self.mtp_num_layers < 0:
             raise ConfigError(f"mtp_num_layers={self.mtp_num_layers!r}: multi-token-prediction blocks, an integer >= 0")
+        g, m = self.moe_router_num_groups, self.moe_router_group_topk
+        if (g, m) != (None, None):
+            if g is None or m is None or not self.experts:
+                raise ConfigError(
+                    f"moe_router_num_groups={g}, moe_router_group_topk={m}: group-limited routing needs both and "
+                    "experts; give --moe-experts, --moe-router-num-groups G and --moe-router-group-topk M, or neither"
+                )
+            if not (isinstance(g, int) and g >= 1 and self.experts % g == 0):
+                raise ConfigError(f"moe_router_num_groups={g!r}: must divide experts={self.experts} (equal groups)")
+            if not (isinstance(m, int) and 1 <= m <= g) or self.top_k > m * (self.experts // g):
+                raise ConfigError(
+                    f"moe_router_group_topk={m!r}: between 1 and {g} groups whose {self.experts // g} experts each "
+                    f"hold the top_k={self.top_k}"
+                )
         if self.moe_ffn and not self.experts:
             raise ConfigError(f"moe_ffn={self.moe_ffn}: the experts' MLP width needs experts; give experts or ffn")
         if not isinstance(self.dense_layers, int) or not 0 <= self.dense_layers < (self.layers if self.experts else 1):
@@ -243,7 +264,7 @@ def _block_kinds(model: ModelShape) -> tuple[tuple[ModelShape, int], ...]:
     if not model.experts or (not model.dense_layers and model.moe_ffn is None):
         return ((model, model.layers),)
     moe = replace(model, ffn=model.moe_ffn or model.f, moe_ffn=None, dense_layers=0)
-    dense = replace(model, experts=None, top_k=1, shared_ffn=None, moe_ffn=None, dense_layers=0)
+    dense = replace(model, experts=None, top_k=1, shared_ffn=None, moe_ffn=None, dense_layers=0, **NO_GROUPS)
     if model.dense_layers:
         return ((dense, model.dense_layers), (moe, model.layers - model.dense_layers))
     return ((moe, model.layers),)

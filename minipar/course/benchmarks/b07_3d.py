@@ -171,9 +171,10 @@ def plan_rows() -> list[Row]:
                "129280", "--seq", "4096", "--q-lora-rank", "1536", "--kv-lora-rank", "512", "--qk-head-dim", "128",
                "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128", "--moe-experts", "256", "--moe-top-k", "8",
                "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size", "2048", "--moe-layer-freq",
-               "([0]*3+[1]*58)", "--mtp-num-layers", "1", "--gpus", "1024", "--gpu", "h100", "--framework", "megatron",
-               "--global-batch", "8192", "--precision", "fp8", "--flash-attention", "--expert-tp", "1", "--json"],
-              lambda out: '"kv_lora_rank": 512' in out and '"last_stage_layers": 0' in out),
+               "([0]*3+[1]*58)", "--moe-router-num-groups", "8", "--moe-router-group-topk", "4", "--mtp-num-layers",
+               "1", "--gpus", "1024", "--gpu", "h100", "--framework", "megatron", "--global-batch", "8192",
+               "--precision", "fp8", "--flash-attention", "--expert-tp", "1", "--json"],
+              lambda out: '"kv_lora_rank": 512' in out and '"moe_router_group_topk": 4' in out),
         # 1,344 divisors: every tp·pp·dp split is a candidate; a batch as large leaves dp groups of up to ~10⁸ ranks
         timed("search 70B on 735,134,400 GPUs, global batch as large (1,344 divisors; hostile, s)",
               ["--gpus", "735134400", "--global-batch", "735134400", "--json"]),
