@@ -89,7 +89,7 @@ ONLY_FIXED = (*FIXED[3:], "zero", "recompute", "sp", "cp_allgather")  # a fixed 
 DEFAULT_GPUS = 64
 # NeMo's long-sequence H100 rows at FlashAttention-2's rate (minipar.perf.nemo_long), Megatron-MoE-ModelZoo's at cuDNN's
 # (minipar.perf.moe_zoo): their errors (tests/test_plan_framework.py)
-LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "-2 to +2 %"
+LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
 # A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
 # memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
 CUSTOM_DEVICE = (

@@ -149,3 +149,18 @@ def test_shape_checks():
     with pytest.raises(ConfigError, match="needs both"):
         replace(DSV3, experts=None, moe_ffn=None, shared_ffn=None, dense_layers=0)
     assert [k.moe_router_num_groups for k, _ in DSV3.block_kinds()] == [None, 8]  # the dense view has no router
+
+
+def test_a_folded_expert_mesh_keeps_its_own_dispatched_rows():
+    """Megatron-Core's dispatcher gathers the routed tokens over the experts' TP group only (``expt_tp``): with expert
+    TP 1 under TP 2 a rank keeps the k·(s/2)·b rows of its own sequence-parallel share, half of what expert TP 2 keeps;
+    memory and the block's memory-bound time follow (DeepSeek-V3's BF16 card then fits in an H100, as it ran)."""
+    from minipar.perf.moe import dispatched_rows, moe_activation_bytes
+
+    qwen = SHAPES["Qwen3-235B-A22B"]
+    assert dispatched_rows(qwen, 1, 2, 1, 1) == 8 * 4096 / 2 and dispatched_rows(qwen, 1, 2, 1) == 8 * 4096
+    assert dispatched_rows(qwen, 2, 4, 2, 2) == 8 * 2048 * 2 * 2 / 4
+    folded = moe_activation_bytes(qwen, 1, 2, "none", True, 2, True, 1, 1)
+    assert moe_activation_bytes(qwen, 1, 2, "none", True, 2, True, 1) - folded == 8 * 4096 / 2 * 4096 * 2
+    ((_, e, _, _),) = card_rows()
+    assert e.fits and e.mem["total"] / 2**30 < 65

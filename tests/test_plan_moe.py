@@ -330,7 +330,7 @@ def test_the_command_line_evaluates_a_published_moe_layout_as_the_test_set_does(
     assert (r["ep"], r["etp"], r["experts"], r["top_k"], r["precision"]) == (32, 1, 128, 8, "fp8")
     assert r["step_s"] == pytest.approx(ours.time["total"], abs=1e-4) and r["fits"]
     assert r["mem_gb"] == pytest.approx(ours.mem["total"] / 1e9, abs=0.01)
-    assert (r["tokens_per_s_per_gpu"], round(r["mem_gb"])) == (1551, 58)  # as the README's example says
+    assert (r["tokens_per_s_per_gpu"], round(r["mem_gb"])) == (1542, 51)  # as the README's example says
 
 
 def test_fp8_experts_keep_their_gemm_inputs_in_one_byte():

@@ -64,9 +64,10 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
     eff = dev.peak_flops * dev.gemm_efficiency * share
     a_rate = attention_rate(dev, flash, b * model.heads / t, s)  # FlashAttention: measured per size (perf.gemm)
     core = attention_core_flops(model, b, s, model.seq, flash) / t / a_rate * (0.5 if flash else 1.0)  # causal half
-    act = (moe_activation_bytes if model.experts else activation_bytes_per_layer)(
-        model, b, t, "none", sp, bpv, flash, c
-    )
+    if model.experts:
+        act = moe_activation_bytes(model, b, t, "none", sp, bpv, flash, c, layout.expert_tp)
+    else:
+        act = activation_bytes_per_layer(model, b, t, "none", sp, bpv, flash, c)
     mem_t = block_passes(dev, model.gated) * act / dev.hbm_bw if dev.hbm_bw else 0.0  # memory-bound operators
     moe = moe_block_times(model, dev, layout, b * s, L) if model.experts else None
     if moe:  # attention, router and the E/ep local experts at their own shapes

@@ -57,7 +57,7 @@ ATTN_EFF = {"A100": 0.60, "B200": 0.35}
 # take the row above's value (marked *). A second run (probe3.jsonl) agreed within 5 % from 2K tokens and 32
 # sequences × heads up; below, the tiny kernels are launch-bound (up to 40 % apart), one cuDNN cell read 78 % low.
 # The table is probe2.jsonl (examples/h100_2026-11-27/). Between cells: linear in log2(b·a) and log2(s), clamped.
-# "cudnn" at 16K-128K tokens is checked by Megatron-MoE-ModelZoo's long-context runs (-2 to +2 %: minipar.perf.moe_zoo).
+# "cudnn" at 16K-128K tokens is checked by Megatron-MoE-ModelZoo's long-context runs (+3 to +5 %: minipar.perf.moe_zoo).
 ATTN_BA = (8, 32, 64, 128)
 ATTN_SEQ = (1024, 2048, 4096, 8192, 16384, 32768)
 ATTN_EFF_H100 = {

@@ -114,11 +114,14 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         kept, saved = activation_bytes_per_layer, fp8_saved_bytes
         if model.experts:
             kept, saved = moe_activation_bytes, moe_fp8_saved_bytes
-        return kept(model, b, t, rc, sp, bpv, flash, c) - (saved(model, b, t, rc, sp, c) if fp8_inputs else 0)
+        if not model.experts:
+            return kept(model, b, t, rc, sp, bpv, flash, c) - (saved(model, b, t, rc, sp, c) if fp8_inputs else 0)
+        e = layout.expert_tp  # the dispatched rows: this rank's, gathered over the experts' TP group
+        return kept(model, b, t, rc, sp, bpv, flash, c, e) - (saved(model, b, t, rc, sp, c, e) if fp8_inputs else 0)
 
     mods = modules(layout)  # Megatron-Core's selective modules (minipar.perf.recompute_modules): what they free
     kinds = layout.chunk_kinds(model) if dev.counts == "megatron" else [(model, None)]  # dense_layers: two kinds
-    freed = [freed_bytes(view, b, t, sp, bpv, c, fp8_inputs, mods) for view, _ in kinds]
+    freed = [freed_bytes(view, b, t, sp, bpv, c, fp8_inputs, mods, layout.expert_tp) for view, _ in kinds]
     per = [act_bytes(view, base_recompute(layout)) - f for (view, _), f in zip(kinds, freed)]  # bytes per block
     none = [act_bytes(view, "none") for view, _ in kinds]  # a block keeping everything
     if dev.counts == "megatron":  # each chunk's blocks, the last one's multi-token-prediction blocks too

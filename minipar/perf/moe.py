@@ -95,11 +95,13 @@ MOE_HOST_S = {"megatron": 9.2e-3}
 # that Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``, ``"ep"`` in ``Layout.overlap``) hides.
 # CHOSEN (0.05 grid) on one row, Megatron-MoE-ModelZoo's Qwen3 235B-A22B with "+1f1b overlap" on 256 H100s
 # (:data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`), after its error was seen (+13 % at 1.0, an ideal overlap): the same
-# run without the overlap, 19.7 s a step, reads -4 % and the overlap saved 2.1 s of the 7.4 s of all-to-all the model
-# has there. Checked on Megatron-Bridge's FP8 Qwen3 235B-A22B rows (NCCL's all-to-all, another team's recipe): -9 to
-# -4 % (+16 to +23 % at 1.0). Why so little is hidden is not modelled: the dispatcher's host sync on the received
+# run without the overlap, 19.7 s a step, reads -2 % and the overlap saved 2.1 s of the 7.4 s of all-to-all the model
+# has there. 0.4 until 2026-11-29, re-chosen by the same rule on the same row (-0.7 % at 0.35, +1.3 % at 0.4) once each
+# rank's dispatched rows were counted as Megatron-Core keeps them (:func:`dispatched_rows`). Checked on
+# Megatron-Bridge's FP8 Qwen3 235B-A22B rows (NCCL's all-to-all, another team's recipe): -10 to -3 % (+16 to +25 % at
+# 1.0). Why so little is hidden is not modelled: the dispatcher's host sync on the received
 # counts (above), the SMs the communication kernels take from the GEMMs (DeepEP's README: 20-24 SMs) are candidates.
-EP_OVERLAP_HIDES = 0.4
+EP_OVERLAP_HIDES = 0.35
 
 
 def host_floor(dev, layout: Layout) -> float:
@@ -107,11 +109,11 @@ def host_floor(dev, layout: Layout) -> float:
     the block's router and the dispatcher's preprocessing (Megatron-Core's ``moe_router`` and ``moe_preprocess`` CUDA
     graph scopes) or its whole MoE MLP (``moe``) replay as CUDA graphs (``Layout.cuda_graphs``): one launch for their
     many small kernels. ASSUMED, and chosen after the only published run with those graphs was seen
-    (:mod:`minipar.perf.mb_cards`: Megatron-Bridge's Qwen3 30B-A3B on 16 H100s, BF16, -31 % with the floor, +3.8 %
-    without). That run bounds the floor left at at most its 6.6 ms per block, not at 0: any value below the model's
-    GPU time there (6.3 ms) reads the same. The dispatcher's wait for the received counts stays (HybridEP syncs unless
-    given the permuted tokens' count, Megatron-Core ``fused_a2a.py``); what the graphs save is the launches around
-    it."""
+    (:mod:`minipar.perf.mb_cards`: Megatron-Bridge's Qwen3 30B-A3B on 16 H100s, BF16, -31 % with the floor, +2.2 %
+    without). That run bounds the floor left at at most its 6.6 ms per block, not at 0: any value below the model's time
+    there (6.4 ms per block and micro-batch) reads the same. The dispatcher's wait for the received counts stays
+    (HybridEP syncs unless given the permuted tokens' count, Megatron-Core ``fused_a2a.py``); what the graphs save is
+    the launches around it."""
     graphs = set(layout.cuda_graphs or ())
     if "moe" in graphs or {"moe_router", "moe_preprocess"} <= graphs:
         return 0.0
@@ -235,24 +237,38 @@ def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per
     return (g - 1) * a_in + (ep - g) * a_out + max(net / b_out, (g - 1) / g * S / b_in)
 
 
-def moe_activation_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int):
+def moe_activation_bytes(
+    model: ModelShape, b: float, tp: int, recompute: str, sp: bool, bpv: int, flash, cp: int, etp: int | None = None
+):
     """Bytes one MoE block keeps for backward for one micro-batch: the dense count
     (:func:`~minipar.perf.flops.activation_bytes_per_layer`) plus k − 1 more copies of the MLP's TP-split
     tensors (2·f·(3 if gated else 2)·s·b ÷ t), as many for the shared experts' MLP of width f_s (f_s for f; its
-    input, the router's, counted once: ASSUMED), and the k·s·b·h dispatched rows (2 bytes each; ASSUMED kept once per
-    TP rank); full recomputation keeps only the block's input (the dense count)."""
+    input, the router's, counted once: ASSUMED), and this rank's dispatched rows, k·s·b·h·etp/t of 2 bytes
+    (:func:`dispatched_rows`); full recomputation keeps only the block's input (the dense count)."""
     dense = activation_bytes_per_layer(model, b, tp, recompute, sp, bpv, flash, cp)
     if recompute == "full":
         return dense
     s, k = model.seq // cp, model.top_k
     widths = (k - 1) * model.f + (model.shared_ffn or 0)  # the k − 1 more MLPs and the shared experts' MLP
     mlp = 2 * widths * (3 if model.gated else 2) * s * b / tp
-    return dense + (mlp + 2 * k * s * b * model.hidden) * bpv / 2
+    return dense + (mlp + 2 * dispatched_rows(model, b, tp, cp, etp) * model.hidden) * bpv / 2
 
 
-def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp: bool, cp: int) -> float:
+def dispatched_rows(model: ModelShape, b: float, tp: int, cp: int, etp: int | None = None) -> float:
+    """Token rows one rank's experts receive per MoE block and micro-batch (balanced routing): the k·(s/t)·b rows of
+    its own sequence-parallel share (Megatron-Core requires sequence parallelism with MoE and TP), gathered over the
+    experts' TP group of etp ranks (None: t): k·s·b·etp/t. Megatron-Core's ``MoEAlltoAllTokenDispatcher`` gathers
+    over ``expt_tp`` only (``token_dispatcher.py``: ``if self.tp_size > 1``, ``tp_group = pg_collection.expt_tp``), so
+    with the experts' mesh folded to etp = 1 a rank keeps its own k·(s/t)·b rows, not the TP group's."""
+    return model.top_k * model.seq // cp * b * (tp if etp is None else etp) / tp
+
+
+def moe_fp8_saved_bytes(
+    model: ModelShape, b: float, tp: int, recompute: str, sp: bool, cp: int, etp: int | None = None
+) -> float:
     """Bytes per MoE block and micro-batch that FP8 training saves (:func:`moe_activation_bytes` less): the attention's
-    GEMM inputs as in :func:`~minipar.perf.flops.fp8_saved_bytes`, the k·s·b·h dispatched rows (the experts' fc1 input)
+    GEMM inputs as in :func:`~minipar.perf.flops.fp8_saved_bytes`, the dispatched rows (the experts' fc1 input,
+    :func:`dispatched_rows`)
     and the k·s·b·f/t fc2 inputs (and the shared MLP's s·b·f_s/t) in 1 byte, not 2, while the router's input (s·b·h, ÷t
     with sequence parallelism) stays bf16. Transformer Engine's ``GroupedLinear`` saves its quantized inputs for the
     weight gradient (``module/grouped_linear.py`` at v2.10, ``_GroupedLinear.forward``: ``inputmats`` from
@@ -264,7 +280,7 @@ def moe_fp8_saved_bytes(model: ModelShape, b: float, tp: int, recompute: str, sp
     s, h, k = model.seq // cp, model.hidden, model.top_k
     dense = fp8_saved_bytes(model, b, tp, recompute, sp, cp)
     widths = (k - 1) * model.f + (model.shared_ffn or 0)  # fc2 inputs: k − 1 more experts', the shared MLP's
-    return dense - s * b * h / (tp if sp else 1) + k * s * b * h + widths * s * b / tp
+    return dense - s * b * h / (tp if sp else 1) + dispatched_rows(model, b, tp, cp, etp) * h + widths * s * b / tp
 
 
 def moe_model_flops(model: ModelShape, global_batch: int, recompute="none", flash=False, recomputed=None) -> float:

@@ -105,9 +105,11 @@ Sources (read in the repositories, commit named):
   what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them; -0.7 % since the model has its
   node-limited routing (2026-11-29: its config's ``n_group`` 8 and ``topk_group`` 4, a token on at most 4 of the 8
   nodes, DeepSeek-V3 §2.1.2: the flex dispatcher's network bytes, :func:`minipar.perf.moe.node_hit`; a mechanism read
-  in the paper and Megatron-Core's router after the -8.6 % was seen, nothing chosen on the row). Blockwise FP8 is
-  modelled at per-tensor FP8's rate (ASSUMED). Megatron-Bridge's verification card of the same model in BF16 (another
-  run, another recipe: :mod:`minipar.perf.mb_cards`) reads -7.1 %.
+  in the paper and Megatron-Core's router after the -8.6 % was seen, nothing chosen on the row); -1.0 % with each
+  rank's dispatched rows counted as Megatron-Core keeps them (:func:`minipar.perf.moe.dispatched_rows`: expert TP 1
+  gathers nothing over TP; 46.9 GiB, not 54.5). Blockwise FP8 is modelled at per-tensor FP8's rate (ASSUMED).
+  Megatron-Bridge's verification card of the same model in BF16 (another run, another recipe:
+  :mod:`minipar.perf.mb_cards`) reads -5.9 % (-7.1 % before the dispatched rows were counted per rank).
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -127,8 +129,9 @@ compute could hide. The sources found for the NIC's all-to-all rate (NCCL's main
 NVIDIA/nccl-tests#290; DeepEP's README, 43-45 GB/s across the NIC) agree with the model's 44 GB/s (``IB_EFF``), so the
 rate did not explain it. Megatron-MoE-ModelZoo's table of the same model (:mod:`minipar.perf.moe_zoo`, another team,
 bf16, DeepEP) has the same run with and without the overlap: it saves 2.1 s of a 19.7 s step, where the model had 7.4 s
-of all-to-all to hide. The fraction hidden, chosen on that pair (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`, 0.4), puts
-these rows at -9 to -4 %; the label is gone. Qwen3 30B in 26.02 (+70 %, labelled after seen) was ``MISS:release``
+of all-to-all to hide. The fraction hidden, chosen on that pair (:data:`minipar.perf.moe.EP_OVERLAP_HIDES`, 0.4, then
+0.35), puts these rows at -9 to -4 % (-10 to -3 % at 0.35, with each rank's dispatched rows counted as Megatron-Core
+keeps them); the label is gone. Qwen3 30B in 26.02 (+70 %, labelled after seen) was ``MISS:release``
 ("26.02.01 runs the same layout 1.8x faster") until 2026-11-29, when 26.02.01's recipe was read: it runs EP 16, not the
 table's PP 2 · VP 12 · EP 8 (above). No run left says PP 2 · VP 12 · EP 8 is faster than ~5,200 tokens/s/GPU; the
 model's ~8,700 misses it, cause unknown (candidates: 24 model chunks of 2 blocks each, 128 micro-batches, the

@@ -40,7 +40,7 @@ from dataclasses import replace
 from minipar.errors import ConfigError
 from minipar.perf.gemm import attention_gemms, block_gemms, gemms_time, mla_up_gemms
 from minipar.perf.layout import Layout
-from minipar.perf.moe import moe_gemm_shapes
+from minipar.perf.moe import dispatched_rows, moe_gemm_shapes
 from minipar.perf.shape import ModelShape
 
 MODULES = ("core_attn", "layernorm", "moe_act", "moe", "mla_up_proj", "mlp", "shared_experts")  # Megatron-Core's names
@@ -91,11 +91,14 @@ def check_modules(model: ModelShape, layout: Layout, counts: str) -> None:
         raise ConfigError(f"recompute_modules={text}: Megatron-Core's modules are modelled on GPUs only")
 
 
-def freed_bytes(model: ModelShape, b: float, t: int, sp: bool, bpv: int, cp: int, fp8_inputs: bool, mods) -> float:
+def freed_bytes(
+    model: ModelShape, b: float, t: int, sp: bool, bpv: int, cp: int, fp8_inputs: bool, mods, etp: int | None = None
+) -> float:
     """Bytes per block and micro-batch that ``layernorm``, ``moe_act``, ``moe``, ``mla_up_proj``, ``mlp`` and
     ``shared_experts`` free (module doc) beyond the count of
     :func:`~minipar.perf.flops.activation_bytes_per_layer` / :func:`~minipar.perf.moe.moe_activation_bytes`
-    (``core_attn`` is in that count's ``"selective"``). ``fp8_inputs``: GEMM inputs kept in 1 byte (module doc)."""
+    (``core_attn`` is in that count's ``"selective"``). ``fp8_inputs``: GEMM inputs kept in 1 byte (module doc); ``etp``
+    the experts' TP degree (None: t; the dispatched rows, :func:`~minipar.perf.moe.dispatched_rows`)."""
     tok, h, k, f = model.seq // cp * b, model.hidden, model.top_k, model.f
     rep = tok * h / (t if sp else 1)  # one s·b·h tensor on this rank: replicated unless sequence parallelism
     gemm_in = 1 if fp8_inputs else bpv
@@ -103,9 +106,9 @@ def freed_bytes(model: ModelShape, b: float, t: int, sp: bool, bpv: int, cp: int
     if "layernorm" in mods:  # the QKV input, and the MLP's (dense: a GEMM input; MoE: the router's, kept in bf16)
         out += rep * (gemm_in + (bpv if model.experts else gemm_in))
     if "moe" in mods and model.experts:  # the MLP's k copies (dense count + k − 1), the shared one, k dispatched rows
-        widths = k * f + (model.shared_ffn or 0)
+        widths, rows = k * f + (model.shared_ffn or 0), dispatched_rows(model, b, t, cp, etp)
         mlp = 2 * widths * (3 if model.gated else 2) * tok / t
-        out += (mlp + 2 * k * tok * h) * bpv / 2 - ((k * tok * h + widths * tok / t) if fp8_inputs else 0.0)
+        out += (mlp + 2 * rows * h) * bpv / 2 - ((rows * h + widths * tok / t) if fp8_inputs else 0.0)
     elif "moe_act" in mods and model.experts:  # the activation's output: the down projection's input
         out += k * tok * f / t * gemm_in
     if "mla_up_proj" in mods and model.mla:  # Q, K, V (bf16: the attention core's inputs)
