@@ -41,14 +41,16 @@ layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-
 and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts'
 mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in
 every layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher
-alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--overlap ep`` hides part of it
+alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--moe-router-num-groups --moe-router-group-topk``,
+``moe.node_hit``; ``--cuda-graph-scope``, ``moe.host_floor``; ``--overlap ep`` hides part of the all-to-all
 (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
 :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8``
 included. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework
 pytorch``, dense models; with experts under ``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act
 and layernorm,moe). The software stack (:mod:`minipar.perf.stack_flags`): ``--framework``, ``--precision``,
-``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``, each in
-``--json``. The model: :mod:`minipar.perf.model`.
+``--grad-reduce-dtype``, ``--attention-kernel``, ``--fused-loss`` (``loss_bytes``), ``--compile``, ``--fsdp2``,
+``--use-precision-aware-optimizer`` with ``--main-params-dtype --exp-avg-dtype --exp-avg-sq-dtype``
+(``optimizer_dtypes``), each in ``--json``. The model: :mod:`minipar.perf.model`.
 """
 
 from __future__ import annotations
@@ -76,13 +78,13 @@ from minipar.perf.hardware import (
 from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
-from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, cuda_graph_scope, dense_layers, moe_top_k
+from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, cuda_graph_scope, with_experts
 from minipar.perf.search import plan
 from minipar.perf.shape import MLA
 from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
 from minipar.perf.shard_flags import SHARD_FLAGS, add_shard_flags, check_fixed_flags, check_shard_flags
 from minipar.perf.sharding import dp_collectives
-from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags
+from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_flags, optimizer_dtypes
 
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 ONLY_FIXED = (*FIXED[3:], "zero", "recompute", "sp", "cp_allgather")  # a fixed layout's settings: no search tries them
@@ -178,6 +180,7 @@ def _row(e, dev, model) -> dict:
         **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
         **({"precision": "fp8"} if e.layout.fp8 else {}),
         **({"cuda_graph_scope": list(e.layout.cuda_graphs)} if e.layout.cuda_graphs else {}),
+        **({"optimizer_dtypes": list(e.layout.optimizer_dtypes)} if e.layout.optimizer_dtypes else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
         **{k: getattr(e.layout, k) for k in (*SHARD_FLAGS, *FIXED[-2:]) if getattr(e.layout, k) is not None},
         "mfu": round(e.mfu, 4),
@@ -231,13 +234,10 @@ def main(argv=None) -> int:
         check_args(a)
         a.gpus = a.gpus or (a.tp * a.pp * a.dp * (a.cp or 1) if a.tp is not None else DEFAULT_GPUS)
         name, model = model_shape(a)
-        if a.moe_experts is not None:
-            built = {"shared_ffn": a.moe_shared_expert_intermediate_size, "moe_ffn": a.moe_ffn_hidden_size}
-            built |= {k: getattr(a, k) for k in ("moe_router_num_groups", "moe_router_group_topk")}
-            dense = dense_layers(a.moe_layer_freq, model.layers)
-            model = replace(model, experts=a.moe_experts, top_k=moe_top_k(a), **built, dense_layers=dense)
+        model = with_experts(a, model)
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
+        stack = {"cuda_graphs": cuda_graph_scope(a), "optimizer_dtypes": optimizer_dtypes(a)}  # fixed, search alike
         if a.tp is not None:
             moe = {"ep": a.ep or 1, "etp": a.expert_tp, "dispatcher": a.moe_dispatcher} if model.experts else {}
             lay = Layout(
@@ -263,7 +263,7 @@ def main(argv=None) -> int:
                 stage_split=a.stage_split,
                 bucket_mb=a.bucket_mb,
                 fp8=a.precision == "fp8",
-                cuda_graphs=cuda_graph_scope(a),
+                **stack,
                 **moe,
             )
             rows = [(estimate(model, dev, lay, a.global_batch), "")]
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
                 eps=None if a.ep is None else (a.ep,),
                 etp=a.expert_tp,
                 dispatcher=a.moe_dispatcher,
-                cuda_graphs=cuda_graph_scope(a),
+                **stack,
             )
         kept = [e for e, why in rows if not why]
         if model.experts and not a.json:  # the counts, at the best layout's ep (or the given one)

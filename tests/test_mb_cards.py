@@ -164,3 +164,79 @@ def test_a_folded_expert_mesh_keeps_its_own_dispatched_rows():
     assert moe_activation_bytes(qwen, 1, 2, "none", True, 2, True, 1) - folded == 8 * 4096 / 2 * 4096 * 2
     ((_, e, _, _),) = card_rows()
     assert e.fits and e.mem["total"] / 2**30 < 65
+
+
+def test_the_precision_aware_optimizer_keeps_its_states_in_their_dtypes(capsys):
+    """Megatron-Core's ``--use-precision-aware-optimizer``: fp32 master weights and bf16 moments hold 8 bytes per
+    parameter where Adam's fp32 states hold 12 (ZeRO's K), sharded as before; only with its distributed optimizer."""
+    from minipar.perf.memory import memory_per_gpu
+
+    dev = for_framework(GPUS["h100"], "megatron")
+    lay = nemo_layout(CARDS[0], SETTINGS)
+    assert lay.optimizer_dtypes == ("fp32", "bf16", "bf16") and lay.optimizer_bytes == 8
+    assert replace(lay, optimizer_dtypes=None).optimizer_bytes == 12
+    assert replace(lay, optimizer_dtypes=("fp16", "fp8", "bf16")).optimizer_bytes == 5
+    small = memory_per_gpu(DSV3, dev, lay, 256)
+    full = memory_per_gpu(DSV3, dev, replace(lay, optimizer_dtypes=None), 256)
+    assert small["optimizer"] == pytest.approx(full["optimizer"] * 8 / 12, rel=1e-12)
+    assert small["params"] == full["params"] and small["activations"] == full["activations"]
+    pao = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    fixed = [*FIXED[: FIXED.index("--zero")], "--zero", "1", *FIXED[FIXED.index("--zero") + 2 :]]
+    assert main([*FLAGS, *fixed, *pao]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["optimizer_dtypes"] == ["fp32", "bf16", "bf16"] and "adam(fp32/bf16/bf16)" in row["layout"]
+    assert main(["--model", "7b", "--gpus", "16", "--framework", "megatron", "--use-precision-aware-optimizer",
+                 "--top", "50", "--json"]) == 0  # fmt: skip
+    rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert rows and all("zero1" in r["layout"] or "zero2" in r["layout"] or "dp1·" in r["layout"] for r in rows)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "7b", "--exp-avg-dtype", "bf16"], "add --use-precision-aware-optimizer"),
+        (["--model", "7b", "--use-precision-aware-optimizer"], "add --framework megatron"),
+        (
+            [
+                "--model",
+                "7b",
+                "--framework",
+                "megatron",
+                "--use-precision-aware-optimizer",
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+                "--dp",
+                "8",
+            ],
+            "--use-precision-aware-optimizer with --zero 0",
+        ),  # fmt: skip
+        (
+            [
+                "--model",
+                "7b",
+                "--framework",
+                "megatron",
+                "--use-precision-aware-optimizer",
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+                "--dp",
+                "8",
+                "--zero",
+                "3",
+            ],
+            "use --zero 1 (or 2)",
+        ),  # fmt: skip
+        (["--model", "7b", "--main-params-dtype", "bf16"], "invalid choice"),
+    ],
+)
+def test_optimizer_dtype_contradictions(argv, message, capsys):
+    if message == "invalid choice":
+        with pytest.raises(SystemExit):
+            main(argv)
+    else:
+        assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -21,6 +21,8 @@ RECOMPUTE = ("none", "selective", "op", "full")  # the recomputation modes (Layo
 # --overlap-moe-expert-parallel-comm). (Ring attention's K/V steps always hide behind the attention.)
 OVERLAP = ("dp", "grad_reduce", "pp", "tp", "ep")
 DISPATCHERS = ("alltoall", "flex")  # Megatron-Core's --moe-token-dispatcher-type (Layout.dispatcher, minipar.perf.moe)
+# bytes of an optimizer state's dtype in Megatron-Core's precision-aware optimizer (Layout.optimizer_dtypes)
+STATE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # Megatron-Core's per-layer CUDA graph scopes (--cuda-graph-scope, Layout.cuda_graphs; transformer_config.py)
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 
@@ -59,7 +61,9 @@ class Layout:
     captured in CUDA graphs (Megatron-Core's ``cuda_graph_scope`` with ``cuda_graph_impl="transformer_engine"``, a
     subset of :data:`CUDA_GRAPH_SCOPES`; None: eager): the router and the dispatcher's preprocessing (or the whole MoE
     MLP) graphed lift the host's floor under a MoE block (:data:`minipar.perf.moe.MOE_HOST_S`,
-    :func:`minipar.perf.moe.host_floor`)."""
+    :func:`minipar.perf.moe.host_floor`); ``optimizer_dtypes``: (main params, exp_avg, exp_avg_sq) dtypes of
+    Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer --main-params-dtype --exp-avg-dtype
+    --exp-avg-sq-dtype``; None: fp32 each, 12 bytes per parameter: :attr:`optimizer_bytes`)."""
 
     dp: int
     tp: int
@@ -90,6 +94,7 @@ class Layout:
     etp: int | None = None
     dispatcher: str = "alltoall"
     cuda_graphs: tuple | None = None
+    optimizer_dtypes: tuple | None = None
 
     @property
     def gpus(self) -> int:
@@ -111,6 +116,12 @@ class Layout:
         :func:`minipar.perf.sharding.dp_time`."""
         o = set(self.overlap)  # a frozenset, or any collection of the names
         return bool({"dp", "grad_reduce"} & o), "dp" in o
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """Bytes of optimizer state per parameter under mixed precision: fp32 master weights and Adam's two moments,
+        12 (ZeRO's K, Rajbhandari et al. 2019, arXiv:1910.02054, §3.1), or the sum of :attr:`optimizer_dtypes`'."""
+        return sum(STATE_BYTES[d] for d in self.optimizer_dtypes) if self.optimizer_dtypes else 12
 
     @property
     def expert_tp(self) -> int:  # the experts' TP degree: etp, or tp when it is None (Megatron-Core's default)
@@ -219,6 +230,7 @@ class Layout:
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
         s += "·fp8" if self.fp8 else ""
         s += f"·graphs({'+'.join(self.cuda_graphs)})" if self.cuda_graphs else ""
+        s += f"·adam({'/'.join(self.optimizer_dtypes)})" if self.optimizer_dtypes else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")
 
 

@@ -11,22 +11,24 @@ hybrid Mamba / gated-delta-net models this planner cannot describe; the cards' `
 ("sanity checks rather than optimized performance results", natural routing, checkpoints saved), left out.
 
 - **DeepSeek-V3**, card verified 2026-08-15 at commit 79308d0 (``deepseek_v3_pretrain_1024gpu_h100_bf16_config``,
-  ``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``; its base
-  ``recipes/deepseek/h100/deepseek_v3.py``): 1,024 H100s, BF16, TP 2, PP 8, VP 4, CP 1, EP 64, expert TP 1, sequence
-  parallelism, GBS 16,384, MBS 1, s 4,096, one MTP layer, the layout ``Et|(tt|)*30mL``, ``recompute_modules=
-  ["mla_up_proj", "mlp"]``, HybridEP's flex dispatcher (``apply_flex_dispatcher_backend`` on a Hopper GPU), forced
-  balancing, ``overlap_moe_expert_parallel_comm=False`` (the base recipe's; the performance recipe leaves it),
-  ``tp_comm_overlap=False``, ``overlap_grad_reduce=False`` (the gradient reduction exposed; its parameter all-gather
-  ASSUMED exposed too, as the archive's row, although ``overlap_param_gather_with_optimizer_step`` is set),
-  gradients reduced in bf16, no CUDA graphs (``cuda_graph_impl="none"``): 1,061.206 tokens/s/GPU (61.756 s a step).
+  ``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``; its base ``recipes/deepseek/h100/deepseek_v3.py``):
+  1,024 H100s, BF16, TP 2, PP 8, VP 4, CP 1, EP 64, expert TP 1, sequence parallelism, GBS 16,384, MBS 1, s 4,096, one
+  MTP layer, the layout ``Et|(tt|)*30mL``, ``recompute_modules=["mla_up_proj", "mlp"]``, HybridEP's flex dispatcher
+  (``apply_flex_dispatcher_backend`` on a Hopper GPU), forced balancing, ``overlap_moe_expert_parallel_comm=False`` (the
+  base recipe's; the performance recipe leaves it), ``tp_comm_overlap=False``, ``overlap_grad_reduce=False`` (the
+  gradient reduction exposed; its parameter all-gather ASSUMED exposed too, as the archive's row, although
+  ``overlap_param_gather_with_optimizer_step`` is set), gradients reduced in bf16 (``main_grads_dtype`` bf16), the
+  precision-aware optimizer with fp32 master weights and bf16 moments (``exp_avg_dtype``, ``exp_avg_sq_dtype``:
+  :attr:`~minipar.perf.layout.Layout.optimizer_dtypes`; added after the row's error was computed, memory only), no CUDA
+  graphs (``cuda_graph_impl="none"``): 1,061.206 tokens/s/GPU (61.756 s a step).
 - **Qwen3 30B-A3B**, card verified 2026-07-27 at commit 3a9559f (``qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config``,
-  ``perf_recipes/qwen/h100/qwen3_moe.py`` over ``recipes/qwen/h100/qwen3_moe.py``): 16 H100s, BF16, TP 1, PP 1,
-  CP 1, EP 16, expert TP 1, DP 16, GBS 1,024, MBS 1, s 4,096, no recomputation, HybridEP's flex dispatcher, forced
-  balancing, ``overlap_moe_expert_parallel_comm=True`` (``"ep"``), ``delay_wgrad_compute=False``, gradients reduced in
-  bf16, the distributed optimizer with its grad-reduce and param-gather overlap, and Transformer Engine CUDA graphs of
-  the ``moe_router`` and ``moe_preprocess`` scopes (all 48 blocks captured, the card says): 13,011.378 tokens/s/GPU
-  (20.147 s a step). The archive's FP8 rows of the same layout without CUDA graphs and without the overlap run
-  8,826-8,960 (:mod:`minipar.perf.nemo`).
+  ``perf_recipes/qwen/h100/qwen3_moe.py`` over ``recipes/qwen/h100/qwen3_moe.py``): 16 H100s, BF16, TP 1, PP 1, CP 1, EP
+  16, expert TP 1, DP 16, GBS 1,024, MBS 1, s 4,096, no recomputation, HybridEP's flex dispatcher, forced balancing,
+  ``overlap_moe_expert_parallel_comm=True`` (``"ep"``), ``delay_wgrad_compute=False``, gradients reduced in bf16, the
+  distributed optimizer with its grad-reduce and param-gather overlap (precision-aware, its states fp32: the memory of
+  the default), and Transformer Engine CUDA graphs of the ``moe_router`` and ``moe_preprocess`` scopes (all 48 blocks
+  captured, the card says): 13,011.378 tokens/s/GPU (20.147 s a step). The archive's FP8 rows of the same layout without
+  CUDA graphs and without the overlap run 8,826-8,960 (:mod:`minipar.perf.nemo`).
 
 Both are read as the archive's rows (:func:`minipar.perf.nemo.nemo_rows`: Transformer Engine's fused loss, the H100
 preset's links, ZeRO-1), each with its recipe's settings (:data:`SETTINGS`).
@@ -44,13 +46,10 @@ CARDS = [("MB card 08-15", "DeepSeek-V3", 1024, (2, 8, 1, 4, 64), 1, 16384, None
 # FIT of the CUDA graphs' effect on the host's floor (minipar.perf.moe.host_floor), chosen after its error was seen
 GRAPHS_FIT = [("MB card 07-27", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, False, "tps", 13011.378)]
 # each card's recipe over minipar.perf.nemo.recipe()'s release and model defaults (module doc): given
+GRAPHED = ("moe_router", "moe_preprocess")  # the Qwen3 recipe's cuda_graph_scope
 SETTINGS = {
-    ("MB card 08-15", "DeepSeek-V3"): {"a2a_overlap": False, "flex": True},
-    ("MB card 07-27", "Qwen3-30B-A3B"): {
-        "a2a_overlap": True,
-        "flex": True,
-        "cuda_graphs": ("moe_router", "moe_preprocess"),
-    },
+    ("MB card 08-15", "DeepSeek-V3"): {"a2a_overlap": False, "flex": True},  # bf16 moments: nemo.RECIPES, as 25.09's
+    ("MB card 07-27", "Qwen3-30B-A3B"): {"a2a_overlap": True, "flex": True, "cuda_graphs": GRAPHED},
 }
 
 

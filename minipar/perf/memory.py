@@ -69,15 +69,18 @@ def logit_bytes(model: ModelShape, b: float, tp: int, cp: int = 1) -> float:
     return 4 * (model.seq // cp) * b * model.vocab / tp
 
 
-def _states(psi: float, zero: int, shard: int, bpv: int, grad_bytes: int) -> dict:
+def _states(psi: float, zero: int, shard: int, bpv: int, grad_bytes: int, opt_bytes: int = 12) -> dict:
     """Model-state bytes of ``psi`` parameters: ZeRO's formula, but unsharded gradients (ZeRO 0 and 1) held at
     ``grad_bytes`` each under mixed precision: Megatron-LM's fp32 main-gradient buffers, "bf16 param, fp32 grads:
     18" bytes per parameter and "6 + 12/d" with its distributed optimizer (Megatron-LM README, "Distributed
-    Optimizer"), where ZeRO's formula counts 16 and 4 + 12/d (2-byte gradients)."""
+    Optimizer"), where ZeRO's formula counts 16 and 4 + 12/d (2-byte gradients); ``opt_bytes`` of optimizer state
+    per parameter for ZeRO's 12 under mixed precision (``Layout.optimizer_bytes``)."""
     states = zero_bytes_formula(psi, zero, shard, mixed_precision=bpv == 2)
+    if bpv == 2 and opt_bytes != 12:
+        states["optimizer"] *= opt_bytes / 12
     if bpv == 2 and zero < 2:
         states["grads"] = grad_bytes * psi
-        states["total"] = states["params"] + states["grads"] + states["optimizer"]
+    states["total"] = states["params"] + states["grads"] + states["optimizer"]
     return states
 
 
@@ -141,8 +144,9 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     freed = max(freed)  # the block whose modules are being recomputed: the largest kind's, ASSUMED on every rank
     zero = 1 if layout.zero == 3 and p > 1 else layout.zero  # FSDP2 + pipelining: unsharded through the step
     best = None
-    dense_1 = _states(1.0, zero, layout.shard, bpv, layout.grad_bytes)  # bytes of one parameter (linear in Ψ)
-    expert_1 = _states(1.0, zero, layout.expert_shard, bpv, layout.grad_bytes) if any(experts) else dense_1
+    k = layout.optimizer_bytes  # optimizer state per parameter: 12, or the precision-aware optimizer's dtypes
+    dense_1 = _states(1.0, zero, layout.shard, bpv, layout.grad_bytes, k)  # bytes of one parameter (linear in Ψ)
+    expert_1 = _states(1.0, zero, layout.expert_shard, bpv, layout.grad_bytes, k) if any(experts) else dense_1
     for i in range(p):
         states = {k: params[i] * x + experts[i] * expert_1[k] for k, x in dense_1.items()}
         if layout.hpz is not None:  # hpZ's secondary partition of the 16-bit weights, kept from forward to backward

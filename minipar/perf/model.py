@@ -70,7 +70,8 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Offload** (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): AdamW's state moves to the host
   (``mem["host"]``); the step adds 2·bytes_per_value·Φ over ``host_bw``.
 - **Memory per device**: model states by ZeRO's formula (:func:`minipar.zero.formula.zero_bytes_formula`,
-  over d·c ranks; unsharded gradients at ``grad_bytes``, Megatron-LM's fp32 main gradients), activations per
+  over d·c ranks; unsharded gradients at ``grad_bytes``, Megatron-LM's fp32 main gradients; the optimizer's 12 bytes
+  a parameter, or the precision-aware optimizer's, ``Layout.optimizer_bytes``), activations per
   Korthikanti (:func:`~minipar.perf.flops.activation_bytes_per_layer`)
   × the blocks each rank holds at its peak along the real schedule (:func:`minipar.perf.memory.held_layers`:
   min(p − i, m)·l/p under 1F1B, l·(1 + (p−1)/(p·v)) on rank 0 interleaved, §4.2.3; each chunk's own
@@ -79,9 +80,11 @@ degrees, m = B/(d·b) micro-batches per pipeline; counts in :mod:`minipar.perf.f
 - **Experts** (``ModelShape.experts``, ``Layout.ep``): :mod:`minipar.perf.moe` (each block's GEMMs with the
   E/ep local experts at their own shapes, 4 all-to-alls per block per micro-batch over the EP group, ``"ep"``,
   not overlapped unless ``"ep"`` is in ``Layout.overlap``, then partly (``EP_OVERLAP_HIDES``, chosen on one published
-  pair of runs); expert states over the expert-dp ranks; every setting given or ASSUMED there). Blocks of two kinds
-  (``ModelShape.dense_layers``: the first k dense, the rest with experts) each at its own seconds and bytes, per model
-  chunk (:meth:`~minipar.perf.layout.Layout.chunk_kinds`; one block's terms: :mod:`minipar.perf.block_time`).
+  pair of runs); the flex dispatcher's network bytes under group-limited routing (``moe.node_hit``); a block's time at
+  least the host's floor under Megatron-Core, lifted by CUDA graphs (``moe.host_floor``); each rank's dispatched rows
+  (``moe.dispatched_rows``); expert states over the expert-dp ranks; every setting given or ASSUMED there). Blocks of
+  two kinds (``ModelShape.dense_layers``: the first k dense, the rest with experts) each at its own seconds and bytes,
+  per model chunk (:meth:`~minipar.perf.layout.Layout.chunk_kinds`; one block's terms: :mod:`minipar.perf.block_time`).
 
 Left out, on purpose (not first principles, or not measured here): stragglers and congestion (MegaScale
 §5 measures them; they grow with the GPU count), kernel-launch and framework overhead on GPUs,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 from minipar.errors import ConfigError
 from minipar.perf.layout import CUDA_GRAPH_SCOPES, DISPATCHERS
@@ -80,6 +81,18 @@ def add_moe_flags(p) -> None:
         "Transformer Engine's graphs; --framework megatron): moe_router,moe_preprocess or moe lift the host's floor "
         "under a MoE block",
     )
+
+
+def with_experts(a, model):
+    """``model`` (a :class:`~minipar.perf.shape.ModelShape`) with the experts ``--moe-experts`` and its flags build
+    (unchanged without it): k, the shared and the experts' widths, the dense first blocks, group-limited routing.
+    Raises ConfigError where the shape refuses them."""
+    if a.moe_experts is None:
+        return model
+    built = {"shared_ffn": a.moe_shared_expert_intermediate_size, "moe_ffn": a.moe_ffn_hidden_size}
+    built |= {k: getattr(a, k) for k in ("moe_router_num_groups", "moe_router_group_topk")}
+    dense = dense_layers(a.moe_layer_freq, model.layers)
+    return replace(model, experts=a.moe_experts, top_k=moe_top_k(a), **built, dense_layers=dense)
 
 
 def moe_top_k(a) -> int:

@@ -102,14 +102,14 @@ Sources (read in the repositories, commit named):
   parameters and the table's FLOP count, 260.6 GFLOP per token with MTP, reproduced: ``tests/test_plan_mtp.py``).
   Computed once before that recipe was read, with NCCL's all-to-all and no overlap (-31 %), and with DeepEP and the
   overlap (-4.7 %); as the recipe says, -7.2 % before the model had those two modules (2026-11-29: the blocks kept
-  what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them; -0.7 % since the model has its
-  node-limited routing (2026-11-29: its config's ``n_group`` 8 and ``topk_group`` 4, a token on at most 4 of the 8
-  nodes, DeepSeek-V3 §2.1.2: the flex dispatcher's network bytes, :func:`minipar.perf.moe.node_hit`; a mechanism read
-  in the paper and Megatron-Core's router after the -8.6 % was seen, nothing chosen on the row); -1.0 % with each
-  rank's dispatched rows counted as Megatron-Core keeps them (:func:`minipar.perf.moe.dispatched_rows`: expert TP 1
-  gathers nothing over TP; 46.9 GiB, not 54.5). Blockwise FP8 is modelled at per-tensor FP8's rate (ASSUMED).
-  Megatron-Bridge's verification card of the same model in BF16 (another run, another recipe:
-  :mod:`minipar.perf.mb_cards`) reads -5.9 % (-7.1 % before the dispatched rows were counted per rank).
+  what they free, 71.6 GiB, and skipped their re-run), -8.6 % and 54.5 GiB with them; -0.7 % with its node-limited
+  routing (2026-11-29: its config's ``n_group`` 8, ``topk_group`` 4, a token on at most 4 of 8 nodes, §2.1.2,
+  :func:`minipar.perf.moe.node_hit`; read in the paper and Megatron-Core's router after the -8.6 % was seen, nothing
+  chosen on the row); -1.0 % with each rank's dispatched rows as Megatron-Core keeps them
+  (:func:`minipar.perf.moe.dispatched_rows`). Adam's moments in bf16 (the recipe's ``use_precision_aware_optimizer``,
+  ``exp_avg_dtype``/``exp_avg_sq_dtype`` bf16: ``optimizer_dtypes``, memory only): 44.2 GiB. Blockwise FP8 is modelled
+  at per-tensor FP8's rate (ASSUMED). Megatron-Bridge's BF16 card of the model (:mod:`minipar.perf.mb_cards`)
+  reads -5.9 % (-7.1 % before the dispatched rows were counted per rank).
 
 The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
 the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given, above).
@@ -235,6 +235,7 @@ RECIPES = {
         "dp_overlap": False,
         "layout": "Et|(tt|)*30mL",
         "modules": ("mla_up_proj", "mlp"),
+        "optimizer_dtypes": ("fp32", "bf16", "bf16"),  # the recipe's precision-aware optimizer, bf16 moments
     },  # fmt: skip
 }
 
@@ -250,7 +251,8 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     """What a row's run set beyond its table (module doc): ``tp_overlap`` (``tp_comm_overlap``: given for
     Megatron-Bridge, ASSUMED for NeMo, not in MoE-Zoo's launch), ``a2a_overlap`` (``moe_a2a_overlap``), ``etp`` (expert
     TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules),
-    ``dp_overlap`` (``overlap_grad_reduce``), ``cuda_graphs`` (``cuda_graph_scope``),
+    ``dp_overlap`` (``overlap_grad_reduce``), ``cuda_graphs`` (``cuda_graph_scope``), ``optimizer_dtypes`` (the
+    precision-aware optimizer's main params, exp_avg, exp_avg_sq),
     ``layout`` (Megatron-Core's ``pipeline_model_parallel_layout`` string,
     :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's split); by release (:data:`FLEX`,
     :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row (``settings[(src, name)]``: one run's recipe,
@@ -258,7 +260,7 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
     row = (settings or {}).get((src, name), {})
-    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
+    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None, "optimizer_dtypes": None}
     return {**release, **defaults, **RECIPES.get(name, {}), **row}
 
 
@@ -298,6 +300,7 @@ def nemo_layout(row, settings: dict | None = None) -> Layout:
         etp=r["etp"],
         dispatcher="flex" if r["flex"] and ep > 1 else "alltoall",
         cuda_graphs=r["cuda_graphs"],
+        optimizer_dtypes=r["optimizer_dtypes"],
         cp=cp,
         first_stage_layers=first,
         last_stage_layers=last,

@@ -104,6 +104,7 @@ def plan(
     etp: int | None = None,
     dispatcher: str = "alltoall",
     cuda_graphs: tuple | None = None,
+    optimizer_dtypes: tuple | None = None,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -129,7 +130,9 @@ def plan(
         etp: the experts' TP degree (``Layout.etp``) in every layout of a model with experts; a layout whose tp it
             does not divide is invalid, so skipped. None: both tp (Megatron-Core's default) and 1 on a GPU
             (:func:`expert_tps`). ``dispatcher``: their all-to-all (``Layout.dispatcher``), fixed. ``cuda_graphs``:
-            Megatron-Core's CUDA graph scopes (``Layout.cuda_graphs``), fixed.
+            Megatron-Core's CUDA graph scopes (``Layout.cuda_graphs``), fixed. ``optimizer_dtypes``: the
+            precision-aware optimizer's (``Layout.optimizer_dtypes``), fixed; its layouts keep ZeRO 1 (Megatron-Core's
+            distributed optimizer), or ZeRO 0 where dp is 1.
 
     Where pp·v does not divide the layers, a GPU layout's chunks are split as Megatron-Core splits them with the
     embedding and / or the loss counted as a block (:func:`edge_splits`: ``first_stage_layers`` /
@@ -161,7 +164,7 @@ def plan(
                 sizes = micro_batches
             else:
                 sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
-            zs = [z for z in zeros if pp == 1 or z != 3] if dp > 1 else [0]
+            zs = [z for z in zeros if (pp == 1 or z != 3) and (not optimizer_dtypes or z in (1, 2))] if dp > 1 else [0]
             shapes = [(v, ends) for v in (vs if pp > 1 else (1,)) for ends in stage_ends(model, dev, pp, v)]
             experts = [
                 (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)
@@ -193,6 +196,7 @@ def plan(
                     etp=e_tp if model.experts else None,
                     dispatcher=dispatcher if model.experts else "alltoall",
                     cuda_graphs=cuda_graphs,
+                    optimizer_dtypes=optimizer_dtypes,
                 )
                 out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

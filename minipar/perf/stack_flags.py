@@ -7,8 +7,11 @@ from __future__ import annotations
 from minipar.errors import ConfigError
 from minipar.perf.gemm import ATTN_KERNELS
 from minipar.perf.hardware import FRAMEWORKS
+from minipar.perf.layout import STATE_BYTES
 
 GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
+STATE_FLAGS = (("main_params_dtype", ("fp32", "fp16")), ("exp_avg_dtype", tuple(STATE_BYTES)),
+               ("exp_avg_sq_dtype", tuple(STATE_BYTES)))  # fmt: skip
 
 
 def add_stack_flags(p) -> None:
@@ -58,6 +61,21 @@ def add_stack_flags(p) -> None:
         "default): 3.8 more, as measured in torchtitan's eager Llama block",
     )
     p.add_argument(
+        "--use-precision-aware-optimizer",
+        action="store_true",
+        help="Megatron-Core's optimizer states in the dtypes below (Transformer Engine's FusedAdam; the distributed "
+        "optimizer only: --zero 1 or more): memory, not the update's arithmetic",
+    )
+    for flag, choices in STATE_FLAGS:
+        what = {"main_params_dtype": "the fp32 master weights'", "exp_avg_dtype": "Adam's first moment's"}
+        p.add_argument(
+            f"--{flag.replace('_', '-')}",
+            default="fp32",
+            choices=choices,
+            help=f"{what.get(flag, 'Adam second moment' + chr(39) + 's')} dtype with --use-precision-aware-optimizer "
+            "(Megatron-Core's flag; DeepSeek-V3's recipe: bf16 moments)",
+        )
+    p.add_argument(
         "--fsdp2",
         action="store_true",
         help="ZeRO 2/3 as PyTorch's FSDP2 (fully_shard: torchtitan, OLMo-core): each gathered unit copied out of the "
@@ -66,9 +84,35 @@ def add_stack_flags(p) -> None:
     )
 
 
+def optimizer_dtypes(a) -> tuple | None:
+    """``(main params, exp_avg, exp_avg_sq)`` dtypes of Megatron-Core's precision-aware optimizer
+    (``Layout.optimizer_dtypes``), or None without ``--use-precision-aware-optimizer``."""
+    return tuple(getattr(a, f) for f, _ in STATE_FLAGS) if a.use_precision_aware_optimizer else None
+
+
 def check_stack_flags(a) -> None:
     """Raise :class:`ConfigError` (one line) for a stack flag that contradicts the layout: ``--fsdp2`` with a fixed
-    ``--zero`` 0 or 1 (FSDP2 shards the weights or at least the gradients: ZeRO 2 or 3)."""
+    ``--zero`` 0 or 1 (FSDP2 shards the weights or at least the gradients: ZeRO 2 or 3); an optimizer state dtype
+    without ``--use-precision-aware-optimizer``, or that flag outside Megatron-Core's distributed optimizer
+    (``--framework megatron``, ZeRO 1 or more: "only supported with distributed optimizer",
+    megatron/core/optimizer/__init__.py)."""
+    for flag, _ in STATE_FLAGS:
+        if getattr(a, flag) != "fp32" and not a.use_precision_aware_optimizer:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')} {getattr(a, flag)} is a precision-aware optimizer's state dtype: add "
+                "--use-precision-aware-optimizer (Megatron-Core's), or drop it"
+            )
+    if a.use_precision_aware_optimizer and a.framework != "megatron":
+        raise ConfigError(
+            "--use-precision-aware-optimizer is Megatron-Core's (Transformer Engine's FusedAdam): add --framework "
+            "megatron, or drop it"
+        )
+    zero = a.zero if a.zero is not None or a.tp is None else 0  # a fixed layout's default: ZeRO 0
+    if a.use_precision_aware_optimizer and zero is not None and zero not in (1, 2):
+        raise ConfigError(
+            f"--use-precision-aware-optimizer with --zero {zero}: Megatron-Core supports it only with its "
+            "distributed optimizer; use --zero 1 (or 2)"
+        )
     if a.fsdp2 and a.zero is not None and a.zero < 2:
         raise ConfigError(
             f"--fsdp2 with --zero {a.zero}: FSDP2's fully_shard is ZeRO-3 (or ZeRO-2 with its weights kept after "
