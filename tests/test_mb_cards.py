@@ -191,45 +191,16 @@ def test_the_precision_aware_optimizer_keeps_its_states_in_their_dtypes(capsys):
     assert rows and all("zero1" in r["layout"] or "zero2" in r["layout"] or "dp1·" in r["layout"] for r in rows)
 
 
+PAO_FIXED = "--model 7b --framework megatron --use-precision-aware-optimizer --tp 1 --pp 1 --dp 8".split()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--model", "7b", "--exp-avg-dtype", "bf16"], "add --use-precision-aware-optimizer"),
         (["--model", "7b", "--use-precision-aware-optimizer"], "add --framework megatron"),
-        (
-            [
-                "--model",
-                "7b",
-                "--framework",
-                "megatron",
-                "--use-precision-aware-optimizer",
-                "--tp",
-                "1",
-                "--pp",
-                "1",
-                "--dp",
-                "8",
-            ],
-            "--use-precision-aware-optimizer with --zero 0",
-        ),  # fmt: skip
-        (
-            [
-                "--model",
-                "7b",
-                "--framework",
-                "megatron",
-                "--use-precision-aware-optimizer",
-                "--tp",
-                "1",
-                "--pp",
-                "1",
-                "--dp",
-                "8",
-                "--zero",
-                "3",
-            ],
-            "use --zero 1 (or 2)",
-        ),  # fmt: skip
+        (PAO_FIXED, "--use-precision-aware-optimizer with --zero 0"),
+        ([*PAO_FIXED, "--zero", "3"], "use --zero 1 (or 2)"),
         (["--model", "7b", "--main-params-dtype", "bf16"], "invalid choice"),
     ],
 )
