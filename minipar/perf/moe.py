@@ -205,12 +205,20 @@ def node_hit(model: ModelShape, n: int) -> float:
     DeepSeek-V3's G = 8 nodes, M = 4: 0.50 for 0.66 uniform (a simulation of its routing on random logits: 0.496,
     ``tests/test_mb_cards.py``); a chosen group nearly always receives an expert, as its best two experts chose it."""
     E, k = model.experts, model.top_k
-    hit = 1 - math.comb(E - E // n, k) / math.comb(E, k)
+    hit = 1 - _none_of(E, E // n, k)
     G, M = model.moe_router_num_groups, model.moe_router_group_topk
     if G and (G % n == 0 or n % G == 0):
-        c = max(1, G // n)
-        hit = min(hit, 1 - math.comb(G - c, M) / math.comb(G, M))
+        hit = min(hit, 1 - _none_of(G, max(1, G // n), M))
     return hit
+
+
+def _none_of(total: int, marked: int, k: int) -> float:
+    """The chance that k of ``total`` drawn without replacement miss all ``marked`` ones, C(total − marked, k) /
+    C(total, k), by log-gamma (a bound on the work however large the counts: no big integers)."""
+    if total - marked < k:
+        return 0.0
+    lg = math.lgamma
+    return math.exp(lg(total - marked + 1) - lg(total - marked - k + 1) - lg(total + 1) + lg(total - k + 1))
 
 
 def a2a_seconds(model: ModelShape, tokens: float, layout: Layout, dev, bytes_per_value: int = 2) -> float:
