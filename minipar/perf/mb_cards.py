@@ -1,4 +1,5 @@
-"""Megatron-Bridge's model verification cards: two H100 performance runs, BF16 (TEST rows, added 2026-11-29).
+"""Megatron-Bridge's model verification cards: two H100 performance runs, BF16 (added 2026-11-29): DeepSeek-V3, a TEST
+row (:data:`CARDS`, -5.9 %), and Qwen3 30B-A3B, the FIT of what CUDA graphs do to the host's floor (:data:`GRAPHS_FIT`).
 
 Source: github.com/NVIDIA-NeMo/Megatron-Bridge, ``examples/model_verification_cards/<model>/card.yaml`` at 067f987
 (the format: ``skills/create-model-verification-card/SKILL.md``). Each card's ``pretrain_performance.H100`` item is a
@@ -29,6 +30,12 @@ hybrid Mamba / gated-delta-net models this planner cannot describe; the cards' `
   the default), and Transformer Engine CUDA graphs of the ``moe_router`` and ``moe_preprocess`` scopes (all 48 blocks
   captured, the card says): 13,011.378 tokens/s/GPU (20.147 s a step). The archive's FP8 rows of the same layout without
   CUDA graphs and without the overlap run 8,826-8,960 (:mod:`minipar.perf.nemo`).
+
+Errors, in order: DeepSeek-V3 -14.2 % as first computed, -7.1 % with its node-limited routing
+(:func:`minipar.perf.moe.node_hit`), -5.9 % with each rank's dispatched rows (:func:`minipar.perf.moe.dispatched_rows`);
+Qwen3 30B-A3B -31 % under the host's floor (9.2 ms a block, more than the run's whole 6.56 ms), then, the graphs chosen
+to lift that floor on this row (:func:`minipar.perf.moe.host_floor`), +3.8 % (+2.2 % with the overlap's share
+re-chosen, 0.35).
 
 Both are read as the archive's rows (:func:`minipar.perf.nemo.nemo_rows`: Transformer Engine's fused loss, the H100
 preset's links, ZeRO-1), each with its recipe's settings (:data:`SETTINGS`).
