@@ -41,7 +41,9 @@ class Device:
         peak_flops: dense peak of the training dtype (bf16 on GPUs; a rank's measured fp32 matmul
         FLOP/s on this CPU). mem_bytes: memory per device; ``usable_mem`` the fraction a layout may
         fill (0.9 on a GPU, ASSUMED: CUDA context, NCCL buffers, fragmentation; ``torch.cuda.max_memory_reserved``
-        on a real run pins it). gpus_per_node.
+        on a real run pins it; one published run held more: Megatron-Bridge's Nemotron-3.5 Lightning card, 16 H100s,
+        72.1 GiB allocated and 75.3 GiB reserved of 80, 90 % and 94 %; a hybrid model this planner cannot describe,
+        so the figure is not checked against the model's count). gpus_per_node.
         intra/inter: (α seconds, β bytes/s) inside a node (NVLink) and across nodes (InfiniBand,
         per GPU); the same pair on this CPU. gemm_efficiency: achievable fraction of the peak on
         large GEMMs (0.68, chosen on the fit set). hbm_bw: achievable memory bandwidth for the
