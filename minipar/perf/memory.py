@@ -117,10 +117,8 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
         kept, saved = activation_bytes_per_layer, fp8_saved_bytes
         if model.experts:
             kept, saved = moe_activation_bytes, moe_fp8_saved_bytes
-        if not model.experts:
-            return kept(model, b, t, rc, sp, bpv, flash, c) - (saved(model, b, t, rc, sp, c) if fp8_inputs else 0)
-        e = layout.expert_tp  # the dispatched rows: this rank's, gathered over the experts' TP group
-        return kept(model, b, t, rc, sp, bpv, flash, c, e) - (saved(model, b, t, rc, sp, c, e) if fp8_inputs else 0)
+        e = (layout.expert_tp,) if model.experts else ()  # the dispatched rows: gathered over the experts' TP group
+        return kept(model, b, t, rc, sp, bpv, flash, c, *e) - (saved(model, b, t, rc, sp, c, *e) if fp8_inputs else 0)
 
     mods = modules(layout)  # Megatron-Core's selective modules (minipar.perf.recompute_modules): what they free
     kinds = layout.chunk_kinds(model) if dev.counts == "megatron" else [(model, None)]  # dense_layers: two kinds

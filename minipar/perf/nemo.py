@@ -319,10 +319,10 @@ def miss_reason(row) -> str | None:
     return "seen" if row[1] == "GPT-OSS-120B" or (row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02") else None
 
 
-def label(row, settings: dict | None = None) -> str:
-    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``, :func:`miss_reason`]."""
+def label(row, given: Layout) -> str:
+    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``, :func:`miss_reason`]; ``given`` the row's
+    layout (:func:`nemo_layout`)."""
     src, name, n, (tp, pp, cp, v, ep), *_, rl, fp8, _, _ = row
-    given = nemo_layout(row, settings)
     lay = f"dp{given.dp}" + (f"·tp{tp}" if tp > 1 else "") + (f"·pp{pp}·v{v}" if pp > 1 else "")
     lay += (f"·cp{cp}" if cp > 1 else "") + (f"·ep{ep}" if ep > 1 else "") + (f"·etp{given.etp}" if given.etp else "")
     lay += "·flex" if given.dispatcher == "flex" else ""
@@ -346,5 +346,5 @@ def nemo_rows(dev: Device | None = None, rows=None, settings=None) -> list[tuple
         ours = training_flops(model, gb) / (gb * model.seq)
         run_dev = with_fused_loss(dev) if row[0].startswith("MB") else dev  # Megatron-Bridge: TE's fused loss
         lay = nemo_layout(row, settings)
-        out.append((label(row, settings), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
+        out.append((label(row, lay), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
     return out

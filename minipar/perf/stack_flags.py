@@ -10,8 +10,10 @@ from minipar.perf.hardware import FRAMEWORKS
 from minipar.perf.layout import STATE_BYTES
 
 GRAD_BYTES = {"fp32": 4, "bf16": 2}  # --grad-reduce-dtype: bytes per gradient element on the wire
-STATE_FLAGS = (("main_params_dtype", ("fp32", "fp16")), ("exp_avg_dtype", tuple(STATE_BYTES)),
-               ("exp_avg_sq_dtype", tuple(STATE_BYTES)))  # fmt: skip
+# Megatron-Core's precision-aware optimizer state flags: (dest, choices, whose dtype)
+STATE_FLAGS = (("main_params_dtype", ("fp32", "fp16"), "the fp32 master weights'"),
+               ("exp_avg_dtype", tuple(STATE_BYTES), "Adam's first moment's"),
+               ("exp_avg_sq_dtype", tuple(STATE_BYTES), "Adam's second moment's"))  # fmt: skip
 
 
 def add_stack_flags(p) -> None:
@@ -66,14 +68,13 @@ def add_stack_flags(p) -> None:
         help="Megatron-Core's optimizer states in the dtypes below (Transformer Engine's FusedAdam; the distributed "
         "optimizer only: --zero 1 or more): memory, not the update's arithmetic",
     )
-    for flag, choices in STATE_FLAGS:
-        what = {"main_params_dtype": "the fp32 master weights'", "exp_avg_dtype": "Adam's first moment's"}
+    for flag, choices, whose in STATE_FLAGS:
         p.add_argument(
             f"--{flag.replace('_', '-')}",
             default="fp32",
             choices=choices,
-            help=f"{what.get(flag, 'Adam second moment' + chr(39) + 's')} dtype with --use-precision-aware-optimizer "
-            "(Megatron-Core's flag; DeepSeek-V3's recipe: bf16 moments)",
+            help=f"{whose} dtype with --use-precision-aware-optimizer (Megatron-Core's flag; DeepSeek-V3's recipe: "
+            "bf16 moments)",
         )
     p.add_argument(
         "--fsdp2",
@@ -87,7 +88,7 @@ def add_stack_flags(p) -> None:
 def optimizer_dtypes(a) -> tuple | None:
     """``(main params, exp_avg, exp_avg_sq)`` dtypes of Megatron-Core's precision-aware optimizer
     (``Layout.optimizer_dtypes``), or None without ``--use-precision-aware-optimizer``."""
-    return tuple(getattr(a, f) for f, _ in STATE_FLAGS) if a.use_precision_aware_optimizer else None
+    return tuple(getattr(a, f) for f, *_ in STATE_FLAGS) if a.use_precision_aware_optimizer else None
 
 
 def check_stack_flags(a) -> None:
@@ -96,7 +97,7 @@ def check_stack_flags(a) -> None:
     without ``--use-precision-aware-optimizer``, or that flag outside Megatron-Core's distributed optimizer
     (``--framework megatron``, ZeRO 1 or more: "only supported with distributed optimizer",
     megatron/core/optimizer/__init__.py)."""
-    for flag, _ in STATE_FLAGS:
+    for flag, *_ in STATE_FLAGS:
         if getattr(a, flag) != "fp32" and not a.use_precision_aware_optimizer:
             raise ConfigError(
                 f"--{flag.replace('_', '-')} {getattr(a, flag)} is a precision-aware optimizer's state dtype: add "
