@@ -261,10 +261,24 @@ def test_where_a_group_sits_costs_no_step_per_rank():
                 fewest = min(fewest, *nodes.values())
         return fewest
 
-    for size, stride, g in ((s, t, g) for s in range(1, 40) for t in range(1, 12) for g in (2, 3, 4, 6, 8, 16)):
-        if not (size * stride % g == 0 and g % stride == 0):
-            assert members_per_node(size, stride, g) == by_rank(size, stride, g), (size, stride, g)
+    grid = [(s, t, g) for s in range(1, 40) for t in range(1, 12) for g in (2, 3, 4, 5, 6, 7, 8, 9, 12, 16)]
+    grid += [(s, t, g) for s in (1, 2, 3, 5) for t in range(1, 20) for g in range(10, 24)]
+    for size, stride, g in grid:
+        assert members_per_node(size, stride, g) == by_rank(size, stride, g), (size, stride, g)
     assert members_per_node(10**9, 3, 8) == 2 and members_per_node(10**9 + 1, 1, 8) == 1
+
+
+def test_a_node_of_any_size_costs_no_step_per_block():
+    """The count per node still looped over every block start and offset of the repeating pattern, lcm(span, g)/span
+    of them: ``--gpus-per-node 99999999999999999999`` (found by a fuzzer of the CLI) never returned, and a node of
+    4,096 GPUs took 53 s for one group. It is now closed-form (``placement.members_per_node``'s doc): the same answers
+    on the grid above and here, and a plan with such a node answers."""
+    from minipar.perf.placement import members_per_node
+
+    assert members_per_node(3, 4095, 4096) == 1 and members_per_node(16, 3, 10**20 - 1) == 1
+    assert members_per_node(8, 1, 10**20) == 8 and members_per_node(16, 2, 16) == 8  # inside one node; two halves
+    assert members_per_node(10**9, 7, 10**9 - 1) == 1
+    assert main(["--model", "7b", "--gpus", "16", "--gpus-per-node", "99999999999999999999", "--moe-experts", "8"]) == 0
 
 
 def test_search_names_flash_attention_when_not_given(capsys):

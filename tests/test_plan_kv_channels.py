@@ -91,22 +91,26 @@ def test_flag_help_json_and_errors(capsys):
 
 
 def test_qwen3_rows_read_as_published():
-    """Megatron-Bridge's Qwen3 30B-A3B rows (minipar.perf.nemo): each row's "Model TFLOP / sec / GPU" (203, 205,
+    """Megatron-Bridge's Qwen3 30B-A3B rows (minipar.perf.mb_archive): each row's "Model TFLOP / sec / GPU" (203, 205,
     208, 118 for the test rows 26.06, 26.04, 26.02.01, 26.02; 206 for 26.04.01, the fit of the host's floor) is its
     tokens/s in Megatron-LM's count with Qwen3's 128-wide heads; the layouts are the table's, the flex dispatcher and
     26.02's overlapped all-to-all the recipes'; 26.02 is a known miss (``MISS:seen``, module doc), 26.02.01 runs its
     recipe's EP 16 where its table says PP 2 · VP 12 · EP 8 (``MISS:provenance``). 25.11's
     row (121: its tokens/s in the same count) runs its recipe's layout, NCCL's all-to-all overlapped, and is a
-    ``MISS:provenance`` (its table says MBS 2, VP 24)."""
-    from minipar.perf.nemo import MOE_HOST_FIT, NEMO, SHAPES, nemo_rows
+    ``MISS:provenance`` (its table says MBS 2, VP 24); 25.09's (241, micro-batch 2) too (its table says VP 24, its
+    recipe 12)."""
+    from minipar.perf.mb_archive import MOE_HOST_FIT
+    from minipar.perf.nemo import NEMO, SHAPES, nemo_rows
 
-    qwen = [r for r in NEMO + MOE_HOST_FIT if r[1] == "Qwen3-30B-A3B" and r[0] != "MB 25.11"]
+    qwen = [r for r in NEMO + MOE_HOST_FIT if r[1] == "Qwen3-30B-A3B" and r[0] not in ("MB 25.11", "MB 25.09")]
     (old,) = [r for r in NEMO if r[1] == "Qwen3-30B-A3B" and r[0] == "MB 25.11"]
     assert abs(old[-1] * megatron_flops_per_token(SHAPES["Qwen3-30B-A3B"]) / 1e12 - 121) < 0.5
     ((lab, e, _, _),) = nemo_rows(rows=[old])
     assert lab.endswith("MISS:provenance") and e.layout.dispatcher == "alltoall" and "ep" in e.layout.overlap
     assert (e.layout.pp, e.layout.v, e.layout.ep, e.layout.micro_batch) == (2, 12, 8, 1)
     assert SHAPES["Qwen3-30B-A3B"] == replace(QWEN3_30B, seq=4096)
+    (first,) = [r for r in NEMO if r[1] == "Qwen3-30B-A3B" and r[0] == "MB 25.09"]  # 241 in its table, micro-batch 2
+    assert abs(first[-1] * megatron_flops_per_token(SHAPES["Qwen3-30B-A3B"]) / 1e12 - 241) < 0.5
     for row, tflops in zip(qwen, (203, 205, 208, 118, 206)):
         assert abs(row[-1] * megatron_flops_per_token(SHAPES["Qwen3-30B-A3B"]) / 1e12 - tflops) < 0.5, row
     got = {lab: (e, p) for lab, e, _, p in nemo_rows(rows=qwen)}

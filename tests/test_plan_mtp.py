@@ -62,7 +62,7 @@ def test_cli(capsys):
 
 
 def test_the_readme_example_is_the_test_row(capsys):
-    """The README's DeepSeek-V3 command (Megatron-Bridge's 25.09 recipe, :mod:`minipar.perf.nemo`) gives the test
+    """The README's DeepSeek-V3 command (Megatron-Bridge's 25.09 recipe, :mod:`minipar.perf.mb_archive`) gives the test
     row's step and tokens/s: the flags and the row are one shape, one layout."""
     import re
     from pathlib import Path

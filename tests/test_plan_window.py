@@ -20,7 +20,7 @@ from minipar.perf.nemo import SHAPES
 from minipar.plan import main
 
 OSS = SHAPES["GPT-OSS-120B"]
-# GPT-OSS 120B as the planner's flags give it (Megatron-Bridge's provider; module doc of minipar.perf.nemo)
+# GPT-OSS 120B as the planner's flags give it (Megatron-Bridge's provider; module doc of minipar.perf.mb_archive)
 FLAGS = ("--layers 36 --hidden 2880 --heads 64 --kv-heads 8 --kv-channels 64 --ffn 2880 --swiglu --vocab 201088 "
          "--seq 4096 --untie-embeddings-and-output-weights --position-embedding-type rope --no-dropout "
          "--moe-experts 128 --moe-top-k 4 --window-size 128 --window-attn-skip-freq 2").split()  # fmt: skip
@@ -93,7 +93,7 @@ def test_modelshape_refuses_a_skip_without_a_window():
 
 
 def test_json_carries_the_window_and_equals_the_test_row(capsys):
-    """The CLI's fixed GPT-OSS layout (Megatron-Bridge's recipe, module doc of :mod:`minipar.perf.nemo`) gives the
+    """The CLI's fixed GPT-OSS layout (Megatron-Bridge's recipe, module doc of :mod:`minipar.perf.mb_archive`) gives the
     test row's step: the flags and the row are one shape."""
     from minipar.perf.nemo import NEMO, nemo_layout, shape
 

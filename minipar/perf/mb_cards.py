@@ -3,10 +3,10 @@ row (:data:`CARDS`, -5.9 %), and Qwen3 30B-A3B, the FIT of what CUDA graphs do t
 
 Source: github.com/NVIDIA-NeMo/Megatron-Bridge, ``examples/model_verification_cards/<model>/card.yaml`` at 067f987
 (the format: ``skills/create-model-verification-card/SKILL.md``). Each card's ``pretrain_performance.H100`` item is a
-50-step mock-data run of one named recipe at one Megatron-Bridge commit; it records the layout in prose and the
-average of steps 41-50: step time, model TFLOP/s per GPU and tokens/s per GPU (used here). Another release process
-than the performance-summary archive :mod:`minipar.perf.nemo` reads (a card, its own commit, BF16 where the archive's
-rows of these models are FP8). The settings below were written down from each recipe BEFORE either row's error was
+50-step mock-data run of one named recipe at one Megatron-Bridge commit; it records the layout in prose and the average
+of steps 41-50: step time, model TFLOP/s per GPU and tokens/s per GPU (used here). Another release process than the
+performance-summary archive :mod:`minipar.perf.mb_archive` holds (a card, its own commit, BF16 where the archive's rows
+of these models are FP8). The settings below were written down from each recipe BEFORE either row's error was
 computed. The cards' other H100 performance items (Nemotron-3 Super, Nemotron-3.5 Lightning, Qwen3.6 35B-A3B) are
 hybrid Mamba / gated-delta-net models this planner cannot describe; the cards' ``pretrain`` items are functional runs
 ("sanity checks rather than optimized performance results", natural routing, checkpoints saved), left out.
@@ -29,7 +29,7 @@ hybrid Mamba / gated-delta-net models this planner cannot describe; the cards' `
   distributed optimizer with its grad-reduce and param-gather overlap (precision-aware, its states fp32: the memory of
   the default), and Transformer Engine CUDA graphs of the ``moe_router`` and ``moe_preprocess`` scopes (all 48 blocks
   captured, the card says): 13,011.378 tokens/s/GPU (20.147 s a step). The archive's FP8 rows of the same layout without
-  CUDA graphs and without the overlap run 8,826-8,960 (:mod:`minipar.perf.nemo`).
+  CUDA graphs and without the overlap run 8,826-8,960 (:mod:`minipar.perf.mb_archive`).
 
 Errors, in order: DeepSeek-V3 -14.2 % as first computed, -7.1 % with its node-limited routing
 (:func:`minipar.perf.moe.node_hit`), -5.9 % with each rank's dispatched rows (:func:`minipar.perf.moe.dispatched_rows`);
@@ -48,14 +48,15 @@ from minipar.perf.layout import Estimate
 from minipar.perf.nemo import nemo_rows
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published): as
-# minipar.perf.nemo's rows; the source names the card's verification date. TEST:
+# minipar.perf.mb_archive's rows; the source names the card's verification date. TEST:
 CARDS = [("MB card 08-15", "DeepSeek-V3", 1024, (2, 8, 1, 4, 64), 1, 16384, None, False, "tps", 1061.206)]
 # FIT of the CUDA graphs' effect on the host's floor (minipar.perf.moe.host_floor), chosen after its error was seen
 GRAPHS_FIT = [("MB card 07-27", "Qwen3-30B-A3B", 16, (1, 1, 1, 1, 16), 1, 1024, None, False, "tps", 13011.378)]
 # each card's recipe over minipar.perf.nemo.recipe()'s release and model defaults (module doc): given
 GRAPHED = ("moe_router", "moe_preprocess")  # the Qwen3 recipe's cuda_graph_scope
 SETTINGS = {
-    ("MB card 08-15", "DeepSeek-V3"): {"a2a_overlap": False, "flex": True},  # bf16 moments: nemo.RECIPES, as 25.09's
+    # bf16 moments: mb_archive.RECIPES, as 25.09's
+    ("MB card 08-15", "DeepSeek-V3"): {"a2a_overlap": False, "flex": True},
     ("MB card 07-27", "Qwen3-30B-A3B"): {"a2a_overlap": True, "flex": True, "cuda_graphs": GRAPHED},
 }
 

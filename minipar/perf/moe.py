@@ -87,9 +87,9 @@ from minipar.perf.shape import ModelShape
 # count signal"; the alltoall dispatcher's split sizes), so the CPU cannot run ahead and a fine-grained MoE block's
 # launches (router, permutation, grouped GEMMs, FP8 casts) set its time: the "compute wall"'s host-boundedness
 # (Megatron Core MoE report, arXiv:2603.07685, §1). CHOSEN on one row, Megatron-Bridge 26.04.01's Qwen3 30B-A3B on 16
-# H100s (:data:`minipar.perf.nemo.MOE_HOST_FIT`), after the errors of its five H100 rows were seen; 0 elsewhere (not
-# modelled): its error there +0.2 %. Checked on a B200 row (25.11: 8 GPUs, micro-batch 1, 9,299 tokens/s, about an
-# H100's): -1.7 %.
+# H100s (:data:`minipar.perf.mb_archive.MOE_HOST_FIT`), after the errors of its five H100 rows were seen; 0
+# elsewhere (not modelled): its error there +0.2 %. Checked on a B200 row (25.11: 8 GPUs, micro-batch 1, 9,299
+# tokens/s, about an H100's): -1.7 %.
 MOE_HOST_S = {"megatron": 9.2e-3}
 # The fraction of the all-to-all time an ideal overlap would hide (``min(all-to-all, the other micro-batch's compute)``)
 # that Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``, ``"ep"`` in ``Layout.overlap``) hides.

@@ -44,11 +44,11 @@ dispatched rows were counted per rank, :func:`minipar.perf.moe.dispatched_rows`)
 an ideal overlap, while the same run without the overlap (a TEST row) read -3.7 % (both before their norm and activation
 recomputation was modelled); so it is not a test row. The other eight are (:data:`ZOO`, :data:`LONG`).
 
-Known misses by a rule set before the errors were computed (``MISS:provenance``, as :mod:`minipar.perf.nemo`'s): a row
-whose launch line at the same commit differs from the table in a setting the model uses. The FSDP row (the table: TP
+Known misses by a rule set before the errors were computed (``MISS:provenance``, as :mod:`minipar.perf.mb_archive`'s): a
+row whose launch line at the same commit differs from the table in a setting the model uses. The FSDP row (the table: TP
 2, DP 128, GA 4; the launch line: ``TP=1``; read with TP 1 and DP 256 it is +4 %, as Megatron-FSDP with the experts
-sharded, ZeRO-3 here, the only such row) and the "A2A" row (the config sets ``--moe-token-dispatcher-type flex``
-and DeepEP, the launch line overrides neither); both are evaluated as the table says and stay in the test set.
+sharded, ZeRO-3 here, the only such row) and the "A2A" row (the config sets ``--moe-token-dispatcher-type flex`` and
+DeepEP, the launch line overrides neither); both are evaluated as the table says and stay in the test set.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The shapes of the models in NVIDIA's published Megatron-Core runs (:mod:`minipar.perf.nemo`, whose module doc gives
-each one's source: NeMo's and Megatron-Bridge's configs, the models' Hugging Face configs and cards)."""
+"""The shapes of the models in NVIDIA's published Megatron-Core runs (:mod:`minipar.perf.nemo` and
+:mod:`minipar.perf.mb_archive`, whose module docs give each one's source: NeMo's and Megatron-Bridge's configs, the
+models' Hugging Face configs and cards)."""
 
 from __future__ import annotations
 

@@ -12,32 +12,24 @@ from minipar.perf.hardware import Device
 
 def members_per_node(size: int, stride: int, g: int) -> int:
     """The fewest ranks that any one group of ``size`` ranks ``stride`` apart (blocks of size·stride
-    consecutive ranks, Megatron's order) has on a node of ``g`` GPUs that it touches (>= 1)."""
+    consecutive ranks, Megatron's order) has on a node of ``g`` GPUs that it touches (>= 1).
+
+    In O(1), for any sizes (a search may ask for 10⁹ ranks or nodes of 10²⁰ GPUs). A group starts at
+    p = (b·size·stride + o) mod g on its first node (block b, offset o < stride): b·size·stride mod g runs
+    over every multiple of d = gcd(size·stride, g), so p runs over the residues p ≡ o (mod d). The fewest
+    members sit on a group's first node when p is the largest such residue (ceil((g − p)/stride) before
+    the boundary) or on its last node when a boundary falls nearest below its last rank ((size − 1)·stride
+    − m)/stride + 1 after the boundary at m, where m's residue mod d is 0 or above d − stride); a node in
+    between holds floor(g/stride) or more, never fewer than the first node's fewest."""
     if stride >= g:
         return 1
-    span = size * stride
-    if span % g == 0 and g % stride == 0:  # the group covers whole nodes, g/stride ranks on each
-        return g // stride
-    fewest = size
-    for block in range(math.lcm(span, g) // span):  # the pattern of blocks over nodes repeats after lcm ranks
-        for offset in range(stride):
-            fewest = min(fewest, _fewest_on_a_node(block * span + offset, size, stride, g))
-    return fewest
-
-
-def _fewest_on_a_node(start: int, size: int, stride: int, g: int) -> int:
-    """The fewest ranks of the group ``start, start + stride, …`` (``size`` of them, stride < g) on any node of ``g``
-    GPUs it touches: its first and last node, and the nodes between, whose counts repeat every lcm(g, stride)/g nodes
-    (so a group of any size costs O(stride) steps, not O(size))."""
-    end = start + (size - 1) * stride
-    first, last = start // g, end // g
-
-    def on(node: int) -> int:  # ranks start + i·stride inside [node·g, (node + 1)·g)
-        lo, hi = max(node * g, start), min((node + 1) * g - 1, end)
-        return (hi - start) // stride - -(-(lo - start) // stride) + 1
-
-    between = range(first + 1, min(last, first + 1 + math.lcm(g, stride) // g))
-    return min(on(n) for n in (first, last, *between))
+    last = (size - 1) * stride  # the group's last rank, counted from its first
+    d = math.gcd(size * stride, g)
+    p = g - 1 if stride >= d else g - d + stride - 1  # the latest a group starts on its first node
+    fewest = min(size, -(-(g - p) // stride))  # all of it when it does not reach the next node
+    t = last % d  # the last node boundary at or below the last rank (m >= 1: a boundary inside the group)
+    m = last if stride >= d or t == 0 or t > d - stride else last - t
+    return min(fewest, (last - m) // stride + 1) if m >= 1 else fewest
 
 
 def across_nodes(dev: Device, size: int, stride: int) -> bool:

@@ -7,14 +7,14 @@
   cost (``MEM_PASSES``, ``OVERLAP_COST``; :func:`fit_h100_pytorch`, one declared grid) on MosaicML
   llm-foundry's single-node H100 rows at s = 2048 and 4096, 11 rows (:data:`minipar.perf.foundry.H100_FIT`).
 - **Test sets** (:mod:`minipar.perf.runs`, :func:`test_sets`): rows no constant was chosen on. A100:
-  MegaScale (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan
-  Table 2; llm-foundry's A100 80GB rows at s = 2048. H100: llm-foundry's multi-node and long-sequence
-  H100 rows and its Large Scale table (128-512 GPUs); Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783)
-  Table 4 (405B, GQA, SwiGLU, uneven pipeline chunks, context parallelism at 128K); torchtitan's
-  ``docs/performance.md`` (Llama 3.1 8B-405B on 8-512 power-capped 96 GB H100s: FSDP, TP, PP, Float8, a
-  custom device: :mod:`minipar.perf.torchtitan`); Mixtral 8x22B with ep 8 and Llama 3 8B with
-  ``recompute_layers`` 5 (:mod:`minipar.perf.nemo`); fms-fsdp 7B with HSDP, A100s and H100s (:mod:`minipar.perf.fms`);
-  the rest :mod:`minipar.perf.runs` lists (NeMo's long-sequence table among them: :mod:`minipar.perf.nemo_long`).
+  MegaScale (Jiang et al. 2024, arXiv:2402.15627) Table 2, Table 3's baseline and Fig. 9; Narayanan Table 2;
+  llm-foundry's A100 80GB rows at s = 2048. H100: llm-foundry's multi-node and long-sequence H100 rows and its Large
+  Scale table (128-512 GPUs); Llama 3 (Grattafiori et al. 2024, arXiv:2407.21783) Table 4 (405B, GQA, SwiGLU, uneven
+  pipeline chunks, context parallelism at 128K); torchtitan's ``docs/performance.md`` (Llama 3.1 8B-405B on 8-512
+  power-capped 96 GB H100s: FSDP, TP, PP, Float8, a custom device: :mod:`minipar.perf.torchtitan`); Mixtral 8x22B with
+  ep 8 and Llama 3 8B with ``recompute_layers`` 5 (:mod:`minipar.perf.mb_archive`); fms-fsdp 7B with HSDP, A100s and
+  H100s (:mod:`minipar.perf.fms`); the rest :mod:`minipar.perf.runs` lists (NeMo's long-sequence table among them:
+  :mod:`minipar.perf.nemo_long`).
 
 Everything else the GEMM and attention terms use is sourced or ASSUMED, not fitted (:mod:`minipar.perf.gemm`).
 Each row states its layout and where each setting comes from (the paper, the authors' scripts, or
@@ -155,14 +155,15 @@ def fit_h100_pytorch(grid=FIT_GRID_H100) -> dict[tuple[float, float, float], flo
 
 def fit_sets() -> dict[str, list[tuple[str, Estimate, str, float]]]:
     """The fit sets, ``{"A100": rows, "H100": rows, "H100 megatron": rows}``, each row ``(label, estimate, metric,
-    published)``: the third is Megatron-Core's (``--framework megatron``), NeMo 24.07's H100 table, the row that
-    chose the host's floor under a MoE block (:data:`minipar.perf.nemo.MOE_HOST_FIT`) and the one that chose the share
-    of the all-to-all its overlap hides (:data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`), and the one that chose what
-    CUDA graphs do to that floor (:data:`minipar.perf.mb_cards.GRAPHS_FIT`)."""
+    published)``: the third is Megatron-Core's (``--framework megatron``), NeMo 24.07's H100 table, the row that chose
+    the host's floor under a MoE block (:data:`minipar.perf.mb_archive.MOE_HOST_FIT`) and the one that chose the share
+    of the all-to-all its overlap hides (:data:`minipar.perf.moe_zoo.EP_OVERLAP_FIT`), and the one that chose what CUDA
+    graphs do to that floor (:data:`minipar.perf.mb_cards.GRAPHS_FIT`)."""
     from minipar.perf.foundry import H100_FIT, foundry_rows
+    from minipar.perf.mb_archive import MOE_HOST_FIT
     from minipar.perf.mb_cards import GRAPHS_FIT, card_rows
     from minipar.perf.moe_zoo import EP_OVERLAP_FIT, zoo_rows
-    from minipar.perf.nemo import MOE_HOST_FIT, NEMO_FIT, nemo_rows
+    from minipar.perf.nemo import NEMO_FIT, nemo_rows
 
     lab = lambda r: f"Narayanan T1 {r[0]:6.1f}B t{r[4]} p{r[5]:<2d} {r[6]:4d} A100"  # noqa: E731
     a100 = [(lab(r), *x) for r, x in zip(NARAYANAN_TABLE1, fit_set())]

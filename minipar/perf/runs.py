@@ -23,7 +23,7 @@ a row the model misses stays in, with its error.
   was chosen on (multi-node, long sequences, the Large Scale table) and the A100 80GB rows at s = 2048.
 - torchtitan's ``docs/performance.md`` (:mod:`minipar.perf.torchtitan`): Llama 3.1 8B/70B/405B on 8-512
   power-capped 96 GB H100s, FSDP, FSDP + TP, FSDP + TP + PP, bf16 and Float8.
-- NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.nemo`, at the H100's Megatron-Core efficiency, chosen on
+- NVIDIA's Megatron-Core H100 runs (:mod:`minipar.perf.mb_archive`, at the H100's Megatron-Core efficiency, chosen on
   NeMo 24.07's table): Mixtral 8x22B with expert parallelism (ep 8, bf16 and FP8; Megatron-MoE-ModelZoo),
   Megatron-Bridge's Llama 3 70B and 3.1 405B FP8 rows (releases 25.09-26.06) and Llama 3 8B with
   ``recompute_num_layers`` 5 (25.11); its Qwen3 30B-A3B and 235B-A22B FP8 rows (25.11-26.06) and GPT-OSS 120B's bf16
@@ -60,13 +60,12 @@ after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_re
 (:mod:`minipar.perf.megatron_lm`) and three of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
-:mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.nemo` (``MISS:provenance``; ``MISS:seen``: GPT-OSS 120B,
-+49 to +53 %, Qwen3 30B-A3B in 26.02, +70 %) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``: two rows whose launch
-line differs from the table) and :mod:`minipar.perf.fms` (``MISS:compile``). NeMo's long-sequence rows were
+:mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.mb_archive` (``MISS:provenance``; ``MISS:seen``: GPT-OSS
+120B, +49 to +53 %, Qwen3 30B-A3B in 26.02, +70 %) and :mod:`minipar.perf.moe_zoo` (``MISS:provenance``: two rows whose
+launch line differs from the table) and :mod:`minipar.perf.fms` (``MISS:compile``). NeMo's long-sequence rows were
 ``MISS:attn`` until their kernel was read (FlashAttention-2: :mod:`minipar.perf.nemo_long`), the Qwen3 235B-A22B rows
 ``MISS:a2a`` until the share of the all-to-all Megatron-Core's overlap hides was chosen on another team's run
-(:data:`minipar.perf.moe.EP_OVERLAP_HIDES`).
-"""
+(:data:`minipar.perf.moe.EP_OVERLAP_HIDES`)."""
 
 from __future__ import annotations
 
