@@ -48,7 +48,8 @@ def load_text(path: str | os.PathLike | None = None) -> str:
 
     Raises:
         ConfigError: missing file, a directory, not a regular file (a FIFO, /dev/stdin, a device: it may block
-        or never end), a file over :data:`MAX_TEXT_BYTES`, a non-UTF-8 (binary) file, or an empty file.
+        or never end), a file over :data:`MAX_TEXT_BYTES`, one that cannot be read (no permission, a ``/proc``
+        file that reads as an I/O error), a non-UTF-8 (binary) file, or an empty file.
     """
     if path is None:
         return builtin_text()
@@ -67,8 +68,11 @@ def load_text(path: str | os.PathLike | None = None) -> str:
             f"--data {path}: {size / 2**20:.0f} MiB is more than the {MAX_TEXT_BYTES // 2**20} MiB this course reads; "
             f"give a shorter text, e.g. its first part: head -c 100M {path} > part.txt"
         )
-    with open(path, "rb") as f:
-        raw = f.read(MAX_TEXT_BYTES + 1)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TEXT_BYTES + 1)
+    except OSError as e:  # no permission; a /proc or /sys file that reads as an I/O error
+        raise ConfigError(f"--data {path}: cannot be read ({e.strerror or e}); give a readable text file") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

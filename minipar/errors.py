@@ -39,3 +39,20 @@ class CheckpointError(RuntimeError):
     :mod:`minipar.checkpoint.dcp` turns it into this, naming the folder and each failing rank's error in
     one line each (the whole DCP report stays on ``__cause__``).
     """
+
+
+# The largest integer setting a command line takes (--gpus, --hidden, --moe-experts, --d-model, ...): more than any run
+# or model has, and small enough that a divisor list or a count over it (O(√n) steps: minipar.runtime.mesh.divisors)
+# answers at once; a fuzzer's --gpus 99999999999999999999 ran for ever before this bound.
+MAX_SETTING = 10**10
+
+
+def check_magnitudes(settings: dict, skip: tuple[str, ...] = ()) -> None:
+    """Raise :class:`ConfigError` (one line) for an integer setting beyond ±:data:`MAX_SETTING`; ``settings`` maps a
+    flag's name (``gpus_per_node``) to its parsed value, ``skip`` names those with no such bound (a seed)."""
+    for name, v in settings.items():
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_SETTING and name not in skip:
+            raise ConfigError(
+                f"--{name.replace('_', '-')} {v}: beyond {MAX_SETTING:,}, more than any run or model has; "
+                f"give a value up to {MAX_SETTING:,}"
+            )

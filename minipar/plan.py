@@ -4,8 +4,7 @@
     python -m minipar.plan --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --ffn 28672 --swiglu \\
         --vocab 128256 --seq 8192 --gpus 1024 --gpu h100 --global-batch 2048 \\
         --tp 8 --pp 8 --dp 16 --v 5 --zero 1 --recompute selective --sp --flash-attention --json
-
-Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b, interleaving v, ZeRO stage,
+ Searches every layout (dp, tp, pp, cp where each rank keeps >= 4,096 tokens, micro-batch b, interleaving v, ZeRO stage,
 recompute; on a GPU where pp·v does not divide the layers, Megatron-Core's split with the embedding and / or the loss
 counted as a block, first/last shown in the layout: :func:`minipar.perf.layout_checks.edge_splits`) and prints the best
 with their modelled MFU, tokens/s per GPU, step time and memory per GPU, then one line per reason the others were
@@ -21,29 +20,28 @@ latency; :mod:`minipar.perf.sharding`, :mod:`minipar.perf.shard_flags`; ``--prec
 GEMMs at the FP8 peak, :func:`minipar.perf.block_time.gemm_rate`; each is in ``--json`` when given).
 ``--first/last-stage-layers``: the blocks of pipeline stage 0 / pp−1 with v = 1, of the first / last model chunk with v
 > 1 (Llama 3's 126 layers: ``--pp 16 --v 8 --first-stage-layers 0 --last-stage-layers 0``;
-:meth:`minipar.perf.layout.Layout.chunk_layers`);
-``--no-dropout``: a block without dropout masks (Llama); ``--untie-embeddings-and-output-weights``: an output layer of
-its own, ``--position-embedding-type rope|none``: no learned position table (Llama; Megatron-LM's flags, both in the
-parameters, memory and DP traffic; the presets 7b, 13b, 70b are Llama 2's); ``--window-size W --window-attn-skip-freq
-N``: sliding-window attention in all but every N-th block (GPT-OSS: 128, 2; in ``--json``;
-:mod:`minipar.perf.shape_flags`). ``--json``: one JSON object per layout per line, with ``mfu`` (0–1, model FLOPs
-without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed FLOPs per GPU,
-recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the table too: no FLOP
-count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time terms and
-``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency: :func:`minipar.perf.sharding.collectives`) and
-``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction and ZeRO's weight all-gather, Megatron-LM's
-``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first only, as DeepSpeed's ZeRO-1/2 and
-nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``: 64 by default, or the fixed
-layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E --moe-top-k k`` (and
-``--moe-shared-expert-intermediate-size F``, shared experts' width; ``--moe-ffn-hidden-size``, the experts' own;
-``--moe-layer-freq ([0]*K+[1]*M)``, the first K blocks dense; MLA's ``--kv-lora-rank`` ... and ``--mtp-num-layers``:
-:mod:`minipar.perf.shape_flags`): the experts' counts, then the search with expert parallelism ep (every ep dividing dp
-and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp`` folds the experts'
-mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the experts' TP degree in
-every layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``; ``--moe-dispatcher
-alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--moe-router-num-groups --moe-router-group-topk``,
-``moe.node_hit``; ``--cuda-graph-scope``, ``moe.host_floor``; ``--overlap ep`` hides part of the all-to-all
-(``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
+:meth:`minipar.perf.layout.Layout.chunk_layers`); ``--no-dropout``: a block without dropout masks (Llama);
+``--untie-embeddings-and-output-weights``: an output layer of its own, ``--position-embedding-type rope|none``: no
+learned position table (Llama; Megatron-LM's flags, both in the parameters, memory and DP traffic; the presets 7b, 13b,
+70b are Llama 2's); ``--window-size W --window-attn-skip-freq N``: sliding-window attention in all but every N-th block
+(GPT-OSS: 128, 2; in ``--json``; :mod:`minipar.perf.shape_flags`). ``--json``: one JSON object per layout per line, with
+``mfu`` (0–1, model FLOPs without recomputation over peak: MegaScale's and PaLM's count), ``tflops_per_gpu`` (executed
+FLOPs per GPU, recomputation included: Narayanan et al. 2021 eq. 3), ``tokens_per_s_per_gpu`` (a column of the table
+too: no FLOP count, so it compares with any run's tokens/s), ``step_s``, ``mem_gb`` (GB = 1e9 bytes), ``fits``, the time
+terms and ``dp_collectives`` (per DP/ZeRO pass, each paying the ring's latency:
+:func:`minipar.perf.sharding.collectives`) and ``overlap``: what ``--overlap`` hides (``dp``: the gradients' reduction
+and ZeRO's weight all-gather, Megatron-LM's ``--overlap-grad-reduce --overlap-param-gather``; ``grad_reduce``: the first
+only, as DeepSpeed's ZeRO-1/2 and nanotron's ZeRO-1, which all-gather the weights after the optimizer step). ``--gpus``:
+64 by default, or the fixed layout's tp·pp·dp·cp (a ``--gpus`` that differs from it is refused). ``--moe-experts E
+--moe-top-k k`` (and ``--moe-shared-expert-intermediate-size F``, shared experts' width; ``--moe-ffn-hidden-size``, the
+experts' own; ``--moe-layer-freq ([0]*K+[1]*M)``, the first K blocks dense; MLA's ``--kv-lora-rank`` ... and
+``--mtp-num-layers``: :mod:`minipar.perf.shape_flags`): the experts' counts, then the search with expert parallelism ep
+(every ep dividing dp and E, or tp·cp·dp/etp where expert TP 1, tried by default at tp > 1 on a GPU, or ``--expert-tp``
+folds the experts' mesh; ``--ep`` fixes it and must divide ``--moe-experts`` and ``--gpus``; ``--expert-tp N``: the
+experts' TP degree in every layout whose tp it divides, Megatron-Core's folded expert mesh, ``Layout.etp``;
+``--moe-dispatcher alltoall|flex``, the all-to-all's kind, ``Layout.dispatcher``; ``--moe-router-num-groups
+--moe-router-group-topk``, ``moe.node_hit``; ``--cuda-graph-scope``, ``moe.host_floor``; ``--overlap ep`` hides part of
+the all-to-all (``moe.EP_OVERLAP_HIDES``); ``--json`` adds ``ep``, ``etp``, ``experts``, ``top_k``, ``dispatcher``;
 :mod:`minipar.perf.moe`), or, with ``--tp/--pp/--dp``, that fixed MoE layout (``--ep``, default 1), ``--precision fp8``
 included. ``--recompute op``: torchtitan's per-op checkpointing (the search tries it on a GPU under ``--framework
 pytorch``, dense models; with experts under ``--framework megatron`` it tries ``--recompute-modules`` layernorm,moe_act
@@ -63,7 +61,7 @@ from collections import Counter
 from dataclasses import replace
 
 from minipar.comm.links import NETWORKS
-from minipar.errors import ConfigError
+from minipar.errors import ConfigError, check_magnitudes
 from minipar.perf.flops import attention_share, moe_params
 from minipar.perf.gemm import attention_kernel
 from minipar.perf.hardware import (
@@ -104,6 +102,7 @@ CUSTOM_DEVICE = (
 
 def check_args(a: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` (one line: the flag, the value, the fix) for an impossible input."""
+    check_magnitudes(vars(a))  # first: every integer flag within one bound, before any divisor is listed
     check_shape_flags(a)
     for flag in ("gpus", "gpus_per_node", "global_batch", "top", *FIXED):
         v, least = getattr(a, flag), 0 if flag.endswith("stage_layers") else 1  # a chunk may hold no block

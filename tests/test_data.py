@@ -61,6 +61,11 @@ def test_bad_inputs(tmp_path, corpus):
     (tmp_path / "empty.txt").write_text("  \n")
     with pytest.raises(ConfigError, match="empty"):
         load_text(tmp_path / "empty.txt")
+    import os
+
+    if os.path.isfile("/proc/self/mem"):  # a regular file of size 0 whose read is an I/O error (a fuzzer found it)
+        with pytest.raises(ConfigError, match="cannot be read"):
+            load_text("/proc/self/mem")
     small = CharCorpus("hello world, a tiny text")
     with pytest.raises(ConfigError, match="block_size=500 is longer"):
         small.split("train", 500)

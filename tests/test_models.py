@@ -69,6 +69,11 @@ def test_generate_and_mlp(gpt):
 def test_bad_config():
     with pytest.raises(ConfigError, match="--d-model 32 is not divisible by --n-head 3"):
         GPTConfig(d_model=32, n_head=3)
+    # the advice looks near --n-head, not through 1..d_model (a fuzzer's --d-model 99999999999999999999 never returned)
+    with pytest.raises(ConfigError, match="use --n-head 1, 3, 9, 11, or"):
+        GPTConfig(d_model=10**20 - 1, n_head=4)
+    with pytest.raises(ConfigError, match="use --n-head 1, or"):  # no divisor near 30: 1 divides everything
+        GPTConfig(d_model=7, n_head=30)
     with pytest.raises(ConfigError, match="n_layer=0"):
         GPTConfig(n_layer=0)
     m = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=1, d_model=4))

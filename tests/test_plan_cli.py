@@ -272,13 +272,13 @@ def test_a_node_of_any_size_costs_no_step_per_block():
     """The count per node still looped over every block start and offset of the repeating pattern, lcm(span, g)/span
     of them: ``--gpus-per-node 99999999999999999999`` (found by a fuzzer of the CLI) never returned, and a node of
     4,096 GPUs took 53 s for one group. It is now closed-form (``placement.members_per_node``'s doc): the same answers
-    on the grid above and here, and a plan with such a node answers."""
+    on the grid above and here, and a plan with a node of 10¹⁰ − 1 GPUs (the flags' bound: the next test) answers."""
     from minipar.perf.placement import members_per_node
 
     assert members_per_node(3, 4095, 4096) == 1 and members_per_node(16, 3, 10**20 - 1) == 1
     assert members_per_node(8, 1, 10**20) == 8 and members_per_node(16, 2, 16) == 8  # inside one node; two halves
     assert members_per_node(10**9, 7, 10**9 - 1) == 1
-    assert main(["--model", "7b", "--gpus", "16", "--gpus-per-node", "99999999999999999999", "--moe-experts", "8"]) == 0
+    assert main(["--model", "7b", "--gpus", "16", "--gpus-per-node", str(10**10 - 1), "--moe-experts", "8"]) == 0
 
 
 def test_search_names_flash_attention_when_not_given(capsys):
@@ -289,3 +289,22 @@ def test_search_names_flash_attention_when_not_given(capsys):
     assert "--flash-attention not given" in capsys.readouterr().out
     assert main([*argv, "--flash-attention"]) == 0
     assert "--flash-attention not given" not in capsys.readouterr().out
+
+
+def test_an_integer_beyond_any_run_is_one_line_not_a_hang(capsys):
+    """A fuzzer of both command lines found ``--gpus 99999999999999999999`` (the search lists its divisors: O(√n)
+    steps) and ``python -m minipar.train --tp 7 --n-head 99999999999999999999 --d-model 99999999999999999999`` (the
+    advice lists the heads' divisors) running for ever. Every integer flag now has one bound, checked first
+    (``minipar.errors.MAX_SETTING``, 10¹⁰), and the bound itself answers."""
+    from minipar.errors import MAX_SETTING, ConfigError
+    from minipar.job.cli import parse_args
+
+    huge = "99999999999999999999"
+    for flags in (["--gpus", huge], ["--model", "7b", "--moe-experts", huge, "--ep", "7"], ["--seq", "-" + huge]):
+        assert main(flags) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "10,000,000,000" in err and huge in err, err
+    for flags in (["--tp", "7", "--n-head", huge, "--d-model", huge], ["--nproc", huge]):
+        with pytest.raises(ConfigError, match="beyond 10,000,000,000"):
+            parse_args(flags)
+    assert MAX_SETTING == 10**10 and main(["--model", "7b", "--gpus", str(MAX_SETTING)]) == 0

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import typing
 
-from minipar.errors import ConfigError
+from minipar.errors import ConfigError, check_magnitudes
 from minipar.job.config import SECTIONS, TrainConfig, fields_of
 
 
@@ -70,9 +70,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
     checked by :func:`minipar.job.config.check` (all of them, once), not here.
     Raises:
         ConfigError: an unknown flag, a value of the wrong type or not among a flag's choices (one line,
-        argparse's message); a launch flag < 1; ``--threads`` above this machine's cores.
+        argparse's message); an integer beyond :data:`minipar.errors.MAX_SETTING`; a launch flag < 1; ``--threads``
+        above this machine's cores.
     """
     a = parser().parse_args(argv)
+    check_magnitudes(vars(a))  # first: before any divisor of a value is listed
     for name in LAUNCH_FLAGS:
         if getattr(a, name) is not None and getattr(a, name) < 1:
             raise ConfigError(

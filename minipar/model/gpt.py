@@ -56,7 +56,8 @@ class GPTConfig:
         if self.attention not in ("sdpa", "explicit"):
             raise ConfigError(f"GPTConfig.attention={self.attention!r}: use 'sdpa' or 'explicit'")
         if self.d_model % self.n_head:
-            ok = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and abs(h - self.n_head) <= 8]
+            near = range(max(1, self.n_head - 8), min(self.d_model, self.n_head + 8) + 1)  # not 1..d_model: any size
+            ok = [h for h in near if self.d_model % h == 0] or [1]  # 1 divides every --d-model
             raise ConfigError(  # the names of python -m minipar.train's flags, which set these two fields
                 f"--d-model {self.d_model} is not divisible by --n-head {self.n_head} (each head gets d_model / n_head "
                 f"columns); use --n-head {', '.join(map(str, ok))}, or a --d-model divisible by {self.n_head}"
