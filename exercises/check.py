@@ -175,7 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         status = check_lesson(chosen[0], a.module, a.solutions)
         print(STATUS + json.dumps(status), flush=True)
         os._exit(0)  # nothing the learner's code left behind (threads, atexit) may hold the child
-    timeout = float(os.environ.get("MINIPAR_CHECK_TIMEOUT", LESSON_TIMEOUT))
+    from minipar.errors import ConfigError
+    from minipar.runtime.dist import env_seconds
+
+    try:
+        timeout = env_seconds("MINIPAR_CHECK_TIMEOUT", LESSON_TIMEOUT)  # a number of seconds, bounded
+    except ConfigError as e:
+        print(f"error: {e}")
+        return 2
     counts = {"pass": 0, "todo": 0, "fail": 0}
     for nn in chosen:
         names = [ex for ex, _ in known[nn].checks]

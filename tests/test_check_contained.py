@@ -68,3 +68,17 @@ def test_a_forked_process_does_not_outlive_the_check(tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail(f"the learner's forked process {pid} outlived the check")
+
+
+def test_a_check_timeout_that_is_no_bounded_number_is_one_line():
+    """``MINIPAR_CHECK_TIMEOUT=abc`` was float()'s traceback and ``inf`` a check that could wait for ever (every wait
+    is bounded): each is one line now, before any lesson runs (:func:`minipar.runtime.dist.env_seconds`)."""
+    for raw, says in (("abc", "is not a number of seconds"), ("inf", "must be > 0 and at most 86400 seconds")):
+        env = dict(os.environ, PYTHONPATH=ROOT, MINIPAR_CHECK_TIMEOUT=raw)
+        cmd = [sys.executable, "-m", "exercises.check", "--lesson", "00"]
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert (
+            out.returncode == 2
+            and out.stdout.strip() == f"error: MINIPAR_CHECK_TIMEOUT='{raw}' {says}; set e.g. MINIPAR_CHECK_TIMEOUT=60"
+            and not out.stderr
+        ), (out.stdout, out.stderr)

@@ -46,6 +46,12 @@ def test_bad_env(monkeypatch):
     monkeypatch.setenv("MINIPAR_TIMEOUT", "soon")
     with pytest.raises(ConfigError, match="MINIPAR_TIMEOUT"):
         md.default_timeout()
+    for raw in ("inf", "nan", "1e300", "0", "-5"):  # inf: a wait that never ends; nan and 1e300: timedelta's traceback
+        monkeypatch.setenv("MINIPAR_TIMEOUT", raw)
+        with pytest.raises(ConfigError, match=f"MINIPAR_TIMEOUT='{raw}' must be > 0 and at most 86400 seconds"):
+            md.default_timeout()
+    monkeypatch.setenv("MINIPAR_TIMEOUT", "86400")
+    assert md.default_timeout().total_seconds() == md.MAX_WAIT_S == 86400
 
 
 def test_older_pytorch_gets_the_single_collective_names():

@@ -30,6 +30,7 @@ from minipar.job.outdir import check_folder
 from minipar.model.gpt import GPT, GPTConfig, adamw_groups
 from minipar.model.moe.capacity import check_moe
 from minipar.model.recompute import MODES as RECOMPUTE_MODES
+from minipar.runtime.dist import default_timeout
 from minipar.runtime.mesh import Mesh, divisors
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -146,15 +147,9 @@ class TrainConfig:
         return {**shape, "vocab": "".join(corpus.chars), "data_sha256": text_digest(corpus.text)}
 
     def gpt(self, vocab_size: int) -> GPTConfig:
-        return GPTConfig(
-            vocab_size=vocab_size,
-            block_size=self.block_size,
-            n_layer=self.n_layer,
-            n_head=self.n_head,
-            d_model=self.d_model,
-            moe_experts=self.moe_experts,
-            moe_top_k=self.moe_top_k,
-        )
+        """The model these settings describe, over a ``vocab_size``-character vocabulary (the corpus's)."""
+        keys = ("block_size", "n_layer", "n_head", "d_model", "moe_experts", "moe_top_k")
+        return GPTConfig(vocab_size=vocab_size, **{k: getattr(self, k) for k in keys})
 
 
 def fields_of(section: str) -> list[dataclasses.Field]:
@@ -216,9 +211,11 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         the model, fp16 off GPU, a text too short for the splits, an ``--out``/``--ckpt-dir`` that is a
         file, lies under one or cannot be written, every checkpoint damaged, a checkpoint past
         ``--steps``, of another model or of another seed, batch or text, a fresh run over another run's
-        checkpoints, a ``--ckpt-dir`` of two runs (:func:`minipar.checkpoint.resume.check_run`), too little memory.
+        checkpoints, a ``--ckpt-dir`` of two runs (:func:`minipar.checkpoint.resume.check_run`), too little memory,
+        a ``MINIPAR_TIMEOUT`` that is no number of seconds up to a day (:func:`minipar.runtime.dist.env_seconds`).
     """
     _check_flags(cfg)
+    default_timeout()  # the process groups' timeout from the environment: a setting too, checked before any rank
     what = (
         f"this model (--n-layer {cfg.n_layer}, --n-head {cfg.n_head}, "
         f"--d-model {cfg.d_model}) and --batch-size {cfg.batch_size}"

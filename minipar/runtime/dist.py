@@ -45,18 +45,31 @@ del _name, _older, _module
 _device: torch.device | None = None
 
 
-def default_timeout() -> timedelta:
-    """The timeout every minipar process group uses: ``MINIPAR_TIMEOUT`` seconds, else 45 s."""
-    raw = os.environ.get("MINIPAR_TIMEOUT")
+MAX_WAIT_S = 86400.0  # a day: the longest wait an environment variable may ask for (every wait stays bounded)
+
+
+def env_seconds(name: str, default: float) -> float:
+    """Seconds from the environment variable ``name`` (``default`` when unset): a number in (0, :data:`MAX_WAIT_S`].
+
+    Raises:
+        ConfigError: not a number, not finite (``inf`` is a wait that never ends, ``nan`` none), <= 0 or above a day;
+            one line naming the variable, its value and a value to set.
+    """
+    raw = os.environ.get(name)
     if raw is None:
-        return timedelta(seconds=DEFAULT_TIMEOUT_S)
+        return default
     try:
         seconds = float(raw)
     except ValueError:
-        raise ConfigError(f"MINIPAR_TIMEOUT={raw!r} is not a number of seconds; set e.g. MINIPAR_TIMEOUT=60") from None
-    if seconds <= 0:
-        raise ConfigError(f"MINIPAR_TIMEOUT={raw!r} must be > 0 seconds; set e.g. MINIPAR_TIMEOUT=60")
-    return timedelta(seconds=seconds)
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds; set e.g. {name}=60") from None
+    if not 0 < seconds <= MAX_WAIT_S:  # also nan and inf
+        raise ConfigError(f"{name}={raw!r} must be > 0 and at most {MAX_WAIT_S:g} seconds; set e.g. {name}=60")
+    return seconds
+
+
+def default_timeout() -> timedelta:
+    """The timeout every minipar process group uses: ``MINIPAR_TIMEOUT`` seconds (:func:`env_seconds`), else 45 s."""
+    return timedelta(seconds=env_seconds("MINIPAR_TIMEOUT", DEFAULT_TIMEOUT_S))
 
 
 def _env_int(name: str, default: int) -> int:
