@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         timeout = env_seconds("MINIPAR_CHECK_TIMEOUT", LESSON_TIMEOUT)  # a number of seconds, bounded
+        env_seconds("MINIPAR_TIMEOUT", common.TIMEOUT_S)  # the ranks' group timeout, read again in each lesson
     except ConfigError as e:
         print(f"error: {e}")
         return 2

@@ -124,3 +124,11 @@ def test_a_killed_launchers_folder_is_removed_by_the_next_launch(tmp_path, monke
     assert [f.name for f in tmp_path.glob("minipar-launch-*")] == [os.path.basename(alive.name)]
     alive.cleanup()
     assert not list(tmp_path.glob("minipar-launch-*"))
+
+
+def test_a_wait_that_is_no_bounded_number_of_seconds_is_refused_before_any_rank():
+    """``timeout`` and ``job_timeout`` were passed through ``float()``: ``inf`` a job that could wait for ever, a string
+    or ``nan`` a traceback inside the store. Each is one :class:`ConfigError` now, before a rank starts."""
+    for kw in ({"timeout": float("inf")}, {"timeout": "5"}, {"timeout": True}, {"job_timeout": float("nan")}):
+        with pytest.raises(ConfigError, match="must be a number of seconds > 0 and at most 86400"):
+            launch(w.write_pid, world_size=2, args=("/nonexistent/pid",), **kw)

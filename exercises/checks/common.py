@@ -69,11 +69,11 @@ class CheckFailed(AssertionError):
 
 
 def timeout_s() -> float:
-    raw = os.environ.get("MINIPAR_TIMEOUT")
-    try:
-        return float(raw) if raw else TIMEOUT_S
-    except ValueError:
-        return TIMEOUT_S
+    """The ranks' group timeout: ``MINIPAR_TIMEOUT`` seconds (up to a day: checked first by ``exercises.check``), else
+    :data:`TIMEOUT_S`."""
+    from minipar.runtime.dist import env_seconds
+
+    return env_seconds("MINIPAR_TIMEOUT", TIMEOUT_S)
 
 
 def load(name: str):
@@ -151,7 +151,7 @@ def run_ranks(worker, world_size: int, args=(), what: str = "") -> list:
     try:
         with contextlib.redirect_stdout(out):
             results = launch(
-                _guard, world_size=world_size, args=(worker, tuple(args)), timeout=t, job_timeout=3 * t + 60
+                _guard, world_size=world_size, args=(worker, tuple(args)), timeout=t, job_timeout=min(3 * t + 60, 86400)
             )
     except RankFailedError as exc:
         raise CheckFailed(

@@ -153,7 +153,8 @@ def launch(
         dicts, lists and tuples come back on the CPU, wherever the rank computed them).
 
     Raises:
-        ConfigError: bad ``world_size``/``threads``/``stream``, a port in use, an unimportable ``fn``,
+        ConfigError: bad ``world_size``/``threads``/``stream``, a ``timeout``/``job_timeout`` that is no number of
+        seconds in (0, a day], a port in use, an unimportable ``fn``,
         a script that calls ``launch`` outside ``if __name__ == "__main__":``.
         The first failing rank's exception (its traceback attached as ``__cause__``), or
         :class:`RankFailedError` if a rank died without one (signal, ``os._exit``) or the job
@@ -173,7 +174,10 @@ def launch(
         backend = os.environ.get("MINIPAR_BACKEND", "gloo")
     if backend not in ("gloo", "nccl", "auto"):
         raise ConfigError(f"backend={backend!r} (or MINIPAR_BACKEND) is not supported; use 'gloo', 'nccl' or 'auto'")
-    timeout_s = mdist.default_timeout().total_seconds() if timeout is None else float(timeout)
+    timeout_s = mdist.default_timeout().total_seconds() if timeout is None else timeout
+    for name, v in (("timeout", timeout_s), ("job_timeout", job_timeout)):  # every wait: a bounded number of seconds
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= mdist.MAX_WAIT_S):
+            raise ConfigError(f"{name}={v!r} must be a number of seconds > 0 and at most {mdist.MAX_WAIT_S:g}")
     fn_spec = _fn_spec(fn)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(
