@@ -155,9 +155,8 @@ def check_dataset(num_samples: int, global_batch: int, world_size: int) -> dict:
         ``{"local_batch", "steps_per_epoch", "dropped"}`` (samples per rank per step, optimizer
         steps per epoch, samples left out per epoch).
     Raises:
-        ConfigError: fewer samples than ranks (every rank would get 0 samples, or — without
-            ``drop_last`` — repeated padding samples), a global batch not divisible by the ranks,
-            or a global batch larger than the dataset.
+        ConfigError: fewer samples than ranks (every rank would get 0 samples, or — without ``drop_last`` —
+            repeated padding samples), a global batch not divisible by the ranks or larger than the dataset.
     """
     if world_size < 1:
         raise ConfigError(f"world_size={world_size} must be >= 1")
@@ -178,11 +177,8 @@ def check_dataset(num_samples: int, global_batch: int, world_size: int) -> dict:
             f"global batch {global_batch} is larger than the dataset ({num_samples} samples); "
             f"use a global batch of at most {num_samples // world_size * world_size}"
         )
-    return {
-        "local_batch": global_batch // world_size,
-        "steps_per_epoch": num_samples // global_batch,
-        "dropped": num_samples % global_batch,
-    }
+    n, b = num_samples, global_batch
+    return {"local_batch": b // world_size, "steps_per_epoch": n // b, "dropped": n % b}
 
 
 class CharCorpus:

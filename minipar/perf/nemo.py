@@ -23,9 +23,14 @@ Sources (read in the repositories, commit named):
 - **TEST**: Megatron-Bridge's performance archive (25.09-26.06), Megatron-MoE-ModelZoo's Mixtral 8x22B and the
   known misses among them: :mod:`minipar.perf.mb_archive`, every setting given or ASSUMED there.
 
-The loss: Megatron-Core's unfused default for NeMo 24.07, Megatron-LM and MoE-Zoo (ASSUMED for NeMo; no fusion flag in
-the others' scripts: given), Transformer Engine's fused kernel for Megatron-Bridge (given:
-:mod:`minipar.perf.mb_archive`).
+The loss: Megatron-Core's unfused default for Megatron-LM and MoE-Zoo (no fusion flag in their scripts: given), a fused
+kernel for Megatron-Bridge (Transformer Engine's or Megatron-Core's native one, given: :mod:`minipar.perf.mb_archive`)
+and for NeMo 24.07's Llama 2 7B-70B, Llama 3 8B/70B and Nemotron 8B/22B (:data:`LAUNCHER`: NeMo-Framework-Launcher at
+tag 24.09, the release whose default container is the table's ``nemo:24.07``, sets ``cross_entropy_loss_fusion: true``
+in their ``conf/training`` YAMLs, added 2024-06-27 in "perf patch"; its GPT-3 YAMLs set none, and it has no Nemotron
+340B YAML: unfused, ASSUMED for that one). READ 2026-11-29, after every error was seen: until then all twelve were
+ASSUMED unfused. The efficiency's rule still chooses 0.60 (median 2.9 % there, 3.2 % at 0.62; 2.5 % before); the rows
+moved by up to 7 points (Nemotron 8B +6.2 → +12.4 %, 22B -2.1 → +5.2 %).
 
 Every row's published tokens/s per GPU becomes an MFU in this model's own FLOP count over the same peak, so the
 error is the throughput error. ASSUMED for all: the H100 preset's links (NDR, 400 Gb/s per GPU); the gradient
@@ -54,6 +59,12 @@ from minipar.perf.shape import ModelShape
 
 # (source, model, GPUs, (tp, pp, cp, v, ep), micro-batch, global batch, recompute layers, fp8, metric, published);
 # dp = GPUs / (tp·pp·cp); metric "tps" (tokens/s/GPU) or "tflops" (Megatron-LM's count).
+# The fit rows' loss as NeMo-Framework-Launcher's configs of the fit set's container set it (module doc: given, read
+# 2026-11-29): ``cross_entropy_loss_fusion: true`` (Megatron-Core's fused vocab-parallel cross-entropy)
+LAUNCHER = {
+    ("NeMo 24.07", name): {"fused_loss": True}
+    for name in ("Llama2-7B", "Llama2-13B", "Llama2-70B", "Llama3-8B", "Llama3-70B", "Nemotron-8B", "Nemotron-22B")
+}
 NEMO_FIT = [  # NeMo 24.07, DGX-H100, FP8 (module doc)
     ("NeMo 24.07", "GPT3-5B", 64, (1, 1, 1, 1, 1), 4, 2048, None, True, "tps", 23406),
     ("NeMo 24.07", "GPT3-20B", 64, (2, 1, 1, 1, 1), 2, 256, None, True, "tps", 5851),
@@ -83,16 +94,19 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     TP; None: tp), ``flex`` (DeepEP / HybridEP's dispatcher), ``modules`` (Megatron-Core's recomputed modules),
     ``dp_overlap`` (``overlap_grad_reduce``), ``cuda_graphs`` (``cuda_graph_scope``), ``optimizer_dtypes`` (the
     precision-aware optimizer's main params, exp_avg, exp_avg_sq), ``zero`` (1: the distributed optimizer; 3:
-    Megatron-FSDP),
-    ``layout`` (Megatron-Core's ``pipeline_model_parallel_layout`` string,
-    :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's split); by release (:data:`FLEX`,
-    :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row (:data:`~minipar.perf.mb_archive.SETTINGS`, then
-    ``settings[(src, name)]``: one run's recipe, :mod:`minipar.perf.mb_cards`)."""
+    Megatron-FSDP), ``fused_loss`` (a fused cross-entropy, ``--fused-loss``), ``attention`` (the attention kernel; None:
+    the framework's), ``miss`` (a row's known-miss label, else :func:`miss_reason`'s), ``layout`` (Megatron-Core's
+    ``pipeline_model_parallel_layout`` string, :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's
+    split); by release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
+    (:data:`~minipar.perf.mb_archive.SETTINGS`, :data:`LAUNCHER`, then ``settings[(src, name)]``: one run's recipe,
+    :mod:`minipar.perf.mb_cards`, :mod:`minipar.perf.dgxc`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
-    row = {**SETTINGS.get((src, name), {}), **(settings or {}).get((src, name), {})}
+    key = (src, name)
+    row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
     defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None, "optimizer_dtypes": None}
-    return {**release, **defaults, "zero": 1, **RECIPES.get(name, {}), **row}
+    stack = {"zero": 1, "fused_loss": src.startswith("MB"), "attention": None, "miss": None}  # MB: TE's fused loss
+    return {**release, **defaults, **stack, **RECIPES.get(name, {}), **row}
 
 
 def nemo_layout(row, settings: dict | None = None) -> Layout:
@@ -150,9 +164,9 @@ def miss_reason(row) -> str | None:
     return "seen" if row[1] == "GPT-OSS-120B" or (row[1].startswith("Qwen3-30B") and row[0] == "MB 26.02") else None
 
 
-def label(row, given: Layout) -> str:
-    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``, :func:`miss_reason`]; ``given`` the row's
-    layout (:func:`nemo_layout`)."""
+def label(row, given: Layout, why: str | None = None) -> str:
+    """``<source> <model> <GPUs> H100 <layout> <bf16|fp8>`` [``MISS:<why>``: ``why``, else :func:`miss_reason`];
+    ``given`` the row's layout (:func:`nemo_layout`)."""
     src, name, n, (tp, pp, cp, v, ep), *_, rl, fp8, _, _ = row
     lay = ("fsdp" if given.zero == 3 else "dp") + f"{given.dp}" + (f"·tp{tp}" if tp > 1 else "")
     lay += f"·pp{pp}·v{v}" if pp > 1 else ""
@@ -161,7 +175,7 @@ def label(row, given: Layout) -> str:
     lay += "·graphs" if given.cuda_graphs else ""
     lay += f"·rc{rl}" if rl else ""
     lay += "·rc:" + "+".join(given.recompute_modules) if given.recompute_modules else ""
-    why = miss_reason(row)
+    why = why or miss_reason(row)
     return f"{src} {name} {n:4d} H100 {lay} {'fp8' if fp8 else 'bf16'}" + (f" MISS:{why}" if why else "")
 
 
@@ -176,7 +190,9 @@ def nemo_rows(dev: Device | None = None, rows=None, settings=None) -> list[tuple
         model, gb, metric, pub = shape(row[1]), row[5], row[-2], row[-1]
         tps = pub * 1e12 / megatron_flops_per_token(model) if metric == "tflops" else pub
         ours = training_flops(model, gb) / (gb * model.seq)
-        run_dev = with_fused_loss(dev) if row[0].startswith("MB") else dev  # Megatron-Bridge: TE's fused loss
+        r = recipe(row[0], row[1], settings)  # the run's loss kernel and attention kernel (None: the framework's)
+        run_dev = with_fused_loss(dev) if r["fused_loss"] else dev
+        run_dev = replace(run_dev, attention=r["attention"]) if r["attention"] else run_dev
         lay = nemo_layout(row, settings)
-        out.append((label(row, lay), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
+        out.append((label(row, lay, r["miss"]), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
     return out
