@@ -57,7 +57,8 @@ rows would still read +11 … +84 %; the O(n) host and copy work per call is in 
 gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the model's per-unit collectives
 describe (:func:`minipar.perf.sharding.collectives`). Also known misses: three llm-foundry long-sequence rows labelled
 after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table
-(:mod:`minipar.perf.megatron_lm`) and three of BLOOM's layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
+(:mod:`minipar.perf.megatron_lm`), DGX Cloud's Nemotron-4 340B rows (:mod:`minipar.perf.dgxc`) and three of BLOOM's
+layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
 :mod:`minipar.perf.nanotron`), the rows of :mod:`minipar.perf.mb_archive` (``MISS:provenance``; ``MISS:seen``: GPT-OSS
