@@ -77,7 +77,11 @@ Sources (read in the repositories, commit named):
   tokens/s/GPU) runs at the same fraction of its peak (21 % of the bf16 peak in this model's count, the H100's 20 %)
   with four times the micro-batch and no pipeline, so the time is the kernels', not the host's, the bubble's or the
   network's. Candidates, none measured here: heads of 64 (the attention rate is measured at 128), the learnable sinks
-  and the window in cuDNN's kernel, the clamped SwiGLU and the biases of the grouped GEMMs unfused.
+  and the window in cuDNN's kernel (Transformer Engine runs sinks in cuDNN's fused attention from cuDNN 9.13.1,
+  ``fused_attn.cpp``; FlashAttention has none), the biases of the 16 local experts' grouped GEMMs. Read 2026-11-29 and
+  ruled out as unfused: the clamped SwiGLU with its bias and the routing weights is one fused kernel (the provider's
+  ``bias_activation_fusion=True``; Megatron-Core's ``TEGroupedMLP`` calls ``weighted_bias_quick_geglu_impl`` with the
+  clamp, ``experts.py`` at core_v0.15.0).
 - **TEST: DeepSeek-V3** (the archive's 25.09 DGX-H100 row: 1,024 GPUs, GBS 8,192, MBS 1, s 4,096, TP 2, PP 8, VP 4,
   EP 64, FP8 with DeepSeek's blockwise scaling (the table's note), 1,297 tokens/s/GPU; added 2026-11-29 once the model
   had MLA, the dense first blocks, the shared expert and MTP). Its recipe, read in v0.1.0rc4's
