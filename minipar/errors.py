@@ -49,7 +49,9 @@ MAX_SETTING = 10**10
 
 def check_magnitudes(settings: dict, skip: tuple[str, ...] = ()) -> None:
     """Raise :class:`ConfigError` (one line) for an integer setting beyond ±:data:`MAX_SETTING`; ``settings`` maps a
-    flag's name (``gpus_per_node``) to its parsed value, ``skip`` names those with no such bound (a seed)."""
+    flag's name (``gpus_per_node``) to its parsed value, ``skip`` names those with no such bound (``python -m
+    minipar.plan`` after parsing; ``python -m minipar.train`` checks the same bound as argparse parses each value,
+    :func:`minipar.job.cli.parser`)."""
     for name, v in settings.items():
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_SETTING and name not in skip:
             raise ConfigError(

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import typing
 
-from minipar.errors import ConfigError, check_magnitudes
+from minipar.errors import MAX_SETTING, ConfigError
 from minipar.job.config import SECTIONS, TrainConfig, fields_of
 
 
@@ -42,6 +42,18 @@ LAUNCH_FLAGS = {  # how to start the ranks: flags of the command, not settings o
 }
 
 
+def _bounded(text: str) -> int:
+    """An integer flag's value within ±:data:`minipar.errors.MAX_SETTING` (argparse's ``type``: its message is one line,
+    ``argument --n-head: ...``); beyond it a divisor list of the value would run for ever."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if abs(v) > MAX_SETTING:
+        raise argparse.ArgumentTypeError(f"{v} is beyond {MAX_SETTING:,}, more than any run or model has")
+    return v
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m minipar.train``: one flag per :class:`TrainConfig` field
     (``--n-layer`` for ``n_layer``; type, default, help and choices from the field), listed by section
@@ -56,10 +68,11 @@ def parser() -> argparse.ArgumentParser:
                 group.add_argument(flag, action="store_true", **kw)
                 continue
             kind = next(t for t in (int, float, str) if t in (hints[f.name], *typing.get_args(hints[f.name])))
+            kind = _bounded if kind is int and f.name != "seed" else kind  # a seed: its own bound, 2³²−1
             group.add_argument(flag, type=kind, choices=f.metadata.get("choices"), **kw)
     launch = p.add_argument_group("launch")
     for name, help in LAUNCH_FLAGS.items():
-        launch.add_argument(f"--{name}", type=int, default=None, help=help)
+        launch.add_argument(f"--{name}", type=_bounded, default=None, help=help)
     return p
 
 
@@ -74,7 +87,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, argparse.Nam
         above this machine's cores.
     """
     a = parser().parse_args(argv)
-    check_magnitudes(vars(a), skip=("seed",))  # first: before any divisor is listed (a seed: its own bound, 2³²−1)
     for name in LAUNCH_FLAGS:
         if getattr(a, name) is not None and getattr(a, name) < 1:
             raise ConfigError(

@@ -215,7 +215,6 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         a ``MINIPAR_TIMEOUT`` that is no number of seconds up to a day (:func:`minipar.runtime.dist.env_seconds`).
     """
     _check_flags(cfg)
-    default_timeout()  # the process groups' timeout from the environment: a setting too, checked before any rank
     what = (
         f"this model (--n-layer {cfg.n_layer}, --n-head {cfg.n_head}, "
         f"--d-model {cfg.d_model}) and --batch-size {cfg.batch_size}"
@@ -243,6 +242,7 @@ def check(cfg: TrainConfig, world_size: int = 1, device_type: str = "cpu") -> Jo
         )
     check_memory(cfg, dp, world_size, device_type)  # every rank of this machine, against its free memory
     job = Job(cfg, mesh, corpus, *check_run(cfg, corpus))  # check_run reads --ckpt-dir only where it is a folder
+    default_timeout()  # the process groups' timeout from the environment: a setting too, checked before any rank
     if cfg.out:  # the folders last: nothing is created or touched here, only looked at
         check_folder(cfg.out, "--out")
     if cfg.ckpt_dir and (cfg.ckpt_every or cfg.resume):
