@@ -120,7 +120,7 @@ MISS_BANDS = {  # the first key a label holds
     # (+65 %); 25.09's at micro-batch 2 (MISS:provenance: the table's VP 24, the recipe's 12): +41 %
     "GPT-OSS-120B": (0.40, 0.65),
     "MB 25.09 Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.30, 0.55),
-    # minipar.perf.dgxc: Nemotron-4 340B as its configs say (TP traffic exposed), MISS:seen: -12 … -11 %, -19 … -16 %
+    # minipar.perf.dgxc: Nemotron-4 340B as its configs say (TP traffic exposed), MISS:seen: -13 … -12 %, -21 … -18 %
     "DGXC 24.11 Nemotron-340B": (-0.22, -0.08),
     "Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.55, 0.85),
     "zero3": (0.30, 3.40),

@@ -239,3 +239,22 @@ def test_lesson_08_quotes_the_deepseek_recipes_modules_as_modelled():
     quoted = f"{with_mods.mem['total'] / 2**30:.1f} GiB", f"{without.mem['total'] / 2**30:.1f} GiB", f"{more:.1%}"
     assert quoted == ("44.2 GiB", "61.3 GiB", "1.6%")
     assert all(q.replace("%", " %") in text or q in text for q in quoted)
+
+
+def test_core_attn_under_flash_costs_its_forward_on_megatron_only():
+    """Megatron-Core wraps the attention core in a checkpoint whenever ``core_attn`` is a recomputed module, whatever
+    the backend (``attention.py``: ``checkpoint_core_attention``), so under FlashAttention the backward runs the core's
+    forward again though no scores were dropped; Megatron-LM's legacy path and the PyTorch stacks skip it. The step
+    under ``--framework megatron`` grows by one core forward per block and micro-batch; under pytorch it does not."""
+    from minipar.perf.block_time import block_terms
+    from minipar.perf.flops import attention_core_flops
+    from minipar.perf.gemm import attention_rate
+
+    model = ModelShape(8, 4096, 32, 8192, 32000, True, 8, 14336, True)
+    base = Layout(dp=8, tp=1, pp=1, micro_batch=1, zero=1, recompute="none", flash_attention=True)
+    sel = replace(base, recompute="selective", recompute_modules=("core_attn",))
+    for fw, charged in (("megatron", True), ("pytorch", False)):
+        dev = for_framework(GPUS["h100"], fw)
+        grown = block_terms(model, dev, sel)["b0"] - block_terms(model, dev, base)["b0"]
+        core = attention_core_flops(model, 1, 8192, 8192, True) / attention_rate(dev, True, 32, 8192) * 0.5
+        assert grown == pytest.approx(core if charged else 0.0, rel=1e-9, abs=1e-12), fw

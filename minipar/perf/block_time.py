@@ -85,8 +85,11 @@ def block_terms(model: ModelShape, dev: Device, layout: Layout) -> dict:
         extra = (
             gemms_time(dev, op_recompute_gemms(model, b * s, t), layout.fp8) + (mem_t + dev.layer_overhead / 3) / share
         )
-    else:  # selective: the attention core (unless flash) if core_attn is a module, and the other modules' re-runs
-        sel = (0.0 if flash or "core_attn" not in modules(layout) else core) + mod_s
+    else:  # selective: the attention core if core_attn is a module, and the other modules' re-runs. Under flash the
+        # core keeps no scores: Megatron-Core still re-runs it (attention.py: checkpoint_core_attention, whatever the
+        # backend), Megatron-LM's legacy path and the PyTorch stacks do not (recompute_modules module doc)
+        again = "core_attn" in modules(layout) and (not flash or dev.framework == "megatron")
+        sel = (core if again else 0.0) + mod_s
         extra = {"none": 0.0, "full": f_l, "selective": sel}[layout.recompute]
     b_l = gemm_b + 2 * rest + extra + (core / 2 if flash else 0.0)  # flash's backward recomputes QKᵀ
     ar = all_reduce_time(t, b * s * model.hidden * bpv, L["tp"])

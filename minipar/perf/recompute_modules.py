@@ -5,7 +5,11 @@
 the forward and recomputed in the backward; the default is ``core_attn``, which is this model's ``"selective"``
 (Korthikanti et al. 2022, arXiv:2205.05198, §5). ``Layout.recompute_modules`` (``--recompute-modules``) takes these:
 
-- ``core_attn``: the attention core (its s² scores; free under FlashAttention, which keeps none): as ``"selective"``.
+- ``core_attn``: the attention core (its s² scores): as ``"selective"``. Under FlashAttention, which keeps no scores,
+  it saves nothing, yet Megatron-Core re-runs the core's forward in the backward all the same
+  (``megatron/core/transformer/attention.py`` at core_v0.15.0: ``checkpoint_core_attention`` is set by the module
+  whatever the attention backend), charged under ``--framework megatron`` (read 2026-11-29); Megatron-LM's legacy
+  attention skipped it under ``--use-flash-attn``, and so does this model under the PyTorch stacks.
 - ``layernorm``: the two norms before attention and before the MLP ("output-discarding" checkpointing): their
   outputs, the QKV GEMM's and the MLP's (or the router's) input, are not kept; the backward runs the norms again,
   memory-bound, 2 reads and writes of s·b·h each.
