@@ -111,8 +111,12 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
 
 def nemo_layout(row, settings: dict | None = None) -> Layout:
     """The row's layout (module doc: given and ASSUMED), its recipe's settings by :func:`recipe`."""
+    return _layout(row, recipe(row[0], row[1], settings))
+
+
+def _layout(row, r: dict) -> Layout:
+    """:func:`nemo_layout` for a row whose recipe ``r`` is already read."""
     src, name, n, (tp, pp, cp, v, ep), mb, _, rl, fp8, *_ = row
-    r = recipe(src, name, settings)
     overlap = ({"dp"} if r["dp_overlap"] else set()) | ({"pp"} if pp > 1 else set())
     overlap |= {"tp"} if tp > 1 and r["tp_overlap"] else set()  # userbuffers
     overlap |= {"ep"} if ep > 1 and r["a2a_overlap"] else set()
@@ -193,6 +197,6 @@ def nemo_rows(dev: Device | None = None, rows=None, settings=None) -> list[tuple
         r = recipe(row[0], row[1], settings)  # the run's loss kernel and attention kernel (None: the framework's)
         run_dev = with_fused_loss(dev) if r["fused_loss"] else dev
         run_dev = replace(run_dev, attention=r["attention"]) if r["attention"] else run_dev
-        lay = nemo_layout(row, settings)
+        lay = _layout(row, r)
         out.append((label(row, lay, r["miss"]), estimate(model, run_dev, lay, gb), "mfu", tps * ours / dev.peak_flops))
     return out

@@ -48,6 +48,11 @@ _device: torch.device | None = None
 MAX_WAIT_S = 86400.0  # a day: the longest wait an environment variable may ask for (every wait stays bounded)
 
 
+def is_wait(seconds) -> bool:
+    """True for a number of seconds in (0, :data:`MAX_WAIT_S`] (not a bool, not nan, not inf): a bounded wait."""
+    return not isinstance(seconds, bool) and isinstance(seconds, (int, float)) and 0 < seconds <= MAX_WAIT_S
+
+
 def env_seconds(name: str, default: float) -> float:
     """Seconds from the environment variable ``name`` (``default`` when unset): a number in (0, :data:`MAX_WAIT_S`].
 
@@ -62,7 +67,7 @@ def env_seconds(name: str, default: float) -> float:
         seconds = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number of seconds; set e.g. {name}=60") from None
-    if not 0 < seconds <= MAX_WAIT_S:  # also nan and inf
+    if not is_wait(seconds):  # also nan and inf
         raise ConfigError(f"{name}={raw!r} must be > 0 and at most {MAX_WAIT_S:g} seconds; set e.g. {name}=60")
     return seconds
 

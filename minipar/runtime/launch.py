@@ -176,7 +176,7 @@ def launch(
         raise ConfigError(f"backend={backend!r} (or MINIPAR_BACKEND) is not supported; use 'gloo', 'nccl' or 'auto'")
     timeout_s = mdist.default_timeout().total_seconds() if timeout is None else timeout
     for name, v in (("timeout", timeout_s), ("job_timeout", job_timeout)):  # every wait: a bounded number of seconds
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= mdist.MAX_WAIT_S):
+        if v is not None and not mdist.is_wait(v):
             raise ConfigError(f"{name}={v!r} must be a number of seconds > 0 and at most {mdist.MAX_WAIT_S:g}")
     fn_spec = _fn_spec(fn)
     ctx = mp.get_context("forkserver")
