@@ -120,8 +120,6 @@ MISS_BANDS = {  # the first key a label holds
     # (+65 %); 25.09's at micro-batch 2 (MISS:provenance: the table's VP 24, the recipe's 12): +41 %
     "GPT-OSS-120B": (0.40, 0.65),
     "MB 25.09 Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.30, 0.55),
-    # minipar.perf.dgxc: Nemotron-4 340B as its configs say (TP traffic exposed), MISS:seen: -13 … -12 %, -21 … -18 %
-    "DGXC 24.11 Nemotron-340B": (-0.22, -0.08),
     "Qwen3-30B-A3B   16 H100 dp8·pp2·v12·ep8": (0.55, 0.85),
     "zero3": (0.30, 3.40),
     # foundry 30b at s = 8192 +21 % (both devices), A100 13b -16 %; Megatron-LM 32B -26 %; BLOOM prequel +20 … +27 %;
@@ -642,20 +640,26 @@ def test_dgxc_rows_use_the_readmes_tables():
     """NVIDIA's DGX Cloud recipes (minipar.perf.dgxc): each step time gives the README's own tokens/s (sequence × batch
     / step, within its rounding) and, in the README's own FLOP count per sequence, its MFU column (bf16 over 989, FP8
     over 1,979 TFLOP/s); each layout is the table's (tp, pp, cp, v, micro-batch, GA); the 405B runs on GPT-2's
-    vocabulary, padded. Every row within 15 % but Nemotron-4 340B's, read as its configs say (``MISS:seen``); the
-    configs' kernels are the rows' (``dgxc.SETTINGS``: a fused loss for Llama 3.1 and Nemotron-4, FlashAttention-2 for
-    GPT-3 175B and Nemotron-4 340B)."""
+    vocabulary, padded; Grok-1's layout is the table's with its DP column read as the expert-data-parallel size (its GA
+    of 128 says dp = GPUs / (TP·PP·CP)). Every row within 15 %, none a known miss; the configs' kernels are the rows'
+    (``dgxc.SETTINGS``: a fused loss for Llama 3.1 and Nemotron-4, FlashAttention-2 for GPT-3 175B at v25.01,
+    Nemotron-4 340B and Grok-1; cuDNN's for GPT-3 175B at v25.04)."""
     from minipar.perf.dgxc import DGXC, dgxc_rows
     from minipar.perf.nemo import SHAPES
 
-    tokens = {("Llama3-8B", 8): (81222, 108436), ("Llama3-70B", 1024): (1124478, 1487342)}
-    tokens |= {("Llama3.1-405B-gpt2v", 1152): (235660, 365055), ("Nemotron4-15B", 2048): (11335957, 15391941)}
-    readme_mfu = {  # (model, GPUs): (FLOPs per sequence, bf16 MFU, FP8 MFU) as each README prints them
-        ("Llama3-70B", 64): (3.94e15, 0.5410, 0.3617),
-        ("Llama3.1-405B-gpt2v", 576): (2.17e16, 0.5578, 0.4271),
-        ("GPT3-175B", 128): (2.20e15, 0.4993, 0.3756),
-        ("Nemotron4-15B", 16): (434.5e12, 0.6210, 0.4222),
-        ("Nemotron-340B", 128): (1.01e16, 0.5538, 0.4038),
+    tokens = {("24.09", "Llama3-8B", 8): (81222, 108436), ("24.09", "Llama3-70B", 1024): (1124478, 1487342)}
+    tokens |= {("24.09", "Llama3.1-405B-gpt2v", 1152): (235660, 365055)}
+    tokens |= {("24.11", "Nemotron4-15B", 2048): (11335957, 15391941), ("dev", "Grok1-314B", 2048): (1591011, 1969157)}
+    tokens |= {("24.12", "GPT3-175B", 512): (249068, 363206), ("24.12", "Grok1-314B", 2048): (1576065, 1939562)}
+    readme_mfu = {  # (release, model, GPUs): (FLOPs per sequence, bf16 MFU, FP8 MFU) as each README prints them
+        ("24.09", "Llama3-70B", 64): (3.94e15, 0.5410, 0.3617),
+        ("24.09", "Llama3.1-405B-gpt2v", 576): (2.17e16, 0.5578, 0.4271),
+        ("24.11", "GPT3-175B", 128): (2.20e15, 0.4993, 0.3756),
+        ("24.11", "Nemotron4-15B", 16): (434.5e12, 0.6210, 0.4222),
+        ("24.11", "Nemotron-340B", 128): (1.01e16, 0.5538, 0.4038),
+        ("dev", "Grok1-314B", 512): (4.27e15, 0.415, 0.259),
+        ("24.12", "GPT3-175B", 128): (2.20e15, 0.5354, 0.3952),
+        ("24.12", "Grok1-314B", 512): (4.27e15, 0.4109, 0.2553),
     }
     ga = {
         "Llama3-8B": 32,
@@ -664,34 +668,36 @@ def test_dgxc_rows_use_the_readmes_tables():
         "GPT3-175B": 64,
         "Nemotron4-15B": 4,
         "Nemotron-340B": 16,
+        "Grok1-314B": 128,
     }
     rows = iter(dgxc_rows())
-    for _, name, (tp, pp, cp, v), mb, runs in DGXC:
+    for release, name, (tp, pp, cp, v, ep), mb, runs in DGXC:
         for n, gb, *steps in runs:
             for i, step in enumerate(steps):
                 label, e, metric, pub = next(rows)
-                seq = SHAPES[name].seq
-                if (name, n) in tokens:
-                    assert abs(seq * gb / step / tokens[name, n][i] - 1) < 0.002, (name, n)
-                if (name, n) in readme_mfu:
-                    f, *mfu = readme_mfu[name, n]
-                    assert abs(gb * f / step / n / (989e12, 1979e12)[i] - mfu[i]) < 6e-4, (name, n, i)
+                seq, key = SHAPES[name].seq, (release, name, n)
+                if key in tokens:
+                    assert abs(seq * gb / step / tokens[key][i] - 1) < 0.002, key
+                if key in readme_mfu:
+                    f, *mfu = readme_mfu[key]
+                    assert abs(gb * f / step / n / (989e12, 1979e12)[i] - mfu[i]) < 6e-4, (key, i)
                 lay = e.layout
-                assert (lay.tp, lay.pp, lay.cp, lay.v, lay.micro_batch, lay.gpus, e.m, lay.fp8) == (
-                    tp, pp, cp, v, mb, n, ga[name], i == 1
+                assert (lay.tp, lay.pp, lay.cp, lay.v, lay.ep, lay.micro_batch, lay.gpus, e.m, lay.fp8) == (
+                    tp, pp, cp, v, ep, mb, n, ga[name], i == 1
                 ), label  # fmt: skip
-                # runs that ran: the model's memory may read above the usable 90 % (Nemotron-4 340B at dp 2: 80.1 GiB);
-                # within 15 % but Nemotron-4 340B read as its configs say (MISS:seen, its band: test_fit_and_test_sets)
-                assert (abs(e.mfu / pub - 1) <= 0.15 or "MISS:seen" in label) and e.mem["total"] < 1.01 * 80 * 2**30
-                assert ("MISS:seen" in label) == (name == "Nemotron-340B"), label
+                # runs that ran: the model's memory may read above the usable 90 % (Nemotron-4 340B at dp 2: 79.4 GiB)
+                assert abs(e.mfu / pub - 1) <= 0.15 and e.mem["total"] < 1.01 * 80 * 2**30 and "MISS" not in label
     assert next(rows, None) is None
     from minipar.perf.dgxc import SETTINGS
     from minipar.perf.nemo import recipe
 
-    for (src, name), _ in SETTINGS.items():
+    for release, name, *_ in DGXC:
+        src = f"DGXC {release}"
         r = recipe(src, name, SETTINGS)
-        assert r["fused_loss"] == (not name.startswith("GPT3")), name
-        assert r["attention"] == ("flash" if name in ("GPT3-175B", "Nemotron-340B") else None), name
+        assert r["fused_loss"] == name.startswith(("Llama", "Nemotron")), name
+        flash = name in ("Nemotron-340B", "Grok1-314B") or (src, name) == ("DGXC 24.11", "GPT3-175B")
+        assert r["attention"] == ("flash" if flash else None), name
+        assert r["tp_overlap"], name  # every configure.sh sets model.ub_tp_comm_overlap=True (340B's YAML: False)
 
 
 def test_nemo_long_sequence_rows_and_the_two_readings():

@@ -26,6 +26,11 @@ SHAPES = {
     # minipar.perf.dgxc's rows: Nemotron-4 15B (Parmar et al. 2024, arXiv:2402.16819, Table 1; squared ReLU, FFN 4h);
     # Llama 3.1 405B on GPT-2's tokenizer, 50,257 padded to a multiple of 128 × TP 8 (ASSUMED; minipar.perf.dgxc)
     "Nemotron4-15B": ModelShape(32, 6144, 48, 4096, 256000, False, 8, 24576, False, False, **UNTIED_ROPE),
+    # DGX Cloud's Grok-1 314B (minipar.perf.dgxc, grok1/grok1_314b.yaml at v25.01): 8 experts, top 2, GeGLU, Llama 3's
+    # tokenizer (the YAML's meta-llama/Meta-Llama-3-70B), sequence 8,192 (configure.sh)
+    "Grok1-314B": ModelShape(
+        64, 6144, 48, 8192, 128256, False, 8, 32768, True, False, experts=8, top_k=2, **UNTIED_ROPE
+    ),
     "Llama3.1-405B-gpt2v": ModelShape(126, 16384, 128, 8192, 51200, False, 8, 53248, True, False, **UNTIED_ROPE),
     # Qwen3 30B-A3B (its Hugging Face config): 128 experts of FFN 768, top-8, heads of 128 on h = 2,048 (kv_channels)
     "Qwen3-30B-A3B": ModelShape(
