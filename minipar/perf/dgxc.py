@@ -7,7 +7,11 @@ Source: github.com/NVIDIA/dgxc-benchmarking, tag v25.01 (143b90d), "Expected Per
 ``grok1/README_314b.md`` ("Grok 1 314b Dev": a NeMo development container, ``nemo+dev.sqsh``): NeMo Launcher,
 Megatron-Core with Transformer Engine (``--framework megatron``). Also tag v25.04 (741c886, the ``nemo:24.12``
 container): ``nemo_megatron/README_175b.md`` (GPT-3 175B at VP 6) and ``grok1/README_314b.md``, whose configs are
-still NeMo Launcher's (that tag's Llama 3.1 and Nemotron-4 moved to NeMo 2.0's recipes: not read, not added).
+still NeMo Launcher's; and (the ``nemo:25.02.01`` container, NeMo 2.0's recipes) ``llama3.1/README.md`` (Llama 3.1 8B,
+70B, 405B with Llama 3's tokenizer, the 405B at TP 8 · PP 8 · VP 8 · CP 2, the 70B's FP8 run at PP 8 without CP) and
+``nemotron/README.md`` (Nemotron-4 15B at TP 2 and micro-batch 2; 340B, whose table says VP "NA" where its
+``launch.sh`` and NeMo's ``model_configs_h100.csv`` say 12: modelled at 12, ``MISS:provenance`` by the rule of
+:mod:`minipar.perf.mb_archive`, set before its error was computed).
 Added 2026-11-27 (Grok-1 and tag v25.04 2026-11-29, their settings below written down before their errors were
 computed), after the fits were chosen; a repository and releases other than the NeMo 24.07 table the Megatron-Core
 efficiency was chosen on (:mod:`minipar.perf.nemo`), and the only Megatron-Core rows in bf16.
@@ -42,11 +46,23 @@ effect: Llama 3 8B -10 … -8 % → -8 … -6 %, 70B -4 … +2 % → -3 … +3 %
 -2 … +3 % → +1 … +6 %, Nemotron-4 340B +2 … +4 % (bf16), -2 … +1 % (FP8) → -2 … 0 % and -7 … -3 %. (The 340B's YAML was
 first read without its ``configure.sh``: with its TP traffic exposed its rows read -13 … -12 % and -21 … -18 %, labelled
 ``MISS:seen`` until the override was read the same day.) Grok-1: -2 … -1 % (bf16), +3 … +6 % (FP8). At v25.04: GPT-3
-175B -3 … +1 %, Grok-1 -2 … 0 % (bf16), +5 … +7 % (FP8). ASSUMED still: the distributed optimizer (ZeRO-1), FP8 with
-delayed scaling, the H100 preset's links (NDR, 400 Gb/s per GPU); FP8 weights (``fp8_params``, set with FP8) not
-modelled (the weights' bf16 copy is counted); GPT-3 175B's YAML sets dropout 0.1 (hidden and attention), the shape
-none: the model times dropout as fused into its neighbours, so only its masks' memory (2·s·b·h bytes a block) is left
-out.
+175B -3 … +1 %, Grok-1 -2 … 0 % (bf16), +5 … +7 % (FP8).
+
+GIVEN by v25.04's NeMo 2.0 runs (``llama3.1/pretrain_llama31.py`` and ``llama31_utils.py``, ``nemotron/launch.sh``; NeMo
+at d2b2155 as their ``setup.sh`` pins it, its ``scripts/performance`` and ``nemo/collections/llm/recipes``): a fused
+loss (``GPTConfig.cross_entropy_loss_fusion = True``), cuDNN's attention (``NVTE_FUSED_ATTN=1``), TP overlap
+(``MegatronCommOverlapCallback(tp_comm_overlap=True)`` for every TP > 1 recipe), gradients reduced in bf16
+(``grad_reduce_in_fp32 = False``), no recomputation, no CUDA graphs (the CSV's ``cuda_graphs`` 0), FP8 as
+``bf16_with_fp8_mixed`` (delayed scaling, FP8 weights). Read: Llama 3.1 8B -12 … -10 %, 70B -4 % (bf16) and -11 … -8 %
+(FP8), 405B -1 % and -9 %, Nemotron-4 15B -5 … +2 %, 340B -5 … -3 % and -11 … -9 %. Newer releases run faster than the
+model, whose Megatron-Core efficiency was chosen on NeMo 24.07: the 8B's layout, unchanged, took 12.91 s in 24.09 and
+12.27 s in 25.02 (bf16); Megatron-Bridge's later 70B FP8 rows, on this 70B FP8 layout, read -10 … -8 %
+(:mod:`~.mb_archive`).
+
+ASSUMED for every row: the distributed optimizer (ZeRO-1), FP8 with delayed scaling, the H100 preset's links (NDR, 400
+Gb/s per GPU); FP8 weights (``fp8_params``, set with FP8) not modelled (the weights' bf16 copy is counted); GPT-3 175B's
+YAML sets dropout 0.1 (hidden and attention), the shape none: the model times dropout as fused into its neighbours, so
+only its masks' memory (2·s·b·h bytes a block) is left out.
 
 Every row's published step becomes tokens/s per GPU (sequence × batch / step / GPUs), then an MFU in this model's own
 FLOP count over the same peak, so the error is the throughput error. (The 70B bf16 table's tokens/s at 2,048 GPUs,
@@ -87,6 +103,23 @@ DGXC = [
       (2048, 4096, 8.49, 5.96)]),
     ("24.12", "Grok1-314B", (4, 8, 2, 8, 8), 1,
      [(512, 1024, 21.01, 16.9), (1024, 2048, 21.2, 17.01), (2048, 4096, 21.29, 17.3)]),
+    # tag v25.04 (NeMo 25.02.01, NeMo 2.0's recipes): Llama 3.1 and Nemotron-4; the 70B's FP8 run has its own layout
+    ("25.02", "Llama3-8B", (1, 1, 2, 1, 1), 1,
+     [(8, 128, 12.27, 9.33), (16, 256, 12.3, 9.36), (32, 512, 12.32, 9.43), (64, 1024, 12.33, 9.48),
+      (128, 2048, 12.33, 9.54)]),
+    ("25.02", "Llama3-70B", (4, 4, 2, 5, 1), 1,
+     [(64, 128, 14.66, None), (128, 256, 14.67, None), (256, 512, 14.68, None), (512, 1024, 14.67, None),
+      (1024, 2048, 14.65, None), (2048, 4096, 14.66, None)]),
+    ("25.02", "Llama3-70B", (4, 8, 1, 5, 1), 1,
+     [(64, 128, None, 9.86), (128, 256, None, 9.95), (256, 512, None, 10.0), (512, 1024, None, 10.07),
+      (1024, 2048, None, 10.08), (2048, 4096, None, 10.15)]),
+    ("25.02", "Llama3.1-405B", (8, 8, 2, 8, 1), 1,
+     [(512, 256, 19.78, 12.37), (1024, 512, 19.84, 12.42), (2048, 1024, 19.87, 12.56)]),
+    ("25.02", "Nemotron4-15B", (2, 1, 1, 1, 1), 2,
+     [(16, 64, 2.66, 1.98), (32, 128, 2.66, 1.98), (64, 256, 2.67, 1.98), (128, 512, 2.67, 1.99),
+      (256, 1024, 2.68, 2.0), (512, 2048, 2.71, 2.02), (1024, 4096, 2.74, 2.03), (2048, 8192, 2.78, 2.09)]),
+    ("25.02", "Nemotron-340B", (8, 8, 1, 12, 1), 1,
+     [(256, 64, 4.36, 2.93), (512, 128, 4.39, 2.97), (1024, 256, 4.41, 3.0), (2048, 512, 4.43, 3.05)]),
 ]  # fmt: skip
 
 
@@ -106,6 +139,12 @@ SETTINGS = {
     },
     ("DGXC dev", "Grok1-314B"): {"attention": "flash"},
     ("DGXC 24.12", "Grok1-314B"): {"attention": "flash"},  # v25.04: GPT-3 175B on cuDNN's (NVTE_FUSED_ATTN=1)
+    # v25.04's NeMo 2.0 runs: GPTConfig's cross_entropy_loss_fusion=True, cuDNN's attention, no recomputation
+    ("DGXC 25.02", "Llama3-8B"): {"fused_loss": True},
+    ("DGXC 25.02", "Llama3-70B"): {"fused_loss": True},
+    ("DGXC 25.02", "Llama3.1-405B"): {"fused_loss": True},
+    ("DGXC 25.02", "Nemotron4-15B"): {"fused_loss": True},
+    ("DGXC 25.02", "Nemotron-340B"): {"fused_loss": True, "miss": "provenance"},  # table VP "NA", launch.sh 12
 }
 
 
@@ -118,5 +157,6 @@ def dgxc_rows(dev: Device | None = None) -> list[tuple[str, Estimate, str, float
         for release, name, par, mb, runs in DGXC
         for n, gb, *steps in runs
         for fp8, step in zip((False, True), steps)
+        if step is not None  # v25.04's Llama 3.1 70B: bf16 and FP8 on two layouts
     ]
     return nemo_rows(dev, rows, SETTINGS)
