@@ -1,5 +1,5 @@
-"""NVIDIA's DGX Cloud benchmarking recipes: Llama 3.1 8B/70B/405B, GPT-3 175B, Nemotron-4 15B/340B and Grok-1 314B on
-8 to 2,304 H100s, bf16 and FP8, two tags of the repository (TEST rows).
+"""NVIDIA's DGX Cloud benchmarking recipes: Llama 3.1 8B/70B/405B, GPT-3 175B, Nemotron-4 15B/340B, Grok-1 314B and
+DeepSeek-V3 on 8 to 2,304 H100s, bf16 and FP8, three tags of the repository (TEST rows).
 
 Source: github.com/NVIDIA/dgxc-benchmarking, tag v25.01 (143b90d), "Expected Performance" of ``llama3.1/README_8b.md``,
 ``README_70b.md``, ``README_405b.md`` (tables labelled 24.09: the ``nvcr.io/nvidia/nemo:24.09`` container),
@@ -58,6 +58,19 @@ loss (``GPTConfig.cross_entropy_loss_fusion = True``), cuDNN's attention (``NVTE
 model, whose Megatron-Core efficiency was chosen on NeMo 24.07: the 8B's layout, unchanged, took 12.91 s in 24.09 and
 12.27 s in 25.02 (bf16); Megatron-Bridge's later 70B FP8 rows, on this 70B FP8 layout, read -10 … -8 %
 (:mod:`~.mb_archive`).
+
+Tag v25.05 (68eaf7e, the ``nemo:25.04.01`` container): ``deepseek_v3/pretraining/README.md``'s one H100 row, DeepSeek-V3
+in bf16 on 1,024 H100s (TP 2, PP 16, EP 64, expert TP 1, no VP, micro-batch 1, global batch 8,192: 52.04 s a step).
+GIVEN by its ``launch.sh`` and NeMo at 7a8f1cc as its ``setup.sh`` pins it (``scripts/performance/llm/
+pretrain_deepseek_v3.py``, ``recipes/deepseek_v3.py``, ``gpt/model/deepseek.py``): 3 blocks on the first stage, 2 and
+the MTP block on the last, 4 on the others; NCCL's all-to-all (``moe_token_dispatcher_type="alltoall"``), token dropping
+at capacity 1.0, padded (balanced), no all-to-all overlap (the shared expert's, ``moe_shared_expert_overlap``, not
+modelled), no TP overlap (``tp_comm_overlap=False``), ``mla_up_proj`` recomputed, TE's fused loss, gradients reduced in
+fp32 (``bf16_mixed``'s ``grad_reduce_in_fp32``), the distributed optimizer's states in fp32, cuDNN's attention. It reads
++20 % (43.5 s modelled, 16.2 s of it the all-to-all), ``MISS:seen``, labelled after seen: it and Megatron-Bridge 25.09's
+Qwen3 235B-A22B (NCCL's all-to-all over 4 nodes, not overlapped: +14.6 %, :mod:`~.mb_archive`) would match with NCCL's
+cross-node all-to-all 1.5 and 1.2 times slower than the model's rate (DeepEP's measured one), while the rows that
+overlap NCCL's all-to-all read -10 … -3 %; nothing was chosen on them.
 
 ASSUMED for every row: the distributed optimizer (ZeRO-1), FP8 with delayed scaling, the H100 preset's links (NDR, 400
 Gb/s per GPU); FP8 weights (``fp8_params``, set with FP8) not modelled (the weights' bf16 copy is counted); GPT-3 175B's
@@ -120,6 +133,8 @@ DGXC = [
       (256, 1024, 2.68, 2.0), (512, 2048, 2.71, 2.02), (1024, 4096, 2.74, 2.03), (2048, 8192, 2.78, 2.09)]),
     ("25.02", "Nemotron-340B", (8, 8, 1, 12, 1), 1,
      [(256, 64, 4.36, 2.93), (512, 128, 4.39, 2.97), (1024, 256, 4.41, 3.0), (2048, 512, 4.43, 3.05)]),
+    # tag v25.05 (NeMo 25.04.01): DeepSeek-V3 in bf16 (FP8 "not currently supported")
+    ("25.04", "DeepSeek-V3", (2, 16, 1, 1, 64), 1, [(1024, 8192, 52.04, None)]),
 ]  # fmt: skip
 
 
@@ -145,6 +160,18 @@ SETTINGS = {
     ("DGXC 25.02", "Llama3.1-405B"): {"fused_loss": True},
     ("DGXC 25.02", "Nemotron4-15B"): {"fused_loss": True},
     ("DGXC 25.02", "Nemotron-340B"): {"fused_loss": True, "miss": "provenance"},  # table VP "NA", launch.sh 12
+    # v25.05's DeepSeek-V3 (NeMo's pretrain_deepseek_v3.py, recipes at 7a8f1cc), over RECIPES["DeepSeek-V3"] (25.09's)
+    ("DGXC 25.04", "DeepSeek-V3"): {
+        "fused_loss": True,  # cross_entropy_fusion_impl = "te"
+        "a2a_overlap": False,
+        "flex": False,  # DeepSeekV3Config's moe_token_dispatcher_type "alltoall"
+        "dp_overlap": True,  # the recipe's DDP config: overlap_grad_reduce, overlap_param_gather
+        "layout": "Ettt|(tttt|)*14ttmL",  # num_layers_in_first_pipeline_stage 3, last 2; MTP on the last stage
+        "modules": ("mla_up_proj",),  # launch.sh's RM for h100
+        "optimizer_dtypes": None,  # the precision-aware optimizer at Megatron-Core's fp32 defaults
+        "grad_bytes": 4,  # bf16_mixed's grad_reduce_in_fp32=True
+        "miss": "seen",  # +20 %, labelled after seen (module doc): NCCL's all-to-all across 8 nodes, not overlapped
+    },
 }
 
 

@@ -97,7 +97,8 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     Megatron-FSDP), ``fused_loss`` (a fused cross-entropy, ``--fused-loss``), ``attention`` (the attention kernel; None:
     the framework's), ``miss`` (a row's known-miss label, else :func:`miss_reason`'s), ``layout`` (Megatron-Core's
     ``pipeline_model_parallel_layout`` string, :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's
-    split); by release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
+    split), ``grad_bytes`` (the gradients' reduction dtype, bytes; None: fp32 for MoE-Zoo, else bf16); by release
+    (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
     (:data:`~minipar.perf.mb_archive.SETTINGS`, :data:`LAUNCHER`, then ``settings[(src, name)]``: one run's recipe,
     :mod:`minipar.perf.mb_cards`, :mod:`minipar.perf.dgxc`)."""
     zoo = src == "MoE-Zoo"
@@ -105,6 +106,7 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     key = (src, name)
     row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
     defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None, "optimizer_dtypes": None}
+    defaults["grad_bytes"] = None  # the gradients' reduction dtype in bytes (None: by source, _layout)
     stack = {"zero": 1, "fused_loss": src.startswith("MB"), "attention": None, "miss": None}  # MB: TE's fused loss
     return {**release, **defaults, **stack, **RECIPES.get(name, {}), **row}
 
@@ -142,7 +144,7 @@ def _layout(row, r: dict) -> Layout:
         recompute_modules=r["modules"],
         seq_parallel=tp > 1,
         overlap=frozenset(overlap),
-        grad_bytes=4 if src == "MoE-Zoo" else 2,  # Megatron-LM: fp32 under bf16; NeMo / Megatron-Bridge: bf16
+        grad_bytes=r["grad_bytes"] or (4 if src == "MoE-Zoo" else 2),  # Megatron-LM: fp32 under bf16; NeMo, MB: bf16
         flash_attention=True,
         fp8=fp8,
         ep=ep,

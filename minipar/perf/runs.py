@@ -36,7 +36,8 @@ a row the model misses stays in, with its error.
 - NVIDIA's DGX Cloud benchmarking recipes (:mod:`minipar.perf.dgxc`): Llama 3.1 8B, 70B and 405B, GPT-3 175B and
   Nemotron-4 15B and 340B on 8-2,304 H100s, NeMo 24.09 and 24.11, bf16 and FP8, every layout given (added 2026-11-27);
   Grok-1 314B (8 experts, TP 4 · PP 8 · CP 2 · EP 8) on 512-2,048 H100s, and a later tag's GPT-3 175B and Grok-1
-  (NeMo 24.12) and Llama 3.1 and Nemotron-4 (NeMo 2.0, container 25.02.01; added 2026-11-29).
+  (NeMo 24.12), Llama 3.1 and Nemotron-4 (NeMo 2.0, container 25.02.01) and DeepSeek-V3 in bf16 on 1,024 H100s
+  (25.04.01; added 2026-11-29).
 - AI2's OLMo-core training scripts (:mod:`minipar.perf.olmo`): OLMo 2 1B, 7B, 13B and Llama 3 8B on one node of 8
   H100s, FSDP2 with ``torch.compile``, bf16 and Float8 (added 2026-11-27).
 - Hugging Face's nanotron benchmarks behind the Ultra-Scale Playbook (:mod:`minipar.perf.nanotron`): the best layout
@@ -59,7 +60,7 @@ rows would still read +11 … +84 %; the O(n) host and copy work per call is in 
 gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the model's per-unit collectives
 describe (:func:`minipar.perf.sharding.collectives`). Also known misses: three llm-foundry long-sequence rows labelled
 after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table
-(:mod:`minipar.perf.megatron_lm`) and three of BLOOM's
+(:mod:`minipar.perf.megatron_lm`), DGX Cloud's DeepSeek-V3 (:mod:`minipar.perf.dgxc`) and three of BLOOM's
 layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
