@@ -105,8 +105,8 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
     key = (src, name)
     row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
-    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None, "optimizer_dtypes": None}
-    defaults["grad_bytes"] = None  # the gradients' reduction dtype in bytes (None: by source, _layout)
+    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
+    defaults |= {"optimizer_dtypes": None, "grad_bytes": None}
     stack = {"zero": 1, "fused_loss": src.startswith("MB"), "attention": None, "miss": None}  # MB: TE's fused loss
     return {**release, **defaults, **stack, **RECIPES.get(name, {}), **row}
 
