@@ -62,7 +62,7 @@ from dataclasses import replace
 
 from minipar.comm.links import NETWORKS
 from minipar.errors import ConfigError, check_magnitudes
-from minipar.perf.flops import attention_share, moe_params
+from minipar.perf.flops import moe_params
 from minipar.perf.gemm import attention_kernel
 from minipar.perf.hardware import (
     GPUS,
@@ -77,6 +77,7 @@ from minipar.perf.layout import OVERLAP, RECOMPUTE, Layout
 from minipar.perf.model import estimate
 from minipar.perf.moe import moe_summary
 from minipar.perf.moe_flags import add_moe_flags, check_moe_flags, cuda_graph_scope, with_experts
+from minipar.perf.plan_notes import plan_notes
 from minipar.perf.search import plan
 from minipar.perf.shape import MLA
 from minipar.perf.shape_flags import add_shape_flags, check_shape_flags, model_shape, window_note
@@ -87,9 +88,6 @@ from minipar.perf.stack_flags import GRAD_BYTES, add_stack_flags, check_stack_fl
 FIXED = ("tp", "pp", "dp", "cp", "v", "micro_batch", "first_stage_layers", "last_stage_layers")
 ONLY_FIXED = (*FIXED[3:], "zero", "recompute", "sp", "cp_allgather")  # a fixed layout's settings: no search tries them
 DEFAULT_GPUS = 64
-# NeMo's long-sequence H100 rows at FlashAttention-2's rate (minipar.perf.nemo_long), Megatron-MoE-ModelZoo's at cuDNN's
-# (minipar.perf.moe_zoo): their errors (tests/test_plan_framework.py)
-LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
 # A custom device: (flag, Device field, unit, scale to the field's unit). The HBM rate is the datasheet's;
 # memory-bound kernels reach HBM_EFF of it, as for the presets (minipar.perf.hardware).
 CUSTOM_DEVICE = (
@@ -307,13 +305,8 @@ def main(argv=None) -> int:
             f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
             + ("" if e.fits else "  (does not fit)")
         )
-    share = attention_share(model)
-    if kept and kept[0].layout.flash_attention and attention_kernel(dev) == "cudnn" and share >= 0.3:
-        print(
-            f"  (attention is {100 * share:.0f} % of a block's FLOPs, at cuDNN's measured rate: Megatron-MoE-"
-            f"ModelZoo's Qwen3 235B runs at 16K-128K tokens, 55-91 % attention, read {LONG_SEQ_CUDNN} at it; NeMo's "
-            f"2024 runs on FlashAttention-2 {LONG_SEQ_FLASH} at that kernel's: --attention-kernel flash)"
-        )
+    for note in plan_notes(kept[0].layout, dev, model) if kept else []:  # where published runs of its kind read
+        print(note)
     if a.tp is None and not a.flash_attention and kept:  # the search, too, models only what its flags say
         print("  (--flash-attention not given: every layout above runs the unfused attention core and keeps its s² "
               "scores in memory; add it for a run on FlashAttention or cuDNN's fused kernel)")  # fmt: skip

@@ -104,7 +104,7 @@ def test_a_long_sequence_on_megatron_names_the_kernels_test_rows(capsys):
     from minipar.perf.moe_zoo import LONG, zoo_rows
     from minipar.perf.nemo import NEMO, SHAPES, nemo_rows, shape
     from minipar.perf.nemo_long import nemo_long_rows
-    from minipar.plan import LONG_SEQ_CUDNN, LONG_SEQ_FLASH
+    from minipar.perf.plan_notes import LONG_SEQ_CUDNN, LONG_SEQ_FLASH
 
     errs = [e.mfu / p - 1 for _, e, _, p in nemo_long_rows()]
     assert LONG_SEQ_FLASH == f"{100 * min(errs):+.0f} to {100 * max(errs):+.0f} %".lstrip("+")
@@ -127,6 +127,37 @@ def test_a_long_sequence_on_megatron_names_the_kernels_test_rows(capsys):
         assert main([*cmd, seq, *kernel]) == 0
         out = capsys.readouterr().out
         assert (f"read {LONG_SEQ_CUDNN} at it; NeMo's 2024 runs on FlashAttention-2 {LONG_SEQ_FLASH}" in out) == says
+
+
+QWEN3_235B_FP8 = [  # README: Megatron-Bridge's Qwen3 235B-A22B recipe on 256 H100s, EP 32 across 4 nodes
+    *("--layers 94 --hidden 4096 --heads 64 --kv-heads 4 --kv-channels 128 --ffn 1536 --swiglu --vocab 151936").split(),
+    *("--seq 4096 --no-dropout --untie-embeddings-and-output-weights --position-embedding-type rope").split(),
+    *("--moe-experts 128 --moe-top-k 8 --gpu h100 --framework megatron --fused-loss --global-batch 8192").split(),
+    *("--tp 2 --pp 8 --dp 16 --v 4 --first-stage-layers 2 --last-stage-layers 2 --zero 1 --recompute none").split(),
+    *("--sp --grad-reduce-dtype bf16 --flash-attention --precision fp8 --ep 32 --expert-tp 1").split(),
+]
+
+
+def test_an_exposed_nccl_all_to_all_across_nodes_names_the_runs_that_outran_it(capsys):
+    """Where the top layout's all-to-all crosses nodes on NCCL's dispatcher with nothing hiding it, the plan quotes
+    what the two published runs of that kind read (minipar.perf.plan_notes.NCCL_A2A_EXPOSED, their errors as text:
+    DGX Cloud's DeepSeek-V3, Megatron-Bridge 25.09's Qwen3 235B-A22B); not when the all-to-all is overlapped, on the
+    flex dispatcher, or inside one node."""
+    from minipar.perf.plan_notes import NCCL_A2A_EXPOSED, NCCL_A2A_ROWS
+    from minipar.perf.runs import out_of_sample
+
+    errs = [getattr(e, m) / p - 1 for lab, e, m, p in out_of_sample() if lab.startswith(NCCL_A2A_ROWS)]
+    assert len(errs) == 2 and NCCL_A2A_EXPOSED == f"{100 * min(errs):+.0f} to {100 * max(errs):+.0f} %"
+    note = f"read {NCCL_A2A_EXPOSED} against this model"
+    for extra, says in (
+        (["--overlap", "dp,pp"], True),  # 25.09's recipe
+        (["--overlap", "dp,pp,ep"], False),  # the later releases'
+        (["--overlap", "dp,pp", "--moe-dispatcher", "flex"], False),
+    ):
+        assert main([*QWEN3_235B_FP8, *extra]) == 0
+        assert (note in capsys.readouterr().out) == says, extra
+    inside = [*QWEN3_235B_FP8[: QWEN3_235B_FP8.index("--ep")], "--ep", "8", "--expert-tp", "1", "--overlap", "dp,pp"]
+    assert main(inside) == 0 and note not in capsys.readouterr().out  # EP 8 over 8 consecutive ranks: one node
 
 
 def test_unknown_attention_kernel_is_one_line(capsys):

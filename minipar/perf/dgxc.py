@@ -68,7 +68,7 @@ at capacity 1.0, padded (balanced), no all-to-all overlap (the shared expert's, 
 modelled), no TP overlap (``tp_comm_overlap=False``), ``mla_up_proj`` recomputed, TE's fused loss, gradients reduced in
 fp32 (``bf16_mixed``'s ``grad_reduce_in_fp32``), the distributed optimizer's states in fp32, cuDNN's attention. It reads
 +20 % (43.5 s modelled, 16.2 s of it the all-to-all), ``MISS:seen``, labelled after seen: it and Megatron-Bridge 25.09's
-Qwen3 235B-A22B (NCCL's all-to-all over 4 nodes, not overlapped: +14.6 %, :mod:`~.mb_archive`) would match with NCCL's
+Qwen3 235B-A22B (NCCL's all-to-all over 4 nodes, not overlapped: +13.7 %, :mod:`~.mb_archive`) would match with NCCL's
 cross-node all-to-all 1.5 and 1.2 times slower than the model's rate (DeepEP's measured one), while the rows that
 overlap NCCL's all-to-all read -10 … -3 %; nothing was chosen on them.
 

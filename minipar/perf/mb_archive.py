@@ -123,8 +123,8 @@ Sources (read in the repositories, commit named):
   TP 1, 10,494 tokens/s/GPU; the table's MBS 2 is the yaml's ``fp8_cs`` variant (BF16 runs MBS 1), so FP8 (given);
   the table says VP 24, the yaml 12: by the Llama 3 8B rule it is modelled as the recipe (VP 12) and labelled
   ``MISS:provenance``. Their errors, computed after the above was written: Llama 3 70B -8.7 % and -8.4 %, 405B -6.4 %,
-  Llama 3 8B with Megatron-FSDP -6.2 %, Qwen3 235B-A22B +14.6 % (its all-to-all over 4 nodes not overlapped: 15.8 s of
-  the model's 23.8 s step), Qwen3 30B-A3B +41 %. That last row says something about the PP 2 · EP 8 miss (below): the
+  Llama 3 8B with Megatron-FSDP -6.2 %, Qwen3 235B-A22B +13.7 % (its all-to-all over 4 nodes not overlapped: 15.8 s of
+  the model's 23.9 s step), Qwen3 30B-A3B +41 %. That last row says something about the PP 2 · EP 8 miss (below): the
   three releases that ran that layout (25.09 at micro-batch 2, with token dropping and NCCL's all-to-all not overlapped;
   25.11 and 26.02 at micro-batch 1, the all-to-all overlapped, 26.02's on DeepEP) all took 16.2-16.7 ms per block and
   micro-batch, so twice the tokens per micro-batch cost no time: the missing cost is one per block and micro-batch, as

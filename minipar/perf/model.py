@@ -136,7 +136,9 @@ def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> f
 
     For m > 3p the schedule is simulated at m₁ = 2p and m₂ = 3p and extended linearly: in the steady
     state every extra micro-batch adds exactly the same time (``tests/test_perf_model.py`` checks the
-    extension against the full simulation). Keeps ``python -m minipar.plan`` under a few seconds.
+    extension against the full simulation), and never less than the busiest rank's work for one micro-batch
+    (uneven chunks under interleaving may not be steady by 3p: a slope below it would make the bubble negative).
+    Keeps ``python -m minipar.plan`` under a few seconds.
     """
     S = p * v
     f = tuple(f) if isinstance(f, (list, tuple)) else (float(f),) * S
@@ -145,7 +147,8 @@ def pipeline_makespan(p: int, m: int, v: int, f, b, schedule: str = "1f1b") -> f
         return _simulated(p, m, v, f, b, schedule)
     m1, m2 = 2 * p, 3 * p
     t1, t2 = _simulated(p, m1, v, f, b, schedule), _simulated(p, m2, v, f, b, schedule)
-    return t1 + (t2 - t1) / (m2 - m1) * (m - m1)
+    busiest = max(sum(f[k] + b[k] for k in range(r, S, p)) for r in range(p))  # a rank's work per micro-batch
+    return t2 + max((t2 - t1) / (m2 - m1), busiest) * (m - m2)
 
 
 def _pipeline_megatron(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:

@@ -1,0 +1,46 @@
+"""What ``python -m minipar.plan`` prints under its table: where published runs of the top layout's kind read against
+this model, so a plan says how far to trust it.
+
+Each note quotes the errors of the test rows it names (:func:`minipar.perf.runs.out_of_sample`); the constants are
+those errors as text, and ``tests/test_plan_framework.py`` recomputes them from the rows, so a note cannot outlive a
+change of the model. Units: none (text).
+"""
+
+from __future__ import annotations
+
+from minipar.perf.flops import attention_share
+from minipar.perf.gemm import attention_kernel
+from minipar.perf.layout import Layout
+from minipar.perf.moe import ep_nodes
+from minipar.perf.shape import ModelShape
+
+# NeMo's long-sequence H100 rows at FlashAttention-2's rate (minipar.perf.nemo_long), Megatron-MoE-ModelZoo's at cuDNN's
+# (minipar.perf.moe_zoo)
+LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
+# The runs whose all-to-all crossed nodes on NCCL with nothing hiding it: DGX Cloud's DeepSeek-V3 (minipar.perf.dgxc)
+# and Megatron-Bridge 25.09's Qwen3 235B-A22B (minipar.perf.mb_archive)
+NCCL_A2A_EXPOSED = "+14 to +20 %"
+NCCL_A2A_ROWS = ("DGXC 25.04 DeepSeek-V3", "MB 25.09 Qwen3-235B-A22B")
+
+
+def plan_notes(layout: Layout, dev, model: ModelShape) -> list[str]:
+    """The notes for a plan whose top layout is ``layout`` on ``dev``: attention at 30 % or more of a block's FLOPs on
+    cuDNN's kernel (its rate checked only by Megatron-MoE-ModelZoo's long-context rows); an all-to-all across nodes on
+    NCCL's dispatcher (``"alltoall"``) without ``"ep"`` in the overlap, which the model times at DeepEP's measured NIC
+    rate (:func:`minipar.perf.moe.a2a_seconds`) and both published runs of that kind outran."""
+    out = []
+    share = attention_share(model)
+    if layout.flash_attention and attention_kernel(dev) == "cudnn" and share >= 0.3:
+        out.append(
+            f"  (attention is {100 * share:.0f} % of a block's FLOPs, at cuDNN's measured rate: Megatron-MoE-"
+            f"ModelZoo's Qwen3 235B runs at 16K-128K tokens, 55-91 % attention, read {LONG_SEQ_CUDNN} at it; NeMo's "
+            f"2024 runs on FlashAttention-2 {LONG_SEQ_FLASH} at that kernel's: --attention-kernel flash)"
+        )
+    nccl = layout.ep > 1 and layout.dispatcher == "alltoall" and "ep" not in layout.overlap
+    if nccl and ep_nodes(dev, layout)[1] > 1:
+        out.append(
+            f"  (the all-to-all crosses nodes on NCCL with nothing hiding it: the two published runs of that kind, DGX "
+            f"Cloud's DeepSeek-V3 and Megatron-Bridge 25.09's Qwen3 235B-A22B, read {NCCL_A2A_EXPOSED} against this "
+            "model, which gives NCCL DeepEP's measured rate: expect a longer step; minipar/perf/dgxc.py)"
+        )
+    return out
