@@ -21,5 +21,6 @@ A MODEL (arithmetic with sources), not a measurement. Import from the submodules
 - :mod:`minipar.perf.timeline`   a simulated two-stream timeline of communication overlapped with compute
 
 ``python -m minipar.plan`` is the command line over :func:`minipar.perf.search.plan`; its flags by kind:
-``shape_flags``, ``stack_flags``, ``shard_flags``, ``moe_flags``.
+``shape_flags``, ``stack_flags``, ``shard_flags``, ``moe_flags``; the notes under its table (where published runs of
+the top layout's kind read against the model): ``plan_notes``.
 """
