@@ -305,7 +305,7 @@ def main(argv=None) -> int:
             f"{e.mem['total'] / 1e9:10.1f} {e.time['bubble'] / e.time['total']:6.1%}"
             + ("" if e.fits else "  (does not fit)")
         )
-    for note in plan_notes(kept[0].layout, dev, model) if kept else []:  # where published runs of its kind read
+    for note in plan_notes(kept[0], dev, model) if kept else []:  # where published runs of its kind read
         print(note)
     if a.tp is None and not a.flash_attention and kept:  # the search, too, models only what its flags say
         print("  (--flash-attention not given: every layout above runs the unfused attention core and keeps its s² "

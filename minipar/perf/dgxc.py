@@ -69,8 +69,11 @@ modelled), no TP overlap (``tp_comm_overlap=False``), ``mla_up_proj`` recomputed
 fp32 (``bf16_mixed``'s ``grad_reduce_in_fp32``), the distributed optimizer's states in fp32, cuDNN's attention. It reads
 +20 % (43.5 s modelled, 16.2 s of it the all-to-all), ``MISS:seen``, labelled after seen: it and Megatron-Bridge 25.09's
 Qwen3 235B-A22B (NCCL's all-to-all over 4 nodes, not overlapped: +13.7 %, :mod:`~.mb_archive`) would match with NCCL's
-cross-node all-to-all 1.5 and 1.2 times slower than the model's rate (DeepEP's measured one), while the rows that
-overlap NCCL's all-to-all read -10 … -3 %; nothing was chosen on them.
+cross-node all-to-all 1.5 and 1.2 times slower than the model's rate (DeepEP's measured one); Grok-1's rows (above: the
+same kind, the all-to-all an eighth of their step) read -2 … +7 %, and the rows that overlap NCCL's all-to-all read -10
+… -3 %. No one rate fits them all: at 1.5 times slower DeepSeek-V3 reads -4 %, 25.09's Qwen3 -15 %, Grok-1 -8 … 0 %, the
+overlapped Qwen3 rows -34 … -29 %. Nothing was chosen on them; ``python -m minipar.plan`` quotes them under a plan of
+that kind (:mod:`minipar.perf.plan_notes`).
 
 ASSUMED for every row: the distributed optimizer (ZeRO-1), FP8 with delayed scaling, the H100 preset's links (NDR, 400
 Gb/s per GPU); FP8 weights (``fp8_params``, set with FP8) not modelled (the weights' bf16 copy is counted); GPT-3 175B's

@@ -10,25 +10,27 @@ from __future__ import annotations
 
 from minipar.perf.flops import attention_share
 from minipar.perf.gemm import attention_kernel
-from minipar.perf.layout import Layout
+from minipar.perf.layout import Estimate
 from minipar.perf.moe import ep_nodes
 from minipar.perf.shape import ModelShape
 
 # NeMo's long-sequence H100 rows at FlashAttention-2's rate (minipar.perf.nemo_long), Megatron-MoE-ModelZoo's at cuDNN's
 # (minipar.perf.moe_zoo)
 LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
-# The runs whose all-to-all crossed nodes on NCCL with nothing hiding it: DGX Cloud's DeepSeek-V3 (minipar.perf.dgxc)
-# and Megatron-Bridge 25.09's Qwen3 235B-A22B (minipar.perf.mb_archive)
-NCCL_A2A_EXPOSED = "+14 to +20 %"
-NCCL_A2A_ROWS = ("DGXC 25.04 DeepSeek-V3", "MB 25.09 Qwen3-235B-A22B")
+# The runs whose all-to-all crossed nodes on NCCL with nothing hiding it, by its share of the modelled step: a third or
+# more (DGX Cloud's DeepSeek-V3, minipar.perf.dgxc; Megatron-Bridge 25.09's Qwen3 235B-A22B, minipar.perf.mb_archive),
+# an eighth (DGX Cloud's Grok-1)
+NCCL_A2A_LARGE, NCCL_A2A_SMALL = "+14 to +20 %", "-2 to +7 %"
+LARGE_SHARE = 1 / 3
 
 
-def plan_notes(layout: Layout, dev, model: ModelShape) -> list[str]:
-    """The notes for a plan whose top layout is ``layout`` on ``dev``: attention at 30 % or more of a block's FLOPs on
-    cuDNN's kernel (its rate checked only by Megatron-MoE-ModelZoo's long-context rows); an all-to-all across nodes on
-    NCCL's dispatcher (``"alltoall"``) without ``"ep"`` in the overlap, which the model times at DeepEP's measured NIC
-    rate (:func:`minipar.perf.moe.a2a_seconds`) and both published runs of that kind outran."""
-    out = []
+def plan_notes(estimate: Estimate, dev, model: ModelShape) -> list[str]:
+    """The notes for a plan whose top layout's estimate on ``dev`` for ``model`` is ``estimate``: attention at 30 %
+    or more of a block's FLOPs on cuDNN's kernel (its rate checked only by Megatron-MoE-ModelZoo's long-context rows);
+    an all-to-all across nodes on NCCL's dispatcher (``"alltoall"``) without ``"ep"`` in the overlap, which the model
+    times at DeepEP's measured NIC rate (:func:`minipar.perf.moe.a2a_seconds`): the published runs of that kind where
+    it held a third of the step or more ran slower than modelled, those where it held an eighth did not."""
+    layout, out = estimate.layout, []
     share = attention_share(model)
     if layout.flash_attention and attention_kernel(dev) == "cudnn" and share >= 0.3:
         out.append(
@@ -38,9 +40,11 @@ def plan_notes(layout: Layout, dev, model: ModelShape) -> list[str]:
         )
     nccl = layout.ep > 1 and layout.dispatcher == "alltoall" and "ep" not in layout.overlap
     if nccl and ep_nodes(dev, layout)[1] > 1:
+        a2a = estimate.time.get("ep", 0.0) / estimate.time["total"]
         out.append(
-            f"  (the all-to-all crosses nodes on NCCL with nothing hiding it: the two published runs of that kind, DGX "
-            f"Cloud's DeepSeek-V3 and Megatron-Bridge 25.09's Qwen3 235B-A22B, read {NCCL_A2A_EXPOSED} against this "
-            "model, which gives NCCL DeepEP's measured rate: expect a longer step; minipar/perf/dgxc.py)"
+            f"  (the all-to-all crosses nodes on NCCL with nothing hiding it, {100 * a2a:.0f} % of this step: "
+            f"published runs of that kind read {NCCL_A2A_LARGE} where it held a third of the step or more (DGX "
+            f"Cloud's DeepSeek-V3, Megatron-Bridge 25.09's Qwen3 235B-A22B), {NCCL_A2A_SMALL} where it held an "
+            "eighth (DGX Cloud's Grok-1): the larger its share, the longer the real step may be; minipar/perf/dgxc.py)"
         )
     return out
