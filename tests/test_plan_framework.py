@@ -145,14 +145,12 @@ def test_an_exposed_nccl_all_to_all_across_nodes_names_what_runs_of_its_kind_rea
     Cloud's DeepSeek-V3 and Megatron-Bridge 25.09's Qwen3 235B-A22B, DGX Cloud's twelve Grok-1 rows. Printed for 25.09's
     Qwen3 235B recipe; not with the all-to-all overlapped, on the flex dispatcher, or inside one node."""
     from minipar.perf.hardware import GPUS, for_framework
-    from minipar.perf.moe import ep_nodes
-    from minipar.perf.plan_notes import LARGE_SHARE, NCCL_A2A_LARGE, NCCL_A2A_SMALL
+    from minipar.perf.plan_notes import LARGE_SHARE, NCCL_A2A_LARGE, NCCL_A2A_SMALL, exposed_nccl_a2a
     from minipar.perf.runs import out_of_sample
 
     dev, large, small = for_framework(GPUS["h100"], "megatron"), [], []
     for lab, e, m, pub in out_of_sample():
-        lay = e.layout
-        if lay.ep > 1 and lay.dispatcher == "alltoall" and "ep" not in lay.overlap and ep_nodes(dev, lay)[1] > 1:
+        if exposed_nccl_a2a(e.layout, dev):
             (large if e.time["ep"] / e.time["total"] >= LARGE_SHARE else small).append((lab, getattr(e, m) / pub - 1))
     assert {tuple(lab.split()[:3]) for lab, _ in large} == {
         ("DGXC", "25.04", "DeepSeek-V3"),

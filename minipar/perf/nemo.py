@@ -97,16 +97,17 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     Megatron-FSDP), ``fused_loss`` (a fused cross-entropy, ``--fused-loss``), ``attention`` (the attention kernel; None:
     the framework's), ``miss`` (a row's known-miss label, else :func:`miss_reason`'s), ``layout`` (Megatron-Core's
     ``pipeline_model_parallel_layout`` string, :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's
-    split), ``grad_bytes`` (the gradients' reduction dtype, bytes; None: fp32 for MoE-Zoo, else bf16); by release
-    (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
+    split), ``grad_bytes`` (the gradients' reduction dtype, bytes: fp32 for MoE-Zoo, else bf16, unless a row says); by
+    release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
     (:data:`~minipar.perf.mb_archive.SETTINGS`, :data:`LAUNCHER`, then ``settings[(src, name)]``: one run's recipe,
     :mod:`minipar.perf.mb_cards`, :mod:`minipar.perf.dgxc`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
+    release["grad_bytes"] = 4 if zoo else 2  # Megatron-LM: fp32 under bf16; NeMo, Megatron-Bridge: bf16
     key = (src, name)
     row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
     defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
-    defaults |= {"optimizer_dtypes": None, "grad_bytes": None}
+    defaults |= {"optimizer_dtypes": None}
     stack = {"zero": 1, "fused_loss": src.startswith("MB"), "attention": None, "miss": None}  # MB: TE's fused loss
     return {**release, **defaults, **stack, **RECIPES.get(name, {}), **row}
 
@@ -144,7 +145,7 @@ def _layout(row, r: dict) -> Layout:
         recompute_modules=r["modules"],
         seq_parallel=tp > 1,
         overlap=frozenset(overlap),
-        grad_bytes=r["grad_bytes"] or (4 if src == "MoE-Zoo" else 2),  # Megatron-LM: fp32 under bf16; NeMo, MB: bf16
+        grad_bytes=r["grad_bytes"],
         flash_attention=True,
         fp8=fp8,
         ep=ep,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from minipar.perf.flops import attention_share
 from minipar.perf.gemm import attention_kernel
-from minipar.perf.layout import Estimate
+from minipar.perf.layout import Estimate, Layout
 from minipar.perf.moe import ep_nodes
 from minipar.perf.shape import ModelShape
 
@@ -22,6 +22,13 @@ LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
 # an eighth (DGX Cloud's Grok-1)
 NCCL_A2A_LARGE, NCCL_A2A_SMALL = "+14 to +20 %", "-2 to +7 %"
 LARGE_SHARE = 1 / 3
+
+
+def exposed_nccl_a2a(layout: Layout, dev) -> bool:
+    """True where ``layout``'s all-to-all crosses nodes on NCCL's dispatcher (``"alltoall"``) with nothing hiding it
+    (no ``"ep"`` in the overlap): the kind of run the all-to-all note speaks of."""
+    nccl = layout.ep > 1 and layout.dispatcher == "alltoall" and "ep" not in layout.overlap
+    return nccl and ep_nodes(dev, layout)[1] > 1
 
 
 def plan_notes(estimate: Estimate, dev, model: ModelShape) -> list[str]:
@@ -38,8 +45,7 @@ def plan_notes(estimate: Estimate, dev, model: ModelShape) -> list[str]:
             f"ModelZoo's Qwen3 235B runs at 16K-128K tokens, 55-91 % attention, read {LONG_SEQ_CUDNN} at it; NeMo's "
             f"2024 runs on FlashAttention-2 {LONG_SEQ_FLASH} at that kernel's: --attention-kernel flash)"
         )
-    nccl = layout.ep > 1 and layout.dispatcher == "alltoall" and "ep" not in layout.overlap
-    if nccl and ep_nodes(dev, layout)[1] > 1:
+    if exposed_nccl_a2a(layout, dev):
         a2a = estimate.time.get("ep", 0.0) / estimate.time["total"]
         out.append(
             f"  (the all-to-all crosses nodes on NCCL with nothing hiding it, {100 * a2a:.0f} % of this step: "
