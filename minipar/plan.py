@@ -175,7 +175,7 @@ def _row(e, dev, model) -> dict:
         "framework": dev.framework,
         "attention_kernel": attention_kernel(dev),
         **{k: getattr(dev, k) for k in ("compiled", "loss_bytes", "fsdp2")},
-        **({"precision": "fp8"} if e.layout.fp8 else {}),
+        **({"precision": "fp8", "fp8_param_gather": e.layout.fp8_params} if e.layout.fp8 else {}),
         **({"cuda_graph_scope": list(e.layout.cuda_graphs)} if e.layout.cuda_graphs else {}),
         **({"optimizer_dtypes": list(e.layout.optimizer_dtypes)} if e.layout.optimizer_dtypes else {}),
         "grad_reduce_dtype": next(k for k, b in GRAD_BYTES.items() if b == e.layout.grad_bytes),
@@ -235,6 +235,7 @@ def main(argv=None) -> int:
         dev = _device(a)
         overlap = frozenset(x for x in a.overlap.split(",") if x)
         stack = {"cuda_graphs": cuda_graph_scope(a), "optimizer_dtypes": optimizer_dtypes(a)}  # fixed, search alike
+        stack["fp8_params"] = a.fp8_param_gather
         if a.tp is not None:
             moe = {"ep": a.ep or 1, "etp": a.expert_tp, "dispatcher": a.moe_dispatcher} if model.experts else {}
             lay = Layout(

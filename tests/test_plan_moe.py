@@ -309,11 +309,11 @@ QWEN235 = (
     "--untie-embeddings-and-output-weights --position-embedding-type rope --no-dropout --moe-experts 128 --moe-top-k 8"
 ).split()
 # Megatron-Bridge's H100 FP8 recipe for it (module doc of minipar.perf.mb_archive: tp 2, pp 8, vp 4, ep 32, expert TP 1,
-# NCCL's all-to-all overlapped, no TP overlap, no recomputation, bf16 gradient reduction, TE's fused loss)
+# NCCL's all-to-all overlapped, no TP overlap, no recomputation, bf16 gradient reduction, TE's fused loss, FP8 weights)
 RECIPE = (
     "--gpu h100 --framework megatron --fused-loss --global-batch 8192 --tp 2 --pp 8 --dp 16 --v 4 --micro-batch 1 "
     "--first-stage-layers 2 --last-stage-layers 2 --zero 1 --recompute none --sp --overlap dp,pp,ep "
-    "--grad-reduce-dtype bf16 --flash-attention --precision fp8 --ep 32 --expert-tp 1"
+    "--grad-reduce-dtype bf16 --flash-attention --precision fp8 --fp8-param-gather --ep 32 --expert-tp 1"
 ).split()
 
 
@@ -327,7 +327,7 @@ def test_the_command_line_evaluates_a_published_moe_layout_as_the_test_set_does(
     ((_, ours, _, _),) = nemo.nemo_rows(rows=[row])
     assert main([*QWEN235, *RECIPE, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["layout"] == "dp16·tp2·pp8·b1·v4·first2·last2·zero1·ep32·etp1·flash·fp8·sp"
+    assert r["layout"] == "dp16·tp2·pp8·b1·v4·first2·last2·zero1·ep32·etp1·flash·fp8(params)·sp"
     assert (r["ep"], r["etp"], r["experts"], r["top_k"], r["precision"]) == (32, 1, 128, 8, "fp8")
     assert r["step_s"] == pytest.approx(ours.time["total"], abs=1e-4) and r["fits"]
     assert r["mem_gb"] == pytest.approx(ours.mem["total"] / 1e9, abs=0.01)
@@ -389,7 +389,8 @@ def test_the_search_tries_expert_tp_1_beside_the_default_and_finds_the_235b_reci
     found = [
         e
         for e, _ in plan(shape(row[1]), dev, 256, 8192, micro_batches=(1,), recomputes=("none",), zeros=(1,), vs=(4,),
-                         overlap=given.overlap, flash_attention=True, grad_bytes=2, fp8=True, eps=(32,), cps=(1,))
+                         overlap=given.overlap, flash_attention=True, grad_bytes=2, fp8=True, eps=(32,), cps=(1,),
+                         fp8_params=True)
         if e.layout == given
     ]  # fmt: skip
     assert len(found) == 1 and found[0].mfu == estimate(shape(row[1]), dev, given, 8192).mfu

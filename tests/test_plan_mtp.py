@@ -76,7 +76,7 @@ def test_the_readme_example_is_the_test_row(capsys):
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     ((_, e, _, _),) = nemo_rows(rows=[r for r in NEMO if r[1] == "DeepSeek-V3"])
     assert row["step_s"] == round(e.time["total"], 4) and row["tokens_per_s_per_gpu"] == 1285
-    assert "1,285 tokens/s per\n# GPU, 47.5 GB per GPU" in readme and abs(row["mem_gb"] - 47.5) < 0.05
+    assert "1,285 tokens/s per\n# GPU, 52.1 GB per GPU" in readme and abs(row["mem_gb"] - 52.1) < 0.05
 
 
 def test_the_search_reaches_the_recipes_pipeline_layout():

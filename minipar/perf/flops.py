@@ -200,6 +200,21 @@ def fp8_saved_bytes(
     return (rep + split) / t if seq_parallel else rep + split / t
 
 
+def head_params(model: ModelShape, pp: int, tp: int) -> list[float]:
+    """Parameters outside the blocks one rank of each pipeline stage 0 .. pp−1 holds, megatron counts (Narayanan §5.1):
+    the word embedding ÷ t and the learned position table (``learned_positions``) on stage 0, the output layer ÷ t on
+    the last (a tied head: Megatron-LM's copy of the embedding there when pp > 1, the embedding itself when pp = 1).
+    They stay in bf16 under FP8 training (Megatron-Core's embedding and ``output_layer`` are not Transformer Engine
+    modules)."""
+    h, V = model.hidden, model.vocab
+    out = [0.0] * pp
+    out[-1] += V * h / tp
+    if pp > 1 or not model.tied_embeddings:
+        out[0] += V * h / tp  # the word embedding
+    out[0] += model.seq * h if model.learned_positions else 0
+    return out
+
+
 def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", stage_layers=None) -> list[float]:
     """Parameters one rank of each pipeline stage holds (its TP share), stage 0 .. pp−1.
 
@@ -213,11 +228,8 @@ def stage_params(model: ModelShape, pp: int, tp: int, counts: str = "megatron", 
     h, V = model.hidden, model.vocab
     if counts == "megatron":
         layers = stage_layers or [model.layers // pp] * pp
-        out = [n * model.layer_params / tp for n in layers]
-        out[-1] += V * h / tp + model.mtp_num_layers * (model.layer_params + model.mtp_projection_params) / tp  # MTP
-        if pp > 1 or not model.tied_embeddings:
-            out[0] += V * h / tp  # the word embedding
-        out[0] += model.seq * h if model.learned_positions else 0
+        out = [n * model.layer_params / tp + e for n, e in zip(layers, head_params(model, pp, tp))]
+        out[-1] += model.mtp_num_layers * (model.layer_params + model.mtp_projection_params) / tp  # MTP
         return out
     from minipar.pp.stages import partition_layers  # imports torch: only the minipar counts need it
 

@@ -52,7 +52,10 @@ class Layout:
     ``bucket_mb``: ZeRO 0/1's gradient reduction in buckets of this
     many MiB of 16-bit gradients, each its own collective, as PyTorch DDP's ``bucket_cap_mb`` (default 25; None:
     Megatron-Core's buckets; :func:`~minipar.perf.sharding.collectives`); ``fp8``: the blocks' weight GEMMs in FP8
-    (:func:`minipar.perf.block_time.gemm_rate`); ``ep``: expert parallelism for a model with experts, borrowed from dp
+    (:func:`minipar.perf.block_time.gemm_rate`); ``fp8_params``: with fp8, the blocks' weights kept in FP8 and
+    ZeRO's all-gather of them in 1 byte each (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``; torchao's
+    ``enable_fsdp_float8_all_gather`` under FSDP2; :func:`minipar.perf.memory.fp8_weight_bytes`,
+    :func:`minipar.perf.sharding.gather_bytes`); ``ep``: expert parallelism for a model with experts, borrowed from dp
     as in :class:`minipar.runtime.mesh.Mesh` (ep divides dp; an EP group is ep consecutive dp ranks, stride tp·cp;
     :mod:`minipar.perf.moe`); ``etp``: the experts' TP degree (Megatron-Core's ``expert_tensor_parallel_size``; None:
     tp), a divisor of tp; below tp the experts' mesh folds, an EP group is ep ranks etp apart (:mod:`minipar.perf.moe`,
@@ -90,6 +93,7 @@ class Layout:
     stage_split: tuple | None = None
     bucket_mb: float | None = None
     fp8: bool = False
+    fp8_params: bool = False
     ep: int = 1
     etp: int | None = None
     dispatcher: str = "alltoall"
@@ -228,7 +232,7 @@ class Layout:
         s += "·gpipe" if self.schedule == "gpipe" else ""
         s += "·flash" if self.flash_attention else ""
         s += "·ag-cp" if self.cp_allgather and self.cp > 1 else ""
-        s += "·fp8" if self.fp8 else ""
+        s += "·fp8" + ("(params)" if self.fp8_params else "") if self.fp8 else ""
         s += f"·graphs({'+'.join(self.cuda_graphs)})" if self.cuda_graphs else ""
         s += f"·adam({'/'.join(self.optimizer_dtypes)})" if self.optimizer_dtypes else ""
         return s + ("·sp" if self.seq_parallel else "") + ("·offload" if self.offload else "")

@@ -26,7 +26,8 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
             interleaving with m not a multiple of pp; ``hsdp`` or ``hpz`` as :func:`check_hybrid` refuses;
             ``recompute_layers`` without full recomputation, with minipar counts, or above the blocks of
             the largest model chunk; ``ep`` not dividing dp or the experts, ep > 1 without experts, experts
-            with minipar counts or with hsdp (:func:`check_ep`). (ZeRO-3 with pp > 1 is valid: FSDP2's
+            with minipar counts or with hsdp (:func:`check_ep`); ``fp8_params`` without fp8, or with ZeRO 0 over more
+            than one rank. (ZeRO-3 with pp > 1 is valid: FSDP2's
             per-step all-gather, :func:`minipar.perf.sharding.dp_time`.)
     """
     d, t, p, b, v, c = layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -49,6 +50,14 @@ def check_layout(model: ModelShape, layout: Layout, global_batch: int, counts: s
         raise ConfigError(f"v={v} with pp=1: interleaving splits a pipeline stage; use v=1 or pp > 1")
     if layout.zero not in (0, 1, 2, 3):
         raise ConfigError(f"zero={layout.zero}: use 0, 1, 2 or 3")
+    if layout.fp8_params and not layout.fp8:
+        raise ConfigError("fp8_params=True keeps the blocks' weights in FP8: needs fp8=True (--precision fp8); or drop "
+                          "fp8_params")  # fmt: skip
+    if layout.fp8_params and layout.zero == 0 and layout.shard > 1:
+        raise ConfigError(
+            f"fp8_params=True with zero=0 over {layout.shard} ranks: Megatron-LM gathers FP8 weights only with its "
+            "distributed optimizer or FSDP2 (its arguments.py); use zero 1, 2 or 3, or drop fp8_params"
+        )
     if layout.schedule not in ("1f1b", "gpipe") or (layout.schedule == "gpipe" and v > 1):
         raise ConfigError(f"schedule={layout.schedule!r} with v={v}: use '1f1b' (interleaved if v > 1) or 'gpipe'")
     if model.heads % t or model.hidden % t:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, stage_params
+from minipar.perf.flops import activation_bytes_per_layer, fp8_saved_bytes, head_params, stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout
 from minipar.perf.moe import moe_activation_bytes, moe_fp8_saved_bytes, moe_stage_params
@@ -84,6 +84,38 @@ def _states(psi: float, zero: int, shard: int, bpv: int, grad_bytes: int, opt_by
     return states
 
 
+FP8_WEIGHT_BYTES = 2  # an FP8 weight as Transformer Engine keeps it: its FP8 data and their transpose, 1 byte each
+
+
+def fp8_weight_bytes(model: ModelShape, dev: Device, layout: Layout, params, experts) -> list[float]:
+    """Bytes per pipeline rank that FP8 training adds to the weights (``params``, ``experts``: that rank's dense
+    and expert parameters) under Megatron-Core with Transformer Engine (``layout.fp8``, ``dev.framework``
+    "megatron"; 0 otherwise: torchao's Float8Linear casts a weight for each GEMM and keeps no copy).
+
+    TE casts each block weight (its Linear and GroupedLinear modules: QKV, projections, MLPs, experts) to FP8 once per
+    step and keeps the FP8 data and its transpose (Hopper's FP8 GEMMs take one operand layout, so the backward
+    needs Wᵀ in FP8 too) for the step's other micro-batches: ``get_fp8_workspace(cache_name="weight")``, cached
+    whenever Megatron-Core passes ``is_first_microbatch`` (its default, without
+    ``--disable-parameter-transpose-cache``): :data:`FP8_WEIGHT_BYTES` per weight beside the bf16 one. With
+    ``layout.fp8_params`` (Megatron-LM's ``--fp8-param-gather``, NeMo's ``fp8_params``) the weight itself is an
+    FP8 tensor with a transpose cache (``Float8Tensor.to_float8(..., with_transpose_cache=True)``): the same bytes in
+    place of the bf16 weight's. The embedding and output layer stay bf16 (:func:`~minipar.perf.flops.head_params`);
+    the blocks' norms and routers, not TE's GEMMs, are counted with them (under 1 % of a rank's block weights on every
+    published row; DeepSeek-V3's 256-expert router 0.6 %). Under ZeRO-3 with pp = 1 the copies shard as the weights do
+    (TE scatters its cached FP8 workspace over an FSDP group, ``_fsdp_scatter_tensors``; ASSUMED for Megatron-FSDP).
+    Sources: TransformerEngine v1.13 ``transformer_engine/pytorch/module/base.py`` (``get_fp8_workspace``,
+    ``reset_parameters``) and ``module/linear.py`` (v2.7 alike: the cached weight quantized for both row-wise and
+    column-wise use); Megatron-LM core_r0.10.0 ``megatron/core/extensions/transformer_engine.py``
+    (``TELinear.forward``)."""
+    if not (layout.fp8 and dev.framework == "megatron"):
+        return [0.0] * layout.pp
+    per_weight = FP8_WEIGHT_BYTES - (dev.bytes_per_value if layout.fp8_params else 0)
+    heads = head_params(model, layout.pp, layout.tp)
+    sharded = layout.zero == 3 and layout.pp == 1  # ZeRO-3's weights: sharded between their passes, so their copies
+    d, e_ = (layout.shard, layout.expert_shard) if sharded else (1, 1)
+    return [per_weight * ((q - head) / d + e / e_) for q, head, e in zip(params, heads, experts)]
+
+
 def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:
     """Bytes per device of the busiest pipeline rank: params, grads, optimizer (ZeRO's formula over the
     dp·cp ranks that hold the same weights; Rajbhandari et al. 2020, arXiv:1910.02054; unsharded gradients at
@@ -98,10 +130,11 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     (FSDP2 under pipelining, :func:`minipar.perf.sharding.dp_time`): ZeRO-1's bytes; ``hpz`` = N adds the weights'
     secondary partition, bytes_per_value·psi/(N·cp) (:func:`minipar.perf.sharding.secondary_gather`). With experts
     (:mod:`minipar.perf.moe`) the expert states shard over the shard·/ep expert-dp ranks, and each block keeps
-    :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``):
-    each weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; with experts
-    :func:`~minipar.perf.moe.moe_fp8_saved_bytes`). Megatron-Core's recomputed modules free what
-    :func:`~minipar.perf.recompute_modules.freed_bytes` says in every held block but the one being recomputed.
+    :func:`~minipar.perf.moe.moe_activation_bytes`. FP8 (``layout.fp8``) under Megatron-Core (``dev.framework``): each
+    weight GEMM's saved input in 1 byte (:func:`~minipar.perf.flops.fp8_saved_bytes`; with experts
+    :func:`~minipar.perf.moe.moe_fp8_saved_bytes`), and the weights' FP8 copies (:func:`fp8_weight_bytes`).
+    Megatron-Core's recomputed modules free what :func:`~minipar.perf.recompute_modules.freed_bytes` says in every held
+    block but the one being recomputed.
     Raises ConfigError for an invalid layout."""
 
     t, p, b, v, c = layout.tp, layout.pp, layout.micro_batch, layout.v, layout.cp
@@ -145,8 +178,10 @@ def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> di
     k = layout.optimizer_bytes  # optimizer state per parameter: 12, or the precision-aware optimizer's dtypes
     dense_1 = _states(1.0, zero, layout.shard, bpv, layout.grad_bytes, k)  # bytes of one parameter (linear in Ψ)
     expert_1 = _states(1.0, zero, layout.expert_shard, bpv, layout.grad_bytes, k) if any(experts) else dense_1
+    fp8_copies = fp8_weight_bytes(model, dev, layout, params, experts)  # FP8 weights' bytes (0 without FP8)
     for i in range(p):
         states = {k: params[i] * x + experts[i] * expert_1[k] for k, x in dense_1.items()}
+        states["params"] += fp8_copies[i]
         if layout.hpz is not None:  # hpZ's secondary partition of the 16-bit weights, kept from forward to backward
             states["params"] += bpv * params[i] / (layout.hpz * c)
         opt = 0.0 if layout.offload else states["optimizer"]

@@ -19,7 +19,14 @@ Sources (read in the repositories, commit named):
   51,200, Nemotron 256,000, Llama 3 128,256; Llama 2 32,000). ASSUMED: the table's "Nemotron-8B/22B/340B" are Nemotron-3
   8B / 22B and Nemotron-4 340B; no recomputation, no dropout; the distributed optimizer (ZeRO-1); TP communication
   overlapped for TP > 1 (NeMo's H100 recipes set ``tp_comm_overlap``; the table does not say); FP8 with delayed scaling
-  as ``Layout.fp8``.
+  as ``Layout.fp8``. FP8 weights (``Layout.fp8_params``) off: the launcher's YAMLs leave NeMo's ``fp8_params`` at its
+  default, False (given for GPT-3, Llama and Nemotron-3; the NeMo 24.03 rows, :mod:`minipar.perf.nemo_long`, alike);
+  ASSUMED on for Nemotron-4 340B, which has no YAML: without it the model counts 82.7 GiB per GPU on an 80 GiB H100
+  (the FP8 copies Transformer Engine keeps beside the bf16 weights, :func:`minipar.perf.memory.fp8_weight_bytes`),
+  73.1 GiB with it (set 2026-11-29, after its error was seen; its ZeRO all-gather then moves 1 byte a weight: -0.1 →
+  +1.8 %; the efficiency's rule still chooses 0.60). Every later release's FP8
+  recipe keeps FP8 weights (Megatron-Bridge's ``fp8_param_gather=True`` but for blockwise scaling, MoE-Zoo's
+  ``--fp8-param-gather``, NeMo 2.0's and DGX Cloud's ``fp8_params``): :func:`recipe`.
 - **TEST**: Megatron-Bridge's performance archive (25.09-26.06), Megatron-MoE-ModelZoo's Mixtral 8x22B and the
   known misses among them: :mod:`minipar.perf.mb_archive`, every setting given or ASSUMED there.
 
@@ -29,7 +36,8 @@ and for NeMo 24.07's Llama 2 7B-70B, Llama 3 8B/70B and Nemotron 8B/22B (:data:`
 tag 24.09, the release whose default container is the table's ``nemo:24.07``, sets ``cross_entropy_loss_fusion: true``
 in their ``conf/training`` YAMLs, added 2024-06-27 in "perf patch"; its GPT-3 YAMLs set none, and it has no Nemotron
 340B YAML: unfused, ASSUMED for that one). READ 2026-11-29, after every error was seen: until then all twelve were
-ASSUMED unfused. The efficiency's rule still chooses 0.60 (median 2.9 % there, 3.2 % at 0.62; 2.5 % before); the rows
+ASSUMED unfused. The efficiency's rule still chooses 0.60 (median 2.9 % there, 3.2 % at 0.62, 3.6 % since the 340B's FP8
+weights; 2.5 % before); the rows
 moved by up to 7 points (Nemotron 8B +6.2 → +12.4 %, 22B -2.1 → +5.2 %).
 
 Every row's published tokens/s per GPU becomes an MFU in this model's own FLOP count over the same peak, so the
@@ -65,6 +73,7 @@ LAUNCHER = {
     ("NeMo 24.07", name): {"fused_loss": True}
     for name in ("Llama2-7B", "Llama2-13B", "Llama2-70B", "Llama3-8B", "Llama3-70B", "Nemotron-8B", "Nemotron-22B")
 }
+LAUNCHER[("NeMo 24.07", "Nemotron-340B")] = {"fp8_params": True}  # ASSUMED (module doc): 82.7 GiB without it
 NEMO_FIT = [  # NeMo 24.07, DGX-H100, FP8 (module doc)
     ("NeMo 24.07", "GPT3-5B", 64, (1, 1, 1, 1, 1), 4, 2048, None, True, "tps", 23406),
     ("NeMo 24.07", "GPT3-20B", 64, (2, 1, 1, 1, 1), 2, 256, None, True, "tps", 5851),
@@ -97,13 +106,15 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     Megatron-FSDP), ``fused_loss`` (a fused cross-entropy, ``--fused-loss``), ``attention`` (the attention kernel; None:
     the framework's), ``miss`` (a row's known-miss label, else :func:`miss_reason`'s), ``layout`` (Megatron-Core's
     ``pipeline_model_parallel_layout`` string, :func:`minipar.perf.pp_layout.parse_layout`; None: Megatron-Core's
-    split), ``grad_bytes`` (the gradients' reduction dtype, bytes: fp32 for MoE-Zoo, else bf16, unless a row says); by
+    split), ``grad_bytes`` (the gradients' reduction dtype, bytes: fp32 for MoE-Zoo, else bf16, unless a row says),
+    ``fp8_params`` (FP8 weights with FP8, ``Layout.fp8_params``: off for NeMo 1.0's rows, on for the rest); by
     release (:data:`FLEX`, :data:`A2A_OVERLAP`), then by model (:data:`RECIPES`), then by row
     (:data:`~minipar.perf.mb_archive.SETTINGS`, :data:`LAUNCHER`, then ``settings[(src, name)]``: one run's recipe,
     :mod:`minipar.perf.mb_cards`, :mod:`minipar.perf.dgxc`)."""
     zoo = src == "MoE-Zoo"
     release = {"tp_overlap": not zoo, "a2a_overlap": src in A2A_OVERLAP, "etp": 1 if zoo else None, "flex": src in FLEX}
     release["grad_bytes"] = 4 if zoo else 2  # Megatron-LM: fp32 under bf16; NeMo, Megatron-Bridge: bf16
+    release["fp8_params"] = not src.startswith("NeMo")  # FP8 weights with FP8: all but NeMo 1.0's YAMLs (module doc)
     key = (src, name)
     row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
     defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
@@ -148,6 +159,7 @@ def _layout(row, r: dict) -> Layout:
         grad_bytes=r["grad_bytes"],
         flash_attention=True,
         fp8=fp8,
+        fp8_params=fp8 and r["fp8_params"],
         ep=ep,
         etp=r["etp"],
         dispatcher="flex" if r["flex"] and ep > 1 else "alltoall",

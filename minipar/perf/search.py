@@ -105,6 +105,7 @@ def plan(
     dispatcher: str = "alltoall",
     cuda_graphs: tuple | None = None,
     optimizer_dtypes: tuple | None = None,
+    fp8_params: bool = False,
 ) -> list[tuple[Estimate, str]]:
     """Every layout of ``gpus`` devices, why it is rejected ("" if not); best MFU (shortest step) first among the kept.
 
@@ -132,7 +133,8 @@ def plan(
             (:func:`expert_tps`). ``dispatcher``: their all-to-all (``Layout.dispatcher``), fixed. ``cuda_graphs``:
             Megatron-Core's CUDA graph scopes (``Layout.cuda_graphs``), fixed. ``optimizer_dtypes``: the
             precision-aware optimizer's (``Layout.optimizer_dtypes``), fixed; its layouts keep ZeRO 1 (Megatron-Core's
-            distributed optimizer), or ZeRO 0 where dp is 1.
+            distributed optimizer), or ZeRO 0 where dp is 1. ``fp8_params`` (``Layout.fp8_params``), fixed: ZeRO ≥ 1
+            wherever dp·cp > 1.
 
     Where pp·v does not divide the layers, a GPU layout's chunks are split as Megatron-Core splits them with the
     embedding and / or the loss counted as a block (:func:`edge_splits`: ``first_stage_layers`` /
@@ -165,6 +167,8 @@ def plan(
             else:
                 sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
             zs = [z for z in zeros if (pp == 1 or z != 3) and (not optimizer_dtypes or z in (1, 2))] if dp > 1 else [0]
+            zs = [z for z in zs if z or dp * cp == 1] if fp8_params else zs  # FP8 weights: a distributed optimizer
+            zs = zs or ([1] if fp8_params and dp == 1 else [])  # dp 1, cp > 1: ZeRO 1 over the cp ranks
             shapes = [(v, ends) for v in (vs if pp > 1 else (1,)) for ends in stage_ends(model, dev, pp, v)]
             experts = [
                 (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)
@@ -197,6 +201,7 @@ def plan(
                     dispatcher=dispatcher if model.experts else "alltoall",
                     cuda_graphs=cuda_graphs,
                     optimizer_dtypes=optimizer_dtypes,
+                    fp8_params=fp8_params,
                 )
                 out.append(_judge(model, dev, lay, global_batch, max_bubble))
     return sorted((x for x in out if x is not None), key=lambda x: (x[1] != "", -x[0].mfu))

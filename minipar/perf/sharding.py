@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from minipar.comm.cost import all_reduce_time, ring_time
-from minipar.perf.flops import stage_params
+from minipar.perf.flops import head_params, stage_params
 from minipar.perf.hardware import Device
 from minipar.perf.layout import Layout
 from minipar.perf.memory import stage_layers_of
@@ -73,21 +73,45 @@ def links(dev: Device, lay: Layout) -> dict:
     return out
 
 
-def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
-    """(dense, expert) parameters of the busiest pipeline rank (its TP and EP share): the largest
-    :func:`~minipar.perf.flops.stage_params` and 0 for a dense model; with experts the stage with the most of
-    both (:func:`minipar.perf.moe.moe_stage_params`)."""
+def _stages(model: ModelShape, dev: Device, layout: Layout) -> list[tuple[float, float]]:
+    """(dense, expert) parameters one rank of each pipeline stage holds (its TP and EP share): :func:`stage_params`
+    and 0 for a dense model, :func:`minipar.perf.moe.moe_stage_params` with experts."""
     layers = stage_layers_of(model, layout, dev)
     if not model.experts:
-        return max(stage_params(model, layout.pp, layout.tp, dev.counts, layers)), 0.0
-    return max(moe_stage_params(model, layout, layers), key=sum)
+        return [(q, 0.0) for q in stage_params(model, layout.pp, layout.tp, dev.counts, layers)]
+    return moe_stage_params(model, layout, layers)
 
 
-def _expert_reduce_and_gather(dev: Device, layout: Layout, psi_e: float, k: int = 1) -> tuple[float, float]:
+def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) parameters of the busiest pipeline rank (its TP and EP share): the stage with the most of
+    both (:func:`_stages`; the first such)."""
+    return max(_stages(model, dev, layout), key=sum)
+
+
+def gather_bytes(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
+    """(dense, expert) bytes of one all-gather of the busiest rank's weights (ZeRO ≥ 1): ``dev.bytes_per_value``
+    each; with ``layout.fp8_params`` (and fp8) the blocks' weights 1 byte each, the embedding and output layer
+    (:func:`~minipar.perf.flops.head_params`) still 16-bit. Megatron-LM's ``--fp8-param-gather``: "Keep the compute
+    param in fp8 ... and perform the param all-gather in fp8" (megatron/training/arguments.py, core_v0.13.0); under
+    FSDP2 torchao's ``enable_fsdp_float8_all_gather``. The FP8 casts are not timed either way (without fp8_params
+    Transformer Engine casts each weight once per step, with them the optimizer writes FP8 weights; ASSUMED alike)."""
+    b = dev.bytes_per_value
+    stages = _stages(model, dev, layout)
+    i = max(range(len(stages)), key=lambda j: sum(stages[j]))  # the busiest stage, as stage_psi
+    psi, psi_e = stages[i]
+    if not (layout.fp8 and layout.fp8_params):
+        return b * psi, b * psi_e
+    head = head_params(model, layout.pp, layout.tp)[i] if dev.counts == "megatron" else 0.0
+    return b * head + (psi - head), psi_e
+
+
+def _expert_reduce_and_gather(
+    dev: Device, layout: Layout, psi_e: float, k: int = 1, gathered: float | None = None
+) -> tuple[float, float]:
     """:func:`_reduce_and_gather` of ``psi_e`` expert parameters in ``k`` collectives over their expert-data-parallel
     group (:attr:`~minipar.perf.layout.Layout.expert_shard` ranks, link ``"edp"``; :mod:`minipar.perf.moe`)."""
     L = links(dev, layout)
-    return _flat(dev, layout, psi_e, layout.expert_shard, L.get("edp", L["dp"]), k)  # ep 1, etp tp: the dp group
+    return _flat(dev, layout, psi_e, layout.expert_shard, L.get("edp", L["dp"]), k, gathered)  # ep 1, etp tp: dp
 
 
 def _in(k: int, time, n: int, nbytes: float, link) -> float:
@@ -96,12 +120,14 @@ def _in(k: int, time, n: int, nbytes: float, link) -> float:
     return time(n, nbytes, link) + (k - 1) * time(n, 0.0, link)
 
 
-def _flat(dev: Device, layout: Layout, psi: float, n: int, link, k: int) -> tuple[float, float]:
+def _flat(dev: Device, layout: Layout, psi: float, n: int, link, k: int, gathered: float | None) -> tuple[float, float]:
     """(reduction, all-gather) seconds of ``psi`` parameters over ``n`` ranks on ``link`` in ``k`` collectives:
-    ZeRO 0 an all-reduce and no gather, ZeRO >= 1 a reduce-scatter and an all-gather of the 16-bit weights."""
+    ZeRO 0 an all-reduce and no gather, ZeRO >= 1 a reduce-scatter and an all-gather of the weights, ``gathered``
+    bytes (None: the 16-bit weights', bytes_per_value·psi; :func:`gather_bytes`)."""
     z = layout.zero
     grads = _in(k, ring_time if z else all_reduce_time, n, layout.grad_bytes * psi, link)
-    return grads, _in(k, ring_time, n, dev.bytes_per_value * psi, link) if z else 0.0
+    gathered = dev.bytes_per_value * psi if gathered is None else gathered
+    return grads, _in(k, ring_time, n, gathered, link) if z else 0.0
 
 
 def _exposed(comm: float, window: float, k: int) -> float:
@@ -110,9 +136,12 @@ def _exposed(comm: float, window: float, k: int) -> float:
     return overlap_formula(k, comm / k, window / k) - window
 
 
-def _reduce_and_gather(dev: Device, layout: Layout, psi: float, k: int = 1) -> tuple[float, float]:
-    """(seconds of the gradients' reduction, seconds of one all-gather of the 16-bit weights) of ``psi`` parameters in
-    ``k`` collectives (:func:`collectives`): the bytes once, the ring latency k times. ZeRO 0: an all-reduce over
+def _reduce_and_gather(
+    dev: Device, layout: Layout, psi: float, k: int = 1, gathered: float | None = None
+) -> tuple[float, float]:
+    """(seconds of the gradients' reduction, seconds of one all-gather of the weights, ``gathered`` bytes; None:
+    bytes_per_value·psi) of ``psi`` parameters in ``k`` collectives (:func:`collectives`): the bytes once, the ring
+    latency k times. ZeRO 0: an all-reduce over
     dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the dp·cp ranks; HSDP (``hsdp`` = H): the
     reduce-scatter and all-gather inside the shard group (H·cp ranks, its own link), then an all-reduce of this
     rank's 1/(H·cp) shard across the dp/H replicas on theirs (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward``
@@ -122,10 +151,10 @@ def _reduce_and_gather(dev: Device, layout: Layout, psi: float, k: int = 1) -> t
     (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
     L = links(dev, layout)
     if layout.hsdp is None:
-        return _flat(dev, layout, psi, layout.dp * layout.cp, L["dp"], k)
+        return _flat(dev, layout, psi, layout.dp * layout.cp, L["dp"], k, gathered)
     g, s, r = layout.grad_bytes * psi, layout.hsdp * layout.cp, layout.dp // layout.hsdp
     grads = _in(k, ring_time, s, g, L["shard"]) + _in(k, all_reduce_time, r, g / s, L["replicate"])
-    return grads, _in(k, ring_time, s, dev.bytes_per_value * psi, L["shard"])
+    return grads, _in(k, ring_time, s, dev.bytes_per_value * psi if gathered is None else gathered, L["shard"])
 
 
 def collectives(model: ModelShape, dev: Device, layout: Layout, psi: float) -> int:
@@ -188,15 +217,16 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     gathered) over the expert-data-parallel group too: :func:`_expert_reduce_and_gather`."""
     z = layout.zero
     psi, psi_e = stage_psi(model, dev, layout)
+    wb, wb_e = gather_bytes(model, dev, layout)  # the weights' all-gather: 16-bit, or FP8 with fp8_params
     k = collectives(model, dev, layout, psi)
-    grads, gather = _reduce_and_gather(dev, layout, psi, k)
+    grads, gather = _reduce_and_gather(dev, layout, psi, k, wb)
     if psi_e:  # experts: their own reduction over the expert-dp group, after the dense one (not overlapped)
-        g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e))
+        g_e, a_e = _expert_reduce_and_gather(dev, layout, psi_e, collectives(model, dev, layout, psi_e), wb_e)
         grads, gather, psi = grads + g_e, gather + a_e, psi + psi_e
     hide_r, hide_g = layout.hides  # (the reduction, the all-gather) hidden: Layout.hides
     if z == 3 and layout.pp == 1:
         passes = (2 * m, m)  # (weight all-gathers, gradient reductions) per step
-        again = secondary_gather(dev, layout, psi, k) if layout.hpz else gather  # the backward's all-gather
+        again = secondary_gather(dev, layout, psi, k, wb) if layout.hpz else gather  # the backward's all-gather
         full = m * (gather + again + grads)
         hidden = (again if hide_g else 0.0) + (grads if hide_r else 0.0)  # the backward's, hidden together
         left = (0.0 if hide_g else again) + (0.0 if hide_r else grads)  # the backward's, not hidden
@@ -209,8 +239,9 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
     return shown + dev.overlap_cost * (full - shown) + copies  # what hiding still costs (Device.overlap_cost)
 
 
-def secondary_gather(dev: Device, layout: Layout, psi: float, k: int) -> float:
-    """Seconds of the backward's all-gather of ``psi`` 16-bit weights under ``hpz`` = N, in ``k`` collectives: over
+def secondary_gather(dev: Device, layout: Layout, psi: float, k: int, gathered: float | None = None) -> float:
+    """Seconds of the backward's all-gather of ``psi`` weights (``gathered`` bytes; None: 16-bit) under ``hpz`` = N,
+    in ``k`` collectives: over
     the N·cp ranks of the secondary group (link ``"secondary"``, :func:`links`), not the dp·cp ranks. After each
     unit's forward, ZeRO++'s hpZ (Wang et al. 2023, arXiv:2306.10209; DeepSpeed's ``zero_hpz_partition_size``,
     "ideal is number of ranks (gpus) per node", docs/_tutorials/zeropp.md) and FSDP2's ``reshard_after_forward=N``
@@ -219,7 +250,8 @@ def secondary_gather(dev: Device, layout: Layout, psi: float, k: int) -> float:
     (``fully_shard``'s docstring, torch 2.13). The forward's all-gather and the gradients' reduce-scatter stay on the
     dp·cp group."""
     n = layout.hpz * layout.cp
-    return _in(k, ring_time, n, dev.bytes_per_value * psi, links(dev, layout)["secondary"])
+    nbytes = dev.bytes_per_value * psi if gathered is None else gathered
+    return _in(k, ring_time, n, nbytes, links(dev, layout)["secondary"])
 
 
 # FSDP2's copies run slower than their bytes at Device.hbm_bw: (copy-out, copy-in cast to fp32, copy-in without a cast)

@@ -17,8 +17,8 @@ STATE_FLAGS = (("main_params_dtype", ("fp32", "fp16"), "the fp32 master weights'
 
 
 def add_stack_flags(p) -> None:
-    """``--grad-reduce-dtype``, ``--precision``, ``--framework``, ``--attention-kernel``, ``--fused-loss``,
-    ``--compile`` and ``--fsdp2`` on the argparse parser ``p``."""
+    """``--grad-reduce-dtype``, ``--precision``, ``--fp8-param-gather``, ``--framework``, ``--attention-kernel``,
+    ``--fused-loss``, ``--compile`` and ``--fsdp2`` on the argparse parser ``p``."""
     p.add_argument(
         "--grad-reduce-dtype",
         default="fp32",
@@ -31,6 +31,12 @@ def add_stack_flags(p) -> None:
         choices=("bf16", "fp8"),
         help="the blocks' weight GEMMs: bf16, or fp8 at the device's FP8 peak and 0.79 of bf16's efficiency (measured "
         "on an H100; attention, norms, embedding, logit stay bf16; --framework megatron keeps their inputs in FP8)",
+    )
+    p.add_argument(
+        "--fp8-param-gather",
+        action="store_true",
+        help="with --precision fp8, the blocks' weights kept in FP8 (no bf16 copy) and ZeRO's all-gather of them in "
+        "1 byte each (Megatron-LM's flag; NeMo's fp8_params; torchao's FSDP2 float8 all-gather); --zero 1 or more",
     )
     p.add_argument(
         "--framework",
@@ -92,11 +98,16 @@ def optimizer_dtypes(a) -> tuple | None:
 
 
 def check_stack_flags(a) -> None:
-    """Raise :class:`ConfigError` (one line) for a stack flag that contradicts the layout: ``--fsdp2`` with a fixed
+    """Raise :class:`ConfigError` (one line) for a stack flag that contradicts the layout: ``--fp8-param-gather``
+    without ``--precision fp8``; ``--fsdp2`` with a fixed
     ``--zero`` 0 or 1 (FSDP2 shards the weights or at least the gradients: ZeRO 2 or 3); an optimizer state dtype
     without ``--use-precision-aware-optimizer``, or that flag outside Megatron-Core's distributed optimizer
     (``--framework megatron``, ZeRO 1 or more: "only supported with distributed optimizer",
     megatron/core/optimizer/__init__.py)."""
+    if a.fp8_param_gather and a.precision != "fp8":
+        raise ConfigError(
+            f"--fp8-param-gather with --precision {a.precision}: it keeps FP8 weights; add --precision fp8, or drop it"
+        )
     for flag, *_ in STATE_FLAGS:
         if getattr(a, flag) != "fp32" and not a.use_precision_aware_optimizer:
             raise ConfigError(
@@ -109,6 +120,11 @@ def check_stack_flags(a) -> None:
             "megatron, or drop it"
         )
     zero = a.zero if a.zero is not None or a.tp is None else 0  # a fixed layout's default: ZeRO 0
+    if a.fp8_param_gather and zero == 0 and a.tp is not None and a.dp * (a.cp or 1) > 1:
+        raise ConfigError(
+            "--fp8-param-gather with --zero 0: Megatron-LM gathers FP8 weights only with its distributed optimizer or "
+            "FSDP2 (its arguments.py); add --zero 1 (or 2, 3)"
+        )
     if a.use_precision_aware_optimizer and zero is not None and zero not in (1, 2):
         raise ConfigError(
             f"--use-precision-aware-optimizer with --zero {zero}: Megatron-Core supports it only with its "
