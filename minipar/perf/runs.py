@@ -285,8 +285,10 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.nanotron import nanotron_rows  # the Ultra-Scale Playbook's best layouts (minipar.perf.nanotron)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.nemo_long import nemo_long_rows  # 4K-1M tokens, context parallelism (minipar.perf.nemo_long)
+    from minipar.perf.automodel import automodel_rows  # NeMo AutoModel: FSDP2 + EP + PP (minipar.perf.automodel)
     from minipar.perf.olmo import olmo_rows  # AI2's FSDP2 scripts on one H100 node (minipar.perf.olmo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
     rows = torchtitan_rows() + nemo_rows() + fms_rows() + bloom_rows() + tinyllama_rows() + megatron_lm_rows()
-    return out + rows + dgxc_rows() + olmo_rows() + nanotron_rows() + nemo_long_rows() + zoo_rows() + card_rows()
+    rows += dgxc_rows() + olmo_rows() + nanotron_rows() + nemo_long_rows() + zoo_rows() + card_rows()
+    return out + rows + automodel_rows()
