@@ -48,6 +48,9 @@ a row the model misses stays in, with its error.
   of the all-to-all overlap's share; and 16K-128K tokens with CP 1-8 at cuDNN's attention, four rows (added 2026-11-29).
 - NeMo's long-sequence table (:mod:`minipar.perf.nemo_long`): Llama 2 7B in FP8 on 4-1,024 H100s at 4K-1M tokens,
   TP, PP, DP and context parallelism up to 32 given (added 2026-11-28), FlashAttention-2 (the launcher's setting).
+- NVIDIA NeMo AutoModel's H100 table (:mod:`minipar.perf.automodel`): its PyTorch backend (FSDP2, PyTorch's
+  pipelining, DeepEP) on DeepSeek-V3 (256 and 1,024 H100s, PP 4 · VP 8 · EP 64), Kimi K2 (256, PP 8 · VP 4 · EP 32)
+  and Qwen3 30B-A3B (8, EP 8), bf16, and Llama 3 70B compiled (added 2026-11-29).
 
 Known misses (:func:`known_miss`), printed and held to their size by the tests: DeepSpeed's ZeRO-3 rows (+35 … +331 %).
 At a fixed batch their step stays flat as the GPUs double (175B by eq. 3: 82, 67, 67 s), so what they add grows with the
@@ -60,7 +63,8 @@ rows would still read +11 … +84 %; the O(n) host and copy work per call is in 
 gathered a module's parameters in one coalesced call since v0.6.0 (PR #1453), which the model's per-unit collectives
 describe (:func:`minipar.perf.sharding.collectives`). Also known misses: three llm-foundry long-sequence rows labelled
 after their errors were seen (``MISS:seen``: :func:`minipar.perf.foundry.miss_reason`), one of Megatron-LM's H100 table
-(:mod:`minipar.perf.megatron_lm`), DGX Cloud's DeepSeek-V3 (:mod:`minipar.perf.dgxc`) and three of BLOOM's
+(:mod:`minipar.perf.megatron_lm`), DGX Cloud's DeepSeek-V3 (:mod:`minipar.perf.dgxc`), two of AutoModel's
+(:mod:`minipar.perf.automodel`: DeepSeek-V3 on 1,024 GPUs +24 %, Kimi K2 +16 %) and three of BLOOM's
 layout trials (:mod:`minipar.perf.bloom`), labelled the same way;
 torchtitan's and OLMo-core's runs with ``torch.compile`` (``MISS:compile``: :mod:`minipar.perf.torchtitan`,
 :mod:`minipar.perf.olmo`), nine of nanotron's cells labelled after their errors were seen (``MISS:seen``, ``MISS:step``:
@@ -276,6 +280,7 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
         out.append((f"Llama3 T4 405B {row[0]:5d} H100 s={row[5]} cp{row[2]}", e, "mfu", row[7]))
     for row in H100_TEST + H100_LARGE:
         out.append((label(row, "H100"), foundry_row(row, GPUS["h100"]), "mfu", row[3] / 100))
+    from minipar.perf.automodel import automodel_rows  # NeMo AutoModel: FSDP2 + EP + PP (minipar.perf.automodel)
     from minipar.perf.bloom import bloom_rows  # Megatron-DeepSpeed on Omni-Path (minipar.perf.bloom)
     from minipar.perf.dgxc import dgxc_rows  # NVIDIA's DGX Cloud recipes, bf16 and FP8 (minipar.perf.dgxc)
     from minipar.perf.fms import fms_rows  # HSDP: its own A100 and H100 links (minipar.perf.fms)
@@ -285,7 +290,6 @@ def out_of_sample(dev: Device | None = None) -> list[tuple[str, Estimate, str, f
     from minipar.perf.nanotron import nanotron_rows  # the Ultra-Scale Playbook's best layouts (minipar.perf.nanotron)
     from minipar.perf.nemo import nemo_rows  # expert parallelism, recompute_layers (minipar.perf.nemo)
     from minipar.perf.nemo_long import nemo_long_rows  # 4K-1M tokens, context parallelism (minipar.perf.nemo_long)
-    from minipar.perf.automodel import automodel_rows  # NeMo AutoModel: FSDP2 + EP + PP (minipar.perf.automodel)
     from minipar.perf.olmo import olmo_rows  # AI2's FSDP2 scripts on one H100 node (minipar.perf.olmo)
     from minipar.perf.tinyllama import tinyllama_rows  # Lightning's FSDP on A100-40GB (minipar.perf.tinyllama)
 
