@@ -141,11 +141,10 @@ def _reduce_and_gather(
 ) -> tuple[float, float]:
     """(seconds of the gradients' reduction, seconds of one all-gather of the weights, ``gathered`` bytes; None:
     bytes_per_value·psi) of ``psi`` parameters in ``k`` collectives (:func:`collectives`): the bytes once, the ring
-    latency k times. ZeRO 0: an all-reduce over
-    dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the dp·cp ranks; HSDP (``hsdp`` = H): the
-    reduce-scatter and all-gather inside the shard group (H·cp ranks, its own link), then an all-reduce of this
-    rank's 1/(H·cp) shard across the dp/H replicas on theirs (PyTorch FSDP2's HSDP: ``FSDPParamGroup.post_backward``
-    reduce-scatters, then all-reduces over the replicate dimension; Megatron-LM's
+    latency k times. ZeRO 0: an all-reduce over dp·cp; ZeRO ≥ 1: a reduce-scatter and an all-gather over the dp·cp
+    ranks; HSDP (``hsdp`` = H): the reduce-scatter and all-gather inside the shard group (H·cp ranks, its own link),
+    then an all-reduce of this rank's 1/(H·cp) shard across the dp/H replicas on theirs (PyTorch FSDP2's HSDP:
+    ``FSDPParamGroup.post_backward`` reduce-scatters, then all-reduces over the replicate dimension; Megatron-LM's
     ``--num-distributed-optimizer-instances`` the same for ZeRO-1). Under ZeRO-3 with pp = 1 that all-reduce runs in
     every micro-batch's backward, as FSDP2 does unless ``set_requires_all_reduce(False)``
     (torch/distributed/fsdp/_fully_shard/_fully_shard.py)."""
@@ -240,12 +239,11 @@ def dp_time(model: ModelShape, dev: Device, layout: Layout, m: int, fwd1: float,
 
 
 def secondary_gather(dev: Device, layout: Layout, psi: float, k: int, gathered: float | None = None) -> float:
-    """Seconds of the backward's all-gather of ``psi`` weights (``gathered`` bytes; None: 16-bit) under ``hpz`` = N,
-    in ``k`` collectives: over
-    the N·cp ranks of the secondary group (link ``"secondary"``, :func:`links`), not the dp·cp ranks. After each
-    unit's forward, ZeRO++'s hpZ (Wang et al. 2023, arXiv:2306.10209; DeepSpeed's ``zero_hpz_partition_size``,
-    "ideal is number of ranks (gpus) per node", docs/_tutorials/zeropp.md) and FSDP2's ``reshard_after_forward=N``
-    keep the gathered weights sharded over N ranks, bytes_per_value·psi/(N·cp) more per GPU
+    """Seconds of the backward's all-gather of ``psi`` weights (``gathered`` bytes; None: 16-bit) under ``hpz`` = N, in
+    ``k`` collectives: over the N·cp ranks of the secondary group (link ``"secondary"``, :func:`links`), not the dp·cp
+    ranks. After each unit's forward, ZeRO++'s hpZ (Wang et al. 2023, arXiv:2306.10209; DeepSpeed's
+    ``zero_hpz_partition_size``, "ideal is number of ranks (gpus) per node", docs/_tutorials/zeropp.md) and FSDP2's
+    ``reshard_after_forward=N`` keep the gathered weights sharded over N ranks, bytes_per_value·psi/(N·cp) more per GPU
     (:mod:`minipar.perf.memory`), which "allows the all-gather in backward to be over a smaller world size"
     (``fully_shard``'s docstring, torch 2.13). The forward's all-gather and the gradients' reduce-scatter stay on the
     dp·cp group."""
