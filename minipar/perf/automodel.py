@@ -29,7 +29,7 @@ names (``examples/benchmark/configs/*_te_deepep.yaml`` at 89e3a9fdd) and the cod
   the gradients are reduced once per step (``get_sync_ctx``: FSDP2's gradient sync only for the last local batch),
   where the model's ZeRO-3 reduces them after every micro-batch: GA − 1 reduce-scatters too many, ASSUMED as
   modelled (they hide behind the backward; a quarter of them stays, the overlap cost);
-- ``torch.optim.Adam`` (fp32 moments), no ``torch.compile``.
+- ``torch.optim.Adam`` (its moments in the parameters' dtype: below), no ``torch.compile``.
 
 ASSUMED: the H100 preset under the PyTorch stack's constants (``--framework pytorch``: the FSDP stacks' efficiency,
 memory passes and overlap cost, chosen on llm-foundry), each hidden collective as FSDP2 prefetches it (``"dp"``) and
@@ -40,8 +40,10 @@ MLA at DeepSeek-V3's ranks and head widths, the first block dense of FFN 18,432,
 shared expert, one expert group, vocabulary 163,840, untied, no MTP); Qwen3 30B-A3B as Megatron-Bridge's rows.
 
 Left out: GPT-OSS 20B and 120B (the table's EP column is empty while its kernels column names DeepEP: the layout is
-not published); Nemotron V3 (hybrid Mamba blocks, not modelled); Llama 3 70B (added 2026-04-10 with
-``enable_compile: True``: a known miss by the rule torchtitan's rows set, ``MISS:compile``, kept as such).
+not published); Nemotron V3 (hybrid Mamba blocks, not modelled). Kept as a known miss by the rule torchtitan's rows
+set (``MISS:compile``): Llama 3 70B (added 2026-04-10; ``custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml``:
+``enable_compile: True``, FSDP2 over 32 ranks, CP 2, every block checkpointed, SDPA attention; ASSUMED: cuDNN's kernel,
+CP as an all-gather of K and V, ``cp_allgather``, fp32 optimizer states).
 
 These settings were written down before any row's error was computed (2026-11-29). Read after: two more GIVEN by the
 code, each moving what the first computation had ASSUMED. (1) The balanced gate is not random: ``FakeBalancedGate``
