@@ -46,3 +46,25 @@ def test_the_rows_read_where_they_stand():
         else:
             assert 0.0 < err <= 0.15, (label, err)
     assert sum("MISS:seen" in label for label in rows) == 2
+
+
+def test_a_pytorch_moe_plan_quotes_what_automodels_runs_read(capsys):
+    """The planner's note under a layout with expert parallelism on the PyTorch stack quotes the range of AutoModel's
+    rows with ep > 1 (:data:`minipar.perf.plan_notes.PYTORCH_MOE`), recomputed here; not under Megatron-Core, not
+    without expert parallelism."""
+    from minipar.perf.hardware import for_framework
+    from minipar.perf.plan_notes import PYTORCH_MOE, pytorch_moe
+    from minipar.plan import main
+
+    errs = [e.mfu / pub - 1 for _, e, _, pub in automodel_rows() if e.layout.ep > 1]
+    assert len(errs) == 4 and min(errs) > 0
+    assert PYTORCH_MOE == f"{100 * min(errs):+.0f} to {100 * max(errs):+.0f} %"
+    lay = automodel_layout(AUTOMODEL[1])
+    assert pytorch_moe(lay, GPUS["h100"]) and not pytorch_moe(lay, for_framework(GPUS["h100"], "megatron"))
+    mixtral = "--layers 8 --hidden 1024 --heads 16 --ffn 2048 --swiglu --seq 2048 --moe-experts 8 --moe-top-k 2".split()
+    note = f"read {PYTORCH_MOE}, every one optimistic"
+    dense = mixtral[: mixtral.index("--moe-experts")]
+    for argv, says in (([*mixtral, "--ep", "8"], True), ([*mixtral, "--ep", "8", "--framework", "megatron"], False),
+                       (dense, False)):  # fmt: skip
+        assert main([*argv, "--gpus", "16", "--global-batch", "64"]) == 0
+        assert (note in capsys.readouterr().out) == says, argv

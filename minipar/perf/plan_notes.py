@@ -22,6 +22,9 @@ LONG_SEQ_FLASH, LONG_SEQ_CUDNN = "-14 to +3 %", "+3 to +5 %"
 # an eighth (DGX Cloud's Grok-1)
 NCCL_A2A_LARGE, NCCL_A2A_SMALL = "+14 to +20 %", "-2 to +7 %"
 LARGE_SHARE = 1 / 3
+# NeMo AutoModel's runs with expert parallelism on its PyTorch stack (FSDP2, PyTorch's pipelining, DeepEP; bf16 on
+# 8-1,024 H100s: minipar.perf.automodel), every one optimistic
+PYTORCH_MOE = "+8 to +24 %"
 
 
 def exposed_nccl_a2a(layout: Layout, dev) -> bool:
@@ -31,12 +34,19 @@ def exposed_nccl_a2a(layout: Layout, dev) -> bool:
     return nccl and ep_nodes(dev, layout)[1] > 1
 
 
+def pytorch_moe(layout: Layout, dev) -> bool:
+    """True for a layout with expert parallelism (ep > 1) on a GPU under the PyTorch stack (``dev.framework``
+    "pytorch"): the kind of run the PyTorch-MoE note speaks of."""
+    return layout.ep > 1 and dev.framework == "pytorch" and bool(dev.sms)
+
+
 def plan_notes(estimate: Estimate, dev, model: ModelShape) -> list[str]:
     """The notes for a plan whose top layout's estimate on ``dev`` for ``model`` is ``estimate``: attention at 30 %
     or more of a block's FLOPs on cuDNN's kernel (its rate checked only by Megatron-MoE-ModelZoo's long-context rows);
     an all-to-all across nodes on NCCL's dispatcher (``"alltoall"``) without ``"ep"`` in the overlap, which the model
     times at DeepEP's measured NIC rate (:func:`minipar.perf.moe.a2a_seconds`): the published runs of that kind where
-    it held a third of the step or more ran slower than modelled, those where it held an eighth did not."""
+    it held a third of the step or more ran slower than modelled, those where it held an eighth did not; expert
+    parallelism on the PyTorch stack (:func:`pytorch_moe`), whose published runs all ran slower than modelled."""
     layout, out = estimate.layout, []
     share = attention_share(model)
     if layout.flash_attention and attention_kernel(dev) == "cudnn" and share >= 0.3:
@@ -52,5 +62,11 @@ def plan_notes(estimate: Estimate, dev, model: ModelShape) -> list[str]:
             f"published runs of that kind read {NCCL_A2A_LARGE} where it held a third of the step or more (DGX "
             f"Cloud's DeepSeek-V3, Megatron-Bridge 25.09's Qwen3 235B-A22B), {NCCL_A2A_SMALL} where it held an "
             "eighth (DGX Cloud's Grok-1): the larger its share, the longer the real step may be; minipar/perf/dgxc.py)"
+        )
+    if pytorch_moe(layout, dev):
+        out.append(
+            "  (expert parallelism on a PyTorch stack: NeMo AutoModel's published runs of that kind (FSDP2, DeepEP; "
+            f"DeepSeek-V3, Kimi K2, Qwen3 30B-A3B on 8-1,024 H100s) read {PYTORCH_MOE}, every one optimistic: the "
+            "real step may be longer; minipar/perf/automodel.py)"
         )
     return out
