@@ -74,19 +74,19 @@ from minipar.perf.layout import Estimate, Layout
 from minipar.perf.model import estimate
 from minipar.perf.nemo_shapes import SHAPES
 from minipar.perf.shape import UNTIED_ROPE, ModelShape
+from minipar.perf.torchtitan import LLAMA31
 
 KIMI_K2 = ModelShape(
     61, 7168, 64, 4096, 163840, False, None, 18432, True, False, experts=384, top_k=8, shared_ffn=2048, moe_ffn=2048,
     dense_layers=1, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
     **UNTIED_ROPE,
 )  # fmt: skip
-LLAMA31_70B = ModelShape(80, 8192, 64, 8192, 128256, False, 8, 28672, True, False, **UNTIED_ROPE)
 FAKE_GATE = {"moe_router_group_topk": 1}  # each token's k experts: one group of k consecutive ones (module doc)
 SHAPES_AM = {
     "DeepSeek-V3": replace(SHAPES["DeepSeek-V3"], mtp_num_layers=0, moe_router_num_groups=256 // 8, **FAKE_GATE),
     "Kimi-K2": replace(KIMI_K2, moe_router_num_groups=384 // 8, **FAKE_GATE),
     "Qwen3-30B-A3B": SHAPES["Qwen3-30B-A3B"],
-    "Llama3-70B": LLAMA31_70B,
+    "Llama3-70B": LLAMA31["70B"],
 }  # fmt: skip
 # (model, GPUs, GBS, MBS, LBS, GA, (tp, pp, cp, ep, v), FSDP, compiled, tokens/s per GPU): the table's rows
 AUTOMODEL = [
@@ -116,7 +116,7 @@ MISSES = {("DeepSeek-V3", 1024): "seen", ("Kimi-K2", 256): "seen"}
 
 def automodel_layout(row) -> Layout:
     """The row's layout (module doc: GIVEN and ASSUMED), for one gradient-accumulation step of LBS sequences."""
-    name, n, _, mb, lbs, _, (tp, pp, cp, ep, v), fsdp, *_ = row
+    name, _, _, mb, _, _, (tp, pp, cp, ep, v), fsdp, *_ = row
     split = stage_split(SHAPES_AM[name].layers, LAYERS_PER_STAGE, pp) if pp > 1 else None
     return Layout(
         dp=fsdp, tp=tp, pp=pp, micro_batch=mb, v=v, zero=3, recompute="full", flash_attention=True,
@@ -128,7 +128,7 @@ def automodel_layout(row) -> Layout:
 
 def label(row) -> str:
     """``AutoModel <model> <GPUs> H100 <layout> bf16`` [``MISS:compile``, or :data:`MISSES`' ``MISS:<why>``]."""
-    name, n, _, _, _, ga, (tp, pp, cp, ep, v), fsdp, compiled, _ = row
+    name, n, _, _, _, ga, (_, pp, cp, ep, v), fsdp, compiled, _ = row
     lay = f"fsdp{fsdp}" + (f"·pp{pp}·v{v}" if pp > 1 else "") + (f"·cp{cp}" if cp > 1 else "")
     lay += (f"·ep{ep}" if ep > 1 else "") + f"·ga{ga}"
     why = "compile" if compiled else MISSES.get((name, n))
@@ -138,11 +138,11 @@ def label(row) -> str:
 def automodel_rows() -> list[tuple[str, Estimate, str, float]]:
     """``(label, estimate, "mfu", published)`` per row: the estimate of one gradient-accumulation step (GBS/GA
     sequences), its MFU the step's; the published tokens/s as an MFU of this model's count over the same peak."""
+    dev = replace(GPUS["h100"], attention="cudnn", compiled=True, fsdp2=True)  # TE's kernels; FSDP2
     out = []
     for row in AUTOMODEL:
-        name, _, gbs, _, _, ga, *_, compiled, tps = row
+        name, _, gbs, _, _, ga, *_, tps = row
         model = SHAPES_AM[name]
-        dev = replace(GPUS["h100"], attention="cudnn", compiled=True, fsdp2=True)  # TE's kernels; FSDP2
         e = estimate(model, dev, automodel_layout(row), gbs // ga)
         out.append((label(row), e, "mfu", published_mfu(model, gbs, tps, dev.peak_flops)))
     return out

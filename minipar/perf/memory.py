@@ -112,8 +112,8 @@ def fp8_weight_bytes(model: ModelShape, dev: Device, layout: Layout, params, exp
     per_weight = FP8_WEIGHT_BYTES - (dev.bytes_per_value if layout.fp8_params else 0)
     heads = head_params(model, layout.pp, layout.tp)
     sharded = layout.zero == 3 and layout.pp == 1  # ZeRO-3's weights: sharded between their passes, so their copies
-    d, e_ = (layout.shard, layout.expert_shard) if sharded else (1, 1)
-    return [per_weight * ((q - head) / d + e / e_) for q, head, e in zip(params, heads, experts)]
+    d, d_e = (layout.shard, layout.expert_shard) if sharded else (1, 1)
+    return [per_weight * ((q - head) / d + e / d_e) for q, head, e in zip(params, heads, experts)]
 
 
 def memory_per_gpu(model: ModelShape, dev: Device, layout: Layout, m: int) -> dict:

@@ -117,8 +117,7 @@ def recipe(src: str, name: str, settings: dict | None = None) -> dict:
     release["fp8_params"] = not src.startswith("NeMo")  # FP8 weights with FP8: all but NeMo 1.0's YAMLs (module doc)
     key = (src, name)
     row = {**SETTINGS.get(key, {}), **LAUNCHER.get(key, {}), **(settings or {}).get(key, {})}
-    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None}
-    defaults |= {"optimizer_dtypes": None}
+    defaults = {"modules": None, "dp_overlap": True, "layout": None, "cuda_graphs": None, "optimizer_dtypes": None}
     stack = {"zero": 1, "fused_loss": src.startswith("MB"), "attention": None, "miss": None}  # MB: TE's fused loss
     return {**release, **defaults, **stack, **RECIPES.get(name, {}), **row}
 

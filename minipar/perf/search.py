@@ -166,9 +166,9 @@ def plan(
                 sizes = micro_batches
             else:
                 sizes = [global_batch // (dp * m) for m in microbatches if global_batch % (dp * m) == 0]
-            zs = [z for z in zeros if (pp == 1 or z != 3) and (not optimizer_dtypes or z in (1, 2))] if dp > 1 else [0]
-            zs = [z for z in zs if z or dp * cp == 1] if fp8_params else zs  # FP8 weights: a distributed optimizer
-            zs = zs or ([1] if fp8_params and dp == 1 else [])  # dp 1, cp > 1: ZeRO 1 over the cp ranks
+            zs = [z for z in zeros if (pp == 1 or z != 3) and (not optimizer_dtypes or z in (1, 2))]
+            dp1_zero = 1 if fp8_params and cp > 1 else 0  # dp 1: ZeRO 0, or 1 over the cp ranks for FP8 weights
+            zs = [z for z in zs if z or not fp8_params] if dp > 1 else [dp1_zero]  # FP8 weights: ZeRO >= 1
             shapes = [(v, ends) for v in (vs if pp > 1 else (1,)) for ends in stage_ends(model, dev, pp, v)]
             experts = [
                 (et, ep) for et in expert_tps(model, dev, tp, etp) for ep in ep_degrees(model, dp, eps, tp, cp, et)

@@ -82,10 +82,17 @@ def _stages(model: ModelShape, dev: Device, layout: Layout) -> list[tuple[float,
     return moe_stage_params(model, layout, layers)
 
 
+def _busiest(model: ModelShape, dev: Device, layout: Layout) -> tuple[int, float, float]:
+    """(stage, dense, expert parameters) of the busiest pipeline rank: the stage with the most of both
+    (:func:`_stages`; the first such)."""
+    stages = _stages(model, dev, layout)
+    i = max(range(len(stages)), key=lambda j: sum(stages[j]))
+    return (i, *stages[i])
+
+
 def stage_psi(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
-    """(dense, expert) parameters of the busiest pipeline rank (its TP and EP share): the stage with the most of
-    both (:func:`_stages`; the first such)."""
-    return max(_stages(model, dev, layout), key=sum)
+    """(dense, expert) parameters of the busiest pipeline rank (its TP and EP share): :func:`_busiest`'s."""
+    return _busiest(model, dev, layout)[1:]
 
 
 def gather_bytes(model: ModelShape, dev: Device, layout: Layout) -> tuple[float, float]:
@@ -96,9 +103,7 @@ def gather_bytes(model: ModelShape, dev: Device, layout: Layout) -> tuple[float,
     FSDP2 torchao's ``enable_fsdp_float8_all_gather``. The FP8 casts are not timed either way (without fp8_params
     Transformer Engine casts each weight once per step, with them the optimizer writes FP8 weights; ASSUMED alike)."""
     b = dev.bytes_per_value
-    stages = _stages(model, dev, layout)
-    i = max(range(len(stages)), key=lambda j: sum(stages[j]))  # the busiest stage, as stage_psi
-    psi, psi_e = stages[i]
+    i, psi, psi_e = _busiest(model, dev, layout)
     if not (layout.fp8 and layout.fp8_params):
         return b * psi, b * psi_e
     head = head_params(model, layout.pp, layout.tp)[i] if dev.counts == "megatron" else 0.0
